@@ -1,0 +1,327 @@
+"""What both store implementations share: tables, long-poll waits, kind checks.
+
+An implementation provides the segment primitives (the abstract methods
+below); this base class builds the table-segment API on top of them, so table
+semantics are written once and a table is durable exactly when its segment
+is. Table mutations of one table are serialised by a per-table lock, because a
+batch is validated against the table's state and then appended at exactly
+the offset it was validated against.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from headrace.errors import (
+    BadOffset,
+    LimitExceeded,
+    SegmentTypeMismatch,
+    TableNotEmpty,
+)
+from headrace.store.api import (
+    MAX_READ_BYTES,
+    MAX_TABLE_BATCH_BYTES,
+    MAX_TABLE_KEY_BYTES,
+    MAX_TABLE_VALUE_BYTES,
+    MAX_WAIT_S,
+)
+from headrace.store.tables import (
+    TableIndex,
+    check_removals,
+    check_updates,
+    decode_records,
+    encode_removals,
+    encode_updates,
+)
+from headrace.types import (
+    AppendResult,
+    ReadResult,
+    SegmentInfo,
+    SegmentKind,
+    TableDelta,
+    TableEntry,
+    TableInfo,
+    TableKey,
+    TablePage,
+    TableUpdate,
+    WriterAppend,
+)
+
+__all__ = ["BaseStore", "SegmentState"]
+
+TABLE_READ_MAX_BYTES = 2 * 1024 * 1024
+"""Most bytes one table iteration page or delta read returns (Pravega's 2 MiB reply cap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentState:
+    """The cheap, synchronous view of a segment the base class needs."""
+
+    kind: SegmentKind
+    start_offset: int
+    length: int
+    sealed: bool
+
+
+@dataclass(slots=True)
+class _Table:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    index: TableIndex | None = None
+
+
+class BaseStore(abc.ABC):
+    """Table segments and waits over abstract segment primitives."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, _Table] = {}
+        self._change_events: dict[str, asyncio.Event] = {}
+
+    # ------------------------------------------------------------------ primitives
+
+    @abc.abstractmethod
+    def _state(self, name: str) -> SegmentState:
+        """The segment's durable state. Raises SegmentNotFound."""
+
+    @abc.abstractmethod
+    async def _create(self, name: str, kind: SegmentKind) -> None: ...
+
+    @abc.abstractmethod
+    async def _append(
+        self,
+        name: str,
+        data: bytes,
+        expected_offset: int | None,
+        writer: WriterAppend | None,
+        kind: SegmentKind,
+    ) -> AppendResult:
+        """Append to a segment that must be of ``kind`` (checked by the implementation,
+        atomically with the append)."""
+
+    @abc.abstractmethod
+    async def _delete(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult: ...
+
+    @abc.abstractmethod
+    async def info(self, name: str) -> SegmentInfo: ...
+
+    @abc.abstractmethod
+    async def seal(self, name: str) -> int: ...
+
+    @abc.abstractmethod
+    async def _truncate(self, name: str, offset: int) -> None: ...
+
+    @abc.abstractmethod
+    async def merge(self, target: str, source: str) -> int: ...
+
+    @abc.abstractmethod
+    async def get_attribute(self, name: str, attribute_id: UUID) -> int: ...
+
+    @abc.abstractmethod
+    async def update_attribute(
+        self, name: str, attribute_id: UUID, new_value: int, expected_value: int
+    ) -> bool: ...
+
+    @abc.abstractmethod
+    async def list_segments(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    async def flush(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # ------------------------------------------------------------------ change notification
+
+    def _notify(self, name: str) -> None:
+        """Wake every ``wait_for_data`` on ``name``: call after the durable length
+        grows, after a seal, and after a delete."""
+        event = self._change_events.pop(name, None)
+        if event is not None:
+            event.set()
+
+    async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(timeout_s, 0.0), MAX_WAIT_S)
+        while True:
+            state = self._state(name)
+            if state.sealed or state.length > offset:
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._change_events.get(name)
+            if event is None:
+                event = self._change_events[name] = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+
+    # ------------------------------------------------------------------ segments
+
+    async def create_segment(self, name: str, *, kind: SegmentKind = SegmentKind.STREAM) -> None:
+        await self._create(name, kind)
+        self._tables.pop(name, None)
+
+    async def append(
+        self,
+        name: str,
+        data: bytes,
+        *,
+        expected_offset: int | None = None,
+        writer: WriterAppend | None = None,
+    ) -> AppendResult:
+        return await self._append(name, data, expected_offset, writer, SegmentKind.STREAM)
+
+    async def delete(self, name: str) -> None:
+        await self._delete(name)
+        self._tables.pop(name, None)
+        self._notify(name)
+
+    async def truncate(self, name: str, offset: int) -> None:
+        if self._state(name).kind is not SegmentKind.STREAM:
+            raise SegmentTypeMismatch(name, SegmentKind.STREAM.value)
+        await self._truncate(name, offset)
+
+    # ------------------------------------------------------------------ tables
+
+    def _table_state(self, name: str) -> SegmentState:
+        state = self._state(name)
+        if state.kind is not SegmentKind.TABLE:
+            raise SegmentTypeMismatch(name, SegmentKind.TABLE.value)
+        return state
+
+    async def _read_range(self, name: str, start: int, end: int) -> bytes:
+        """Exactly the durable bytes [start, end) of a segment."""
+        parts: list[bytes] = []
+        offset = start
+        while offset < end:
+            result = await self.read(name, offset, min(end - offset, MAX_READ_BYTES))
+            if not result.data:
+                raise BadOffset(name, end, offset)
+            parts.append(result.data)
+            offset += len(result.data)
+        return b"".join(parts)
+
+    async def _table(self, name: str) -> tuple[_Table, TableIndex]:
+        """The table's lock holder and an index that is current with its segment."""
+        state = self._table_state(name)
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = _Table()
+        if table.index is None or table.index.length != state.length:
+            index = TableIndex(start_offset=state.start_offset, length=state.start_offset)
+            data = await self._read_range(name, state.start_offset, state.length)
+            for record in decode_records(data, state.start_offset, path=name):
+                index.apply(record)
+            table.index = index
+        return table, table.index
+
+    async def create_table(self, name: str) -> None:
+        await self.create_segment(name, kind=SegmentKind.TABLE)
+
+    async def delete_table(self, name: str, *, must_be_empty: bool = False) -> None:
+        table, index = await self._table(name)
+        async with table.lock:
+            if must_be_empty and len(index.entries):
+                raise TableNotEmpty(name)
+            await self.delete(name)
+
+    async def _append_records(
+        self, name: str, index: TableIndex, data: bytes, expected_length: int | None
+    ) -> None:
+        if expected_length is not None and expected_length != index.length:
+            raise BadOffset(name, expected_length, index.length)
+        if len(data) > MAX_TABLE_BATCH_BYTES:
+            raise LimitExceeded("table batch bytes", MAX_TABLE_BATCH_BYTES, len(data))
+        base = index.length
+        await self._append(name, data, base, None, SegmentKind.TABLE)
+        for record in decode_records(data, base, path=name):
+            index.apply(record)
+
+    async def update_table(
+        self,
+        name: str,
+        updates: Sequence[TableUpdate],
+        *,
+        expected_length: int | None = None,
+    ) -> list[int]:
+        table, _ = await self._table(name)
+        async with table.lock:
+            _, index = await self._table(name)
+            check_updates(name, index, updates, MAX_TABLE_KEY_BYTES, MAX_TABLE_VALUE_BYTES)
+            if not updates:
+                return []
+            data, versions = encode_updates(updates, index.length)
+            await self._append_records(name, index, data, expected_length)
+            return versions
+
+    async def remove_table_keys(
+        self,
+        name: str,
+        keys: Sequence[TableKey],
+        *,
+        expected_length: int | None = None,
+    ) -> None:
+        table, _ = await self._table(name)
+        async with table.lock:
+            _, index = await self._table(name)
+            check_removals(name, index, keys, MAX_TABLE_KEY_BYTES)
+            if not keys:
+                return
+            data = encode_removals([k.key for k in keys], index.length)
+            await self._append_records(name, index, data, expected_length)
+
+    async def get_table_entries(self, name: str, keys: Sequence[bytes]) -> list[TableEntry | None]:
+        _, index = await self._table(name)
+        return [index.get(key) for key in keys]
+
+    async def iterate_table_keys(
+        self, name: str, *, continuation_token: bytes = b"", max_count: int
+    ) -> TablePage[TableKey]:
+        _, index = await self._table(name)
+        keys = index.keys_after(continuation_token, max_count, TABLE_READ_MAX_BYTES)
+        items = [TableKey(k, index.entries[k][0]) for k in keys]
+        return TablePage(items, keys[-1] if keys else continuation_token)
+
+    async def iterate_table_entries(
+        self, name: str, *, continuation_token: bytes = b"", max_count: int
+    ) -> TablePage[TableEntry]:
+        _, index = await self._table(name)
+        keys = index.keys_after(continuation_token, max_count, TABLE_READ_MAX_BYTES)
+        items = [TableEntry(k, index.entries[k][1], index.entries[k][0]) for k in keys]
+        return TablePage(items, keys[-1] if keys else continuation_token)
+
+    async def read_table_delta(self, name: str, from_position: int, max_count: int) -> TableDelta:
+        _, index = await self._table(name)
+        should_clear = from_position < index.start_offset
+        position = index.start_offset if should_clear else from_position
+        if position > index.length or not index.is_record_boundary(position):
+            raise BadOffset(name, from_position, index.length)
+        # Walk whole records, at least one, at most about TABLE_READ_MAX_BYTES.
+        end = index.boundary_at_or_before(position + TABLE_READ_MAX_BYTES)
+        if end == position and position < index.length:
+            i = index.record_offsets.index(position)
+            end = index.record_offsets[i + 1] if i + 1 < len(index.record_offsets) else index.length
+        data = await self._read_range(name, position, end)
+        latest: dict[bytes, TableEntry] = {}
+        last = position
+        for record in decode_records(data, position, path=name):
+            if record.value is None:
+                latest.pop(record.key, None)
+            else:
+                latest.pop(record.key, None)  # keep reply order = order of latest write
+                latest[record.key] = TableEntry(record.key, record.value, record.offset)
+            last = record.end
+            if len(latest) >= max_count:
+                break
+        return TableDelta(list(latest.values()), last, last == index.length, should_clear)
+
+    async def table_info(self, name: str) -> TableInfo:
+        _, index = await self._table(name)
+        return TableInfo(name, index.start_offset, index.length, len(index.entries))

@@ -1,0 +1,321 @@
+"""The storage contract: the one API every protocol front door writes through.
+
+Two implementations keep this contract, ``MemoryStore`` (the reference, no
+durability) and ``DiskStore`` (durable, group-committed); one conformance
+suite (``tests/store/contract.py``) runs against both. The semantics follow
+Pravega's segment store, because the Pravega wire protocol maps onto these
+calls almost one to one (``../shared/protocols/pravega-wire.md``).
+
+Rules every implementation keeps:
+
+* **Acknowledged means durable.** A mutating call returns only after its
+  effect would survive a crash (under the store's durability setting).
+* **Reads see only durable bytes.** ``read`` and ``info().length`` never
+  expose bytes that a crash could still take away, so a reader never
+  processes an event that later vanishes.
+* **Nothing half-done.** A call that raises a ``StoreError`` changed nothing.
+* **Names are data.** Any ``str`` up to ``MAX_NAME_BYTES`` of UTF-8 is a valid
+  segment name; names never become file paths.
+* The store is used from one asyncio event loop; calls may interleave freely.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from headrace.types import (
+    AppendResult,
+    ReadResult,
+    SegmentInfo,
+    SegmentKind,
+    TableDelta,
+    TableEntry,
+    TableInfo,
+    TableKey,
+    TablePage,
+    TableUpdate,
+    WriterAppend,
+)
+
+__all__ = [
+    "MAX_APPEND_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_READ_BYTES",
+    "MAX_TABLE_BATCH_BYTES",
+    "MAX_TABLE_KEY_BYTES",
+    "MAX_TABLE_VALUE_BYTES",
+    "MAX_WAIT_S",
+    "FsyncPolicy",
+    "SegmentStore",
+]
+
+MAX_NAME_BYTES = 65535
+"""Longest segment name in UTF-8 bytes: the wire protocols carry names with a u16 length."""
+
+MAX_APPEND_BYTES = 16 * 1024 * 1024
+"""Largest single append. Pravega clients send at most 8 MiB (+ framing) per block;
+twice that leaves room for any client while bounding the memory one append holds."""
+
+MAX_READ_BYTES = 16 * 1024 * 1024
+"""Largest single read, whatever the caller asks for; callers loop for more."""
+
+MAX_TABLE_KEY_BYTES = 8192
+"""Longest table key: Pravega's own limit (``TableStore.MAXIMUM_KEY_LENGTH``)."""
+
+MAX_TABLE_VALUE_BYTES = 1024 * 1024 - 8192
+"""Longest table value: Pravega's own limit (1 MiB minus the key limit)."""
+
+MAX_TABLE_BATCH_BYTES = 16 * 1024 * 1024
+"""Largest encoded table batch: one batch is one append, so ``MAX_APPEND_BYTES``."""
+
+MAX_WAIT_S = 60.0
+"""Longest a long-poll wait may park; protocol adapters use much shorter holds."""
+
+
+@runtime_checkable
+class SegmentStore(Protocol):
+    """Segments and table segments, with Pravega's semantics.
+
+    Every method may raise ``StoreClosed`` once ``close`` has begun, and
+    ``LimitExceeded`` for arguments over the module's limits.
+    """
+
+    # ------------------------------------------------------------------ segments
+
+    async def create_segment(self, name: str, *, kind: SegmentKind = SegmentKind.STREAM) -> None:
+        """Create an empty, unsealed segment.
+
+        Raises:
+            SegmentExists: a segment (of either kind) has this name.
+        """
+        ...
+
+    async def append(
+        self,
+        name: str,
+        data: bytes,
+        *,
+        expected_offset: int | None = None,
+        writer: WriterAppend | None = None,
+    ) -> AppendResult:
+        """Append ``data`` to a stream segment and return once it is durable.
+
+        With ``writer``, the writer's last event number is kept as the segment
+        attribute ``writer.writer_id``, in the same durable step as the data; if
+        ``writer.event_number`` is not above the stored number the append is a
+        retry of one already stored: nothing is written and the result says
+        ``duplicate=True``. With ``expected_offset``, the append happens only if
+        the segment length (counting appends still in flight) equals it.
+
+        Raises:
+            SegmentNotFound, SegmentTypeMismatch (a table segment),
+            SegmentSealed, BadOffset (``expected_offset`` did not match).
+        """
+        ...
+
+    async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult:
+        """Read up to ``max_bytes`` durable bytes starting exactly at ``offset``.
+
+        Returns at once, possibly with no data (at the tail). Works on both kinds.
+
+        Raises:
+            SegmentNotFound, SegmentTruncated (``offset`` below the start offset),
+            BadOffset (``offset`` beyond the length; ``expected`` is the offset).
+        """
+        ...
+
+    async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:
+        """Wait until the segment has durable bytes at ``offset`` or is sealed.
+
+        Returns True at once if that is already so, False if ``timeout_s``
+        (capped at ``MAX_WAIT_S``) ran out first. Woken by appends and seals.
+
+        Raises:
+            SegmentNotFound (also if deleted while waiting).
+        """
+        ...
+
+    async def info(self, name: str) -> SegmentInfo:
+        """Metadata of a segment of either kind.
+
+        Raises:
+            SegmentNotFound.
+        """
+        ...
+
+    async def seal(self, name: str) -> int:
+        """Seal a segment (idempotent) and return its final length.
+
+        Raises:
+            SegmentNotFound.
+        """
+        ...
+
+    async def truncate(self, name: str, offset: int) -> None:
+        """Move the start offset to ``offset``; bytes below it become unreadable.
+
+        ``start_offset <= offset <= length`` is required (equal to the current
+        start is a harmless success). Allowed on sealed segments.
+
+        Raises:
+            SegmentNotFound, BadOffset (outside that range; ``actual`` is the length).
+        """
+        ...
+
+    async def delete(self, name: str) -> None:
+        """Delete a segment of either kind and everything it holds.
+
+        Raises:
+            SegmentNotFound.
+        """
+        ...
+
+    async def merge(self, target: str, source: str) -> int:
+        """Seal ``source`` if needed, append its bytes to ``target`` atomically,
+        delete ``source``, and return ``target``'s new length (transaction commit).
+
+        Merging a source that was already merged into ``target`` is a success
+        that returns ``target``'s current length.
+
+        Raises:
+            SegmentNotFound (either one), SegmentSealed (target),
+            SegmentTypeMismatch (either is a table).
+        """
+        ...
+
+    async def get_attribute(self, name: str, attribute_id: UUID) -> int:
+        """An attribute's value, ``NULL_ATTRIBUTE_VALUE`` if never set.
+
+        Raises:
+            SegmentNotFound.
+        """
+        ...
+
+    async def update_attribute(
+        self, name: str, attribute_id: UUID, new_value: int, expected_value: int
+    ) -> bool:
+        """Compare-and-set: store ``new_value`` iff the current value
+        (``NULL_ATTRIBUTE_VALUE`` if unset) equals ``expected_value``.
+
+        Returns whether the update happened. Allowed on sealed segments.
+
+        Raises:
+            SegmentNotFound.
+        """
+        ...
+
+    async def list_segments(self) -> list[str]:
+        """Names of every segment of either kind, sorted."""
+        ...
+
+    # ------------------------------------------------------------------ tables
+
+    async def create_table(self, name: str) -> None:
+        """Create an empty table segment.
+
+        Raises:
+            SegmentExists.
+        """
+        ...
+
+    async def delete_table(self, name: str, *, must_be_empty: bool = False) -> None:
+        """Delete a table segment.
+
+        Raises:
+            SegmentNotFound, SegmentTypeMismatch, TableNotEmpty (``must_be_empty``).
+        """
+        ...
+
+    async def update_table(
+        self,
+        name: str,
+        updates: Sequence[TableUpdate],
+        *,
+        expected_length: int | None = None,
+    ) -> list[int]:
+        """Apply a batch of puts all-or-nothing and return the new versions in order.
+
+        Every condition is checked against the table as it was before the
+        batch (a key may appear several times); a key's new version is the
+        offset of the record that wrote it.
+
+        Raises:
+            SegmentNotFound, SegmentTypeMismatch, TableKeyNotFound (a version >= 0
+            for an absent key), TableKeyBadVersion (any other mismatch),
+            BadOffset (``expected_length`` given and not the table's length).
+        """
+        ...
+
+    async def remove_table_keys(
+        self,
+        name: str,
+        keys: Sequence[TableKey],
+        *,
+        expected_length: int | None = None,
+    ) -> None:
+        """Remove keys all-or-nothing. An unconditional removal of an absent key
+        is a success; otherwise the rules of ``update_table`` apply.
+        """
+        ...
+
+    async def get_table_entries(self, name: str, keys: Sequence[bytes]) -> list[TableEntry | None]:
+        """Current entries for ``keys`` in request order; ``None`` for absent keys."""
+        ...
+
+    async def iterate_table_keys(
+        self, name: str, *, continuation_token: bytes = b"", max_count: int
+    ) -> TablePage[TableKey]:
+        """Up to ``max_count`` keys in byte order after the token (empty = from the start)."""
+        ...
+
+    async def iterate_table_entries(
+        self, name: str, *, continuation_token: bytes = b"", max_count: int
+    ) -> TablePage[TableEntry]:
+        """Up to ``max_count`` entries in key byte order after the token."""
+        ...
+
+    async def read_table_delta(self, name: str, from_position: int, max_count: int) -> TableDelta:
+        """Walk the table's record log from ``from_position`` (see ``TableDelta``).
+
+        Raises:
+            SegmentNotFound, SegmentTypeMismatch, BadOffset (not a record boundary).
+        """
+        ...
+
+    async def table_info(self, name: str) -> TableInfo:
+        """Length and live entry count of a table segment."""
+        ...
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def flush(self) -> None:
+        """Make everything acknowledged so far durable now (a no-op under ``fsync=always``)."""
+        ...
+
+    async def close(self) -> None:
+        """Finish in-flight operations, sync, release files. Idempotent."""
+        ...
+
+
+class FsyncPolicy(enum.StrEnum):
+    """When the disk store forces data to stable storage (``--fsync``).
+
+    ``ALWAYS``: an append is acknowledged only after an fsync that covers it;
+    concurrent appends share fsyncs (group commit). Nothing acknowledged is
+    lost on power failure. The default.
+
+    ``INTERVAL``: appends are acknowledged once written to the OS; an fsync
+    runs every ``fsync_interval_s``. A power failure (not a process crash) can
+    lose up to that interval of acknowledged data.
+
+    ``NEVER``: fsync only at checkpoints and on close. A process crash loses
+    nothing (the OS has the bytes); a power failure can lose anything since
+    the last checkpoint. For benchmarks and throw-away data.
+    """
+
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
