@@ -1,0 +1,79 @@
+"""ReceiveBuffer: the byte accumulator every sans-I/O connection parses from.
+
+Bytes arrive in arbitrary chunks; a parser needs whole frames. The buffer
+keeps what has been received and not yet consumed, and lets a parser try to
+take a frame and give the bytes back if the frame is incomplete
+(``commit``/``rollback``, after wsproto's ``Buffer``). It also enforces the
+connection's buffered-bytes limit, so a peer cannot make us hold unbounded
+memory by never finishing a frame.
+"""
+
+from __future__ import annotations
+
+from headrace.errors import FrameTooLarge
+
+__all__ = ["ReceiveBuffer"]
+
+
+class ReceiveBuffer:
+    """Received bytes with a read cursor that can be rolled back.
+
+    Args:
+        max_buffered_bytes: the most unconsumed bytes the buffer may hold;
+            ``feed`` raises ``FrameTooLarge`` beyond it.
+    """
+
+    __slots__ = ("_data", "_max_buffered_bytes", "_position")
+
+    def __init__(self, max_buffered_bytes: int) -> None:
+        self._data = bytearray()
+        self._position = 0  # read cursor into _data, not yet committed
+        self._max_buffered_bytes = max_buffered_bytes
+
+    def __len__(self) -> int:
+        """Bytes available after the read cursor."""
+        return len(self._data) - self._position
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes.
+
+        Raises:
+            FrameTooLarge: the unconsumed bytes would exceed the limit.
+        """
+        size = len(self._data) + len(data)
+        if size > self._max_buffered_bytes:
+            raise FrameTooLarge(self._max_buffered_bytes, size)
+        self._data += data
+
+    def peek(self, count: int) -> bytes | None:
+        """The next ``count`` bytes without consuming them, or None if fewer are here."""
+        if len(self) < count:
+            return None
+        return bytes(self._data[self._position : self._position + count])
+
+    def consume_exactly(self, count: int) -> bytes | None:
+        """Take exactly ``count`` bytes, or None (taking nothing) if fewer are here."""
+        if len(self) < count:
+            return None
+        start = self._position
+        self._position += count
+        return bytes(self._data[start : self._position])
+
+    def consume_at_most(self, count: int) -> bytes:
+        """Take up to ``count`` bytes (possibly none)."""
+        start = self._position
+        self._position = min(len(self._data), start + count)
+        return bytes(self._data[start : self._position])
+
+    def commit(self) -> None:
+        """Forget the consumed bytes: the parser has turned them into an event."""
+        if self._position:
+            del self._data[: self._position]
+            self._position = 0
+
+    def rollback(self) -> None:
+        """Give back everything consumed since the last commit (the frame was incomplete)."""
+        self._position = 0
