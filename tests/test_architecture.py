@@ -1,0 +1,83 @@
+"""The import direction is the architecture (DESIGN.md section 3); this keeps it honest.
+
+Walks the AST of every module under src/headrace and checks which headrace
+layers (and which I/O modules) it imports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "headrace"
+
+# layer -> the headrace layers it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "types": set(),
+    "errors": set(),
+    "protocols": {"types", "errors"},
+    "store": {"types", "errors"},
+    "controller": {"types", "errors", "protocols", "store"},
+    "server": {"types", "errors", "protocols", "store", "controller"},
+    "client": {"types", "errors", "protocols"},
+    "spark": {"types", "errors", "protocols", "client"},
+    "cli": {"*"},
+    "__init__": {"*"},
+    "__main__": {"*"},
+}
+
+# Sans-I/O code must not touch the event loop, sockets or logging.
+FORBIDDEN_IN_SANS_IO = {"asyncio", "socket", "logging", "selectors", "ssl"}
+
+
+def _modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def _layer(path: Path) -> str:
+    first = path.relative_to(SRC).parts[0]
+    return first.removesuffix(".py")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_layer_imports_only_allowed_layers(path: Path) -> None:
+    layer = _layer(path)
+    allowed = ALLOWED.get(layer)
+    assert allowed is not None, f"{layer} is not a known layer; add it to DESIGN.md and here"
+    if "*" in allowed:
+        return
+    for name in _imports(path):
+        parts = name.split(".")
+        if parts[0] != "headrace" or len(parts) < 2 or parts[1] == layer:
+            continue
+        assert parts[1] in allowed, f"{path.relative_to(SRC)} imports {name}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if _layer(p) == "protocols"]
+    + [p for p in _modules() if p.name in {"format.py", "tables.py"}],
+    ids=lambda p: str(p.relative_to(SRC)),
+)
+def test_sans_io_modules_do_no_io(path: Path) -> None:
+    for name in _imports(path):
+        assert name.split(".")[0] not in FORBIDDEN_IN_SANS_IO, f"{path.name} imports {name}"
+
+
+def test_checker_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import asyncio\nfrom headrace.store import MemoryStore\n")
+    assert _imports(bad) == {"asyncio", "headrace.store"}
