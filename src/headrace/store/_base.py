@@ -57,6 +57,19 @@ __all__ = ["BaseStore", "SegmentState"]
 TABLE_READ_MAX_BYTES = 2 * 1024 * 1024
 """Most bytes one table iteration page or delta read returns (Pravega's 2 MiB reply cap)."""
 
+TOKEN_PREFIX = b"k"
+"""A continuation token is this byte followed by the last key returned. The prefix
+keeps the empty key (a valid key) apart from the empty token, which means "from
+the start"; without it a table holding the empty key iterates forever."""
+
+
+def _key_after_token(token: bytes) -> bytes | None:
+    return token[len(TOKEN_PREFIX) :] if token else None
+
+
+def _token(keys: list[bytes], continuation_token: bytes) -> bytes:
+    return TOKEN_PREFIX + keys[-1] if keys else continuation_token
+
 
 @dataclass(frozen=True, slots=True)
 class SegmentState:
@@ -232,11 +245,15 @@ class BaseStore(abc.ABC):
                 raise TableNotEmpty(name)
             await self.delete(name)
 
+    @staticmethod
+    def _check_length(name: str, index: TableIndex, expected_length: int | None) -> None:
+        if expected_length is not None and expected_length != index.length:
+            raise BadOffset(name, expected_length, index.length)
+
     async def _append_records(
         self, name: str, index: TableIndex, data: bytes, expected_length: int | None
     ) -> None:
-        if expected_length is not None and expected_length != index.length:
-            raise BadOffset(name, expected_length, index.length)
+        self._check_length(name, index, expected_length)
         if len(data) > MAX_TABLE_BATCH_BYTES:
             raise LimitExceeded("table batch bytes", MAX_TABLE_BATCH_BYTES, len(data))
         base = index.length
@@ -255,6 +272,7 @@ class BaseStore(abc.ABC):
         async with table.lock:
             _, index = await self._table(name)
             check_updates(name, index, updates, MAX_TABLE_KEY_BYTES, MAX_TABLE_VALUE_BYTES)
+            self._check_length(name, index, expected_length)
             if not updates:
                 return []
             data, versions = encode_updates(updates, index.length)
@@ -272,6 +290,7 @@ class BaseStore(abc.ABC):
         async with table.lock:
             _, index = await self._table(name)
             check_removals(name, index, keys, MAX_TABLE_KEY_BYTES)
+            self._check_length(name, index, expected_length)
             if not keys:
                 return
             data = encode_removals([k.key for k in keys], index.length)
@@ -285,17 +304,21 @@ class BaseStore(abc.ABC):
         self, name: str, *, continuation_token: bytes = b"", max_count: int
     ) -> TablePage[TableKey]:
         _, index = await self._table(name)
-        keys = index.keys_after(continuation_token, max_count, TABLE_READ_MAX_BYTES)
+        keys = index.keys_after(
+            _key_after_token(continuation_token), max_count, TABLE_READ_MAX_BYTES
+        )
         items = [TableKey(k, index.entries[k][0]) for k in keys]
-        return TablePage(items, keys[-1] if keys else continuation_token)
+        return TablePage(items, _token(keys, continuation_token))
 
     async def iterate_table_entries(
         self, name: str, *, continuation_token: bytes = b"", max_count: int
     ) -> TablePage[TableEntry]:
         _, index = await self._table(name)
-        keys = index.keys_after(continuation_token, max_count, TABLE_READ_MAX_BYTES)
+        keys = index.keys_after(
+            _key_after_token(continuation_token), max_count, TABLE_READ_MAX_BYTES
+        )
         items = [TableEntry(k, index.entries[k][1], index.entries[k][0]) for k in keys]
-        return TablePage(items, keys[-1] if keys else continuation_token)
+        return TablePage(items, _token(keys, continuation_token))
 
     async def read_table_delta(self, name: str, from_position: int, max_count: int) -> TableDelta:
         _, index = await self._table(name)

@@ -179,11 +179,11 @@ class TableIndex:
         i = bisect.bisect_right(self.record_offsets, position)
         return self.record_offsets[i - 1] if i else self.start_offset
 
-    def keys_after(self, token: bytes, max_count: int, max_bytes: int) -> list[bytes]:
-        """Up to ``max_count`` keys strictly after ``token`` (from the start if empty)."""
+    def keys_after(self, after: bytes | None, max_count: int, max_bytes: int) -> list[bytes]:
+        """Up to ``max_count`` keys strictly after ``after`` (from the start if None)."""
         keys: list[bytes] = []
         size = 0
-        it = self.entries.irange(minimum=token, inclusive=(False, True)) if token else self.entries
+        it = self.entries if after is None else self.entries.irange(after, inclusive=(False, True))
         for key in it:
             if len(keys) >= max_count or (keys and size >= max_bytes):
                 break
