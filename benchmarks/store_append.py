@@ -1,0 +1,263 @@
+"""Append throughput of DiskStore under fsync=always, next to the raw disk limit.
+
+Run: ``.venv/bin/python benchmarks/store_append.py [--quick] [--dir DIR]``.
+
+For 100-byte and 64 KiB appends with 1, 16 and 256 concurrent appenders
+(asyncio tasks, each awaiting one append at a time, spread round-robin over
+up to ``--segments`` segments), it prints appends/s and MB/s (10^6 bytes) of a
+fresh ``DiskStore`` in a temporary directory. In the same run, on the same
+disk, it measures the raw limit: a plain loop of ``os.write`` + ``os.fsync``
+of the same size on one file.
+
+The last line printed is one JSON object with every figure, including:
+
+* ``group_commit_ratio``: 256 concurrent 100-byte appends/s divided by raw
+  write+fsync ops/s of 100 bytes (goal >= 20: group commit amortises fsyncs);
+* ``large_append_ratio``: best DiskStore MB/s with 64 KiB appends divided by
+  raw write+fsync MB/s of 64 KiB writes (goal >= 0.8: big appends cost little
+  beyond the disk itself).
+
+Nothing here asserts speed; it is a measuring tool, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from headrace.store import DiskStore
+from headrace.store.api import FsyncPolicy
+
+SIZES_BYTES = (100, 64 * 1024)
+CONCURRENCIES = (1, 16, 256)
+
+DEFAULT_DURATION_S = 4.0
+"""Per measurement; 6 store runs + 2 raw runs make a default run about 40 s."""
+
+QUICK_DURATION_S = 0.4
+"""Per measurement with ``--quick``: the whole run takes a few seconds."""
+
+DEFAULT_SEGMENTS = 8
+"""Appenders are spread over up to this many segments (so over several containers)."""
+
+GROUP_COMMIT_GOAL = 20.0
+LARGE_APPEND_GOAL = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One measurement."""
+
+    kind: str  # "store" or "raw"
+    size_bytes: int
+    concurrency: int
+    count: int
+    elapsed_s: float
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.count / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.ops_per_s * self.size_bytes / 1e6
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            **asdict(self),
+            "ops_per_s": round(self.ops_per_s, 1),
+            "mb_per_s": round(self.mb_per_s, 3),
+        }
+
+
+def measure_raw(directory: Path, size_bytes: int, duration_s: float) -> Figure:
+    """A plain loop of write + fsync of ``size_bytes`` appended to one file."""
+    path = directory / f"raw-{size_bytes}.bin"
+    data = os.urandom(size_bytes)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    try:
+        count = 0
+        started = time.perf_counter()
+        stop_at = started + duration_s
+        now = started
+        while now < stop_at:
+            written = os.write(fd, data)
+            assert written == size_bytes, "short write to a regular file"
+            os.fsync(fd)
+            count += 1
+            now = time.perf_counter()
+        elapsed = now - started
+    finally:
+        os.close(fd)
+        path.unlink()
+    return Figure("raw", size_bytes, 1, count, elapsed)
+
+
+async def _measure_store(
+    directory: Path, size_bytes: int, concurrency: int, segments: int, duration_s: float
+) -> Figure:
+    store = await DiskStore.open(directory, fsync=FsyncPolicy.ALWAYS)
+    try:
+        names = [f"bench/append/{i}" for i in range(min(segments, concurrency))]
+        for name in names:
+            await store.create_segment(name)
+        data = os.urandom(size_bytes)
+        counts = [0] * concurrency
+        stop_at = 0.0
+
+        async def appender(index: int) -> None:
+            name = names[index % len(names)]
+            while time.perf_counter() < stop_at:
+                await store.append(name, data)
+                counts[index] += 1
+
+        started = time.perf_counter()
+        stop_at = started + duration_s
+        async with asyncio.TaskGroup() as group:
+            for index in range(concurrency):
+                group.create_task(appender(index))
+        elapsed = time.perf_counter() - started
+        for name in names:  # every acknowledged byte is there: a cheap sanity check
+            assert (await store.info(name)).length == size_bytes * sum(
+                counts[i] for i in range(concurrency) if names[i % len(names)] == name
+            )
+    finally:
+        await store.close()
+    return Figure("store", size_bytes, concurrency, sum(counts), elapsed)
+
+
+def measure_store(
+    base: Path, size_bytes: int, concurrency: int, segments: int, duration_s: float
+) -> Figure:
+    directory = Path(tempfile.mkdtemp(prefix=f"store-{size_bytes}-{concurrency}-", dir=base))
+    try:
+        return asyncio.run(_measure_store(directory, size_bytes, concurrency, segments, duration_s))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def describe_disk(path: Path) -> dict[str, object]:
+    """Where the data went: filesystem, device and free space, for the record."""
+    info: dict[str, object] = {"dir": str(path.resolve())}
+    usage = shutil.disk_usage(path)
+    info["free_gb"] = round(usage.free / 1e9, 1)
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        best = ""
+        for line in mounts:
+            device, mount_point, fs_type, *_ = line.split()
+            if str(path.resolve()).startswith(mount_point) and len(mount_point) >= len(best):
+                best = mount_point
+                info.update(device=device, mount_point=mount_point, fs_type=fs_type)
+    except OSError:
+        pass
+    return info
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where to make the temporary data directory (default: the current directory)",
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=DEFAULT_DURATION_S,
+        help=f"seconds per measurement (default {DEFAULT_DURATION_S})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_DURATION_S} s per measurement: a smoke run of a few seconds",
+    )
+    parser.add_argument(
+        "--segments",
+        type=int,
+        default=DEFAULT_SEGMENTS,
+        help=f"spread appenders over up to this many segments (default {DEFAULT_SEGMENTS})",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.duration_s = QUICK_DURATION_S
+    if args.duration_s <= 0 or args.segments < 1:
+        parser.error("--duration-s and --segments must be positive")
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    parent = args.dir if args.dir is not None else Path.cwd()
+    parent.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="headrace-bench-", dir=parent))
+    started = time.perf_counter()
+    try:
+        raw = {size: measure_raw(base, size, args.duration_s) for size in SIZES_BYTES}
+        for figure in raw.values():
+            print(
+                f"raw write+fsync {figure.size_bytes:>6} B: "
+                f"{figure.ops_per_s:>10.0f} ops/s {figure.mb_per_s:>9.2f} MB/s",
+                flush=True,
+            )
+        store: list[Figure] = []
+        for size in SIZES_BYTES:
+            for concurrency in CONCURRENCIES:
+                figure = measure_store(base, size, concurrency, args.segments, args.duration_s)
+                store.append(figure)
+                print(
+                    f"DiskStore {figure.size_bytes:>6} B x {concurrency:>3} appenders: "
+                    f"{figure.ops_per_s:>10.0f} appends/s {figure.mb_per_s:>9.2f} MB/s "
+                    f"({figure.ops_per_s / raw[size].ops_per_s:.2f}x raw ops)",
+                    flush=True,
+                )
+        disk = describe_disk(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    small_256 = next(f for f in store if f.size_bytes == 100 and f.concurrency == 256)
+    best_large = max((f for f in store if f.size_bytes == 64 * 1024), key=lambda f: f.mb_per_s)
+    raw_small, raw_large = raw[100], raw[64 * 1024]
+    group_commit_ratio = small_256.ops_per_s / raw_small.ops_per_s if raw_small.count else 0.0
+    large_append_ratio = best_large.mb_per_s / raw_large.mb_per_s if raw_large.count else 0.0
+    print(
+        f"group_commit_ratio {group_commit_ratio:.2f} (goal >= {GROUP_COMMIT_GOAL}); "
+        f"large_append_ratio {large_append_ratio:.2f} (goal >= {LARGE_APPEND_GOAL}, "
+        f"best at {best_large.concurrency} appenders)",
+        flush=True,
+    )
+    summary = {
+        "benchmark": "store_append",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "fsync": FsyncPolicy.ALWAYS.value,
+        "duration_s_per_measurement": args.duration_s,
+        "segments_max": args.segments,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "disk": disk,
+        "raw": [f.as_json() for f in raw.values()],
+        "store": [f.as_json() for f in store],
+        "group_commit_ratio": round(group_commit_ratio, 3),
+        "group_commit_goal": GROUP_COMMIT_GOAL,
+        "large_append_ratio": round(large_append_ratio, 3),
+        "large_append_goal": LARGE_APPEND_GOAL,
+        "large_append_best_concurrency": best_large.concurrency,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(summary, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
