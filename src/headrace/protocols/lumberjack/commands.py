@@ -1,0 +1,188 @@
+"""Lumberjack v1/v2 wire frames and the events the connection hands out.
+
+Two families live here, both frozen slotted dataclasses:
+
+* **Frames** (``WindowSize``, ``Data``, ``JsonData``, ``Compressed``, ``Ack``)
+  are what travels on the wire, one class per frame type of the spec
+  (``docs/protocols/lumberjack.md``, "Frame types"), named as the spec names
+  them. A frame does not carry its version byte: the codec takes and returns
+  the version beside the frame, and a connection fixes one version for all of
+  its frames (so a server can write ``send(Ack(seq))``).
+* **Events** (``Event``, ``Batch``, ``ConnectionClosed``) are what a
+  ``LumberjackConnection`` produces for the layer above it. A server sees
+  ``Batch`` events; a client sees ``Ack`` frames.
+
+Nothing in this module parses or checks bytes; see ``codec.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "Ack",
+    "Batch",
+    "Compressed",
+    "ConnectionClosed",
+    "Data",
+    "Event",
+    "Frame",
+    "FrameType",
+    "InnerFrame",
+    "JsonData",
+    "ProtocolVersion",
+    "WindowSize",
+]
+
+
+class ProtocolVersion(enum.IntEnum):
+    """The version byte every frame starts with (spec §1, "version byte").
+
+    A server fixes a connection's version from the first byte it receives.
+    """
+
+    V1 = 0x31
+    """ASCII ``'1'``: logstash-forwarder, npm lumberjack-protocol, the Ruby client."""
+
+    V2 = 0x32
+    """ASCII ``'2'``: Beats/libbeat, go-lumber, pylogbeat, npm lumberjack-client."""
+
+
+class FrameType(enum.IntEnum):
+    """The frame type byte, one ASCII letter (spec §1, "Frame types")."""
+
+    WINDOW_SIZE = 0x57
+    """``'W'``, client to server, v1 and v2: ``count:u32`` data frames follow."""
+
+    DATA = 0x44
+    """``'D'``, client to server, v1 only: ``seq:u32 pairs:u32`` then key/value pairs."""
+
+    JSON_DATA = 0x4A
+    """``'J'``, client to server, v2 only: ``seq:u32 len:u32 json[len]``."""
+
+    COMPRESSED = 0x43
+    """``'C'``, client to server, v1 and v2: ``len:u32 zlib[len]`` holding whole frames."""
+
+    ACK = 0x41
+    """``'A'``, server to client, v1 and v2: ``seq:u32``, cumulative."""
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSize:
+    """``W``: the client will send ``count`` data frames before it waits for an ack.
+
+    ``count`` may be 0 (pylogbeat's empty ``send([])``); the server then answers
+    with the last ack it gave (spec §3.2 rule 6).
+    """
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """``D`` (v1): one event as key/value byte strings.
+
+    ``pairs`` keeps the wire order and any duplicate keys; when the event is
+    turned into JSON the last value of a duplicated key wins (spec §2.1).
+    """
+
+    seq: int
+    pairs: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonData:
+    """``J`` (v2): one event as a JSON document.
+
+    ``payload`` is the document exactly as sent; the codec only accepts a
+    UTF-8 JSON object here (see ``codec.py``, "J frames").
+    """
+
+    seq: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Compressed:
+    """``C``: a zlib stream whose inflated bytes are whole frames.
+
+    ``frames`` are the inflated frames in order; they carry the same version as
+    the ``C`` frame. Only data frames and nested ``C`` frames may appear inside
+    (spec §2.3, project rule). An empty tuple is pylogbeat's empty ``C``.
+    """
+
+    frames: tuple[InnerFrame, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """``A``: every data frame up to and including ``seq`` is durably stored.
+
+    On v2 connections ``Ack(0)`` while a window is pending is a keepalive, and
+    an ack for a seq inside the oldest pending window is a partial ack
+    (spec §3.3).
+    """
+
+    seq: int
+
+
+InnerFrame = Data | JsonData | Compressed
+"""What may appear inside a ``Compressed`` frame."""
+
+Frame = WindowSize | Data | JsonData | Compressed | Ack
+"""Any Lumberjack frame."""
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One received log event, ready to store.
+
+    Attributes:
+        seq: the data frame's sequence number as sent (not unique, not
+            necessarily increasing: clients restart or wrap, spec §3.1).
+        payload: the bytes to store: for ``D`` a UTF-8 JSON object of strings
+            built from the pairs, for ``J`` the JSON document exactly as sent.
+    """
+
+    seq: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Events of one window that arrived together, and maybe the window's ack.
+
+    A server stores ``events`` at once (a "W once" client may leave a window
+    open for hours, spec §3.2 rule 2). When ``ack_seq`` is not None, this
+    batch closes a window: once this batch and every batch before it are
+    durable, the server sends ``Ack(ack_seq)``. A batch can have no events and
+    only an ``ack_seq`` (the answer to ``W`` = 0).
+
+    How events are cut into batches depends on how the bytes arrived; only
+    their order, and the order of ack points between them, is fixed.
+
+    Attributes:
+        version: the connection's protocol version.
+        events: the data frames received, in order (inflated from ``C`` frames).
+        ack_seq: the ack to send after everything so far is durable, or None.
+    """
+
+    version: ProtocolVersion
+    events: tuple[Event, ...]
+    ack_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The peer closed its side (EOF) at a frame boundary.
+
+    Windows not yet acked stay pending: the server may still send their acks
+    if the peer only half-closed. Clients resend unacked windows on reconnect.
+    """
