@@ -1,0 +1,655 @@
+"""Pravega wire codec: commands to bytes and bytes to commands, with no state and no I/O.
+
+Framing (spec §1): every frame is::
+
+    type:i32  length:i32  payload[length]        (big-endian, signed)
+
+``length`` counts only the payload. Payload layouts are declared once, as data,
+in ``_LAYOUTS`` (command class + the kind of each field, in wire order); one
+generic encoder and one generic decoder walk them. Primitive encodings (§2):
+
+=========  ==============================================================
+byte       1 byte, signed
+bool       1 byte, ``00``/``01``; any other value is refused (the Rust
+           client refuses it too)
+i32, i64   big-endian two's complement
+uuid       16 bytes: most significant half first (Java ``UUID``), which is
+           ``UUID.bytes``
+str        u16 byte length + text. We write plain UTF-8 (the Rust client
+           rejects anything else); we read UTF-8 and fall back to Java's
+           modified UTF-8 (``C0 80`` for NUL, surrogate pairs for
+           characters beyond the BMP) for Java peers
+bytes      i32 length + raw bytes
+list<T>    i32 count + T repeated
+rest       everything left in the frame, no length prefix
+=========  ==============================================================
+
+Optional trailing fields (§2): when *decoding*, a field marked optional that
+the frame does not have room for takes its dataclass default (Java's reader
+rule: "if enough bytes remain read it, else default"); bytes left over after
+the last field are ignored, as both reference peers do. When *encoding*,
+every field is always written (the Rust client decodes fixed layouts).
+
+Table keys (§9.1): Java writes an empty key as ``payload=12, length=0`` and
+*no version*, and reads it back the same way; we do the same in both
+directions. The Rust client never sends empty keys, and an empty key must
+never be sent to it.
+
+Errors: anything the peer sent that does not parse raises
+:class:`RemoteProtocolError` (never ``IndexError``/``struct.error``/...);
+a frame over :data:`MAX_FRAME_BYTES` raises :class:`FrameTooLarge`; a command
+we were asked to encode that cannot be encoded raises
+:class:`LocalProtocolError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import fields
+from typing import Any
+from uuid import UUID
+
+from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
+from headrace.protocols._buffer import ReceiveBuffer
+
+from . import commands as c
+
+__all__ = [
+    "FRAME_HEADER",
+    "HEADER_SIZE_BYTES",
+    "MAX_FRAME_BYTES",
+    "MAX_STRING_BYTES",
+    "decode_command",
+    "decode_events",
+    "decode_frame",
+    "decode_payload",
+    "encode_command",
+    "encode_event",
+    "iter_events",
+]
+
+FRAME_HEADER = struct.Struct(">ii")
+"""Frame header: type code, payload length (§1)."""
+HEADER_SIZE_BYTES = FRAME_HEADER.size
+assert HEADER_SIZE_BYTES == 8
+
+MAX_FRAME_BYTES = 0x00FFFFFF
+"""Largest frame, header included (16 MiB - 1): Pravega's ``MAX_WIRECOMMAND_SIZE``.
+
+The Java server rejects larger frames and the Rust client rejects larger
+replies (§1), so no peer we serve can send or accept more; the largest
+legitimate frame is a Rust append batch of 8 MiB + 8 bytes of data.
+"""
+
+MAX_STRING_BYTES = 0xFFFF
+"""Longest encoded string: the length prefix is a u16 (§2)."""
+
+_I8 = struct.Struct(">b")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+
+
+# --------------------------------------------------------------------------- strings
+
+
+def _encode_str(text: str) -> bytes:
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise LocalProtocolError(f"string {text!r} is not encodable as UTF-8") from exc
+    if len(raw) > MAX_STRING_BYTES:
+        raise LocalProtocolError(f"string of {len(raw)} bytes exceeds {MAX_STRING_BYTES} bytes")
+    return _U16.pack(len(raw)) + raw
+
+
+def _decode_str(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    # Java's modified UTF-8: NUL as C0 80 (never valid UTF-8, so the replacement
+    # is safe), supplementary characters as two 3-byte surrogates (CESU-8).
+    try:
+        text = raw.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
+        return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be")
+    except UnicodeError as exc:
+        raise RemoteProtocolError(f"string is neither UTF-8 nor modified UTF-8: {raw!r}") from exc
+
+
+# --------------------------------------------------------------------------- reader
+
+
+class _Reader:
+    """A cursor over one frame's payload; every read checks the bounds."""
+
+    __slots__ = ("_data", "_name", "_position")
+
+    def __init__(self, data: bytes, name: str) -> None:
+        self._data = data
+        self._position = 0  # index into this payload
+        self._name = name
+
+    def remaining(self) -> int:
+        return len(self._data) - self._position
+
+    def take(self, count: int) -> bytes:
+        if count < 0:
+            raise RemoteProtocolError(f"{self._name}: negative length {count}")
+        end = self._position + count
+        if end > len(self._data):
+            raise RemoteProtocolError(
+                f"{self._name}: payload ends {end - len(self._data)} bytes short"
+            )
+        chunk = self._data[self._position : end]
+        self._position = end
+        return chunk
+
+    def rest(self) -> bytes:
+        return self.take(self.remaining())
+
+    def byte(self) -> int:
+        value: int = _I8.unpack(self.take(1))[0]
+        return value
+
+    def bool(self) -> bool:
+        raw = self.take(1)[0]
+        if raw > 1:
+            raise RemoteProtocolError(f"{self._name}: boolean byte {raw:#04x} is not 00 or 01")
+        return raw == 1
+
+    def i32(self) -> int:
+        value: int = _I32.unpack(self.take(4))[0]
+        return value
+
+    def i64(self) -> int:
+        value: int = _I64.unpack(self.take(8))[0]
+        return value
+
+    def count(self) -> int:
+        """A list count; each element takes at least one byte, which bounds it."""
+        count = self.i32()
+        if count < 0 or count > self.remaining():
+            raise RemoteProtocolError(f"{self._name}: impossible element count {count}")
+        return count
+
+    def uuid(self) -> UUID:
+        return UUID(bytes=self.take(16))
+
+    def str(self) -> str:
+        (length,) = _U16.unpack(self.take(2))
+        return _decode_str(self.take(length))
+
+    def bytes(self) -> bytes:
+        return self.take(self.i32())
+
+
+# --------------------------------------------------------------------------- structures
+
+
+def _write_table_key(out: bytearray, key: c.TableKey) -> None:
+    if not key.key:
+        if key.version != c.NO_VERSION:
+            raise LocalProtocolError(
+                "an empty TableKey is written without its version (Java's layout); "
+                f"it cannot carry version {key.version}"
+            )
+        out += _I32.pack(4 + 8) + _I32.pack(0)
+        return
+    out += _I32.pack(4 + len(key.key) + 8) + _I32.pack(len(key.key)) + key.key
+    out += _I64.pack(key.version)
+
+
+def _read_table_key(reader: _Reader) -> c.TableKey:
+    reader.i32()  # payload: a redundant size hint, not relied upon (§9.1)
+    length = reader.i32()
+    if length == 0:  # Java writes no version after an empty key
+        return c.TableKey(b"", c.NO_VERSION)
+    key = reader.take(length)
+    return c.TableKey(key, reader.i64())
+
+
+def _write_table_value(out: bytearray, value: c.TableValue) -> None:
+    out += _I32.pack(4 + len(value.value)) + _I32.pack(len(value.value)) + value.value
+
+
+def _read_table_value(reader: _Reader) -> c.TableValue:
+    reader.i32()  # payload: redundant size hint
+    return c.TableValue(reader.take(reader.i32()))
+
+
+def _write_table_entries(out: bytearray, entries: c.TableEntries) -> None:
+    out += _I32.pack(len(entries.entries))
+    for key, value in entries.entries:
+        _write_table_key(out, key)
+        _write_table_value(out, value)
+
+
+def _read_table_entries(reader: _Reader) -> c.TableEntries:
+    count = reader.count()
+    return c.TableEntries(
+        tuple((_read_table_key(reader), _read_table_value(reader)) for _ in range(count))
+    )
+
+
+def _write_attribute_update(out: bytearray, update: c.ConditionalAttributeUpdate) -> None:
+    out += update.attribute_id.bytes + _I8.pack(update.update_type)
+    out += _I64.pack(update.new_value) + _I64.pack(update.old_value)
+
+
+def _read_attribute_update(reader: _Reader) -> c.ConditionalAttributeUpdate:
+    return c.ConditionalAttributeUpdate(reader.uuid(), reader.byte(), reader.i64(), reader.i64())
+
+
+def _write_chunk(out: bytearray, chunk: c.ChunkInfo) -> None:
+    out += _I64.pack(chunk.length_in_metadata) + _I64.pack(chunk.length_in_storage)
+    out += _I64.pack(chunk.start_offset) + _encode_str(chunk.chunk_name)
+    out += b"\x01" if chunk.exists_in_storage else b"\x00"
+
+
+def _read_chunk(reader: _Reader) -> c.ChunkInfo:
+    return c.ChunkInfo(reader.i64(), reader.i64(), reader.i64(), reader.str(), reader.bool())
+
+
+def _write_iterator_args(out: bytearray, args: c.TableIteratorArgs) -> None:
+    for part in (args.continuation_token, args.prefix_filter, args.from_key, args.to_key):
+        out += _I32.pack(len(part)) + part
+
+
+def _read_iterator_args(reader: _Reader) -> c.TableIteratorArgs:
+    # Java reads each part only if a length prefix fits in what is left.
+    parts = [reader.bytes() if reader.remaining() >= 4 else b"" for _ in range(4)]
+    return c.TableIteratorArgs(*parts)
+
+
+def _write_event(out: bytearray, event: c.Event) -> None:
+    out += FRAME_HEADER.pack(c.CommandType.EVENT, len(event.data)) + event.data
+
+
+def _read_event(reader: _Reader) -> c.Event:
+    type_code = reader.i32()
+    if type_code != c.CommandType.EVENT:
+        raise RemoteProtocolError(f"expected an Event (type 0), found type {type_code}")
+    return c.Event(reader.bytes())
+
+
+def _write_list(write: Callable[[bytearray, Any], None]) -> Callable[[bytearray, Any], None]:
+    def write_list(out: bytearray, items: Any) -> None:
+        out += _I32.pack(len(items))
+        for item in items:
+            write(out, item)
+
+    return write_list
+
+
+def _read_list(read: Callable[[_Reader], Any]) -> Callable[[_Reader], Any]:
+    def read_list(reader: _Reader) -> tuple[Any, ...]:
+        return tuple(read(reader) for _ in range(reader.count()))
+
+    return read_list
+
+
+# --------------------------------------------------------------------------- field kinds
+
+
+class _Kind(enum.Enum):
+    """How one field is laid out on the wire."""
+
+    BYTE = enum.auto()
+    BOOL = enum.auto()
+    I32 = enum.auto()
+    I64 = enum.auto()
+    UUID = enum.auto()
+    STR = enum.auto()
+    BYTES = enum.auto()
+    REST = enum.auto()
+    PADDING = enum.auto()
+    EVENT = enum.auto()
+    TABLE_KEYS = enum.auto()
+    TABLE_ENTRIES = enum.auto()
+    I64_LIST = enum.auto()
+    STR_LIST = enum.auto()
+    ATTRIBUTE_UPDATES = enum.auto()
+    CHUNKS = enum.auto()
+    ITERATOR_ARGS = enum.auto()
+
+
+# An optional trailing field is read only if at least this many bytes are left
+# (Java's readers: ``available() >= Long.BYTES`` for an i64, ``available() > 0``
+# for a string or a list, ...).
+_MIN_BYTES: dict[_Kind, int] = {
+    _Kind.BOOL: 1,
+    _Kind.I32: 4,
+    _Kind.I64: 8,
+    _Kind.STR: 1,
+    _Kind.ATTRIBUTE_UPDATES: 1,
+}
+
+_WRITERS: dict[_Kind, Callable[[bytearray, Any], None]] = {
+    _Kind.BYTE: lambda out, v: out.extend(_I8.pack(v)),
+    _Kind.BOOL: lambda out, v: out.extend(b"\x01" if v else b"\x00"),
+    _Kind.I32: lambda out, v: out.extend(_I32.pack(v)),
+    _Kind.I64: lambda out, v: out.extend(_I64.pack(v)),
+    _Kind.UUID: lambda out, v: out.extend(v.bytes),
+    _Kind.STR: lambda out, v: out.extend(_encode_str(v)),
+    _Kind.BYTES: lambda out, v: out.extend(_I32.pack(len(v)) + v),
+    _Kind.REST: lambda out, v: out.extend(v),
+    _Kind.PADDING: lambda out, v: out.extend(bytes(v)),
+    _Kind.EVENT: _write_event,
+    _Kind.TABLE_KEYS: _write_list(_write_table_key),
+    _Kind.TABLE_ENTRIES: _write_table_entries,
+    _Kind.I64_LIST: _write_list(lambda out, v: out.extend(_I64.pack(v))),
+    _Kind.STR_LIST: _write_list(lambda out, v: out.extend(_encode_str(v))),
+    _Kind.ATTRIBUTE_UPDATES: _write_list(_write_attribute_update),
+    _Kind.CHUNKS: _write_list(_write_chunk),
+    _Kind.ITERATOR_ARGS: _write_iterator_args,
+}
+
+_READERS: dict[_Kind, Callable[[_Reader], Any]] = {
+    _Kind.BYTE: _Reader.byte,
+    _Kind.BOOL: _Reader.bool,
+    _Kind.I32: _Reader.i32,
+    _Kind.I64: _Reader.i64,
+    _Kind.UUID: _Reader.uuid,
+    _Kind.STR: _Reader.str,
+    _Kind.BYTES: _Reader.bytes,
+    _Kind.REST: _Reader.rest,
+    _Kind.PADDING: lambda reader: len(reader.rest()),
+    _Kind.EVENT: _read_event,
+    _Kind.TABLE_KEYS: _read_list(_read_table_key),
+    _Kind.TABLE_ENTRIES: _read_table_entries,
+    _Kind.I64_LIST: _read_list(_Reader.i64),
+    _Kind.STR_LIST: _read_list(_Reader.str),
+    _Kind.ATTRIBUTE_UPDATES: _read_list(_read_attribute_update),
+    _Kind.CHUNKS: _read_list(_read_chunk),
+    _Kind.ITERATOR_ARGS: _read_iterator_args,
+}
+
+
+class _Optional:
+    """Marks a trailing field that a peer may leave out (the spec's "opt")."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: _Kind) -> None:
+        self.kind = kind
+
+
+def _opt(kind: _Kind) -> _Optional:
+    return _Optional(kind)
+
+
+# --------------------------------------------------------------------------- layouts
+
+K = _Kind
+_Spec = _Kind | _Optional
+_Field = tuple[str, _Kind, bool, Any]  # name, kind, optional, default
+
+
+def _layout(cls: type[c.Command], *kinds: _Spec) -> tuple[type[c.Command], tuple[_Field, ...]]:
+    names = fields(cls)  # type: ignore[arg-type]
+    assert len(names) == len(kinds), cls.__name__
+    layout: list[_Field] = []
+    for f, spec in zip(names, kinds, strict=True):
+        optional = isinstance(spec, _Optional)
+        kind = spec.kind if isinstance(spec, _Optional) else spec
+        assert not optional or kind in _MIN_BYTES, f"{cls.__name__}.{f.name}"
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        layout.append((f.name, kind, optional, default))
+    for earlier, later in itertools.pairwise(layout):
+        assert not earlier[2] or later[2], f"{cls.__name__}: optional fields must be trailing"
+    return cls, tuple(layout)
+
+
+_STR_TRACE = _opt(K.STR)  # server_stack_trace: optional in Java's readers
+
+_LAYOUT_LIST = [
+    # §4 handshake
+    _layout(c.Hello, K.I32, K.I32),
+    _layout(c.KeepAlive),
+    # §5 appends
+    _layout(c.Event, K.REST),
+    _layout(c.Padding, K.PADDING),
+    _layout(c.PartialEvent, K.REST),
+    _layout(c.SetupAppend, K.I64, K.UUID, K.STR, K.STR),
+    _layout(c.AppendSetup, K.I64, K.STR, K.UUID, K.I64),
+    _layout(c.AppendBlock, K.UUID, K.REST),
+    _layout(c.AppendBlockEnd, K.UUID, K.I32, K.BYTES, K.I32, K.I64, _opt(K.I64)),
+    _layout(c.ConditionalAppend, K.UUID, K.I64, K.I64, K.EVENT, _opt(K.I64)),
+    _layout(c.ConditionalBlockEnd, K.UUID, K.I64, K.I64, K.BYTES, K.I64),
+    _layout(c.DataAppended, K.UUID, K.I64, _opt(K.I64), _opt(K.I64), _opt(K.I64)),
+    _layout(c.ConditionalCheckFailed, K.UUID, K.I64, _opt(K.I64)),
+    _layout(c.CreateTransientSegment, K.I64, K.UUID, K.STR, K.STR),
+    # §6 reads
+    _layout(c.ReadSegment, K.STR, K.I64, K.I32, K.STR, _opt(K.I64)),
+    _layout(c.SegmentRead, K.STR, K.I64, K.BOOL, K.BOOL, K.BYTES, _opt(K.I64)),
+    # §7 segment management
+    _layout(c.GetStreamSegmentInfo, K.I64, K.STR, K.STR),
+    _layout(c.StreamSegmentInfo, K.I64, K.STR, K.BOOL, K.BOOL, K.BOOL, K.I64, K.I64, _opt(K.I64)),
+    _layout(c.CreateSegment, K.I64, K.STR, K.I32, K.BYTE, K.STR, _opt(K.I64)),
+    _layout(c.SegmentCreated, K.I64, K.STR),
+    _layout(c.SealSegment, K.I64, K.STR, K.STR),
+    _layout(c.SegmentSealed, K.I64, K.STR),
+    _layout(c.DeleteSegment, K.I64, K.STR, K.STR),
+    _layout(c.SegmentDeleted, K.I64, K.STR),
+    _layout(c.UpdateSegmentPolicy, K.I64, K.STR, K.I32, K.BYTE, K.STR),
+    _layout(c.SegmentPolicyUpdated, K.I64, K.STR),
+    _layout(c.TruncateSegment, K.I64, K.STR, K.I64, K.STR),
+    _layout(c.SegmentTruncated, K.I64, K.STR),
+    _layout(c.MergeSegments, K.I64, K.STR, K.STR, K.STR, _opt(K.ATTRIBUTE_UPDATES)),
+    _layout(c.SegmentsMerged, K.I64, K.STR, K.STR, _opt(K.I64)),
+    _layout(c.MergeSegmentsBatch, K.I64, K.STR, K.STR_LIST, K.STR),
+    _layout(c.LocateOffset, K.I64, K.STR, K.I64, K.STR),
+    _layout(c.OffsetLocated, K.I64, K.STR, K.I64),
+    _layout(c.FlushToStorage, K.I32, K.STR, K.I64),
+    _layout(c.StorageFlushed, K.I64),
+    _layout(c.ListStorageChunks, K.STR, K.STR, K.I64),
+    _layout(c.StorageChunksListed, K.I64, K.CHUNKS),
+    # §8 attributes
+    _layout(c.GetSegmentAttribute, K.I64, K.STR, K.UUID, K.STR),
+    _layout(c.SegmentAttribute, K.I64, K.I64),
+    _layout(c.UpdateSegmentAttribute, K.I64, K.STR, K.UUID, K.I64, K.I64, K.STR),
+    _layout(c.SegmentAttributeUpdated, K.I64, K.BOOL),
+    # §9 table segments
+    _layout(c.GetTableSegmentInfo, K.I64, K.STR, K.STR),
+    _layout(c.TableSegmentInfo, K.I64, K.STR, K.I64, K.I64, K.I64, K.I32),
+    _layout(c.CreateTableSegment, K.I64, K.STR, K.STR, _opt(K.BOOL), _opt(K.I32), _opt(K.I64)),
+    _layout(c.DeleteTableSegment, K.I64, K.STR, K.BOOL, K.STR),
+    _layout(c.MergeTableSegments, K.I64, K.STR, K.STR, K.STR),
+    _layout(c.SealTableSegment, K.I64, K.STR, K.STR),
+    _layout(c.UpdateTableEntries, K.I64, K.STR, K.STR, K.TABLE_ENTRIES, _opt(K.I64)),
+    _layout(c.TableEntriesUpdated, K.I64, K.I64_LIST),
+    _layout(c.RemoveTableKeys, K.I64, K.STR, K.STR, K.TABLE_KEYS, _opt(K.I64)),
+    _layout(c.TableKeysRemoved, K.I64, K.STR),
+    _layout(c.ReadTable, K.I64, K.STR, K.STR, K.TABLE_KEYS),
+    _layout(c.TableRead, K.I64, K.STR, K.TABLE_ENTRIES),
+    _layout(c.ReadTableKeys, K.I64, K.STR, K.STR, K.I32, K.ITERATOR_ARGS),
+    _layout(c.TableKeysRead, K.I64, K.STR, K.TABLE_KEYS, K.BYTES),
+    _layout(c.ReadTableEntries, K.I64, K.STR, K.STR, K.I32, K.ITERATOR_ARGS),
+    _layout(c.TableEntriesRead, K.I64, K.STR, K.TABLE_ENTRIES, K.BYTES),
+    _layout(c.ReadTableEntriesDelta, K.I64, K.STR, K.STR, K.I64, K.I32),
+    _layout(c.TableEntriesDeltaRead, K.I64, K.STR, K.TABLE_ENTRIES, K.BOOL, K.BOOL, K.I64),
+    # §10 error replies (Java reads the trailing stack trace / offset as optional)
+    _layout(c.WrongHost, K.I64, K.STR, K.STR, _STR_TRACE),
+    _layout(c.SegmentIsSealed, K.I64, K.STR, _STR_TRACE, _opt(K.I64)),
+    _layout(c.SegmentAlreadyExists, K.I64, K.STR, _STR_TRACE),
+    _layout(c.NoSuchSegment, K.I64, K.STR, _STR_TRACE, _opt(K.I64)),
+    _layout(c.InvalidEventNumber, K.UUID, K.I64, K.STR, K.I64),
+    _layout(c.SegmentIsTruncated, K.I64, K.STR, K.I64, _STR_TRACE, _opt(K.I64)),
+    _layout(c.OperationUnsupported, K.I64, K.STR, _STR_TRACE),
+    _layout(c.AuthTokenCheckFailed, K.I64, _STR_TRACE, _opt(K.I32)),
+    _layout(c.ErrorMessage, K.I64, K.STR, K.STR, K.I32),
+    _layout(c.TableSegmentNotEmpty, K.I64, K.STR, K.STR),
+    _layout(c.TableKeyDoesNotExist, K.I64, K.STR, K.STR),
+    _layout(c.TableKeyBadVersion, K.I64, K.STR, K.STR),
+]
+
+_LAYOUTS: dict[int, tuple[type[c.Command], tuple[_Field, ...]]] = {
+    cls.type: (cls, layout) for cls, layout in _LAYOUT_LIST
+}
+
+
+# SegmentsBatchMerged interleaves two lists on the wire: count, then (source, offset) pairs.
+def _encode_batch_merged(out: bytearray, cmd: c.SegmentsBatchMerged) -> None:
+    if len(cmd.sources) != len(cmd.new_target_write_offsets):
+        raise LocalProtocolError("SegmentsBatchMerged needs one offset per source")
+    out += _I64.pack(cmd.request_id) + _encode_str(cmd.target) + _I32.pack(len(cmd.sources))
+    for source, offset in zip(cmd.sources, cmd.new_target_write_offsets, strict=True):
+        out += _encode_str(source) + _I64.pack(offset)
+
+
+def _decode_batch_merged(reader: _Reader) -> c.SegmentsBatchMerged:
+    request_id, target, count = reader.i64(), reader.str(), reader.count()
+    pairs = [(reader.str(), reader.i64()) for _ in range(count)]
+    return c.SegmentsBatchMerged(
+        request_id, target, tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+    )
+
+
+# Every type code of the spec has a codec; the enum and the tables must agree.
+assert set(_LAYOUTS) | {c.CommandType.SEGMENTS_BATCH_MERGED} == set(c.CommandType)
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """Encode one command as a complete frame (header + payload).
+
+    Every field is written, including those a peer may omit.
+
+    Args:
+        cmd: the command.
+        max_frame_bytes: refuse to build a larger frame.
+
+    Returns:
+        The frame's bytes.
+
+    Raises:
+        LocalProtocolError: a field does not fit its wire type (an integer out
+            of range, a string over 65535 bytes or not encodable, an empty
+            table key with a version), or the frame exceeds ``max_frame_bytes``.
+    """
+    out = bytearray(HEADER_SIZE_BYTES)
+    try:
+        if isinstance(cmd, c.SegmentsBatchMerged):
+            _encode_batch_merged(out, cmd)
+        else:
+            _, layout = _LAYOUTS[cmd.type]
+            for name, kind, _optional, _default in layout:
+                _WRITERS[kind](out, getattr(cmd, name))
+    except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, LocalProtocolError):  # pragma: no cover - not a ValueError
+            raise
+        raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
+    if len(out) > max_frame_bytes:
+        raise LocalProtocolError(
+            f"{type(cmd).__name__} frame of {len(out)} bytes exceeds {max_frame_bytes} bytes"
+        )
+    FRAME_HEADER.pack_into(out, 0, cmd.type, len(out) - HEADER_SIZE_BYTES)
+    return bytes(out)
+
+
+def encode_event(data: bytes) -> bytes:
+    """Frame one event the way writers store it in a segment (§5.3): type 0, length, bytes."""
+    return FRAME_HEADER.pack(c.CommandType.EVENT, len(data)) + data
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def decode_payload(type_code: int, payload: bytes) -> c.Command:
+    """Decode one frame's payload.
+
+    Raises:
+        RemoteProtocolError: unknown type code, or a payload that does not
+            parse as that command.
+    """
+    if type_code == c.CommandType.SEGMENTS_BATCH_MERGED:
+        return _decode_batch_merged(_Reader(payload, "SegmentsBatchMerged"))
+    entry = _LAYOUTS.get(type_code)
+    if entry is None:
+        raise RemoteProtocolError(f"unknown command type code {type_code}")
+    cls, layout = entry
+    reader = _Reader(payload, cls.__name__)
+    values: list[Any] = []
+    for _name, kind, optional, default in layout:
+        if optional and reader.remaining() < _MIN_BYTES[kind]:
+            values.append(default)
+        else:
+            values.append(_READERS[kind](reader))
+    return cls(*values)
+
+
+def decode_frame(frame: bytes) -> c.Command:
+    """Decode exactly one complete frame (header included); for tests and tools.
+
+    Raises:
+        RemoteProtocolError: the bytes are not exactly one valid frame.
+    """
+    buffer = ReceiveBuffer(max_buffered_bytes=max(len(frame), 1))
+    buffer.feed(frame)
+    cmd = decode_command(buffer)
+    if cmd is None or buffer:
+        raise RemoteProtocolError(f"not exactly one frame: {len(frame)} bytes")
+    return cmd
+
+
+def decode_command(
+    buffer: ReceiveBuffer, *, max_frame_bytes: int = MAX_FRAME_BYTES
+) -> c.Command | None:
+    """Take one command from the front of ``buffer``, if a whole frame is there.
+
+    The header is checked as soon as it has arrived (unknown type, negative or
+    oversized length), so a bad peer is caught before its payload is buffered.
+
+    Args:
+        buffer: received bytes; a complete frame is consumed and committed, an
+            incomplete one is rolled back and left in place.
+        max_frame_bytes: the largest frame accepted, header included.
+
+    Returns:
+        The command, or ``None`` if more bytes are needed.
+
+    Raises:
+        FrameTooLarge: the header announces a frame over ``max_frame_bytes``.
+        RemoteProtocolError: unknown type code, negative length, or a payload
+            that does not parse. The buffer is then in an unspecified state;
+            the connection must be closed.
+    """
+    header = buffer.consume_exactly(HEADER_SIZE_BYTES)
+    if header is None:
+        buffer.rollback()
+        return None
+    type_code, length = FRAME_HEADER.unpack(header)
+    if length < 0:
+        raise RemoteProtocolError(f"frame of type {type_code} has negative length {length}")
+    if HEADER_SIZE_BYTES + length > max_frame_bytes:
+        raise FrameTooLarge(max_frame_bytes, HEADER_SIZE_BYTES + length)
+    if type_code not in _LAYOUTS and type_code != c.CommandType.SEGMENTS_BATCH_MERGED:
+        raise RemoteProtocolError(f"unknown command type code {type_code}")
+    payload = buffer.consume_exactly(length)
+    if payload is None:
+        buffer.rollback()
+        return None
+    buffer.commit()
+    return decode_payload(type_code, payload)
+
+
+def iter_events(data: bytes) -> Iterator[bytes]:
+    """Yield the payload of each back-to-back Event frame in ``data`` (§5.3).
+
+    Raises:
+        RemoteProtocolError: a frame is not an Event, or ``data`` ends inside one.
+    """
+    reader = _Reader(data, "event data")
+    while reader.remaining():
+        yield _read_event(reader).data
+
+
+def decode_events(data: bytes) -> list[bytes]:
+    """The payloads of the back-to-back Event frames in ``data`` (see :func:`iter_events`)."""
+    return list(iter_events(data))

@@ -1,0 +1,486 @@
+"""A sans-I/O Pravega segment-store connection: bytes in, events out; commands in, bytes out.
+
+``PravegaConnection(Role.SERVER)`` is what ``headrace.server`` wraps around
+each accepted socket; ``PravegaConnection(Role.CLIENT)`` is what our own
+client wraps around each connection it opens. Neither does any I/O: the
+caller feeds received bytes to :meth:`~PravegaConnection.receive_data`, takes
+events from :meth:`~PravegaConnection.next_event`, hands commands to
+:meth:`~PravegaConnection.send`, and writes out
+:meth:`~PravegaConnection.data_to_send`.
+
+What this layer owns (spec ``protocols/pravega-wire.md``):
+
+* framing and the frame size limit (via ``codec.py``), and the limit on bytes
+  buffered while a frame is incomplete;
+* the handshake (§1, §4): a client connection sends ``Hello`` itself when it is
+  created; a server connection answers the client's ``Hello`` itself and
+  echoes ``KeepAlive`` itself, so the server never sends either on its own;
+* the order of frames (``states.py``);
+* per-writer append sessions on the server (§5.2, §5.4): a writer must send
+  ``SetupAppend`` on this connection before appending, its last event number
+  must not go backwards, Java's AppendBlock/PartialEvent/Padding framing is
+  reassembled, and every append form is delivered as one :class:`AppendData`.
+
+What it does not own: anything about segments (existence, lengths, sealing,
+durability) and request/reply matching; those belong to the server and client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NoReturn
+from uuid import UUID
+
+from headrace.errors import LocalProtocolError, RemoteProtocolError
+from headrace.protocols._buffer import ReceiveBuffer
+
+from . import commands as c
+from .codec import FRAME_HEADER, HEADER_SIZE_BYTES, MAX_FRAME_BYTES, decode_command, encode_command
+from .codec import encode_event as _encode_event
+from .states import CLIENT_STREAM, SERVER_STREAM, Action, Input, Role, StreamState, classify
+
+__all__ = [
+    "MAX_BUFFERED_BYTES",
+    "MAX_WRITERS_PER_CONNECTION",
+    "OLDEST_COMPATIBLE_VERSION",
+    "WIRE_VERSION",
+    "AppendData",
+    "ConnectionClosed",
+    "ConnectionEvent",
+    "PravegaConnection",
+    "WriterSession",
+]
+
+WIRE_VERSION = 17
+"""Highest wire version we speak: the Java server's (§1). The Rust client (15) accepts it."""
+
+OLDEST_COMPATIBLE_VERSION = 5
+"""Lowest wire version we accept: the same as Java and the Rust client (§1)."""
+
+MAX_BUFFERED_BYTES = 2 * MAX_FRAME_BYTES
+"""Most received-but-unparsed bytes held per connection.
+
+The caller drains events after each ``receive_data``, so what stays buffered
+is at most one incomplete frame (< ``MAX_FRAME_BYTES``) plus the bytes of the
+read that completes it; twice the frame limit leaves room for a read of up to
+a whole frame while bounding memory per connection at 32 MiB.
+"""
+
+MAX_WRITERS_PER_CONNECTION = 16_384
+"""Most writer sessions (SetupAppend) one connection may hold.
+
+The Rust client opens one connection per segment writer; the Java client
+multiplexes its writers for one server on one connection (§15), a few per
+segment it writes to. Sixteen thousand covers any real client while bounding
+the per-connection table (about 2 MiB) against a peer inventing writer ids.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendData:
+    """Bytes to append for a writer, whatever append form carried them (§5.2, §5.4).
+
+    Delivered by a server connection for AppendBlockEnd (the Rust client's
+    form, data inline), AppendBlock + AppendBlockEnd (the Java client's form,
+    reassembled), ConditionalAppend and ConditionalBlockEnd.
+
+    Attributes:
+        writer_id: the writer (also the attribute id of its last event number).
+        segment: the segment the writer set up on this connection.
+        data: the bytes to append, verbatim (Event frames for event writers,
+            raw bytes for byte streams and large-event chunks).
+        event_count: number of events in ``data`` (1 for conditional appends).
+        last_event_number: the writer's event number of the last event in ``data``.
+        request_id: to echo in DataAppended / ConditionalCheckFailed.
+        expected_offset: for a conditional append, the segment length the
+            append requires; ``None`` for an unconditional one.
+    """
+
+    writer_id: UUID
+    segment: str
+    data: bytes
+    event_count: int
+    last_event_number: int
+    request_id: int
+    expected_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The peer closed its end; no more events will come."""
+
+
+ConnectionEvent = c.Command | AppendData | ConnectionClosed
+"""What :meth:`PravegaConnection.next_event` delivers."""
+
+
+@dataclass(slots=True)
+class WriterSession:
+    """A server connection's view of one writer (§5.2).
+
+    Attributes:
+        segment: the segment named in the writer's SetupAppend.
+        last_event_number: the highest last event number received from it.
+        last_acked: the highest event number acknowledged with DataAppended.
+    """
+
+    segment: str
+    last_event_number: int = c.NULL_ATTRIBUTE_VALUE
+    last_acked: int = c.NULL_ATTRIBUTE_VALUE
+
+
+class PravegaConnection:
+    """One end of a Pravega segment-store connection, without I/O.
+
+    Args:
+        role: ``Role.SERVER`` for an accepted connection, ``Role.CLIENT`` for
+            one we opened. A client connection queues its ``Hello`` at once.
+        high_version: highest wire version we speak (sent in our Hello).
+        low_version: lowest wire version we accept.
+        max_buffered_bytes: limit on received bytes not yet parsed.
+        max_frame_bytes: largest frame accepted, header included.
+        max_writers: most writer sessions on this connection (server).
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        *,
+        high_version: int = WIRE_VERSION,
+        low_version: int = OLDEST_COMPATIBLE_VERSION,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_writers: int = MAX_WRITERS_PER_CONNECTION,
+    ) -> None:
+        self._role = role
+        self._hello = c.Hello(high_version, low_version)
+        self._max_frame_bytes = max_frame_bytes
+        self._max_writers = max_writers
+        self._buffer = ReceiveBuffer(max_buffered_bytes)
+        self._outbound = bytearray()
+        self._eof = False
+        self._error: RemoteProtocolError | None = None
+        self._peer_hello: c.Hello | None = None
+        self._writers: dict[UUID, WriterSession] = {}
+        self._held_block: c.AppendBlock | None = None
+        # Our stream's table is checked on send, the peer's on receive.
+        if role is Role.CLIENT:
+            self._our_table, self._their_table = CLIENT_STREAM, SERVER_STREAM
+        else:
+            self._our_table, self._their_table = SERVER_STREAM, CLIENT_STREAM
+        self._our_state = StreamState.START
+        self._their_state = StreamState.START
+        if role is Role.CLIENT:
+            self._queue(self._hello)
+
+    # ------------------------------------------------------------------ inspection
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def our_state(self) -> StreamState:
+        """State of the stream we send."""
+        return self._our_state
+
+    @property
+    def their_state(self) -> StreamState:
+        """State of the stream we receive."""
+        return self._their_state
+
+    @property
+    def peer_hello(self) -> c.Hello | None:
+        """The peer's Hello once received (its version range), else ``None``."""
+        return self._peer_hello
+
+    @property
+    def writers(self) -> Mapping[UUID, WriterSession]:
+        """Server: the writer sessions set up on this connection (read-only view)."""
+        return MappingProxyType(self._writers)
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes received from the peer; ``b""`` means the peer closed (EOF).
+
+        Nothing is parsed here: call :meth:`next_event` until it returns
+        ``None`` after each call, so that at most one incomplete frame stays
+        buffered (the buffered-bytes limit counts on it).
+
+        Raises:
+            FrameTooLarge: the unparsed bytes would exceed ``max_buffered_bytes``.
+            LocalProtocolError: data after EOF.
+        """
+        if self._eof:
+            raise LocalProtocolError("receive_data() after EOF")
+        if not data:
+            self._eof = True
+            return
+        try:
+            self._buffer.feed(data)
+        except RemoteProtocolError as exc:  # FrameTooLarge
+            self._fail(exc)
+
+    def next_event(self) -> ConnectionEvent | None:
+        """The next event, or ``None`` if more data is needed.
+
+        Events are the peer's commands, except that a server connection turns
+        every append form into :class:`AppendData` (and swallows AppendBlock
+        until its AppendBlockEnd), and the end of input is
+        :class:`ConnectionClosed` (returned again on every later call). A
+        server has already answered Hello and KeepAlive when it delivers them;
+        it must not answer them again.
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol. ``reply_hint`` is
+                a command to encode (with ``encode_command``) and write before
+                closing, or ``None`` to just close. Every later call raises the
+                same error. Any other exception is a bug in this module.
+        """
+        if self._error is not None:
+            raise self._error
+        while True:
+            if self._their_state is StreamState.CLOSED:
+                return ConnectionClosed()
+            try:
+                cmd = decode_command(self._buffer, max_frame_bytes=self._max_frame_bytes)
+            except RemoteProtocolError as exc:
+                self._fail(exc)
+            if cmd is None:
+                if not self._eof:
+                    return None
+                if self._buffer:
+                    self._fail(
+                        RemoteProtocolError(
+                            f"connection closed inside a frame ({len(self._buffer)} bytes)"
+                        )
+                    )
+                self._transition_in(Input.EOF, "end of input")
+                return ConnectionClosed()
+            event = self._receive(cmd)
+            if event is not None:
+                return event
+
+    def events(self) -> Iterator[ConnectionEvent]:
+        """Every event available now; stops when more data is needed or after ConnectionClosed.
+
+        Raises:
+            RemoteProtocolError: as :meth:`next_event`.
+        """
+        while True:
+            event = self.next_event()
+            if event is None:
+                return
+            yield event
+            if isinstance(event, ConnectionClosed):
+                return
+
+    def _receive(self, cmd: c.Command) -> ConnectionEvent | None:
+        action = self._transition_in(classify(cmd), type(cmd).__name__)
+        if action is Action.ANSWER_HELLO:
+            assert isinstance(cmd, c.Hello)
+            self._peer_hello = cmd
+            if not self._compatible(cmd):
+                # Java answers with its own Hello, then closes (§4).
+                self._fail(
+                    RemoteProtocolError(
+                        f"incompatible wire versions {cmd.low_version}..{cmd.high_version}",
+                        reply_hint=self._hello,
+                    )
+                )
+            self._queue(self._hello)
+        elif action is Action.CHECK_HELLO:
+            assert isinstance(cmd, c.Hello)
+            self._peer_hello = cmd
+            if not self._compatible(cmd):
+                self._fail(
+                    RemoteProtocolError(
+                        f"server speaks wire versions {cmd.low_version}..{cmd.high_version}"
+                    )
+                )
+        elif action is Action.ECHO:
+            self._queue(c.KeepAlive())
+        elif action is Action.OPEN_WRITER:
+            assert isinstance(cmd, c.SetupAppend)
+            if cmd.writer_id not in self._writers and len(self._writers) >= self._max_writers:
+                self._fail(
+                    RemoteProtocolError(f"more than {self._max_writers} writers on one connection")
+                )
+            self._writers[cmd.writer_id] = WriterSession(cmd.segment)
+        elif action is Action.APPEND:
+            return self._append(cmd)
+        elif action is Action.HOLD_BLOCK:
+            assert isinstance(cmd, c.AppendBlock)
+            self._session(cmd.writer_id)
+            self._held_block = cmd
+            return None
+        elif action is Action.APPEND_BLOCK:
+            assert isinstance(cmd, c.AppendBlockEnd)
+            return self._append_block(cmd)
+        return cmd
+
+    def _compatible(self, hello: c.Hello) -> bool:
+        # The two version ranges overlap (Java's rule on both ends).
+        return hello.low_version <= self._hello.high_version and (
+            hello.high_version >= self._hello.low_version
+        )
+
+    # ------------------------------------------------------------------ appends (server)
+
+    def _session(self, writer_id: UUID) -> WriterSession:
+        session = self._writers.get(writer_id)
+        if session is None:
+            # Java closes the connection (§5.2).
+            self._fail(RemoteProtocolError(f"append from writer {writer_id} without SetupAppend"))
+        return session
+
+    def _advance(self, session: WriterSession, writer_id: UUID, event_number: int) -> None:
+        if event_number < session.last_event_number:
+            # Java: "Last event number went backwards", connection closed (§5.2).
+            self._fail(
+                RemoteProtocolError(
+                    f"writer {writer_id}: event number {event_number} goes back from "
+                    f"{session.last_event_number}"
+                )
+            )
+        session.last_event_number = event_number
+
+    def _append(self, cmd: c.Command) -> AppendData:
+        if isinstance(cmd, c.AppendBlockEnd):
+            return self._whole_append(cmd, cmd.data)
+        if isinstance(cmd, c.ConditionalAppend):
+            data = _encode_event(cmd.event.data)  # the Event header is stored too (§5.2)
+        else:
+            assert isinstance(cmd, c.ConditionalBlockEnd)
+            data = cmd.data
+        session = self._session(cmd.writer_id)
+        self._advance(session, cmd.writer_id, cmd.event_number)
+        return AppendData(
+            cmd.writer_id,
+            session.segment,
+            data,
+            1,
+            cmd.event_number,
+            cmd.request_id,
+            expected_offset=cmd.expected_offset,
+        )
+
+    def _whole_append(self, cmd: c.AppendBlockEnd, data: bytes) -> AppendData:
+        session = self._session(cmd.writer_id)
+        if cmd.num_events <= 0:
+            self._fail(RemoteProtocolError(f"AppendBlockEnd with {cmd.num_events} events"))
+        self._advance(session, cmd.writer_id, cmd.last_event_number)
+        return AppendData(
+            cmd.writer_id,
+            session.segment,
+            data,
+            cmd.num_events,
+            cmd.last_event_number,
+            cmd.request_id,
+        )
+
+    def _append_block(self, end: c.AppendBlockEnd) -> AppendData:
+        """Join a Java AppendBlock with its AppendBlockEnd (§5.4)."""
+        block = self._held_block
+        assert block is not None
+        self._held_block = None
+        if end.writer_id != block.writer_id:
+            self._fail(RemoteProtocolError("AppendBlockEnd for another writer than its block"))
+        whole = end.size_of_whole_events
+        if not 0 <= whole <= len(block.data):
+            self._fail(
+                RemoteProtocolError(
+                    f"size_of_whole_events {whole} outside the block of {len(block.data)} bytes"
+                )
+            )
+        data = block.data[:whole]
+        tail = block.data[whole:]
+        if tail:
+            # The block must end with exactly one PartialEvent or Padding frame.
+            if len(tail) < HEADER_SIZE_BYTES:
+                self._fail(RemoteProtocolError("append block ends inside a frame header"))
+            type_code, length = FRAME_HEADER.unpack_from(tail)
+            if HEADER_SIZE_BYTES + length != len(tail):
+                self._fail(RemoteProtocolError("append block tail is not exactly one frame"))
+            if type_code == c.CommandType.PARTIAL_EVENT:
+                data += tail[HEADER_SIZE_BYTES:] + end.data
+            elif type_code == c.CommandType.PADDING:
+                if end.data:
+                    self._fail(RemoteProtocolError("AppendBlockEnd data after a Padding"))
+            else:
+                self._fail(
+                    RemoteProtocolError(
+                        f"append block ends with type {type_code}, not PartialEvent or Padding"
+                    )
+                )
+        elif end.data:
+            self._fail(RemoteProtocolError("AppendBlockEnd data without a PartialEvent"))
+        return self._whole_append(end, data)
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, cmd: c.Command) -> None:
+        """Queue a command for the peer; fetch the bytes with :meth:`data_to_send`.
+
+        Raises:
+            LocalProtocolError: the command may not be sent now by this role
+                (for example a reply before the handshake, a Hello or a
+                server KeepAlive, which the connection sends itself, an
+                out-of-order DataAppended), it cannot be encoded, or the
+                connection has failed.
+        """
+        if self._error is not None:
+            raise LocalProtocolError(f"connection failed earlier: {self._error}")
+        if isinstance(cmd, c.Hello) or (isinstance(cmd, c.KeepAlive) and self._role is Role.SERVER):
+            raise LocalProtocolError(f"{type(cmd).__name__} is sent by the connection itself")
+        if self._role is Role.SERVER and isinstance(cmd, c.DataAppended):
+            session = self._writers.get(cmd.writer_id)
+            if session is not None:
+                if cmd.event_number < session.last_acked:
+                    raise LocalProtocolError(
+                        f"DataAppended {cmd.event_number} after {session.last_acked}: "
+                        "acks go out in event-number order"
+                    )
+                session.last_acked = cmd.event_number
+        self._queue(cmd)
+
+    def _queue(self, cmd: c.Command) -> None:
+        key = (self._our_state, classify(cmd))
+        if key not in self._our_table:
+            raise LocalProtocolError(
+                f"cannot send {type(cmd).__name__} in state {self._our_state.value}"
+            )
+        frame = encode_command(cmd, max_frame_bytes=self._max_frame_bytes)
+        self._our_state = self._our_table[key][1]
+        self._outbound += frame
+
+    def data_to_send(self) -> bytes:
+        """All bytes queued for the peer since the last call (possibly none)."""
+        data = bytes(self._outbound)
+        self._outbound.clear()
+        return data
+
+    # ------------------------------------------------------------------ helpers
+
+    def _transition_in(self, inp: Input, what: str) -> Action:
+        key = (self._their_state, inp)
+        if key not in self._their_table:
+            self._fail(
+                RemoteProtocolError(
+                    f"{what} is not allowed from the {self._peer_name} "
+                    f"in state {self._their_state.value}"
+                )
+            )
+        action, self._their_state = self._their_table[key]
+        return action
+
+    @property
+    def _peer_name(self) -> str:
+        return "server" if self._role is Role.CLIENT else "client"
+
+    def _fail(self, exc: RemoteProtocolError) -> NoReturn:
+        self._error = exc
+        raise exc
