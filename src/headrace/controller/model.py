@@ -1,0 +1,975 @@
+"""The controller model: scopes, streams, epochs, transactions, over the store API.
+
+Theory of operation
+-------------------
+All metadata lives in three table segments of the store (layout in
+``records.py``) and is mirrored in memory: ``ControllerModel.open`` loads the
+tables once, and every change is written to its table first (a conditional
+update against the version the mirror holds) and applied to the mirror after
+the store acknowledged it. Reads never touch the tables. The model must
+therefore be the only writer of ``_system/controller/*``; a version mismatch
+means it is not, and surfaces as the store's ``TableKeyBadVersion``.
+
+The model also does the segment work the real Pravega controller asks the
+segment store for over the wire: it creates stream and transaction segments,
+seals, merges and deletes them with direct store calls.
+
+Crash safety: each operation orders its durable steps so that a restart can
+finish or ignore a half-done operation:
+
+* create stream / transaction: segments first (a leftover segment with the
+  same name is an orphan and is replaced), then the record;
+* seal stream and scale: the record first, then the seals; ``open`` re-seals
+  what the record says is sealed;
+* commit / abort: ``COMMITTING`` / ``ABORTING`` is recorded first, then the
+  merges / deletions (both idempotent), then the final state; ``open``
+  finishes any transaction left in between;
+* delete stream: segments first (missing ones are fine), then the record.
+
+Concurrency: one asyncio lock per stream serialises changes to that stream
+and its transactions; a membership lock serialises creating and deleting
+scopes and streams. Both are held across store calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+
+from headrace.controller.errors import (
+    InvalidArgument,
+    InvalidName,
+    LeaseTooLarge,
+    ScalePreconditionFailed,
+    ScopeExists,
+    ScopeNotEmpty,
+    ScopeNotFound,
+    SegmentNotInStream,
+    StreamExists,
+    StreamNotFound,
+    StreamNotSealed,
+    StreamSealed,
+    TooMany,
+    TxnNotFound,
+    TxnNotOpen,
+)
+from headrace.controller.naming import (
+    MAX_SEGMENT_NUMBER,
+    TxnId,
+    is_valid_name,
+    segment_name,
+    transaction_segment_name,
+)
+from headrace.controller.records import (
+    SCOPES_TABLE,
+    STREAMS_TABLE,
+    TRANSACTIONS_TABLE,
+    ScopeRecord,
+    SegmentRecord,
+    StreamConfig,
+    StreamRecord,
+    StreamState,
+    TxnRecord,
+    TxnState,
+    decode_scope,
+    decode_stream,
+    decode_txn,
+    encode_scope,
+    encode_stream,
+    encode_txn,
+    stream_key,
+    txn_key,
+)
+from headrace.errors import SegmentExists, SegmentNotFound
+from headrace.store.api import SegmentStore
+from headrace.types import NOT_EXISTS, TableKey, TableUpdate
+
+__all__ = [
+    "COMPLETED_TXN_KEEP_MS",
+    "LEASE_SLACK_FACTOR",
+    "MAX_OPEN_TXNS_PER_STREAM",
+    "MAX_SCOPES",
+    "MAX_SEGMENTS_PER_EPOCH",
+    "MAX_STREAMS",
+    "MAX_TAGS",
+    "MAX_TAG_CHARS",
+    "MAX_TXN_LEASE_MS",
+    "ControllerModel",
+    "HeadSegment",
+    "Successor",
+    "SweepResult",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_SCOPES = 10_000
+"""Scopes are held in memory and listed by sorting; ten thousand is far beyond use."""
+
+MAX_STREAMS = 100_000
+"""Streams (all scopes together) held in memory; each costs one small record."""
+
+MAX_SEGMENTS_PER_EPOCH = 1_000
+"""Segments one epoch may have: every writer opens a connection per segment,
+and every transaction creates one segment per active segment."""
+
+MAX_TAGS = 128
+"""Tags per stream, Java's limit (``StreamConfiguration`` allows 128)."""
+
+MAX_TAG_CHARS = 256
+"""Characters per tag, Java's limit."""
+
+MAX_OPEN_TXNS_PER_STREAM = 1_000
+"""Open transactions per stream: each holds one store segment per parent segment."""
+
+MAX_TXN_LEASE_MS = 600_000
+"""Longest lease a transaction may ask for (Java's default maximum, 10 minutes).
+The Python client asks for 90 s."""
+
+LEASE_SLACK_FACTOR = 2
+"""An open transaction is aborted only when ``LEASE_SLACK_FACTOR`` leases passed
+without a ping: the Rust pinger sleeps a full lease between rounds."""
+
+COMPLETED_TXN_KEEP_MS = 3_600_000
+"""How long a committed or aborted transaction's record is kept so that late
+pings and state checks still get COMMITTED/ABORTED (an hour)."""
+
+TABLE_PAGE_COUNT = 1_000
+"""Entries read per page while loading the metadata tables."""
+
+StreamKey = tuple[str, str]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeadSegment:
+    """A segment of a stream cut with the offset to read it from."""
+
+    segment: SegmentRecord
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Successor:
+    """A successor of a sealed segment and the ids of all its predecessors."""
+
+    segment: SegmentRecord
+    predecessors: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SweepResult:
+    aborted: int
+    purged: int
+
+
+class ControllerModel:
+    """Controller metadata and its segment work over one ``SegmentStore``.
+
+    Build it with ``await ControllerModel.open(store)``.
+
+    Args:
+        store: the store holding both the metadata tables and the segments.
+        clock_ms: wall clock in milliseconds (tests pass a fake).
+    """
+
+    def __init__(self, store: SegmentStore, *, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._store = store
+        self._clock_ms = clock_ms
+        self._scopes: dict[str, tuple[ScopeRecord, int]] = {}
+        self._streams: dict[StreamKey, tuple[StreamRecord, int]] = {}
+        self._txns: dict[StreamKey, dict[TxnId, tuple[TxnRecord, int]]] = {}
+        self._deadlines: dict[tuple[str, str, TxnId], int] = {}
+        self._membership = asyncio.Lock()
+        self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
+
+    @classmethod
+    async def open(
+        cls, store: SegmentStore, *, clock_ms: Callable[[], int] = wall_clock_ms
+    ) -> ControllerModel:
+        """Load the metadata tables (creating them on first use) and finish any
+        operation a crash interrupted."""
+        model = cls(store, clock_ms=clock_ms)
+        await model._load()
+        await model._repair()
+        return model
+
+    # ------------------------------------------------------------------ scopes
+
+    async def create_scope(self, scope: str) -> None:
+        """Raises: InvalidName, ScopeExists, TooMany."""
+        if not is_valid_name(scope):
+            raise InvalidName("scope", scope)
+        async with self._membership:
+            if scope in self._scopes:
+                raise ScopeExists(scope)
+            if len(self._scopes) >= MAX_SCOPES:
+                raise TooMany("scopes", MAX_SCOPES)
+            rec = ScopeRecord(created_ms=self._clock_ms())
+            version = await self._put(SCOPES_TABLE, scope.encode(), encode_scope(rec), None)
+            self._scopes[scope] = (rec, version)
+
+    async def delete_scope(self, scope: str) -> None:
+        """Raises: ScopeNotFound, ScopeNotEmpty (streams remain)."""
+        async with self._membership:
+            entry = self._scopes.get(scope)
+            if entry is None:
+                raise ScopeNotFound(scope)
+            if any(key[0] == scope for key in self._streams):
+                raise ScopeNotEmpty(scope)
+            await self._remove(SCOPES_TABLE, scope.encode(), entry[1])
+            del self._scopes[scope]
+
+    def scope_exists(self, scope: str) -> bool:
+        return scope in self._scopes
+
+    def list_scopes(self, *, after: str = "", limit: int) -> list[str]:
+        """Scope names in order, the first ``limit`` of those sorting after ``after``."""
+        return _page(self._scopes, after, limit)
+
+    # ------------------------------------------------------------------ streams
+
+    async def create_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
+        """Create a stream with ``min_num_segments`` segments in epoch 0, ids 0..n-1,
+        key ranges ``[i/n, (i+1)/n)``. Auto-scaling policies are recorded; the
+        stream keeps its segment count until an explicit ``scale``.
+
+        Raises:
+            InvalidName, InvalidArgument, ScopeNotFound, StreamExists, TooMany.
+        """
+        if not is_valid_name(stream):
+            raise InvalidName("stream", stream)
+        config = _checked_config(config)
+        count = config.scaling.min_num_segments
+        async with self._membership:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            if (scope, stream) in self._streams:
+                raise StreamExists(scope, stream)
+            if len(self._streams) >= MAX_STREAMS:
+                raise TooMany("streams", MAX_STREAMS)
+            segments = tuple(
+                SegmentRecord(i, 0, i / count, 1.0 if i == count - 1 else (i + 1) / count)
+                for i in range(count)
+            )
+            for seg in segments:
+                await self._create_fresh_segment(segment_name(scope, stream, seg.id))
+            now = self._clock_ms()
+            rec = StreamRecord(
+                scope=scope,
+                stream=stream,
+                created_ms=now,
+                config=config,
+                state=StreamState.ACTIVE,
+                epoch=0,
+                next_number=count,
+                segments=segments,
+                epoch_times_ms=(now,),
+            )
+            version = await self._put(STREAMS_TABLE, stream_key(scope, stream), encode_stream(rec))
+            self._streams[(scope, stream)] = (rec, version)
+
+    async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
+        """Replace the stream's configuration (scaling policy, retention, tags).
+
+        Raises: InvalidArgument, ScopeNotFound, StreamNotFound.
+        """
+        config = _checked_config(config)
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            await self._save_stream(dataclasses.replace(rec, config=config))
+
+    def stream_config(self, scope: str, stream: str) -> StreamConfig:
+        """Raises: ScopeNotFound, StreamNotFound."""
+        return self._stream(scope, stream).config
+
+    def stream_exists(self, scope: str, stream: str) -> bool:
+        return (scope, stream) in self._streams
+
+    def is_sealed(self, scope: str, stream: str) -> bool:
+        return self._stream(scope, stream).state is StreamState.SEALED
+
+    def list_streams(
+        self, scope: str, *, after: str = "", limit: int, tag: str | None = None
+    ) -> list[str]:
+        """Stream names of ``scope`` in order (only those with ``tag`` if given).
+
+        Raises: ScopeNotFound.
+        """
+        if scope not in self._scopes:
+            raise ScopeNotFound(scope)
+        names = {
+            st: None
+            for (sc, st), (rec, _) in self._streams.items()
+            if sc == scope and (tag is None or tag in rec.config.tags)
+        }
+        return _page(names, after, limit)
+
+    async def seal_stream(self, scope: str, stream: str) -> None:
+        """Seal every active segment; open transactions are aborted first.
+        Idempotent. Afterwards there are no current segments and no successors.
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            for txn_rec, _ in list(self._txns.get((scope, stream), {}).values()):
+                if txn_rec.state is TxnState.OPEN:
+                    await self._abort(rec, txn_rec)
+            active = rec.active_segments()
+            if rec.state is not StreamState.SEALED:
+                await self._save_stream(dataclasses.replace(rec, state=StreamState.SEALED))
+            for seg in active:
+                await self._seal_segment(segment_name(scope, stream, seg.id))
+
+    async def delete_stream(self, scope: str, stream: str) -> None:
+        """Delete a sealed stream, its segments and its transactions.
+
+        Raises: StreamNotFound, StreamNotSealed.
+        """
+        async with self._membership, self._stream_lock(scope, stream):
+            entry = self._streams.get((scope, stream))
+            if entry is None:
+                raise StreamNotFound(scope, stream)
+            rec, version = entry
+            if rec.state is not StreamState.SEALED:
+                raise StreamNotSealed(scope, stream)
+            txns = self._txns.get((scope, stream), {})
+            for txn_rec, txn_version in list(txns.values()):
+                if txn_rec.state in (TxnState.OPEN, TxnState.ABORTING, TxnState.COMMITTING):
+                    await self._delete_txn_segments(rec, txn_rec)
+                await self._remove(
+                    TRANSACTIONS_TABLE, txn_key(scope, stream, txn_rec.txn), txn_version
+                )
+                self._deadlines.pop((scope, stream, txn_rec.txn), None)
+            for seg in rec.segments:
+                await self._delete_segment(segment_name(scope, stream, seg.id))
+            await self._remove(STREAMS_TABLE, stream_key(scope, stream), version)
+            del self._streams[(scope, stream)]
+            self._txns.pop((scope, stream), None)
+            self._stream_locks.pop((scope, stream), None)
+
+    # ------------------------------------------------------------------ segments
+
+    def current_segments(self, scope: str, stream: str) -> list[SegmentRecord]:
+        """The active segments by key range; empty once the stream is sealed.
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        return self._stream(scope, stream).active_segments()
+
+    def epoch_segments(self, scope: str, stream: str, epoch: int) -> list[SegmentRecord]:
+        """The segments of ``epoch`` (also after sealing).
+
+        Raises: ScopeNotFound, StreamNotFound, InvalidArgument (no such epoch).
+        """
+        rec = self._stream(scope, stream)
+        if not 0 <= epoch <= rec.epoch:
+            raise InvalidArgument(f"stream {scope}/{stream} has no epoch {epoch}")
+        return rec.epoch_segments(epoch)
+
+    def current_epoch(self, scope: str, stream: str) -> int:
+        return self._stream(scope, stream).epoch
+
+    async def head_segments(self, scope: str, stream: str) -> list[HeadSegment]:
+        """Where reading from the head starts: the truncation cut if there is one,
+        else epoch 0; each offset raised to the segment's start offset in the store.
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        rec = self._stream(scope, stream)
+        if rec.head_cut:
+            cut = [(rec.segment(sid), off) for sid, off in rec.head_cut.items()]
+            pairs = sorted(
+                ((seg, off) for seg, off in cut if seg is not None), key=lambda p: p[0].min_key
+            )
+        else:
+            pairs = [(seg, 0) for seg in rec.epoch_segments(0)]
+        return [
+            HeadSegment(seg, await self._start_offset(scope, stream, seg, off))
+            for seg, off in pairs
+        ]
+
+    async def segments_at(self, scope: str, stream: str, timestamp_ms: int) -> list[HeadSegment]:
+        """The segments of the epoch that was current at ``timestamp_ms`` (the head
+        for ``timestamp_ms <= 0`` or for a time before the head cut).
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        rec = self._stream(scope, stream)
+        if timestamp_ms <= 0:
+            return await self.head_segments(scope, stream)
+        epoch = 0
+        for e, began in enumerate(rec.epoch_times_ms):
+            if began <= timestamp_ms:
+                epoch = e
+        segs = rec.epoch_segments(epoch)
+        if rec.head_cut and any(_before_cut(rec, seg, rec.head_cut) for seg in segs):
+            return await self.head_segments(scope, stream)
+        return [
+            HeadSegment(
+                seg, await self._start_offset(scope, stream, seg, rec.head_cut.get(seg.id, 0))
+            )
+            for seg in segs
+        ]
+
+    def successors(self, scope: str, stream: str, sid: int) -> list[Successor]:
+        """The segments that replaced ``sid`` in a scale, each with all its
+        predecessors; empty for an active segment and for the last segments of a
+        sealed stream.
+
+        Raises: ScopeNotFound, StreamNotFound, SegmentNotInStream.
+        """
+        rec = self._stream(scope, stream)
+        seg = rec.segment(sid)
+        if seg is None:
+            raise SegmentNotInStream(scope, stream, sid)
+        if seg.sealed_epoch is None:
+            return []
+        epoch = seg.sealed_epoch
+        result = []
+        for succ in rec.segments:
+            if succ.created_epoch == epoch and succ.overlaps(seg):
+                preds = tuple(
+                    p.id for p in rec.segments if p.sealed_epoch == epoch and p.overlaps(succ)
+                )
+                result.append(Successor(succ, preds))
+        return sorted(result, key=lambda s: s.segment.min_key)
+
+    def is_segment_open(self, scope: str, stream: str, sid: int) -> bool:
+        """Whether ``sid`` is one of the stream's active segments (False for unknown
+        streams and segments)."""
+        entry = self._streams.get((scope, stream))
+        if entry is None:
+            return False
+        return any(seg.id == sid for seg in entry[0].active_segments())
+
+    def is_stream_cut_valid(self, scope: str, stream: str, cut: Mapping[int, int]) -> bool:
+        """A cut is valid when its segments belong to the stream, their key ranges
+        partition [0, 1), and its offsets are not negative."""
+        entry = self._streams.get((scope, stream))
+        if entry is None:
+            return False
+        return _cut_segments(entry[0], cut) is not None
+
+    def segments_between(
+        self, scope: str, stream: str, from_cut: Mapping[int, int], to_cut: Mapping[int, int]
+    ) -> list[SegmentRecord]:
+        """Segments from ``from_cut`` (empty: the head) up to ``to_cut`` (empty: the tail).
+
+        Raises: ScopeNotFound, StreamNotFound, InvalidArgument (an invalid cut).
+        """
+        rec = self._stream(scope, stream)
+        start = dict(from_cut) or dict(rec.head_cut)
+        for cut in (start, to_cut):
+            if cut and _cut_segments(rec, cut) is None:
+                raise InvalidArgument(f"not a valid stream cut of {scope}/{stream}")
+        return sorted(
+            (
+                seg
+                for seg in rec.segments
+                if not (start and _before_cut(rec, seg, start))
+                and not (to_cut and _after_cut(rec, seg, to_cut))
+            ),
+            key=lambda s: (s.created_epoch, s.min_key),
+        )
+
+    async def scale(
+        self,
+        scope: str,
+        stream: str,
+        sealed: Sequence[int],
+        new_ranges: Sequence[tuple[float, float]],
+    ) -> tuple[int, list[SegmentRecord]]:
+        """Replace the ``sealed`` active segments by new ones with ``new_ranges``,
+        which must cover exactly the same keys. Runs to completion; returns the
+        epoch the scale started from and the new segments.
+
+        Raises:
+            ScopeNotFound, StreamNotFound, ScalePreconditionFailed (sealed stream,
+            segments not active, ranges that do not fit, open transactions), TooMany.
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            if rec.state is StreamState.SEALED:
+                raise ScalePreconditionFailed(f"stream {scope}/{stream} is sealed")
+            active = {seg.id: seg for seg in rec.active_segments()}
+            if (
+                not sealed
+                or len(set(sealed)) != len(sealed)
+                or any(s not in active for s in sealed)
+            ):
+                raise ScalePreconditionFailed(
+                    "the segments to seal must be distinct active segments"
+                )
+            if any(
+                t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()
+            ):
+                raise ScalePreconditionFailed(f"stream {scope}/{stream} has open transactions")
+            old = sorted((active[s] for s in sealed), key=lambda s: s.min_key)
+            ranges = sorted(new_ranges)
+            if not _ranges_replace(old, ranges):
+                raise ScalePreconditionFailed(
+                    "the new key ranges must be contiguous and cover exactly the sealed segments"
+                )
+            if len(active) - len(old) + len(ranges) > MAX_SEGMENTS_PER_EPOCH:
+                raise TooMany("segments in an epoch", MAX_SEGMENTS_PER_EPOCH)
+            epoch = rec.epoch + 1
+            if epoch > MAX_SEGMENT_NUMBER or rec.next_number + len(ranges) > MAX_SEGMENT_NUMBER:
+                raise TooMany("epochs or segment numbers", MAX_SEGMENT_NUMBER)
+            new = [
+                SegmentRecord(rec.next_number + i, epoch, lo, hi)
+                for i, (lo, hi) in enumerate(ranges)
+            ]
+            for seg in new:
+                await self._create_fresh_segment(segment_name(scope, stream, seg.id))
+            sealed_ids = {seg.id for seg in old}
+            segments = tuple(
+                dataclasses.replace(seg, sealed_epoch=epoch) if seg.id in sealed_ids else seg
+                for seg in rec.segments
+            ) + tuple(new)
+            await self._save_stream(
+                dataclasses.replace(
+                    rec,
+                    epoch=epoch,
+                    next_number=rec.next_number + len(new),
+                    segments=segments,
+                    epoch_times_ms=(*rec.epoch_times_ms, self._clock_ms()),
+                )
+            )
+            for seg in old:
+                await self._seal_segment(segment_name(scope, stream, seg.id))
+            return rec.epoch, new
+
+    async def truncate_stream(self, scope: str, stream: str, cut: Mapping[int, int]) -> None:
+        """Truncate the stream at ``cut``: segments in the cut get their start offset
+        moved to the cut's offset, segments wholly before it are deleted.
+
+        Raises: ScopeNotFound, StreamNotFound, InvalidArgument (invalid cut, or an
+        offset beyond a segment's length).
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            if _cut_segments(rec, cut) is None:
+                raise InvalidArgument(f"not a valid stream cut of {scope}/{stream}")
+            for sid, off in cut.items():
+                try:
+                    info = await self._store.info(segment_name(scope, stream, sid))
+                except SegmentNotFound:
+                    raise InvalidArgument(f"segment {sid} of {scope}/{stream} is gone") from None
+                if off > info.length:
+                    raise InvalidArgument(f"offset {off} is beyond segment {sid}'s length")
+            await self._save_stream(dataclasses.replace(rec, head_cut=dict(cut)))
+            for sid, off in cut.items():
+                name = segment_name(scope, stream, sid)
+                info = await self._store.info(name)
+                if off > info.start_offset:
+                    await self._store.truncate(name, off)
+            for seg in rec.segments:
+                if _before_cut(rec, seg, cut):
+                    await self._delete_segment(segment_name(scope, stream, seg.id))
+
+    # ------------------------------------------------------------------ transactions
+
+    async def create_txn(
+        self, scope: str, stream: str, lease_ms: int
+    ) -> tuple[TxnRecord, list[SegmentRecord]]:
+        """Open a transaction with one transaction segment per active segment.
+
+        Raises:
+            ScopeNotFound, StreamNotFound, StreamSealed, InvalidArgument (lease
+            not positive), LeaseTooLarge, TooMany (open transactions).
+        """
+        _check_lease(lease_ms)
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            if rec.state is StreamState.SEALED:
+                raise StreamSealed(scope, stream)
+            txns = self._txns.setdefault((scope, stream), {})
+            if sum(t.state is TxnState.OPEN for t, _ in txns.values()) >= MAX_OPEN_TXNS_PER_STREAM:
+                raise TooMany("open transactions", MAX_OPEN_TXNS_PER_STREAM)
+            txn = TxnId.new(rec.epoch, rec.next_txn)
+            # The counter goes first: a crash after it can only skip an id.
+            rec = await self._save_stream(dataclasses.replace(rec, next_txn=rec.next_txn + 1))
+            active = rec.active_segments()
+            for seg in active:
+                parent = segment_name(scope, stream, seg.id)
+                await self._create_fresh_segment(transaction_segment_name(parent, txn))
+            now = self._clock_ms()
+            txn_rec = TxnRecord(
+                txn=txn,
+                epoch=rec.epoch,
+                parents=tuple(seg.id for seg in active),
+                state=TxnState.OPEN,
+                lease_ms=lease_ms,
+                created_ms=now,
+            )
+            version = await self._put(
+                TRANSACTIONS_TABLE, txn_key(scope, stream, txn), encode_txn(txn_rec)
+            )
+            txns[txn] = (txn_rec, version)
+            self._deadlines[(scope, stream, txn)] = now + LEASE_SLACK_FACTOR * lease_ms
+            return txn_rec, active
+
+    async def commit_txn(
+        self, scope: str, stream: str, txn: TxnId, *, writer_id: str = "", timestamp: int = 0
+    ) -> None:
+        """Merge every transaction segment into its parent; each merge is atomic,
+        so a transaction's events land contiguously in each segment. Committing a
+        committed transaction is a success.
+
+        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted).
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            txn_rec = self._txn(scope, stream, txn)
+            if txn_rec.state in (TxnState.ABORTING, TxnState.ABORTED):
+                raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.value)
+            if txn_rec.state is TxnState.COMMITTED:
+                return
+            if txn_rec.state is TxnState.OPEN:
+                txn_rec = await self._save_txn(
+                    scope,
+                    stream,
+                    dataclasses.replace(
+                        txn_rec,
+                        state=TxnState.COMMITTING,
+                        writer_id=writer_id,
+                        commit_timestamp=timestamp,
+                    ),
+                )
+            await self._finish_commit(rec, txn_rec)
+
+    async def abort_txn(self, scope: str, stream: str, txn: TxnId) -> None:
+        """Delete the transaction's segments; aborting an aborted one is a success.
+
+        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (committed).
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            txn_rec = self._txn(scope, stream, txn)
+            if txn_rec.state in (TxnState.COMMITTING, TxnState.COMMITTED):
+                raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.value)
+            if txn_rec.state is not TxnState.ABORTED:
+                await self._abort(rec, txn_rec)
+
+    def ping_txn(self, scope: str, stream: str, txn: TxnId, lease_ms: int) -> TxnState:
+        """Extend an open transaction's lease; returns the transaction's state
+        (the lease is untouched unless it is OPEN).
+
+        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, InvalidArgument, LeaseTooLarge.
+        """
+        self._stream(scope, stream)
+        txn_rec = self._txn(scope, stream, txn)
+        if txn_rec.state is TxnState.OPEN:
+            _check_lease(lease_ms)
+            self._deadlines[(scope, stream, txn)] = self._clock_ms() + LEASE_SLACK_FACTOR * lease_ms
+        return txn_rec.state
+
+    def txn_state(self, scope: str, stream: str, txn: TxnId) -> TxnState:
+        """Raises: ScopeNotFound, StreamNotFound, TxnNotFound."""
+        self._stream(scope, stream)
+        return self._txn(scope, stream, txn).state
+
+    def txn_segments(self, scope: str, stream: str, txn: TxnId) -> list[str]:
+        """Names of the transaction's segments (for tests and tools)."""
+        self._stream(scope, stream)
+        txn_rec = self._txn(scope, stream, txn)
+        return [
+            transaction_segment_name(segment_name(scope, stream, p), txn) for p in txn_rec.parents
+        ]
+
+    async def sweep(self) -> SweepResult:
+        """Abort open transactions whose lease ran out (with slack) and forget
+        finished ones older than ``COMPLETED_TXN_KEEP_MS``. Run periodically."""
+        now = self._clock_ms()
+        aborted = purged = 0
+        for (scope, stream), txns in list(self._txns.items()):
+            for txn, (txn_rec, _) in list(txns.items()):
+                expired_open = (
+                    txn_rec.state is TxnState.OPEN
+                    and self._deadlines.get((scope, stream, txn), now + 1) <= now
+                )
+                finished_old = (
+                    txn_rec.state in (TxnState.COMMITTED, TxnState.ABORTED)
+                    and txn_rec.closed_ms + COMPLETED_TXN_KEEP_MS <= now
+                )
+                if not (expired_open or finished_old):
+                    continue
+                async with self._stream_lock(scope, stream):
+                    entry = self._streams.get((scope, stream))
+                    current = self._txns.get((scope, stream), {}).get(txn)
+                    if entry is None or current is None or current[0].state != txn_rec.state:
+                        continue  # changed while we waited for the lock
+                    if expired_open:
+                        log.info(
+                            "transaction %s of %s/%s: lease expired; aborting",
+                            txn.hex,
+                            scope,
+                            stream,
+                        )
+                        await self._abort(entry[0], current[0])
+                        aborted += 1
+                    else:
+                        await self._remove(
+                            TRANSACTIONS_TABLE, txn_key(scope, stream, txn), current[1]
+                        )
+                        del self._txns[(scope, stream)][txn]
+                        purged += 1
+        return SweepResult(aborted=aborted, purged=purged)
+
+    # ------------------------------------------------------------------ internals
+
+    def _stream(self, scope: str, stream: str) -> StreamRecord:
+        entry = self._streams.get((scope, stream))
+        if entry is None:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            raise StreamNotFound(scope, stream)
+        return entry[0]
+
+    def _txn(self, scope: str, stream: str, txn: TxnId) -> TxnRecord:
+        entry = self._txns.get((scope, stream), {}).get(txn)
+        if entry is None:
+            raise TxnNotFound(scope, stream, txn.hex)
+        return entry[0]
+
+    def _stream_lock(self, scope: str, stream: str) -> asyncio.Lock:
+        lock = self._stream_locks.get((scope, stream))
+        if lock is None:
+            lock = self._stream_locks[(scope, stream)] = asyncio.Lock()
+        return lock
+
+    async def _put(self, table: str, key: bytes, value: bytes, version: int | None = None) -> int:
+        """Write one record; ``version`` None means the key must be new."""
+        expected = NOT_EXISTS if version is None else version
+        [new_version] = await self._store.update_table(table, [TableUpdate(key, value, expected)])
+        return new_version
+
+    async def _remove(self, table: str, key: bytes, version: int) -> None:
+        await self._store.remove_table_keys(table, [TableKey(key, version)])
+
+    async def _save_stream(self, rec: StreamRecord) -> StreamRecord:
+        key = (rec.scope, rec.stream)
+        _, version = self._streams[key]
+        new_version = await self._put(
+            STREAMS_TABLE, stream_key(rec.scope, rec.stream), encode_stream(rec), version
+        )
+        self._streams[key] = (rec, new_version)
+        return rec
+
+    async def _save_txn(self, scope: str, stream: str, txn_rec: TxnRecord) -> TxnRecord:
+        txns = self._txns[(scope, stream)]
+        _, version = txns[txn_rec.txn]
+        new_version = await self._put(
+            TRANSACTIONS_TABLE, txn_key(scope, stream, txn_rec.txn), encode_txn(txn_rec), version
+        )
+        txns[txn_rec.txn] = (txn_rec, new_version)
+        return txn_rec
+
+    async def _finish_commit(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
+        for parent_id in txn_rec.parents:
+            parent = segment_name(rec.scope, rec.stream, parent_id)
+            source = transaction_segment_name(parent, txn_rec.txn)
+            try:
+                await self._store.merge(parent, source)
+            except SegmentNotFound as exc:
+                # Merged before a restart and forgotten by the store since: done.
+                log.info("commit of %s: %s; treating as merged", txn_rec.txn.hex, exc)
+        await self._save_txn(
+            rec.scope,
+            rec.stream,
+            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
+        )
+        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+
+    async def _abort(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
+        if txn_rec.state is TxnState.OPEN:
+            txn_rec = await self._save_txn(
+                rec.scope, rec.stream, dataclasses.replace(txn_rec, state=TxnState.ABORTING)
+            )
+        await self._delete_txn_segments(rec, txn_rec)
+        await self._save_txn(
+            rec.scope,
+            rec.stream,
+            dataclasses.replace(txn_rec, state=TxnState.ABORTED, closed_ms=self._clock_ms()),
+        )
+        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+
+    async def _delete_txn_segments(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
+        for parent_id in txn_rec.parents:
+            parent = segment_name(rec.scope, rec.stream, parent_id)
+            await self._delete_segment(transaction_segment_name(parent, txn_rec.txn))
+
+    async def _create_fresh_segment(self, name: str) -> None:
+        """Create ``name``; an existing segment of that name is an orphan of an
+        interrupted operation (no record points at it) and is replaced."""
+        try:
+            await self._store.create_segment(name)
+        except SegmentExists:
+            log.warning("segment %s left over from an interrupted operation; replacing it", name)
+            await self._store.delete(name)
+            await self._store.create_segment(name)
+
+    async def _seal_segment(self, name: str) -> None:
+        try:
+            await self._store.seal(name)
+        except SegmentNotFound:
+            log.warning("segment %s is missing; nothing to seal", name)
+
+    async def _delete_segment(self, name: str) -> None:
+        with contextlib.suppress(SegmentNotFound):
+            await self._store.delete(name)
+
+    async def _start_offset(self, scope: str, stream: str, seg: SegmentRecord, offset: int) -> int:
+        try:
+            info = await self._store.info(segment_name(scope, stream, seg.id))
+        except SegmentNotFound:
+            return offset
+        return max(offset, info.start_offset)
+
+    async def _load(self) -> None:
+        for table in (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE):
+            with contextlib.suppress(SegmentExists):
+                await self._store.create_table(table)
+        async for key, value, version in self._entries(SCOPES_TABLE):
+            self._scopes[key.decode()] = (decode_scope(value), version)
+        async for _, value, version in self._entries(STREAMS_TABLE):
+            rec = decode_stream(value)
+            self._streams[(rec.scope, rec.stream)] = (rec, version)
+        async for key, value, version in self._entries(TRANSACTIONS_TABLE):
+            scope, stream, _ = key.decode().split("/")
+            txn_rec = decode_txn(value)
+            self._txns.setdefault((scope, stream), {})[txn_rec.txn] = (txn_rec, version)
+
+    async def _entries(self, table: str) -> AsyncIterator[tuple[bytes, bytes, int]]:
+        token = b""
+        while True:
+            page = await self._store.iterate_table_entries(
+                table, continuation_token=token, max_count=TABLE_PAGE_COUNT
+            )
+            if not page.items:
+                return
+            for entry in page.items:
+                yield entry.key, entry.value, entry.version
+            token = page.continuation_token
+
+    async def _repair(self) -> None:
+        """Finish what a crash interrupted (see the module docstring)."""
+        now = self._clock_ms()
+        for rec, _ in list(self._streams.values()):
+            pending = [s for s in rec.segments if s.sealed_epoch == rec.epoch]
+            if rec.state is StreamState.SEALED:
+                pending += rec.epoch_segments(rec.epoch)
+            for seg in pending:
+                await self._seal_segment(segment_name(rec.scope, rec.stream, seg.id))
+        for (scope, stream), txns in list(self._txns.items()):
+            entry = self._streams.get((scope, stream))
+            for txn, (txn_rec, version) in list(txns.items()):
+                if entry is None:  # the stream's deletion was interrupted
+                    await self._remove(TRANSACTIONS_TABLE, txn_key(scope, stream, txn), version)
+                    del txns[txn]
+                elif txn_rec.state is TxnState.COMMITTING:
+                    await self._finish_commit(entry[0], txn_rec)
+                elif txn_rec.state is TxnState.ABORTING:
+                    await self._abort(entry[0], txn_rec)
+                elif txn_rec.state is TxnState.OPEN:
+                    self._deadlines[(scope, stream, txn)] = (
+                        now + LEASE_SLACK_FACTOR * txn_rec.lease_ms
+                    )
+
+
+def _page(names: Iterable[str], after: str, limit: int) -> list[str]:
+    return sorted(n for n in names if n > after)[:limit]
+
+
+def _checked_config(config: StreamConfig) -> StreamConfig:
+    """Validate a stream configuration; a segment count of 0 (unset) means 1."""
+    count = config.scaling.min_num_segments
+    if count < 0 or count > MAX_SEGMENTS_PER_EPOCH:
+        raise InvalidArgument(f"minNumSegments must be in 1..{MAX_SEGMENTS_PER_EPOCH}, got {count}")
+    if count == 0:
+        config = dataclasses.replace(
+            config, scaling=dataclasses.replace(config.scaling, min_num_segments=1)
+        )
+    if len(config.tags) > MAX_TAGS:
+        raise InvalidArgument(f"at most {MAX_TAGS} tags per stream, got {len(config.tags)}")
+    for tag in config.tags:
+        if not tag or len(tag) > MAX_TAG_CHARS:
+            raise InvalidArgument(f"tags must have 1..{MAX_TAG_CHARS} characters")
+    if config.retention.retention_param < 0:
+        raise InvalidArgument("retentionParam must not be negative")
+    return dataclasses.replace(config, tags=tuple(dict.fromkeys(config.tags)))
+
+
+def _check_lease(lease_ms: int) -> None:
+    if lease_ms <= 0:
+        raise InvalidArgument(f"transaction lease must be positive, got {lease_ms} ms")
+    if lease_ms > MAX_TXN_LEASE_MS:
+        raise LeaseTooLarge(lease_ms, MAX_TXN_LEASE_MS)
+
+
+def _ranges_replace(old: Sequence[SegmentRecord], ranges: Sequence[tuple[float, float]]) -> bool:
+    """Whether ``ranges`` (sorted) tile exactly the key space of ``old`` (sorted)."""
+    if not ranges:
+        return False
+    for prev, nxt in itertools.pairwise(old):
+        if prev.max_key != nxt.min_key:
+            return False
+    for (_, hi), (lo, _) in itertools.pairwise(ranges):
+        if hi != lo:
+            return False
+    if any(not 0.0 <= lo < hi <= 1.0 for lo, hi in ranges):
+        return False
+    return ranges[0][0] == old[0].min_key and ranges[-1][1] == old[-1].max_key
+
+
+def _cut_segments(rec: StreamRecord, cut: Mapping[int, int]) -> list[SegmentRecord] | None:
+    """The cut's segments by key range if the cut is valid for ``rec``, else None."""
+    segs = []
+    for sid, off in cut.items():
+        seg = rec.segment(sid)
+        if seg is None or off < 0:
+            return None
+        segs.append(seg)
+    segs.sort(key=lambda s: s.min_key)
+    if not segs or segs[0].min_key != 0.0 or segs[-1].max_key != 1.0:
+        return None
+    for prev, nxt in itertools.pairwise(segs):
+        if prev.max_key != nxt.min_key:
+            return None
+    return segs
+
+
+def _overlapping(
+    rec: StreamRecord, seg: SegmentRecord, cut: Mapping[int, int]
+) -> list[SegmentRecord]:
+    found = (rec.segment(sid) for sid in cut)
+    return [c for c in found if c is not None and c.overlaps(seg)]
+
+
+def _before_cut(rec: StreamRecord, seg: SegmentRecord, cut: Mapping[int, int]) -> bool:
+    """``seg`` lies wholly before ``cut``: it was replaced before any cut segment
+    over its keys existed."""
+    if seg.id in cut or seg.sealed_epoch is None:
+        return False
+    over = _overlapping(rec, seg, cut)
+    return bool(over) and all(c.created_epoch >= seg.sealed_epoch for c in over)
+
+
+def _after_cut(rec: StreamRecord, seg: SegmentRecord, cut: Mapping[int, int]) -> bool:
+    """``seg`` lies wholly after ``cut``: every cut segment over its keys had been
+    replaced when ``seg`` was created."""
+    if seg.id in cut:
+        return False
+    over = _overlapping(rec, seg, cut)
+    return bool(over) and all(
+        c.sealed_epoch is not None and c.sealed_epoch <= seg.created_epoch for c in over
+    )

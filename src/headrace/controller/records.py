@@ -1,0 +1,336 @@
+"""Controller metadata records and their stored form (pure: no store, no I/O).
+
+Layout in the store (each a table segment; keys and values are UTF-8)::
+
+    _system/controller/scopes        key "<scope>"                  value ScopeRecord JSON
+    _system/controller/streams       key "<scope>/<stream>"         value StreamRecord JSON
+    _system/controller/transactions  key "<scope>/<stream>/<32hex>" value TxnRecord JSON
+
+JSON keeps the records readable with any table dump, and every field has a
+default so that records written by an older version still load. ``/`` can
+not occur in scope or stream names, so the keys are unambiguous.
+
+A stream's segments are its whole history: every segment it ever had, with
+the epoch that created it and the epoch that replaced it (``sealed_epoch``,
+``None`` while the segment is active). A segment is *in* epoch ``e`` when
+``created_epoch <= e < sealed_epoch``. Sealing the whole stream does not
+open an epoch: it sets ``state`` to ``sealed`` and leaves the last epoch's
+segments as they are.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from headrace.controller.naming import TxnId, segment_id
+
+__all__ = [
+    "SCOPES_TABLE",
+    "STREAMS_TABLE",
+    "TRANSACTIONS_TABLE",
+    "RetentionPolicy",
+    "RetentionType",
+    "ScalingPolicy",
+    "ScalingType",
+    "ScopeRecord",
+    "SegmentRecord",
+    "StreamConfig",
+    "StreamRecord",
+    "StreamState",
+    "TxnRecord",
+    "TxnState",
+    "decode_scope",
+    "decode_stream",
+    "decode_txn",
+    "encode_scope",
+    "encode_stream",
+    "encode_txn",
+    "stream_key",
+    "txn_key",
+]
+
+SCOPES_TABLE = "_system/controller/scopes"
+STREAMS_TABLE = "_system/controller/streams"
+TRANSACTIONS_TABLE = "_system/controller/transactions"
+
+INT64_MAX = 2**63 - 1
+
+
+class ScalingType(enum.IntEnum):
+    """``ScalingPolicy.ScalingPolicyType`` values."""
+
+    FIXED_NUM_SEGMENTS = 0
+    BY_RATE_IN_KBYTES_PER_SEC = 1
+    BY_RATE_IN_EVENTS_PER_SEC = 2
+
+
+class RetentionType(enum.IntEnum):
+    """``RetentionPolicy.RetentionPolicyType`` values; ``UNKNOWN`` means no retention."""
+
+    UNKNOWN = 0
+    TIME = 1
+    SIZE = 2
+
+
+class StreamState(enum.StrEnum):
+    ACTIVE = "active"
+    SEALED = "sealed"
+
+
+class TxnState(enum.StrEnum):
+    """Transaction states; ``COMMITTING``/``ABORTING`` are recorded before the store
+    work starts, so a restart finishes what was begun."""
+
+    OPEN = "open"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    ABORTING = "aborting"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    scale_type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
+    target_rate: int = 0
+    scale_factor: int = 0
+    min_num_segments: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    retention_type: RetentionType = RetentionType.UNKNOWN
+    retention_param: int = 0
+    retention_max: int = INT64_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """What a user configures on a stream (``StreamConfig`` minus its ``streamInfo``)."""
+
+    scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeRecord:
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecord:
+    """One segment of a stream's history; ``[min_key, max_key)`` is its key range."""
+
+    number: int
+    created_epoch: int
+    min_key: float
+    max_key: float
+    sealed_epoch: int | None = None
+
+    @property
+    def id(self) -> int:
+        return segment_id(self.created_epoch, self.number)
+
+    def in_epoch(self, epoch: int) -> bool:
+        return self.created_epoch <= epoch and (
+            self.sealed_epoch is None or epoch < self.sealed_epoch
+        )
+
+    def overlaps(self, other: SegmentRecord) -> bool:
+        return self.min_key < other.max_key and other.min_key < self.max_key
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """A stream: its configuration, state, segment history and counters.
+
+    ``epoch_times_ms[e]`` is when epoch ``e`` began. ``head_cut`` is the stream
+    cut of the last ``truncateStream`` (segment id -> offset), empty if none.
+    """
+
+    scope: str
+    stream: str
+    created_ms: int
+    config: StreamConfig
+    state: StreamState
+    epoch: int
+    next_number: int
+    segments: tuple[SegmentRecord, ...]
+    epoch_times_ms: tuple[int, ...]
+    next_txn: int = 1
+    head_cut: dict[int, int] = field(default_factory=dict)
+
+    def segment(self, sid: int) -> SegmentRecord | None:
+        for seg in self.segments:
+            if seg.id == sid:
+                return seg
+        return None
+
+    def epoch_segments(self, epoch: int) -> list[SegmentRecord]:
+        """The segments of ``epoch`` ordered by key range."""
+        return sorted((s for s in self.segments if s.in_epoch(epoch)), key=lambda s: s.min_key)
+
+    def active_segments(self) -> list[SegmentRecord]:
+        """The current epoch's segments; none once the stream is sealed."""
+        if self.state is StreamState.SEALED:
+            return []
+        return self.epoch_segments(self.epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """A transaction: its id, the parent segments it writes to, state and lease.
+
+    The lease deadline is not stored (a ping would cost a durable write): the
+    model keeps deadlines in memory and grants every open transaction a fresh
+    lease when it loads the metadata after a restart.
+    """
+
+    txn: TxnId
+    epoch: int
+    parents: tuple[int, ...]
+    state: TxnState
+    lease_ms: int
+    created_ms: int
+    closed_ms: int = 0
+    writer_id: str = ""
+    commit_timestamp: int = 0
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def stream_key(scope: str, stream: str) -> bytes:
+    return f"{scope}/{stream}".encode()
+
+
+def txn_key(scope: str, stream: str, txn: TxnId) -> bytes:
+    return f"{scope}/{stream}/{txn.hex}".encode()
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def encode_scope(rec: ScopeRecord) -> bytes:
+    return _dumps({"created_ms": rec.created_ms})
+
+
+def decode_scope(data: bytes) -> ScopeRecord:
+    obj = json.loads(data)
+    return ScopeRecord(created_ms=int(obj.get("created_ms", 0)))
+
+
+def _encode_config(cfg: StreamConfig) -> dict[str, Any]:
+    return {
+        "scaling": {
+            "type": int(cfg.scaling.scale_type),
+            "target_rate": cfg.scaling.target_rate,
+            "scale_factor": cfg.scaling.scale_factor,
+            "min_segments": cfg.scaling.min_num_segments,
+        },
+        "retention": {
+            "type": int(cfg.retention.retention_type),
+            "param": cfg.retention.retention_param,
+            "max": cfg.retention.retention_max,
+        },
+        "tags": list(cfg.tags),
+    }
+
+
+def _decode_config(obj: dict[str, Any]) -> StreamConfig:
+    sc = obj.get("scaling", {})
+    rt = obj.get("retention", {})
+    return StreamConfig(
+        scaling=ScalingPolicy(
+            scale_type=ScalingType(sc.get("type", 0)),
+            target_rate=int(sc.get("target_rate", 0)),
+            scale_factor=int(sc.get("scale_factor", 0)),
+            min_num_segments=int(sc.get("min_segments", 1)),
+        ),
+        retention=RetentionPolicy(
+            retention_type=RetentionType(rt.get("type", 0)),
+            retention_param=int(rt.get("param", 0)),
+            retention_max=int(rt.get("max", INT64_MAX)),
+        ),
+        tags=tuple(str(t) for t in obj.get("tags", ())),
+    )
+
+
+def encode_stream(rec: StreamRecord) -> bytes:
+    return _dumps(
+        {
+            "scope": rec.scope,
+            "stream": rec.stream,
+            "created_ms": rec.created_ms,
+            "config": _encode_config(rec.config),
+            "state": rec.state.value,
+            "epoch": rec.epoch,
+            "next_number": rec.next_number,
+            "segments": [
+                [s.number, s.created_epoch, s.min_key, s.max_key, s.sealed_epoch]
+                for s in rec.segments
+            ],
+            "epoch_times_ms": list(rec.epoch_times_ms),
+            "next_txn": rec.next_txn,
+            "head_cut": [[sid, off] for sid, off in sorted(rec.head_cut.items())],
+        }
+    )
+
+
+def decode_stream(data: bytes) -> StreamRecord:
+    obj = json.loads(data)
+    return StreamRecord(
+        scope=obj["scope"],
+        stream=obj["stream"],
+        created_ms=int(obj.get("created_ms", 0)),
+        config=_decode_config(obj.get("config", {})),
+        state=StreamState(obj.get("state", "active")),
+        epoch=int(obj.get("epoch", 0)),
+        next_number=int(obj["next_number"]),
+        segments=tuple(
+            SegmentRecord(int(n), int(e), float(lo), float(hi), None if se is None else int(se))
+            for n, e, lo, hi, se in obj["segments"]
+        ),
+        epoch_times_ms=tuple(int(t) for t in obj.get("epoch_times_ms", ())),
+        next_txn=int(obj.get("next_txn", 1)),
+        head_cut={int(sid): int(off) for sid, off in obj.get("head_cut", ())},
+    )
+
+
+def encode_txn(rec: TxnRecord) -> bytes:
+    return _dumps(
+        {
+            "high": rec.txn.high_bits,
+            "low": rec.txn.low_bits,
+            "epoch": rec.epoch,
+            "parents": list(rec.parents),
+            "state": rec.state.value,
+            "lease_ms": rec.lease_ms,
+            "created_ms": rec.created_ms,
+            "closed_ms": rec.closed_ms,
+            "writer_id": rec.writer_id,
+            "commit_timestamp": rec.commit_timestamp,
+        }
+    )
+
+
+def decode_txn(data: bytes) -> TxnRecord:
+    obj = json.loads(data)
+    return TxnRecord(
+        txn=TxnId(int(obj["high"]), int(obj["low"])),
+        epoch=int(obj["epoch"]),
+        parents=tuple(int(p) for p in obj["parents"]),
+        state=TxnState(obj["state"]),
+        lease_ms=int(obj.get("lease_ms", 0)),
+        created_ms=int(obj.get("created_ms", 0)),
+        closed_ms=int(obj.get("closed_ms", 0)),
+        writer_id=str(obj.get("writer_id", "")),
+        commit_timestamp=int(obj.get("commit_timestamp", 0)),
+    )

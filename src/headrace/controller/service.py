@@ -1,0 +1,668 @@
+"""The Pravega controller served over gRPC (``grpc.aio``): proto <-> model, errors -> replies.
+
+``ControllerService`` has one coroutine per implemented RPC, named exactly
+as the RPC, taking the request message and returning the reply message; it
+converts between protobuf messages and the model's records and nothing
+else. RPCs it does not define (key-value tables, reader groups in the
+controller, subscriber stream cuts) answer ``UNIMPLEMENTED``, which the
+Rust client treats as a final error (it never calls them).
+
+Errors are translated in exactly one place, ``reply_for_error``:
+
+1. if the reply message has a status field with a value for the error
+   (``STATUS_REPLIES``), the RPC answers normally with that status, which
+   the client turns into ``False`` or a final error;
+2. otherwise the RPC fails with the gRPC status code in ``GRPC_CODES``.
+   The Rust client fails at once on INVALID_ARGUMENT, NOT_FOUND and
+   ALREADY_EXISTS and retries anything else for about a minute, so every
+   error a retry cannot fix maps to one of those three.
+
+``ControllerServer`` runs the service on a port, together with the
+periodic transaction sweep (lease expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+from google.protobuf.message import Message
+
+from headrace.controller._proto import controller_pb2 as pb
+from headrace.controller.errors import (
+    ControllerError,
+    InvalidArgument,
+    InvalidName,
+    LeaseTooLarge,
+    ScalePreconditionFailed,
+    ScopeExists,
+    ScopeNotEmpty,
+    ScopeNotFound,
+    SegmentNotInStream,
+    StreamExists,
+    StreamNotFound,
+    StreamNotSealed,
+    StreamSealed,
+    TooMany,
+    TxnNotFound,
+    TxnNotOpen,
+)
+from headrace.controller.model import ControllerModel, HeadSegment
+from headrace.controller.naming import TxnId
+from headrace.controller.records import (
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    SegmentRecord,
+    StreamConfig,
+    TxnState,
+)
+from headrace.controller.rpc import METHODS, SERVICE_NAME
+from headrace.errors import StoreClosed
+from headrace.store.api import SegmentStore
+
+__all__ = [
+    "GRPC_CODES",
+    "LIST_PAGE_COUNT",
+    "MAX_CONCURRENT_RPCS",
+    "MAX_REQUEST_BYTES",
+    "STATUS_REPLIES",
+    "TXN_SWEEP_INTERVAL_S",
+    "ControllerServer",
+    "ControllerService",
+    "reply_for_error",
+]
+
+log = logging.getLogger(__name__)
+
+LIST_PAGE_COUNT = 1_000
+"""Names per listScopes/listStreamsInScope page: 1000 names of at most 255
+characters stay well under gRPC's 4 MiB default message limit."""
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""Largest request message (gRPC's default); the biggest real request, a stream
+cut or scale request, is a few KiB."""
+
+MAX_CONCURRENT_RPCS = 1_000
+"""RPCs served at once; more wait in grpc's queue. Bounds memory under a storm
+of clients (each real client keeps at most a handful of calls in flight)."""
+
+TXN_SWEEP_INTERVAL_S = 10.0
+"""How often expired transactions are aborted; leases are 90 s, so 10 s of
+lateness does not matter."""
+
+GRACEFUL_STOP_S = 5.0
+"""How long ``aclose`` lets RPCs in flight finish before cancelling them."""
+
+_STATUS = "status"
+
+STATUS_REPLIES: dict[type[Message], dict[type[ControllerError], int]] = {
+    pb.CreateScopeStatus: {
+        ScopeExists: pb.CreateScopeStatus.SCOPE_EXISTS,
+        InvalidName: pb.CreateScopeStatus.INVALID_SCOPE_NAME,
+    },
+    pb.DeleteScopeStatus: {
+        ScopeNotFound: pb.DeleteScopeStatus.SCOPE_NOT_FOUND,
+        ScopeNotEmpty: pb.DeleteScopeStatus.SCOPE_NOT_EMPTY,
+    },
+    pb.CreateStreamStatus: {
+        StreamExists: pb.CreateStreamStatus.STREAM_EXISTS,
+        ScopeNotFound: pb.CreateStreamStatus.SCOPE_NOT_FOUND,
+        InvalidName: pb.CreateStreamStatus.INVALID_STREAM_NAME,
+    },
+    pb.UpdateStreamStatus: {
+        StreamNotFound: pb.UpdateStreamStatus.STREAM_NOT_FOUND,
+        ScopeNotFound: pb.UpdateStreamStatus.SCOPE_NOT_FOUND,
+    },
+    pb.DeleteStreamStatus: {
+        StreamNotFound: pb.DeleteStreamStatus.STREAM_NOT_FOUND,
+        ScopeNotFound: pb.DeleteStreamStatus.STREAM_NOT_FOUND,
+        StreamNotSealed: pb.DeleteStreamStatus.STREAM_NOT_SEALED,
+    },
+    pb.StreamsInScopeResponse: {
+        ScopeNotFound: pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
+    },
+    pb.TxnStatus: {
+        StreamNotFound: pb.TxnStatus.STREAM_NOT_FOUND,
+        ScopeNotFound: pb.TxnStatus.STREAM_NOT_FOUND,
+        TxnNotFound: pb.TxnStatus.TRANSACTION_NOT_FOUND,
+        # Commit of an aborted (or abort of a committed) transaction: final, not
+        # FAILURE, which the client would retry for a minute.
+        TxnNotOpen: pb.TxnStatus.TRANSACTION_NOT_FOUND,
+    },
+    pb.PingTxnStatus: {
+        LeaseTooLarge: pb.PingTxnStatus.LEASE_TOO_LARGE,
+        # The client's pinger dies on an RPC error; a status keeps it alive.
+        TxnNotFound: pb.PingTxnStatus.UNKNOWN,
+        StreamNotFound: pb.PingTxnStatus.UNKNOWN,
+        ScopeNotFound: pb.PingTxnStatus.UNKNOWN,
+    },
+    pb.ScaleResponse: {
+        ScalePreconditionFailed: pb.ScaleResponse.PRECONDITION_FAILED,
+        TooMany: pb.ScaleResponse.PRECONDITION_FAILED,
+    },
+    pb.ScaleStatusResponse: {
+        InvalidArgument: pb.ScaleStatusResponse.INVALID_INPUT,
+        StreamNotFound: pb.ScaleStatusResponse.INVALID_INPUT,
+        ScopeNotFound: pb.ScaleStatusResponse.INVALID_INPUT,
+    },
+    pb.SubscribersResponse: {
+        StreamNotFound: pb.SubscribersResponse.STREAM_NOT_FOUND,
+        ScopeNotFound: pb.SubscribersResponse.STREAM_NOT_FOUND,
+    },
+}
+"""Reply message type -> error -> value of its ``status`` field."""
+
+GRPC_CODES: dict[type[ControllerError], Any] = {
+    InvalidName: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    LeaseTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
+    # A sealed stream takes no transactions; FAILED_PRECONDITION would be the
+    # natural code, but the client would retry it for a minute.
+    StreamSealed: grpc.StatusCode.INVALID_ARGUMENT,
+    StreamNotSealed: grpc.StatusCode.INVALID_ARGUMENT,
+    ScopeNotEmpty: grpc.StatusCode.INVALID_ARGUMENT,
+    TxnNotOpen: grpc.StatusCode.INVALID_ARGUMENT,
+    ScalePreconditionFailed: grpc.StatusCode.INVALID_ARGUMENT,
+    ScopeNotFound: grpc.StatusCode.NOT_FOUND,
+    StreamNotFound: grpc.StatusCode.NOT_FOUND,
+    SegmentNotInStream: grpc.StatusCode.NOT_FOUND,
+    TxnNotFound: grpc.StatusCode.NOT_FOUND,
+    ScopeExists: grpc.StatusCode.ALREADY_EXISTS,
+    StreamExists: grpc.StatusCode.ALREADY_EXISTS,
+    TooMany: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+"""Errors of RPCs whose reply has no status for them -> gRPC status code."""
+
+
+def reply_for_error(response: type[Message], exc: ControllerError) -> Message | tuple[Any, str]:
+    """The reply for ``exc``: a status reply message, or ``(grpc code, details)``."""
+    statuses = STATUS_REPLIES.get(response, {})
+    for cls in type(exc).__mro__:
+        if cls in statuses:
+            reply = response()
+            setattr(reply, _STATUS, statuses[cls])
+            return reply
+    for cls in type(exc).__mro__:
+        if cls in GRPC_CODES:
+            return GRPC_CODES[cls], str(exc)
+    return grpc.StatusCode.INTERNAL, str(exc)
+
+
+# --------------------------------------------------------------------------- conversions
+
+
+def _stream_info(scope: str, stream: str) -> pb.StreamInfo:
+    return pb.StreamInfo(scope=scope, stream=stream)
+
+
+def _segment_range(scope: str, stream: str, seg: SegmentRecord) -> pb.SegmentRange:
+    return pb.SegmentRange(
+        segmentId=pb.SegmentId(streamInfo=_stream_info(scope, stream), segmentId=seg.id),
+        minKey=seg.min_key,
+        maxKey=seg.max_key,
+    )
+
+
+def _segment_ranges(scope: str, stream: str, segs: list[SegmentRecord]) -> pb.SegmentRanges:
+    return pb.SegmentRanges(segmentRanges=[_segment_range(scope, stream, s) for s in segs])
+
+
+def _locations(scope: str, stream: str, heads: list[HeadSegment]) -> pb.SegmentsAtTime:
+    info = _stream_info(scope, stream)
+    return pb.SegmentsAtTime(
+        segments=[
+            pb.SegmentsAtTime.SegmentLocation(
+                segmentId=pb.SegmentId(streamInfo=info, segmentId=h.segment.id), offset=h.offset
+            )
+            for h in heads
+        ]
+    )
+
+
+def _config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
+    sp, rp = msg.scalingPolicy, msg.retentionPolicy
+    try:
+        scale_type = ScalingType(sp.scaleType)
+        retention_type = RetentionType(rp.retentionType)
+    except ValueError as exc:
+        raise InvalidArgument(f"unknown policy type: {exc}") from None
+    retention = (
+        RetentionPolicy(retention_type, rp.retentionParam, rp.retentionMax)
+        if msg.HasField("retentionPolicy")
+        else RetentionPolicy()
+    )
+    return StreamConfig(
+        scaling=ScalingPolicy(scale_type, sp.targetRate, sp.scaleFactor, sp.minNumSegments),
+        retention=retention,
+        tags=tuple(msg.tags.tag),
+    )
+
+
+def _config_to_proto(scope: str, stream: str, cfg: StreamConfig) -> pb.StreamConfig:
+    msg = pb.StreamConfig(
+        streamInfo=_stream_info(scope, stream),
+        scalingPolicy=pb.ScalingPolicy(
+            scaleType=int(cfg.scaling.scale_type),  # type: ignore[arg-type]
+            targetRate=cfg.scaling.target_rate,
+            scaleFactor=cfg.scaling.scale_factor,
+            minNumSegments=cfg.scaling.min_num_segments,
+        ),
+        retentionPolicy=pb.RetentionPolicy(
+            retentionType=int(cfg.retention.retention_type),  # type: ignore[arg-type]
+            retentionParam=cfg.retention.retention_param,
+            retentionMax=cfg.retention.retention_max,
+        ),
+    )
+    if cfg.tags:
+        msg.tags.tag.extend(cfg.tags)
+    return msg
+
+
+def _txn_id(msg: pb.TxnId) -> TxnId:
+    return TxnId(msg.highBits, msg.lowBits)
+
+
+def _cut(cut: Mapping[int, int]) -> dict[int, int]:
+    return dict(cut.items())
+
+
+_PING = {
+    TxnState.OPEN: pb.PingTxnStatus.OK,
+    TxnState.COMMITTING: pb.PingTxnStatus.COMMITTED,
+    TxnState.COMMITTED: pb.PingTxnStatus.COMMITTED,
+    TxnState.ABORTING: pb.PingTxnStatus.ABORTED,
+    TxnState.ABORTED: pb.PingTxnStatus.ABORTED,
+}
+
+_TXN_STATE = {
+    TxnState.OPEN: pb.TxnState.OPEN,
+    TxnState.COMMITTING: pb.TxnState.COMMITTING,
+    TxnState.COMMITTED: pb.TxnState.COMMITTED,
+    TxnState.ABORTING: pb.TxnState.ABORTING,
+    TxnState.ABORTED: pb.TxnState.ABORTED,
+}
+
+
+# --------------------------------------------------------------------------- service
+
+
+class ControllerService:
+    """One coroutine per implemented RPC, named as in the proto.
+
+    Args:
+        model: the controller model.
+        segment_store: ``(host, port)`` that ``getURI`` hands out for every segment.
+        controller: ``(host, port)`` of this controller (``getControllerServerList``).
+    """
+
+    def __init__(
+        self,
+        model: ControllerModel,
+        *,
+        segment_store: tuple[str, int],
+        controller: tuple[str, int],
+    ) -> None:
+        self.model = model
+        self._segment_store = pb.NodeUri(endpoint=segment_store[0], port=segment_store[1])
+        self._controller = pb.NodeUri(endpoint=controller[0], port=controller[1])
+
+    # -- cluster
+
+    async def getControllerServerList(self, req: pb.ServerRequest) -> pb.ServerResponse:
+        return pb.ServerResponse(nodeURI=[self._controller])
+
+    async def getURI(self, req: pb.SegmentId) -> pb.NodeUri:
+        # Every segment of every stream (and pseudo-streams such as
+        # "<readergroup>_kvtable") lives in the one segment store.
+        return self._segment_store
+
+    async def getDelegationToken(self, req: pb.StreamInfo) -> pb.DelegationToken:
+        return pb.DelegationToken(delegationToken="")  # auth is off: no token
+
+    # -- scopes
+
+    async def createScope(self, req: pb.ScopeInfo) -> pb.CreateScopeStatus:
+        await self.model.create_scope(req.scope)
+        return pb.CreateScopeStatus(status=pb.CreateScopeStatus.SUCCESS)
+
+    async def deleteScope(self, req: pb.ScopeInfo) -> pb.DeleteScopeStatus:
+        await self.model.delete_scope(req.scope)
+        return pb.DeleteScopeStatus(status=pb.DeleteScopeStatus.SUCCESS)
+
+    async def checkScopeExists(self, req: pb.ScopeInfo) -> pb.ExistsResponse:
+        return pb.ExistsResponse(exists=self.model.scope_exists(req.scope))
+
+    async def listScopes(self, req: pb.ScopesRequest) -> pb.ScopesResponse:
+        token = req.continuationToken.token
+        names = self.model.list_scopes(after=token, limit=LIST_PAGE_COUNT)
+        next_token = names[-1] if names else token
+        return pb.ScopesResponse(
+            scopes=names, continuationToken=pb.ContinuationToken(token=next_token)
+        )
+
+    # -- streams
+
+    async def createStream(self, req: pb.StreamConfig) -> pb.CreateStreamStatus:
+        info = req.streamInfo
+        await self.model.create_stream(info.scope, info.stream, _config_from_proto(req))
+        return pb.CreateStreamStatus(status=pb.CreateStreamStatus.SUCCESS)
+
+    async def updateStream(self, req: pb.StreamConfig) -> pb.UpdateStreamStatus:
+        info = req.streamInfo
+        await self.model.update_stream(info.scope, info.stream, _config_from_proto(req))
+        return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.SUCCESS)
+
+    async def getStreamConfiguration(self, req: pb.StreamInfo) -> pb.StreamConfig:
+        return _config_to_proto(
+            req.scope, req.stream, self.model.stream_config(req.scope, req.stream)
+        )
+
+    async def checkStreamExists(self, req: pb.StreamInfo) -> pb.ExistsResponse:
+        return pb.ExistsResponse(exists=self.model.stream_exists(req.scope, req.stream))
+
+    async def sealStream(self, req: pb.StreamInfo) -> pb.UpdateStreamStatus:
+        await self.model.seal_stream(req.scope, req.stream)
+        return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.SUCCESS)
+
+    async def deleteStream(self, req: pb.StreamInfo) -> pb.DeleteStreamStatus:
+        await self.model.delete_stream(req.scope, req.stream)
+        return pb.DeleteStreamStatus(status=pb.DeleteStreamStatus.SUCCESS)
+
+    async def truncateStream(self, req: pb.StreamCut) -> pb.UpdateStreamStatus:
+        info = req.streamInfo
+        await self.model.truncate_stream(info.scope, info.stream, _cut(req.cut))
+        return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.SUCCESS)
+
+    async def listStreamsInScope(self, req: pb.StreamsInScopeRequest) -> pb.StreamsInScopeResponse:
+        return self._list_streams(req.scope.scope, req.continuationToken.token, None)
+
+    async def listStreamsInScopeForTag(
+        self, req: pb.StreamsInScopeWithTagRequest
+    ) -> pb.StreamsInScopeResponse:
+        return self._list_streams(req.scope.scope, req.continuationToken.token, req.tag)
+
+    def _list_streams(self, scope: str, token: str, tag: str | None) -> pb.StreamsInScopeResponse:
+        names = self.model.list_streams(scope, after=token, limit=LIST_PAGE_COUNT, tag=tag)
+        return pb.StreamsInScopeResponse(
+            streams=[_stream_info(scope, n) for n in names],
+            continuationToken=pb.ContinuationToken(token=names[-1] if names else token),
+            status=pb.StreamsInScopeResponse.SUCCESS,
+        )
+
+    # -- segments
+
+    async def getCurrentSegments(self, req: pb.StreamInfo) -> pb.SegmentRanges:
+        segs = self.model.current_segments(req.scope, req.stream)
+        return _segment_ranges(req.scope, req.stream, segs)
+
+    async def getEpochSegments(self, req: pb.GetEpochSegmentsRequest) -> pb.SegmentRanges:
+        info = req.streamInfo
+        segs = self.model.epoch_segments(info.scope, info.stream, req.epoch)
+        return _segment_ranges(info.scope, info.stream, segs)
+
+    async def getSegments(self, req: pb.GetSegmentsRequest) -> pb.SegmentsAtTime:
+        info = req.streamInfo
+        heads = await self.model.segments_at(info.scope, info.stream, req.timestamp)
+        return _locations(info.scope, info.stream, heads)
+
+    async def getSegmentsImmediatelyFollowing(self, req: pb.SegmentId) -> pb.SuccessorResponse:
+        info = req.streamInfo
+        successors = self.model.successors(info.scope, info.stream, req.segmentId)
+        return pb.SuccessorResponse(
+            segments=[
+                pb.SuccessorResponse.SegmentEntry(
+                    segment=_segment_range(info.scope, info.stream, s.segment),
+                    value=list(s.predecessors),
+                )
+                for s in successors
+            ]
+        )
+
+    async def getSegmentsImmediatlyFollowing(self, req: pb.SegmentId) -> pb.SuccessorResponse:
+        return await self.getSegmentsImmediatelyFollowing(req)  # the deprecated spelling
+
+    async def getSegmentsBetween(self, req: pb.StreamCutRange) -> pb.StreamCutRangeResponse:
+        info = req.streamInfo
+        segs = self.model.segments_between(
+            info.scope, info.stream, _cut(getattr(req, "from")), _cut(req.to)
+        )
+        return pb.StreamCutRangeResponse(
+            segments=[pb.SegmentId(streamInfo=info, segmentId=s.id) for s in segs]
+        )
+
+    async def isSegmentValid(self, req: pb.SegmentId) -> pb.SegmentValidityResponse:
+        info = req.streamInfo
+        valid = self.model.is_segment_open(info.scope, info.stream, req.segmentId)
+        return pb.SegmentValidityResponse(response=valid)
+
+    async def isStreamCutValid(self, req: pb.StreamCut) -> pb.StreamCutValidityResponse:
+        info = req.streamInfo
+        valid = self.model.is_stream_cut_valid(info.scope, info.stream, _cut(req.cut))
+        return pb.StreamCutValidityResponse(response=valid)
+
+    async def scale(self, req: pb.ScaleRequest) -> pb.ScaleResponse:
+        info = req.streamInfo
+        epoch, new = await self.model.scale(
+            info.scope,
+            info.stream,
+            list(req.sealedSegments),
+            [(r.start, r.end) for r in req.newKeyRanges],
+        )
+        return pb.ScaleResponse(
+            status=pb.ScaleResponse.STARTED,
+            segments=[_segment_range(info.scope, info.stream, s) for s in new],
+            epoch=epoch,
+        )
+
+    async def checkScale(self, req: pb.ScaleStatusRequest) -> pb.ScaleStatusResponse:
+        # Scaling runs to completion inside ``scale``: any epoch up to the current
+        # one is done; a later one has not been started.
+        info = req.streamInfo
+        if req.epoch > self.model.current_epoch(info.scope, info.stream) or req.epoch < 0:
+            raise InvalidArgument(f"epoch {req.epoch} has not started")
+        return pb.ScaleStatusResponse(status=pb.ScaleStatusResponse.SUCCESS)
+
+    # -- transactions
+
+    async def createTransaction(self, req: pb.CreateTxnRequest) -> pb.CreateTxnResponse:
+        info = req.streamInfo
+        txn, segs = await self.model.create_txn(info.scope, info.stream, req.lease)
+        return pb.CreateTxnResponse(
+            txnId=pb.TxnId(highBits=txn.txn.high_bits, lowBits=txn.txn.low_bits),
+            activeSegments=[_segment_range(info.scope, info.stream, s) for s in segs],
+        )
+
+    async def commitTransaction(self, req: pb.TxnRequest) -> pb.TxnStatus:
+        info = req.streamInfo
+        await self.model.commit_txn(
+            info.scope,
+            info.stream,
+            _txn_id(req.txnId),
+            writer_id=req.writerId,
+            timestamp=req.timestamp,
+        )
+        return pb.TxnStatus(status=pb.TxnStatus.SUCCESS)
+
+    async def abortTransaction(self, req: pb.TxnRequest) -> pb.TxnStatus:
+        info = req.streamInfo
+        await self.model.abort_txn(info.scope, info.stream, _txn_id(req.txnId))
+        return pb.TxnStatus(status=pb.TxnStatus.SUCCESS)
+
+    async def pingTransaction(self, req: pb.PingTxnRequest) -> pb.PingTxnStatus:
+        info = req.streamInfo
+        state = self.model.ping_txn(info.scope, info.stream, _txn_id(req.txnId), req.lease)
+        return pb.PingTxnStatus(status=_PING[state])
+
+    async def checkTransactionState(self, req: pb.TxnRequest) -> pb.TxnState:
+        info = req.streamInfo
+        state = self.model.txn_state(info.scope, info.stream, _txn_id(req.txnId))
+        return pb.TxnState(state=_TXN_STATE[state])
+
+    # -- writers and subscribers (no watermarks or subscriber retention yet)
+
+    async def removeWriter(self, req: pb.RemoveWriterRequest) -> pb.RemoveWriterResponse:
+        exists = self.model.stream_exists(req.stream.scope, req.stream.stream)
+        return pb.RemoveWriterResponse(
+            result=pb.RemoveWriterResponse.SUCCESS
+            if exists
+            else pb.RemoveWriterResponse.STREAM_DOES_NOT_EXIST
+        )
+
+    async def noteTimestampFromWriter(self, req: pb.TimestampFromWriter) -> pb.TimestampResponse:
+        return pb.TimestampResponse(result=pb.TimestampResponse.SUCCESS)
+
+    async def listSubscribers(self, req: pb.StreamInfo) -> pb.SubscribersResponse:
+        self.model.stream_config(req.scope, req.stream)  # raises for unknown streams
+        return pb.SubscribersResponse(status=pb.SubscribersResponse.SUCCESS)
+
+
+# --------------------------------------------------------------------------- grpc glue
+
+_Handler = Callable[[Message], Awaitable[Message]]
+
+
+def _wrap(name: str, method: _Handler) -> Callable[[Message, Any], Awaitable[Message]]:
+    response = METHODS[name].response
+
+    async def handle(request: Message, context: Any) -> Message:
+        try:
+            return await method(request)
+        except ControllerError as exc:
+            outcome = reply_for_error(response, exc)
+        except StoreClosed as exc:
+            outcome = (grpc.StatusCode.UNAVAILABLE, str(exc))
+        except Exception as exc:
+            log.exception("controller %s failed", name)
+            outcome = (grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        if isinstance(outcome, Message):
+            return outcome
+        code, details = outcome
+        await context.abort(code, details)
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    return handle
+
+
+def build_handler(service: ControllerService) -> Any:
+    """A grpc generic handler serving every RPC that ``service`` defines."""
+    handlers = {}
+    for name, rpc in METHODS.items():
+        method = getattr(service, name, None)
+        if method is None:
+            continue  # grpc answers UNIMPLEMENTED
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            _wrap(name, method),
+            request_deserializer=rpc.request.FromString,
+            response_serializer=rpc.response.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+
+def _advertised_host(host: str) -> str:
+    """A host name clients can connect to: a wildcard address is not one."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        return socket.getfqdn()
+    return host
+
+
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+class ControllerServer:
+    """The controller on a port: a ``grpc.aio`` server plus the transaction sweep.
+
+    Start it with ``await ControllerServer.start(...)``; stop it with ``aclose``.
+    """
+
+    def __init__(self, server: Any, model: ControllerModel, port: int) -> None:
+        self._server = server
+        self.model = model
+        self.port = port
+        self._sweeper: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    @classmethod
+    async def start(
+        cls,
+        store: SegmentStore,
+        *,
+        host: str,
+        port: int,
+        segment_store: tuple[str, int],
+        sweep_interval_s: float = TXN_SWEEP_INTERVAL_S,
+    ) -> ControllerServer:
+        """Load the controller metadata from ``store`` and serve it on (host, port).
+
+        Args:
+            store: the store with the metadata tables and the segments.
+            host, port: where to listen (port 0 picks a free port; see ``.port``).
+            segment_store: the segment store's (host, port) for ``getURI``; a
+                wildcard host is replaced by this machine's name.
+            sweep_interval_s: period of the lease-expiry sweep.
+
+        Raises:
+            OSError: the address could not be bound.
+        """
+        model = await ControllerModel.open(store)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+        )
+        try:
+            bound = server.add_insecure_port(_bind_address(host, port))
+        except RuntimeError as exc:
+            raise OSError(f"controller cannot listen on {host}:{port}: {exc}") from exc
+        if bound == 0:
+            raise OSError(f"controller cannot listen on {host}:{port}")
+        service = ControllerService(
+            model,
+            segment_store=(_advertised_host(segment_store[0]), segment_store[1]),
+            controller=(_advertised_host(host), bound),
+        )
+        server.add_generic_rpc_handlers((build_handler(service),))
+        await server.start()
+        self = cls(server, model, bound)
+        self._sweeper = asyncio.create_task(self._sweep_forever(sweep_interval_s))
+        return self
+
+    async def _sweep_forever(self, interval_s: float) -> None:
+        while not self._stopping.is_set():
+            # A timer that ``aclose`` cuts short; a sweep in progress is never
+            # cancelled halfway through its store calls.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval_s)
+            if self._stopping.is_set():
+                return
+            try:
+                result = await self.model.sweep()
+            except StoreClosed:
+                return
+            except Exception:
+                log.exception("transaction sweep failed")
+                continue
+            if result.aborted or result.purged:
+                log.info(
+                    "transaction sweep: %d expired and aborted, %d finished forgotten",
+                    result.aborted,
+                    result.purged,
+                )
+
+    async def aclose(self, grace_s: float = GRACEFUL_STOP_S) -> None:
+        """Stop accepting RPCs, let those in flight finish (up to ``grace_s``),
+        then let a running sweep finish and stop the sweeper. Idempotent."""
+        await self._server.stop(grace_s)
+        self._stopping.set()
+        if self._sweeper is not None:
+            await self._sweeper
+            self._sweeper = None
