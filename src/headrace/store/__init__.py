@@ -8,6 +8,7 @@ wire protocols.
 from __future__ import annotations
 
 from headrace.store.api import SegmentStore
+from headrace.store.disk import DiskStore
 from headrace.store.memory import MemoryStore
 
-__all__ = ["MemoryStore", "SegmentStore"]
+__all__ = ["DiskStore", "MemoryStore", "SegmentStore"]

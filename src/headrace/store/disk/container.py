@@ -1,0 +1,311 @@
+"""A segment container: one WAL, one group-commit loop, the segments that hash to it.
+
+Theory of operation. A mutation is issued synchronously (``Container.write``):
+the record gets the next sequence number, is written to the WAL with one
+``writev``, is applied to the in-memory state, and the data it carries is
+``pwrite``n into the segment's data file. Nothing awaits in between, so
+records of one container are in the WAL in exactly the order their effects
+were applied, and an append's offset is fixed when it is issued. The caller
+then awaits ``durable(seq)``:
+
+* ``fsync=always``: the caller parks until the committer has synced the WAL
+  past ``seq``. The committer loop syncs whatever has been written when it
+  wakes; appends that arrive during a sync are covered by the next one, so
+  one sync serves every segment of the container (group commit). Durable
+  effects (a longer ``durable_length``, a seal readers may see) are applied
+  by the committer in sequence order, before the callers are woken, so they
+  happen even if a caller was cancelled.
+* ``interval``: acknowledged at once; the committer syncs every
+  ``fsync_interval_s``.
+* ``never``: acknowledged at once; only checkpoints sync.
+
+The committer also runs checkpoints (``_checkpoint``) when the WAL passes
+``checkpoint_wal_bytes`` and at close: capture the state synchronously,
+switch to a new WAL file, sync the old one, then write sidecars, sync data
+files and replace the snapshot in a worker thread (``recovery.write_checkpoint``).
+
+A failed WAL write or sync fails the whole store: every parked caller gets
+``StoreClosed`` and nothing more is accepted (an fsync error may have lost
+written pages, so no later sync could vouch for them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from headrace.errors import CorruptionError, StorageFull, StoreClosed
+from headrace.store.api import FsyncPolicy
+from headrace.store.disk.format import CreateRecord, Record, encode_record
+from headrace.store.disk.layout import ContainerPaths
+from headrace.store.disk.log import FileOps, WalWriter, fsync_dir
+from headrace.store.disk.recovery import create_segment_files, write_checkpoint
+from headrace.store.disk.segment import ContainerState
+
+__all__ = ["CHECKPOINT_WAL_BYTES", "MAX_OPEN_DATA_FILES", "Container"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
+"""WAL size that triggers a checkpoint: bounds replay after a crash to about a
+second of disk bandwidth, while checkpoints (a few fsyncs each) stay rare."""
+
+MAX_OPEN_DATA_FILES = 256
+"""Data files a container keeps open (least recently used closed first): with
+the default four containers this stays well under the usual 1024-fd limit."""
+
+Waiter = tuple[int, Callable[[], None] | None, asyncio.Future[None] | None]
+
+
+class DataFiles:
+    """Open data files of a container's segments, by segment id (an LRU of fds)."""
+
+    def __init__(self, paths: ContainerPaths) -> None:
+        self.paths = paths
+        self._fds: dict[int, int] = {}
+
+    def fd(self, segment_id: int) -> int:
+        fd = self._fds.pop(segment_id, None)
+        if fd is None:
+            if len(self._fds) >= MAX_OPEN_DATA_FILES:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = os.open(self.paths.data(segment_id), os.O_RDWR)
+        self._fds[segment_id] = fd
+        return fd
+
+    def create(self, segment_id: int) -> None:
+        self.forget(segment_id)
+        if len(self._fds) >= MAX_OPEN_DATA_FILES:
+            os.close(self._fds.pop(next(iter(self._fds))))
+        self._fds[segment_id] = create_segment_files(self.paths, segment_id)
+
+    def forget(self, segment_id: int) -> None:
+        fd = self._fds.pop(segment_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def pread(self, segment_id: int, offset: int, count: int) -> bytes:
+        fd = self.fd(segment_id)
+        data = os.pread(fd, count, offset)
+        while len(data) < count:
+            more = os.pread(fd, count - len(data), offset + len(data))
+            if not more:
+                path = self.paths.data(segment_id)
+                raise CorruptionError(str(path), offset + len(data), "data file ends early")
+            data += more
+        return data
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class Container:
+    """One container of a live DiskStore (see the module docstring)."""
+
+    def __init__(
+        self,
+        paths: ContainerPaths,
+        state: ContainerState,
+        wal: WalWriter,
+        *,
+        policy: FsyncPolicy,
+        fsync_interval_s: float,
+        checkpoint_wal_bytes: int,
+        ops: FileOps,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self.paths = paths
+        self.state = state
+        self.files = DataFiles(paths)
+        self.policy = policy
+        self.fsync_interval_s = fsync_interval_s
+        self.checkpoint_wal_bytes = checkpoint_wal_bytes
+        self.ops = ops
+        self._on_failure = on_failure
+        self._wal = wal
+        self._wal_paths: list[Path] = [wal.path]
+        self.synced_seq = state.last_seq
+        """Last record known to be on stable storage."""
+        self._waiters: deque[Waiter] = deque()
+        self._wake = asyncio.Event()
+        self._closing = False
+        self.failure: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def container_id(self) -> int:
+        return self.paths.container_id
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(
+            self._run(), name=f"headrace-committer-{self.container_id:04d}"
+        )
+
+    # ------------------------------------------------------------------ issuing
+
+    def check_writable(self) -> None:
+        if self.failure is not None:
+            raise StoreClosed(f"the store stopped after an I/O error: {self.failure}")
+        if self._closing:
+            raise StoreClosed("the store is closed")
+
+    def write(self, record: Record) -> int:
+        """Write one record, apply it, write its data; return its seq. Never awaits.
+
+        The caller has validated the record against the state, so applying it
+        cannot fail. Raises StoreClosed / StorageFull, and then the store is failed.
+        """
+        self.check_writable()
+        seq = self.state.last_seq + 1
+        try:
+            if isinstance(record, CreateRecord):
+                self.files.create(record.segment_id)  # before the record: nothing to undo
+        except OSError as exc:
+            raise _error_for(exc) from exc
+        try:
+            self._wal.append(encode_record(seq, record), self.ops)
+        except OSError as exc:
+            self.fail(exc)
+            raise _error_for(exc) from exc
+        writes = self.state.apply(seq, record)
+        try:
+            for segment_id, offset, data in writes:
+                self.ops.pwrite(self.files.fd(segment_id), data, offset)
+        except OSError as exc:
+            self.fail(exc)
+            raise _error_for(exc) from exc
+        if self._wal.size_bytes >= self.checkpoint_wal_bytes:
+            self._wake.set()
+        return seq
+
+    async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
+        """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
+        if self.policy is not FsyncPolicy.ALWAYS or seq <= self.synced_seq:
+            if on_durable is not None:
+                on_durable()
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, on_durable, future))
+        self._wake.set()
+        await future
+
+    async def barrier(self) -> None:
+        """Wait until everything written so far is durable under the policy."""
+        if self.policy is FsyncPolicy.ALWAYS and self.synced_seq < self.state.last_seq:
+            await self.durable(self.state.last_seq)
+
+    async def flush(self) -> None:
+        """Sync the WAL now, whatever the policy."""
+        self.check_writable()
+        if self.synced_seq >= self.state.last_seq:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((self.state.last_seq, None, future))
+        self._wake.set()
+        await future
+
+    # ------------------------------------------------------------------ committing
+
+    async def _run(self) -> None:
+        interval = self.fsync_interval_s if self.policy is FsyncPolicy.INTERVAL else None
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), interval)
+                self._wake.clear()
+                await self._commit(periodic=interval is not None)
+                if self._closing and not self._waiters:
+                    return
+        except Exception as exc:
+            self.fail(exc)
+
+    async def _commit(self, *, periodic: bool) -> None:
+        while self._waiters or (periodic and self.synced_seq < self.state.last_seq):
+            periodic = False
+            target = self.state.last_seq
+            if self.synced_seq < target:
+                await asyncio.to_thread(self.ops.sync_wal, self._wal.fd)
+                self._mark_synced(target)
+            else:
+                self._mark_synced(self.synced_seq)
+            if self.failure is not None:
+                return
+        if self._wal.size_bytes >= self.checkpoint_wal_bytes:
+            await self._checkpoint()
+
+    def _mark_synced(self, target: int) -> None:
+        self.synced_seq = max(self.synced_seq, target)
+        while self._waiters and self._waiters[0][0] <= target:
+            _, on_durable, future = self._waiters.popleft()
+            if on_durable is not None:
+                on_durable()
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    async def _checkpoint(self) -> None:
+        if self.state.last_seq < self._wal.first_seq:
+            return  # nothing since the last checkpoint: the snapshot is current
+        captured = self.state.capture()
+        seq = captured.snapshot.last_seq
+        old_wal, old_paths = self._wal, self._wal_paths
+        self._wal = WalWriter.create(self.paths.wal(seq + 1), self.container_id, seq + 1, self.ops)
+        self._wal_paths = [self._wal.path]
+        # Records up to ``seq`` are all in the old file; sync and release it.
+        await asyncio.to_thread(self._sync_switch, old_wal, self._wal.fd)
+        self._mark_synced(seq)
+        await asyncio.to_thread(write_checkpoint, self.paths, captured, old_paths, self.ops)
+        log.debug("container %d: checkpoint at seq %d", self.container_id, seq)
+
+    def _sync_switch(self, old_wal: WalWriter, new_fd: int) -> None:
+        try:
+            self.ops.sync_wal(old_wal.fd)
+        finally:
+            old_wal.close()
+        self.ops.sync_wal(new_fd)  # the new file's header
+        fsync_dir(self.paths.wal_dir, self.ops)
+
+    # ------------------------------------------------------------------ failure and close
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop accepting writes and release every parked caller with StoreClosed."""
+        if self.failure is not None:
+            return
+        self.failure = exc
+        log.error("container %d: I/O failure, refusing writes: %s", self.container_id, exc)
+        while self._waiters:
+            _, _, future = self._waiters.popleft()
+            if future is not None and not future.done():
+                future.set_exception(StoreClosed(f"the store stopped after an I/O error: {exc}"))
+        self._wake.set()
+        self._on_failure(exc)
+
+    async def close(self) -> None:
+        """Let parked callers finish, checkpoint (unless failed), release files."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        try:
+            if self.failure is None:
+                await self._checkpoint()
+        except Exception as exc:
+            self.fail(exc)
+            raise StoreClosed(f"checkpoint at close failed: {exc}") from exc
+        finally:
+            self._wal.close()
+            self.files.close()
+
+
+def _error_for(exc: OSError) -> StorageFull | StoreClosed:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(f"no space left for the write: {exc}")
+    return StoreClosed(f"write failed, the store stopped: {exc}")

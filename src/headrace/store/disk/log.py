@@ -1,0 +1,225 @@
+"""The write-ahead log: appending framed records, reading them back, and file syncing.
+
+One WAL per container. Records are written with one ``writev`` each and
+synced by the container's committer (group commit, see ``container.py``).
+A WAL file is never appended to again once a checkpoint has started the next
+one, so only the *last* file of a container can have a torn tail.
+
+Telling a torn tail from damage (``scan_wal``): reading stops at the first
+frame that is incomplete or fails its checksum. In the last file that is a
+torn write, unless a valid record with a later sequence number can still be
+found further on; then the log is damaged in the middle, and recovery
+refuses to guess (``CorruptionError``). In any earlier file, any bad frame
+is damage.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headrace.errors import CorruptionError
+from headrace.store.disk.format import (
+    FRAME_HEADER,
+    PAYLOAD_HEADER,
+    WAL_HEADER,
+    FrameProblem,
+    Record,
+    RecordType,
+    check_frame,
+    decode_wal_header,
+    encode_wal_header,
+    frame_seq,
+    scan_frames,
+)
+
+__all__ = ["FileOps", "WalScan", "WalWriter", "atomic_write", "fsync_dir", "scan_wal"]
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+MIN_FRAME_BYTES = FRAME_HEADER.size + PAYLOAD_HEADER.size
+"""Smallest possible record frame (a payload with no body), for bounding seq searches."""
+
+
+class FileOps:
+    """The syscalls durability depends on, in one replaceable place.
+
+    Tests subclass it to count syncs or to make a write or sync fail (fault
+    injection); the store uses exactly one instance. Counters are plain ints
+    (updated from worker threads, under the GIL).
+    """
+
+    def __init__(self) -> None:
+        self.wal_syncs = 0
+        self.file_syncs = 0
+
+    def sync_wal(self, fd: int) -> None:
+        """Make a WAL file's written records durable (``fdatasync``)."""
+        self.wal_syncs += 1
+        _fdatasync(fd)
+
+    def sync_file(self, fd: int) -> None:
+        """Make a data, sidecar, snapshot or directory file durable (``fsync``)."""
+        self.file_syncs += 1
+        os.fsync(fd)
+
+    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
+        """Append ``buffers`` to a WAL file, retrying short writes."""
+        total = sum(len(b) for b in buffers)
+        written = os.writev(fd, buffers)
+        if written == total:
+            return
+        rest = memoryview(b"".join(buffers))[written:]
+        while rest:
+            rest = rest[os.write(fd, rest) :]
+
+    def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> None:
+        """Write segment bytes at ``position`` of a data file, retrying short writes."""
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, position)
+            view = view[written:]
+            position += written
+
+
+def fsync_dir(path: Path, ops: FileOps) -> None:
+    """Make a directory's entries (creations, renames, unlinks) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ops.sync_file(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_path(path: Path, ops: FileOps) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ops.sync_file(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, tmp: Path, data: bytes, ops: FileOps) -> None:
+    """Replace ``path`` with ``data``: write ``tmp``, fsync, rename, fsync the directory."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        ops.pwrite(fd, data, 0)
+        ops.sync_file(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent, ops)
+
+
+class WalWriter:
+    """The open WAL file records are appended to."""
+
+    def __init__(self, path: Path, fd: int, first_seq: int, size_bytes: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.first_seq = first_seq
+        self.size_bytes = size_bytes
+
+    @classmethod
+    def create(cls, path: Path, container_id: int, first_seq: int, ops: FileOps) -> WalWriter:
+        """Start a new WAL file with its header (synced later, with its first records)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            header = encode_wal_header(container_id, first_seq)
+            ops.write(fd, [header])
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, first_seq, len(header))
+
+    def append(self, buffers: list[bytes | memoryview], ops: FileOps) -> None:
+        ops.write(self.fd, buffers)
+        self.size_bytes += sum(len(b) for b in buffers)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(slots=True)
+class WalScan:
+    """What one WAL file holds, as far as it can be read."""
+
+    path: Path
+    size_bytes: int
+    first_seq: int = 0
+    records: list[tuple[int, int, Record]] = field(default_factory=list)
+    """(file position, seq, record) of each valid record, in order."""
+    end: int = 0
+    """File position just after the last valid record (or header)."""
+    problem: FrameProblem | None = None
+    """Why reading stopped before the end of the file, if it did."""
+    later_record_at: int | None = None
+    """Position of a valid record found after ``problem`` (damage, not a tear)."""
+
+
+def scan_wal(path: Path, container_id: int) -> WalScan:
+    """Read every valid record of a WAL file and locate any problem.
+
+    Raises:
+        CorruptionError: the header is valid but names another container.
+    """
+    raw = path.read_bytes()
+    scan = WalScan(path, len(raw))
+    try:
+        owner, scan.first_seq = decode_wal_header(raw, str(path))
+    except CorruptionError as exc:
+        scan.problem = FrameProblem(0, exc.reason)
+        scan.later_record_at = _find_later_record(raw, WAL_HEADER.size, 1)
+        return scan
+    if owner != container_id:
+        reason = f"WAL of container {owner} in container {container_id}"
+        raise CorruptionError(str(path), 12, reason)
+    scan.end = WAL_HEADER.size
+    expected_seq = scan.first_seq
+    for item in scan_frames(raw, WAL_HEADER.size, str(path)):
+        if isinstance(item, FrameProblem):
+            scan.problem = item
+            scan.later_record_at = _find_later_record(raw, item.position + 1, expected_seq)
+            break
+        position, seq, _ = item
+        if seq != expected_seq:
+            scan.problem = FrameProblem(position, f"record seq {seq}, expected {expected_seq}")
+            scan.later_record_at = position
+            break
+        scan.records.append(item)
+        scan.end = position + FRAME_HEADER.size + struct.unpack_from(">I", raw, position)[0]
+        expected_seq += 1
+    return scan
+
+
+def _find_later_record(raw: bytes, start: int, min_seq: int) -> int | None:
+    """Position of the first valid frame at or after ``start`` whose seq could
+    follow ``min_seq - 1`` in this file, or None.
+
+    Candidates are found with ``bytes.find`` on the high bytes of the possible
+    sequence numbers, so a megabyte of torn garbage costs milliseconds.
+    """
+    max_seq = min_seq + (len(raw) - start) // MIN_FRAME_BYTES + 1
+    seq_field = FRAME_HEADER.size  # the seq is the first payload field
+    for high in range(min_seq >> 16, (max_seq >> 16) + 1):
+        prefix = struct.pack(">Q", high << 16)[:6]
+        hit = raw.find(prefix, start + seq_field)
+        while hit >= 0:
+            position = hit - seq_field
+            seq = frame_seq(raw, position)
+            if (
+                seq is not None
+                and min_seq <= seq <= max_seq
+                and raw[position + seq_field + 8] in _RECORD_CODES
+                and check_frame(raw, position) is None
+            ):
+                return position
+            hit = raw.find(prefix, hit + 1)
+    return None
+
+
+_RECORD_CODES = frozenset(int(t) for t in RecordType)

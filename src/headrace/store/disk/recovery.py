@@ -1,0 +1,421 @@
+"""Opening a data dir: create it, or recover every container to its last durable state.
+
+Recovery of one container, in order (``recover_container``):
+
+1. Load ``snapshot`` (checksum verified; missing or bad is ``CorruptionError``).
+2. For each segment in it, check the sidecar's header and entries up to the
+   size the snapshot records, check they cover exactly ``[0, length)``, and
+   check the data file holds at least ``length`` bytes. Then cut the data
+   file back to ``length`` and the sidecar back to that size: anything past
+   them was written after the checkpoint and is replayed from the WAL.
+3. Scan the WAL files in sequence order (``log.scan_wal``). Damage anywhere
+   but the tail of the last file is ``CorruptionError``. A torn tail is
+   copied to ``<wal>.broken-<utc>``, fsynced, and only then cut off.
+4. Replay every record after the snapshot's ``last_seq`` through
+   ``ContainerState.apply``, writing the data each implies at its recorded
+   offset (idempotent) and recreating the files of each CREATE.
+
+Then, across containers (``recover_store``): a merge whose commit is durable
+in the target's container but whose source deletion is not (a crash between
+the two) is finished by deleting the source. Finally every container is
+checkpointed (``write_checkpoint``): sidecars extended, data files fsynced, a
+new snapshot and an empty WAL file written, old WAL files and orphan segment
+files (deleted segments, creations that never became durable) removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from headrace.errors import CorruptionError
+from headrace.store.disk.format import (
+    SIDECAR_HEADER,
+    CreateRecord,
+    DeleteRecord,
+    Manifest,
+    Snapshot,
+    SnapshotSegment,
+    decode_manifest,
+    decode_sidecar,
+    decode_snapshot,
+    encode_manifest,
+    encode_sidecar_header,
+    encode_snapshot,
+)
+from headrace.store.disk.layout import (
+    MAX_CONTAINER_COUNT,
+    ContainerPaths,
+    broken_wal_path,
+    container_of,
+    containers_path,
+    manifest_path,
+)
+from headrace.store.disk.log import (
+    FileOps,
+    WalScan,
+    WalWriter,
+    atomic_write,
+    fsync_dir,
+    scan_wal,
+    sync_path,
+)
+from headrace.store.disk.segment import Captured, ContainerState, ReplayError
+
+__all__ = [
+    "check_sidecar",
+    "init_or_load_manifest",
+    "load_snapshot",
+    "plan_replay",
+    "recover_store",
+    "write_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_REPLAY_OPEN_FILES = 64
+"""Data files kept open while replaying; replay touches few segments at a time."""
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Manifest:
+    """Read the manifest, or create a fresh data dir with ``container_count`` containers."""
+    path = manifest_path(root)
+    if path.exists():
+        return decode_manifest(path.read_bytes(), str(path))
+    if not 1 <= container_count <= MAX_CONTAINER_COUNT:
+        raise ValueError(f"container count must be in 1..{MAX_CONTAINER_COUNT}")
+    containers = containers_path(root)
+    if containers.exists():
+        _check_abandoned_init(root)
+        shutil.rmtree(containers)
+    staging = root / "containers.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for cid in range(container_count):
+        paths = ContainerPaths(root, cid)
+        cdir = staging / paths.dir.name
+        for sub in (cdir, cdir / paths.wal_dir.name, cdir / paths.segments_dir.name):
+            sub.mkdir()
+        atomic_write(
+            cdir / paths.snapshot.name,
+            cdir / paths.snapshot_tmp.name,
+            encode_snapshot(Snapshot(cid, 0, 1)),
+            ops,
+        )
+        fsync_dir(cdir, ops)
+    fsync_dir(staging, ops)
+    staging.rename(containers)
+    fsync_dir(root, ops)
+    manifest = Manifest(container_count, time.time_ns() // 1_000_000)
+    atomic_write(path, root / "manifest.tmp", encode_manifest(manifest), ops)
+    return manifest
+
+
+def _check_abandoned_init(root: Path) -> None:
+    """``containers/`` without a manifest is only safe to redo if it holds nothing."""
+    for cdir in containers_path(root).iterdir():
+        paths = ContainerPaths(root, int(cdir.name)) if cdir.name.isdigit() else None
+        if paths is None:
+            continue
+        if paths.wal_files() or paths.segment_files():
+            raise CorruptionError(str(manifest_path(root)), 0, "manifest missing, data present")
+        if paths.snapshot.exists():
+            snap = decode_snapshot(paths.snapshot.read_bytes(), str(paths.snapshot))
+            if snap.segments or snap.last_seq:
+                raise CorruptionError(str(manifest_path(root)), 0, "manifest missing, data present")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def load_snapshot(paths: ContainerPaths) -> Snapshot:
+    try:
+        raw = paths.snapshot.read_bytes()
+    except FileNotFoundError:
+        raise CorruptionError(str(paths.snapshot), 0, "container snapshot is missing") from None
+    snap = decode_snapshot(raw, str(paths.snapshot))
+    if snap.container_id != paths.container_id:
+        raise CorruptionError(str(paths.snapshot), 12, f"snapshot of container {snap.container_id}")
+    return snap
+
+
+def check_sidecar(paths: ContainerPaths, seg: SnapshotSegment) -> None:
+    """The sidecar prefix the snapshot vouches for is intact and covers ``[0, length)``."""
+    path = paths.sidecar(seg.segment_id)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(seg.sidecar_size)
+    except FileNotFoundError:
+        raise CorruptionError(str(path), 0, "checksum sidecar is missing") from None
+    if len(raw) < seg.sidecar_size:
+        raise CorruptionError(str(path), len(raw), f"sidecar shorter than {seg.sidecar_size}")
+    entries = decode_sidecar(raw, seg.segment_id, str(path))
+    covered = entries[-1].offset + entries[-1].size_bytes if entries else 0
+    if covered != seg.length:
+        raise CorruptionError(str(path), len(raw), f"sidecar covers {covered}, length {seg.length}")
+
+
+def data_size(paths: ContainerPaths, seg: SnapshotSegment) -> int:
+    path = paths.data(seg.segment_id)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise CorruptionError(str(path), 0, "segment data file is missing") from None
+    if size < seg.length:
+        raise CorruptionError(str(path), size, f"data file shorter than length {seg.length}")
+    return size
+
+
+@dataclass(slots=True)
+class ReplayPlan:
+    """The WAL files of a container, checked as a chain."""
+
+    scans: list[WalScan]
+    tear: WalScan | None
+    """The last file, if it has a torn tail (its ``problem`` says where)."""
+
+
+def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
+    """Scan every WAL file and check they chain; classify any problem.
+
+    Raises:
+        CorruptionError: damage that is not a torn tail of the last file, or a
+            gap between the snapshot and the log or between files.
+    """
+    files = paths.wal_files()
+    scans = [scan_wal(path, paths.container_id) for _, path in files]
+    tear = None
+    for i, scan in enumerate(scans):
+        if scan.problem is None:
+            continue
+        last = i == len(scans) - 1
+        if not last or scan.later_record_at is not None:
+            where = scan.later_record_at if last else scan.problem.position
+            raise CorruptionError(
+                str(scan.path),
+                scan.problem.position,
+                f"{scan.problem.reason}, and valid records follow (at {where})"
+                if last
+                else f"{scan.problem.reason} in a WAL file that is not the last",
+            )
+        tear = scan
+    expected = None  # the seq the next record must have
+    for scan, (named_seq, _) in zip(scans, files, strict=True):
+        if scan.problem is not None and scan.problem.position == 0:
+            continue  # a last file whose header never became durable
+        if scan.first_seq != named_seq:
+            raise CorruptionError(str(scan.path), 16, f"header says first seq {scan.first_seq}")
+        if expected is None:
+            if scan.first_seq > last_seq + 1:
+                reason = f"log starts at seq {scan.first_seq}, snapshot ends at {last_seq}"
+                raise CorruptionError(str(scan.path), 0, reason)
+        elif scan.first_seq != expected:
+            raise CorruptionError(str(scan.path), 0, f"log gap: expected seq {expected}")
+        expected = scan.first_seq + len(scan.records)
+    return ReplayPlan(scans, tear)
+
+
+# --------------------------------------------------------------------------- repair
+
+
+def backup_torn_tail(scan: WalScan, ops: FileOps) -> Path:
+    """Copy the bytes after the last valid record aside, then cut them off."""
+    assert scan.problem is not None
+    position = scan.problem.position
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    backup = broken_wal_path(scan.path, stamp)
+    n = 0
+    while backup.exists():
+        n += 1
+        backup = broken_wal_path(scan.path, f"{stamp}.{n}")
+    with open(scan.path, "rb") as src:
+        src.seek(position)
+        torn = src.read()
+    fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        ops.pwrite(fd, torn, 0)
+        ops.sync_file(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(backup.parent, ops)
+    if position == 0:
+        scan.path.unlink()  # not even the header survived: nothing to keep
+    else:
+        fd = os.open(scan.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, position)
+            ops.sync_file(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(scan.path.parent, ops)
+    log.warning(
+        "%s: torn tail of %d bytes at position %d (%s) copied to %s and cut off",
+        scan.path,
+        len(torn),
+        position,
+        scan.problem.reason,
+        backup.name,
+    )
+    return backup
+
+
+class _ReplayFiles:
+    """Data files opened while replaying (bounded)."""
+
+    def __init__(self, paths: ContainerPaths, ops: FileOps) -> None:
+        self.paths = paths
+        self.ops = ops
+        self.fds: dict[int, int] = {}
+
+    def fd(self, segment_id: int) -> int:
+        fd = self.fds.pop(segment_id, None)
+        if fd is None:
+            if len(self.fds) >= MAX_REPLAY_OPEN_FILES:
+                os.close(self.fds.pop(next(iter(self.fds))))
+            fd = os.open(self.paths.data(segment_id), os.O_RDWR)
+        self.fds[segment_id] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def create_segment_files(paths: ContainerPaths, segment_id: int) -> int:
+    """Create (or reset) a segment's data file and sidecar; return the data file's fd."""
+    fd = os.open(paths.sidecar(segment_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        header = encode_sidecar_header(segment_id)
+        os.pwrite(fd, header, 0)
+    finally:
+        os.close(fd)
+    return os.open(paths.data(segment_id), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
+def recover_container(paths: ContainerPaths, ops: FileOps) -> ContainerState:
+    """Steps 1-4 of the module docstring for one container."""
+    snap = load_snapshot(paths)
+    for seg in snap.segments:
+        check_sidecar(paths, seg)
+        data_size(paths, seg)
+    plan = plan_replay(paths, snap.last_seq)
+    # Nothing has been modified up to here: damage is reported before any repair.
+    for seg in snap.segments:
+        os.truncate(paths.data(seg.segment_id), seg.length)
+        os.truncate(paths.sidecar(seg.segment_id), seg.sidecar_size)
+    if plan.tear is not None:
+        backup_torn_tail(plan.tear, ops)
+    state = ContainerState.from_snapshot(snap)
+    files = _ReplayFiles(paths, ops)
+    try:
+        for scan in plan.scans:
+            for position, seq, record in scan.records:
+                if seq <= state.last_seq:
+                    continue
+                try:
+                    writes = state.apply(seq, record)
+                except ReplayError as exc:
+                    raise CorruptionError(str(scan.path), position, str(exc)) from None
+                if isinstance(record, CreateRecord):
+                    old = files.fds.pop(record.segment_id, None)
+                    if old is not None:
+                        os.close(old)
+                    files.fds[record.segment_id] = create_segment_files(paths, record.segment_id)
+                for segment_id, offset, data in writes:
+                    ops.pwrite(files.fd(segment_id), data, offset)
+    finally:
+        files.close()
+    state.finish_replay()
+    return state
+
+
+def finish_interrupted_merges(states: list[ContainerState]) -> None:
+    """Delete merge sources whose merge committed but whose deletion was lost."""
+    count = len(states)
+    for state in states:
+        for (source_id, source), target in state.commits.items():
+            owner = states[container_of(source, count)]
+            seg = owner.by_name.get(source)
+            if seg is not None and seg.segment_id == source_id:
+                log.warning("finishing the merge of %r into %r", source, target)
+                owner.apply_unlogged(DeleteRecord(source_id, target))
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def write_checkpoint(
+    paths: ContainerPaths, captured: Captured, old_wals: list[Path], ops: FileOps
+) -> None:
+    """Make a captured checkpoint durable, then drop what it makes obsolete.
+
+    The new WAL file (starting after ``captured.snapshot.last_seq``) must exist
+    and be synced before this runs. Order: sidecars, data files, snapshot
+    (atomic), then deletions; a crash anywhere leaves a recoverable directory.
+    """
+    for segment_id, position, raw in captured.sidecar_writes:
+        fd = os.open(paths.sidecar(segment_id), os.O_WRONLY)
+        try:
+            ops.pwrite(fd, raw, position)
+            ops.sync_file(fd)
+        finally:
+            os.close(fd)
+    deleted = set(captured.deleted_ids)
+    for segment_id in captured.dirty_ids:
+        if segment_id not in deleted:
+            sync_path(paths.data(segment_id), ops)
+    atomic_write(paths.snapshot, paths.snapshot_tmp, encode_snapshot(captured.snapshot), ops)
+    for path in old_wals:
+        path.unlink(missing_ok=True)
+    for segment_id in deleted:
+        paths.data(segment_id).unlink(missing_ok=True)
+        paths.sidecar(segment_id).unlink(missing_ok=True)
+
+
+def recover_store(
+    root: Path, container_count: int, ops: FileOps
+) -> tuple[Manifest, list[tuple[ContainerState, WalWriter]]]:
+    """Open (or create) a data dir: recover every container and checkpoint it.
+
+    Returns the manifest and, per container, its state and a fresh WAL file.
+    """
+    manifest = init_or_load_manifest(root, container_count, ops)
+    all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
+    states = [recover_container(paths, ops) for paths in all_paths]
+    finish_interrupted_merges(states)
+    opened: list[tuple[ContainerState, WalWriter]] = []
+    try:
+        for paths, state in zip(all_paths, states, strict=True):
+            old_wals = [path for _, path in paths.wal_files()]
+            wal_path = paths.wal(state.last_seq + 1)
+            if wal_path in old_wals:
+                old_wals.remove(wal_path)
+                wal_path.unlink()  # an empty file left by an earlier open; start it afresh
+            wal = WalWriter.create(wal_path, paths.container_id, state.last_seq + 1, ops)
+            opened.append((state, wal))
+            ops.sync_wal(wal.fd)
+            fsync_dir(paths.wal_dir, ops)
+            write_checkpoint(paths, state.capture(), old_wals, ops)
+            live = set(state.by_id)
+            for segment_id, files in paths.segment_files().items():
+                if segment_id not in live:
+                    for path in files:
+                        path.unlink()
+            paths.snapshot_tmp.unlink(missing_ok=True)
+    except BaseException:
+        for _, wal in opened:
+            wal.close()
+        raise
+    return manifest, opened
+
+
+__all__ += ["SIDECAR_HEADER", "backup_torn_tail", "create_segment_files", "recover_container"]

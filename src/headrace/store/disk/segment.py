@@ -1,0 +1,316 @@
+"""In-memory metadata of a container's segments, and the one function that changes it.
+
+``ContainerState.apply`` is the only code that mutates segment metadata: the
+live store builds a WAL record, writes it, and applies it; recovery and
+``verify`` read records back and apply them. So what the store did and what
+recovery rebuilds cannot drift apart.
+
+A live segment has two lengths: ``length`` counts every append written to the
+WAL (offsets and ``expected_offset`` checks use it), ``durable_length`` only
+those the durability policy has made safe (reads and ``info`` use it);
+``sealed`` and ``sealed_durable`` likewise. Recovery sets both to the
+replayed values.
+
+Every appended byte is also fed to the segment's checksum blocks: the open
+block grows until ``SIDECAR_BLOCK_BYTES`` and is closed then, or at a
+checkpoint, which writes the closed blocks into the sidecar file.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from headrace.store.disk.format import (
+    SIDECAR_BLOCK_BYTES,
+    SIDECAR_HEADER,
+    AppendRecord,
+    AttributeRecord,
+    CreateRecord,
+    DeleteRecord,
+    MergeCommitRecord,
+    MergeDataRecord,
+    Record,
+    SealRecord,
+    SidecarEntry,
+    Snapshot,
+    SnapshotSegment,
+    TruncateRecord,
+    encode_sidecar_entries,
+)
+from headrace.store.memory import MAX_MERGE_MEMORY
+from headrace.types import NULL_ATTRIBUTE_VALUE, SegmentKind
+
+__all__ = ["ContainerState", "ReplayError", "Segment", "Write"]
+
+Write = tuple[int, int, "bytes | memoryview"]
+"""A data-file write a record implies: (segment id, offset, bytes)."""
+
+
+class ReplayError(Exception):
+    """A record does not fit the state it is applied to (the log is inconsistent)."""
+
+
+@dataclass(slots=True)
+class Segment:
+    segment_id: int
+    name: str
+    kind: SegmentKind
+    modified_ms: int
+    start_offset: int = 0
+    length: int = 0
+    durable_length: int = 0
+    sealed: bool = False
+    sealed_durable: bool = False
+    attributes: dict[UUID, int] = field(default_factory=dict)
+    hidden: bool = False
+    """Being merged away: invisible to the API, still on disk until its DELETE."""
+    sidecar_size: int = SIDECAR_HEADER.size
+    """Sidecar bytes that cover the data up to the last checkpoint."""
+    blocks: list[SidecarEntry] = field(default_factory=list)
+    """Closed checksum blocks not yet in the sidecar."""
+    block_offset: int = 0
+    block_size: int = 0
+    block_crc: int = 0
+    dirty: bool = False
+    """Data written since the last checkpoint (the data file needs an fsync)."""
+
+    def extend_checksum(self, offset: int, data: bytes | memoryview) -> None:
+        assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
+        view = memoryview(data)
+        position = 0
+        while position < len(view):
+            if self.block_size == SIDECAR_BLOCK_BYTES:
+                self._close_block()
+            chunk = view[position : position + SIDECAR_BLOCK_BYTES - self.block_size]
+            self.block_crc = zlib.crc32(chunk, self.block_crc)
+            self.block_size += len(chunk)
+            position += len(chunk)
+        if len(view):
+            self.dirty = True
+
+    def _close_block(self) -> None:
+        if self.block_size:
+            self.blocks.append(SidecarEntry(self.block_offset, self.block_size, self.block_crc))
+            self.block_offset += self.block_size
+            self.block_size = 0
+            self.block_crc = 0
+
+    def add_blocks(self, blocks: list[SidecarEntry]) -> None:
+        """Append whole, already checksummed blocks (a merge's chunks)."""
+        self._close_block()
+        for block in blocks:
+            assert block.offset == self.block_offset, (block, self.block_offset)
+            self.blocks.append(block)
+            self.block_offset += block.size_bytes
+        if blocks:
+            self.dirty = True
+
+    def take_blocks(self) -> list[SidecarEntry]:
+        """Close the open block and hand over every block not yet in the sidecar."""
+        self._close_block()
+        blocks, self.blocks = self.blocks, []
+        return blocks
+
+
+@dataclass(slots=True)
+class Captured:
+    """What a checkpoint takes from the state in one synchronous step."""
+
+    snapshot: Snapshot
+    sidecar_writes: list[tuple[int, int, bytes]]
+    """(segment id, sidecar position, entry bytes) to append."""
+    dirty_ids: list[int]
+    deleted_ids: list[int]
+
+
+class ContainerState:
+    """Metadata of one container's segments, changed only by ``apply``."""
+
+    def __init__(self, container_id: int) -> None:
+        self.container_id = container_id
+        self.last_seq = 0
+        self.next_segment_id = 1
+        self.by_id: dict[int, Segment] = {}
+        self.by_name: dict[str, Segment] = {}
+        self.merged: dict[str, str] = {}
+        """source name -> target name of recent merges of this container's segments."""
+        self.commits: dict[tuple[int, str], str] = {}
+        """(source id, source name) -> target name of recent merges into this
+        container's segments, oldest first (source ids are per container, so the
+        name is part of the key)."""
+        self.pending_merge: list[tuple[int, SidecarEntry]] = []
+        """(target id, block) of each MERGE_DATA record awaiting its commit."""
+        self.deleted_ids: list[int] = []
+        """Segments deleted since the last checkpoint; their files go after the next one."""
+
+    # ------------------------------------------------------------------ snapshots
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot) -> ContainerState:
+        state = cls(snap.container_id)
+        state.last_seq = snap.last_seq
+        state.next_segment_id = snap.next_segment_id
+        for s in snap.segments:
+            seg = Segment(
+                s.segment_id,
+                s.name,
+                s.kind,
+                s.modified_ms,
+                start_offset=s.start_offset,
+                length=s.length,
+                durable_length=s.length,
+                sealed=s.sealed,
+                sealed_durable=s.sealed,
+                attributes=dict(s.attributes),
+                sidecar_size=s.sidecar_size,
+                block_offset=s.length,
+            )
+            state.by_id[seg.segment_id] = seg
+            state.by_name[seg.name] = seg
+        state.merged = dict(snap.merged)
+        state.commits = {(sid, source): target for sid, source, target in snap.commits}
+        return state
+
+    def capture(self) -> Captured:
+        """Snapshot the metadata as of ``last_seq`` and take the pending checksum work."""
+        snap = Snapshot(self.container_id, self.last_seq, self.next_segment_id)
+        writes: list[tuple[int, int, bytes]] = []
+        dirty: list[int] = []
+        for seg in self.by_id.values():
+            blocks = seg.take_blocks()
+            if blocks:
+                raw = encode_sidecar_entries(blocks)
+                writes.append((seg.segment_id, seg.sidecar_size, raw))
+                seg.sidecar_size += len(raw)
+            if seg.dirty:
+                dirty.append(seg.segment_id)
+                seg.dirty = False
+            snap.segments.append(
+                SnapshotSegment(
+                    seg.segment_id,
+                    seg.name,
+                    seg.kind,
+                    seg.start_offset,
+                    seg.length,
+                    seg.sealed,
+                    seg.modified_ms,
+                    dict(seg.attributes),
+                    seg.sidecar_size,
+                )
+            )
+        snap.merged = list(self.merged.items())
+        snap.commits = [(sid, source, t) for (sid, source), t in self.commits.items()]
+        deleted, self.deleted_ids = self.deleted_ids, []
+        return Captured(snap, writes, dirty, deleted)
+
+    def finish_replay(self) -> None:
+        """After recovery every replayed record is durable; a merge without its
+        commit at the very end of the log never happened."""
+        self.pending_merge.clear()
+        for seg in self.by_id.values():
+            seg.durable_length = seg.length
+            seg.sealed_durable = seg.sealed
+
+    # ------------------------------------------------------------------ apply
+
+    def _segment(self, segment_id: int) -> Segment:
+        seg = self.by_id.get(segment_id)
+        if seg is None:
+            raise ReplayError(f"record for unknown segment id {segment_id}")
+        return seg
+
+    def apply(self, seq: int, record: Record) -> list[Write]:
+        """Apply one record (sequence number ``seq``) and return the data writes it implies."""
+        if seq != self.last_seq + 1:
+            raise ReplayError(f"record seq {seq} does not follow {self.last_seq}")
+        if self.pending_merge and not isinstance(record, MergeDataRecord | MergeCommitRecord):
+            raise ReplayError("a merge's data records are not followed by its commit")
+        writes = self._apply(record)
+        self.last_seq = seq
+        return writes
+
+    def apply_unlogged(self, record: Record) -> list[Write]:
+        """Apply a change recovery derives itself (no WAL record, no seq); the
+        checkpoint that ends recovery makes it durable."""
+        return self._apply(record)
+
+    def _apply(self, record: Record) -> list[Write]:
+        match record:
+            case CreateRecord(sid, kind, ms, name):
+                if sid in self.by_id or name in self.by_name:
+                    raise ReplayError(f"segment id {sid} or its name already exists")
+                seg = Segment(sid, name, kind, ms)
+                self.by_id[sid] = self.by_name[name] = seg
+                self.next_segment_id = max(self.next_segment_id, sid + 1)
+                self.merged.pop(name, None)
+            case AppendRecord(sid, offset, ms, writer, data):
+                seg = self._segment(sid)
+                if offset != seg.length:
+                    raise ReplayError(f"append at {offset}, segment {sid} length {seg.length}")
+                if seg.sealed:
+                    raise ReplayError(f"append to sealed segment {sid}")
+                seg.extend_checksum(offset, data)
+                seg.length += len(data)
+                if writer is not None:
+                    seg.attributes[writer.writer_id] = writer.event_number
+                seg.modified_ms = ms
+                return [(sid, offset, data)] if len(data) else []
+            case SealRecord(sid, ms):
+                seg = self._segment(sid)
+                seg.sealed = True
+                seg.modified_ms = ms
+            case TruncateRecord(sid, offset, ms):
+                seg = self._segment(sid)
+                if not seg.start_offset <= offset <= seg.length:
+                    raise ReplayError(f"truncate of segment {sid} to {offset} out of range")
+                seg.start_offset = offset
+                seg.modified_ms = ms
+            case DeleteRecord(sid, target):
+                seg = self._segment(sid)
+                del self.by_id[sid]
+                del self.by_name[seg.name]
+                self.deleted_ids.append(sid)
+                if target is not None:
+                    self.merged.pop(seg.name, None)
+                    self.merged[seg.name] = target
+                    while len(self.merged) > MAX_MERGE_MEMORY:
+                        del self.merged[next(iter(self.merged))]
+            case AttributeRecord(sid, attribute_id, value, ms):
+                seg = self._segment(sid)
+                if value == NULL_ATTRIBUTE_VALUE:
+                    seg.attributes.pop(attribute_id, None)
+                else:
+                    seg.attributes[attribute_id] = value
+                seg.modified_ms = ms
+            case MergeDataRecord(sid, offset, data):
+                # The chunk goes to the data file now, past the segment's length,
+                # where nothing reads it until the commit moves the length over it.
+                seg = self._segment(sid)
+                expected = seg.length + sum(b.size_bytes for _, b in self.pending_merge)
+                if (
+                    offset != expected
+                    or not 0 < len(data) <= SIDECAR_BLOCK_BYTES
+                    or any(t != sid for t, _ in self.pending_merge)
+                ):
+                    raise ReplayError(f"merge data for segment {sid} at {offset} out of order")
+                self.pending_merge.append((sid, SidecarEntry(offset, len(data), zlib.crc32(data))))
+                return [(sid, offset, data)]
+            case MergeCommitRecord(sid, length, ms, source_id, source_name):
+                seg = self._segment(sid)
+                chunks, self.pending_merge = self.pending_merge, []
+                if any(t != sid for t, _ in chunks) or length != seg.length + sum(
+                    b.size_bytes for _, b in chunks
+                ):
+                    raise ReplayError(f"merge commit for segment {sid} does not match its data")
+                if seg.sealed:
+                    raise ReplayError(f"merge into sealed segment {sid}")
+                seg.add_blocks([b for _, b in chunks])
+                seg.length = length
+                seg.modified_ms = ms
+                self.commits.pop((source_id, source_name), None)
+                self.commits[(source_id, source_name)] = seg.name
+                while len(self.commits) > MAX_MERGE_MEMORY:
+                    del self.commits[next(iter(self.commits))]
+        return []

@@ -1,0 +1,409 @@
+"""DiskStore: the durable implementation of the store contract.
+
+The observable behaviour is ``MemoryStore``'s, call for call (same checks in
+the same order, same errors, same results); on top of it every acknowledged
+change survives a crash. Segments are spread over containers by a hash of
+their name (``layout.container_of``); each ``Container`` owns a WAL and its
+group-commit loop, so the store itself is only routing plus the one
+operation that spans containers, ``merge``.
+
+Merge across containers: the source is sealed (durably) in its container;
+then its bytes are copied into the target's WAL as MERGE_DATA records ending
+in a MERGE_COMMIT, which is the atomic point; only after that commit is
+durable is the source's DELETE written in its own container. A crash in
+between is finished by recovery, which deletes any source a durable commit
+names (``recovery.finish_interrupted_merges``). While the two steps run, the
+source is *hidden*: it no longer exists for the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import functools
+import os
+import time
+from pathlib import Path
+from uuid import UUID
+
+from headrace.errors import (
+    BadOffset,
+    LimitExceeded,
+    SegmentExists,
+    SegmentNotFound,
+    SegmentSealed,
+    SegmentTruncated,
+    SegmentTypeMismatch,
+    StoreClosed,
+    StoreError,
+)
+from headrace.store._base import BaseStore, SegmentState
+from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, FsyncPolicy
+from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, Container
+from headrace.store.disk.format import (
+    MERGE_CHUNK_BYTES,
+    AppendRecord,
+    AttributeRecord,
+    CreateRecord,
+    DeleteRecord,
+    MergeCommitRecord,
+    MergeDataRecord,
+    SealRecord,
+    TruncateRecord,
+)
+from headrace.store.disk.layout import ContainerPaths, container_of, lock_path
+from headrace.store.disk.log import FileOps
+from headrace.store.disk.recovery import recover_store
+from headrace.store.disk.segment import Segment
+from headrace.store.memory import check_name
+from headrace.types import (
+    NULL_ATTRIBUTE_VALUE,
+    AppendResult,
+    ReadResult,
+    SegmentInfo,
+    SegmentKind,
+    WriterAppend,
+)
+
+__all__ = ["DiskStore"]
+
+
+def _lock_data_dir(root: Path) -> int:
+    """Create ``root`` if needed and take its lock; return the lock's fd."""
+    root.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(lock_path(root), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        raise StoreError(f"data dir {root} is in use by another store") from None
+    return lock_fd
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class DiskStore(BaseStore):
+    """The store contract on local disk, with group-committed durability.
+
+    Open it with ``await DiskStore.open(path)``; close it with ``await store.close()``.
+    """
+
+    def __init__(self, root: Path, containers: list[Container], lock_fd: int, ops: FileOps) -> None:
+        super().__init__()
+        self.root = root
+        self._containers = containers
+        self._lock_fd = lock_fd
+        self.file_ops = ops
+        self._closed = False
+        self._merging: dict[str, asyncio.Future[None]] = {}
+        """Sources of merges between their commit and their deletion."""
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        fsync: FsyncPolicy = FsyncPolicy.ALWAYS,
+        fsync_interval_s: float = 1.0,
+        container_count: int = 4,
+        checkpoint_wal_bytes: int = CHECKPOINT_WAL_BYTES,
+        file_ops: FileOps | None = None,
+    ) -> DiskStore:
+        """Open the data dir at ``path``, creating it if needed, and recover it.
+
+        Args:
+            path: the data directory.
+            fsync: the durability policy (``FsyncPolicy``).
+            fsync_interval_s: sync period under ``FsyncPolicy.INTERVAL``.
+            container_count: containers of a *new* data dir; an existing one
+                keeps the count in its manifest.
+            checkpoint_wal_bytes: WAL size that triggers a checkpoint.
+            file_ops: the syscall layer (tests inject faults or count syncs).
+
+        Raises:
+            CorruptionError: damage recovery must not guess about (see recovery.py).
+            StoreError: another store has the directory open.
+        """
+        if fsync_interval_s <= 0:
+            raise ValueError("fsync_interval_s must be positive")
+        root = Path(path)
+        ops = file_ops or FileOps()
+        lock_fd = await asyncio.to_thread(_lock_data_dir, root)
+        try:
+            manifest, opened = await asyncio.to_thread(recover_store, root, container_count, ops)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        store: DiskStore
+        containers: list[Container] = []
+
+        def on_failure(exc: BaseException) -> None:
+            for c in containers:
+                c.fail(exc)
+
+        for cid, (state, wal) in enumerate(opened):
+            containers.append(
+                Container(
+                    ContainerPaths(root, cid),
+                    state,
+                    wal,
+                    policy=fsync,
+                    fsync_interval_s=fsync_interval_s,
+                    checkpoint_wal_bytes=checkpoint_wal_bytes,
+                    ops=ops,
+                    on_failure=on_failure,
+                )
+            )
+        store = cls(root, containers, lock_fd, ops)
+        for c in containers:
+            c.start()
+        assert len(containers) == manifest.container_count
+        return store
+
+    @property
+    def container_count(self) -> int:
+        return len(self._containers)
+
+    # ------------------------------------------------------------------ lookup
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
+    def _container(self, name: str) -> Container:
+        return self._containers[container_of(name, len(self._containers))]
+
+    def _lookup(self, name: str) -> tuple[Container, Segment]:
+        self._check_open()
+        c = self._container(name)
+        seg = c.state.by_name.get(name)
+        if seg is None or seg.hidden:
+            raise SegmentNotFound(name)
+        return c, seg
+
+    def _state(self, name: str) -> SegmentState:
+        _, s = self._lookup(name)
+        return SegmentState(s.kind, s.start_offset, s.durable_length, s.sealed_durable)
+
+    def _advance(self, seg: Segment, end: int) -> None:
+        if end > seg.durable_length:
+            seg.durable_length = end
+            self._notify(seg.name)
+
+    def _sealed_durable(self, seg: Segment) -> None:
+        seg.sealed_durable = True
+        self._notify(seg.name)
+
+    async def _wait_merge(self, name: str) -> bool:
+        """Wait out a merge that is removing ``name``; True if there was one."""
+        future = self._merging.get(name)
+        if future is None:
+            return False
+        await asyncio.shield(future)
+        return True
+
+    # ------------------------------------------------------------------ segments
+
+    async def _create(self, name: str, kind: SegmentKind) -> None:
+        self._check_open()
+        check_name(name)
+        while await self._wait_merge(name):
+            pass
+        c = self._container(name)
+        if name in c.state.by_name:
+            raise SegmentExists(name)
+        seq = c.write(CreateRecord(c.state.next_segment_id, kind, now_ms(), name))
+        await c.durable(seq)
+
+    async def _append(
+        self,
+        name: str,
+        data: bytes,
+        expected_offset: int | None,
+        writer: WriterAppend | None,
+        kind: SegmentKind,
+    ) -> AppendResult:
+        c, s = self._lookup(name)
+        if s.kind is not kind:
+            raise SegmentTypeMismatch(name, kind.value)
+        if len(data) > MAX_APPEND_BYTES:
+            raise LimitExceeded("append bytes", MAX_APPEND_BYTES, len(data))
+        if s.sealed:
+            raise SegmentSealed(name, s.length)
+        previous = NULL_ATTRIBUTE_VALUE
+        if writer is not None:
+            previous = s.attributes.get(writer.writer_id, NULL_ATTRIBUTE_VALUE)
+            if writer.event_number <= previous:
+                length = s.length
+                await c.barrier()  # the original may still be in flight
+                return AppendResult(length, length, previous, duplicate=True)
+        if expected_offset is not None and expected_offset != s.length:
+            raise BadOffset(name, expected_offset, s.length)
+        offset = s.length
+        end = offset + len(data)
+        seq = c.write(AppendRecord(s.segment_id, offset, now_ms(), writer, data))
+        await c.durable(seq, lambda: self._advance(s, end))
+        return AppendResult(offset, end, previous)
+
+    async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult:
+        c, s = self._lookup(name)
+        if offset < s.start_offset:
+            raise SegmentTruncated(name, s.start_offset)
+        length = s.durable_length
+        if offset > length:
+            raise BadOffset(name, offset, length)
+        count = max(0, min(max_bytes, MAX_READ_BYTES, length - offset))
+        data = c.files.pread(s.segment_id, offset, count) if count else b""
+        end = offset + count
+        return ReadResult(offset, data, end == length, s.sealed_durable and end == length)
+
+    async def info(self, name: str) -> SegmentInfo:
+        c, _ = self._lookup(name)
+        await c.barrier()  # attributes (writer positions) must be durable before shown
+        _, s = self._lookup(name)
+        return SegmentInfo(
+            name,
+            s.kind,
+            s.start_offset,
+            s.durable_length,
+            s.sealed_durable,
+            s.modified_ms,
+            dict(s.attributes),
+        )
+
+    async def seal(self, name: str) -> int:
+        c, s = self._lookup(name)
+        if not s.sealed:
+            seq = c.write(SealRecord(s.segment_id, now_ms()))
+            await c.durable(seq, lambda: self._sealed_durable(s))
+        else:
+            await c.barrier()
+        return s.length
+
+    async def _truncate(self, name: str, offset: int) -> None:
+        c, s = self._lookup(name)
+        if not s.start_offset <= offset <= s.length:
+            raise BadOffset(name, offset, s.length)
+        if offset > s.start_offset:
+            seq = c.write(TruncateRecord(s.segment_id, offset, now_ms()))
+            await c.durable(seq)
+
+    async def _delete(self, name: str) -> None:
+        c, s = self._lookup(name)
+        seq = c.write(DeleteRecord(s.segment_id))
+        c.files.forget(s.segment_id)
+        await c.durable(seq)
+
+    async def merge(self, target: str, source: str) -> int:
+        while True:
+            self._check_open()
+            await self._wait_merge(source)
+            cs = self._container(source)
+            existing = cs.state.by_name.get(source)
+            if existing is None and cs.state.merged.get(source) == target:
+                _, t = self._lookup(target)
+                return t.length
+            ct, t = self._lookup(target)
+            cs, s = self._lookup(source)
+            if source == target:
+                raise StoreError(f"cannot merge segment {source!r} into itself")
+            for name, seg in ((target, t), (source, s)):
+                if seg.kind is not SegmentKind.STREAM:
+                    raise SegmentTypeMismatch(name, SegmentKind.STREAM.value)
+            if t.sealed:
+                raise SegmentSealed(target, t.length)
+            # Java seals the source first; its appends are then all durable.
+            if not s.sealed:
+                seq = cs.write(SealRecord(s.segment_id, now_ms()))
+                await cs.durable(seq, functools.partial(self._sealed_durable, s))
+                continue
+            if not s.sealed_durable or s.durable_length != s.length:
+                await cs.barrier()
+                continue
+            return await self._merge_sealed(ct, t, cs, s, target, source)
+
+    async def _merge_sealed(
+        self, ct: Container, t: Segment, cs: Container, s: Segment, target: str, source: str
+    ) -> int:
+        ct.check_writable()
+        s.hidden = True
+        done = self._merging[source] = asyncio.get_running_loop().create_future()
+        try:
+            offset = t.length
+            position = s.start_offset
+            while position < s.length:
+                count = min(MERGE_CHUNK_BYTES, s.length - position)
+                chunk = cs.files.pread(s.segment_id, position, count)
+                ct.write(MergeDataRecord(t.segment_id, offset + position - s.start_offset, chunk))
+                position += len(chunk)
+            new_length = offset + s.length - s.start_offset
+            seq = ct.write(
+                MergeCommitRecord(t.segment_id, new_length, now_ms(), s.segment_id, source)
+            )
+            self._tables.pop(source, None)
+            await ct.durable(seq, lambda: self._advance(t, new_length))
+            # The commit is durable: the source must go (recovery would finish it).
+            try:
+                seq = cs.write(DeleteRecord(s.segment_id, target))
+                cs.files.forget(s.segment_id)
+                await cs.durable(seq)
+            except StoreClosed:
+                pass  # recovery deletes the source; the merge itself is durable
+        except BaseException:
+            if s.segment_id in cs.state.by_id and t.length == offset:
+                s.hidden = False  # nothing was committed
+            raise
+        finally:
+            del self._merging[source]
+            done.set_result(None)
+        self._notify(target)
+        self._notify(source)
+        return new_length
+
+    async def get_attribute(self, name: str, attribute_id: UUID) -> int:
+        c, _ = self._lookup(name)
+        await c.barrier()
+        _, s = self._lookup(name)
+        return s.attributes.get(attribute_id, NULL_ATTRIBUTE_VALUE)
+
+    async def update_attribute(
+        self, name: str, attribute_id: UUID, new_value: int, expected_value: int
+    ) -> bool:
+        c, s = self._lookup(name)
+        if s.attributes.get(attribute_id, NULL_ATTRIBUTE_VALUE) != expected_value:
+            await c.barrier()
+            return False
+        seq = c.write(AttributeRecord(s.segment_id, attribute_id, new_value, now_ms()))
+        await c.durable(seq)
+        return True
+
+    async def list_segments(self) -> list[str]:
+        self._check_open()
+        return sorted(
+            name
+            for c in self._containers
+            for name, seg in c.state.by_name.items()
+            if not seg.hidden
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def flush(self) -> None:
+        self._check_open()
+        await asyncio.gather(*(c.flush() for c in self._containers))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for c in self._containers:
+            try:
+                await c.close()
+            except Exception as exc:
+                errors.append(exc)
+        os.close(self._lock_fd)
+        if errors:
+            raise errors[0]
