@@ -186,13 +186,13 @@ def test_goodbye_reply_with_empty_reason() -> None:
 
 
 def test_session_streams_are_the_concatenated_frames() -> None:
-    client_to_server = [
+    client_to_server: list[Message] = [
         ClientHello(0),
         Subscribe("logs", 1, 0),
         Request(1, 2),
         Goodbye("done"),
     ]
-    server_to_client = [
+    server_to_client: list[Message] = [
         ServerHello(0),
         Subscribed(1, 0),
         OnNext(1, b"hello"),
@@ -200,10 +200,10 @@ def test_session_streams_are_the_concatenated_frames() -> None:
         OnComplete(1),
         Goodbye(""),
     ]
-    assert b"".join(map(encode_frame, client_to_server)) == bytes.fromhex(
+    assert b"".join(encode_frame(m) for m in client_to_server) == bytes.fromhex(
         "030100000804046c6f6773010003050102060304646f6e65"
     )
-    assert b"".join(map(encode_frame, server_to_client)) == bytes.fromhex(
+    assert b"".join(encode_frame(m) for m in server_to_client) == bytes.fromhex(
         "03020000030701000808010568656c6c6f08080105776f726c64020c01020300"
     )
 

@@ -158,6 +158,8 @@ def decode_varint(data: bytes, position: int) -> tuple[int, int]:
         RemoteProtocolError: the varint runs past the end of ``data``, is
             longer than 10 bytes, is not in shortest form, or is ≥ 2^64.
     """
+    if position < len(data) and data[position] < 0x80:
+        return data[position], position + 1  # fast path: one byte, the common case
     value = 0
     shift = 0
     for count in range(1, MAX_VARINT_BYTES + 1):
