@@ -320,6 +320,15 @@ class DemandWindow:
       and per split element (at its first part), ``count`` per
       ``onNextPacked``.
 
+    The publisher's window never exceeds the subscriber's: the subscriber
+    counts its requests before they arrive and the elements only once they
+    have arrived. Stickiness keeps that true at the cap too. (Were the cap
+    not sticky, a publisher could saturate a sum that an element in flight had
+    already lowered on the subscriber's side, and be one element ahead.) So a
+    publisher that keeps to its own window is never flagged by the
+    subscriber. Once the subscriber is unbounded the two may differ by the
+    elements that were in flight, which only ever leaves the publisher lower.
+
     The caller checks legality first (:meth:`is_legal_request`,
     :meth:`can_consume`) and turns a refusal into the right error for its side;
     this class only asserts.
