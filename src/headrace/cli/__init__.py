@@ -7,6 +7,8 @@ import logging
 import click
 
 from headrace import __version__
+from headrace.cli.demo import demo
+from headrace.cli.serve import serve
 
 __all__ = ["main"]
 
@@ -18,3 +20,7 @@ def main(verbose: int) -> None:
     """headrace: a durable streaming storage service."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+main.add_command(serve)
+main.add_command(demo)
