@@ -1,0 +1,6 @@
+"""The server: thin asyncio adapters between sockets, the protocol codecs and the store.
+
+``ServerApp`` (``app.py``) owns the store and the listeners; each front door is
+one module here with a dispatch table (command -> store call) and an error
+table (store error -> wire reply).
+"""
