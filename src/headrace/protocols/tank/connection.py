@@ -75,6 +75,7 @@ class TankConnection:
     """
 
     __slots__ = (
+        "_abandoned",
         "_buffer",
         "_client_in_flight",
         "_events",
@@ -103,6 +104,8 @@ class TankConnection:
         self._outgoing = bytearray()
         # Client: request id -> request, to match and decode responses.
         self._client_in_flight: dict[int, Request] = {}
+        # Client: ids given up on (timed out); their late responses are dropped.
+        self._abandoned: set[int] = set()
         # Server: (request id, response msg id) -> count; clients may reuse ids.
         self._server_in_flight: Counter[tuple[int, MessageType]] = Counter()
         if role is Role.SERVER:
@@ -171,7 +174,7 @@ class TankConnection:
                 view = view[room:]
                 self._parse_frames()
         except RemoteProtocolError:
-            self._state = ConnectionState.ERROR
+            self._transition(Input.PROTOCOL_ERROR)
             raise
 
     def _parse_frames(self) -> None:
@@ -224,6 +227,9 @@ class TankConnection:
         response = decode_response(msg_id, payload, request)
         if self._transition(Input.RECEIVE_RESPONSE) is Action.SETTLE:  # pragma: no branch
             del self._client_in_flight[request_id]
+        if request_id in self._abandoned:
+            self._abandoned.discard(request_id)
+            return
         self._events.append(response)
 
     def events(self) -> Iterator[Event]:
@@ -287,6 +293,20 @@ class TankConnection:
         self._server_in_flight[key] -= 1
         if not self._server_in_flight[key]:
             del self._server_in_flight[key]
+
+    def abandon(self, request_id: int) -> None:
+        """Give up on a request (a client-side timeout); its response will be dropped.
+
+        The C++ client does the same: a response that arrives after its request
+        timed out is read and ignored. The id stays in flight, and cannot be
+        reused, until that response arrives.
+
+        Raises:
+            LocalProtocolError: not a client, or no such request in flight.
+        """
+        if self._role is not Role.CLIENT or request_id not in self._client_in_flight:
+            raise LocalProtocolError(f"no request with id {request_id} to abandon")
+        self._abandoned.add(request_id)
 
     def data_to_send(self) -> bytes:
         """Take the bytes queued by :meth:`send` (and the greeting); empty if none."""

@@ -128,17 +128,20 @@ _CLIENT: dict[tuple[ConnectionState, Input], tuple[Action, ConnectionState]] = {
 def _with_errors(
     table: dict[tuple[ConnectionState, Input], tuple[Action, ConnectionState]],
 ) -> dict[tuple[ConnectionState, Input], tuple[Action, ConnectionState]]:
-    """Add "a protocol error moves any live state to ERROR"."""
-    states = {state for state, _ in table} | {next_state for _, next_state in table.values()}
+    """Add "a protocol error moves a state that receives frames to ERROR"."""
+    receiving = {state for state, event in table if event.name.startswith("RECEIVE_")}
+    receiving.discard(_S.PEER_CLOSED)  # nothing is received after EOF
     errors = {
-        (state, _I.PROTOCOL_ERROR): (_A.NONE, _S.ERROR) for state in states if state != _S.ERROR
+        (state, _I.PROTOCOL_ERROR): (_A.NONE, _S.ERROR)
+        for state in ConnectionState  # declaration order keeps the docs table stable
+        if state in receiving
     }
     return table | errors
 
 
 TRANSITIONS: dict[tuple[Role, ConnectionState, Input], tuple[Action, ConnectionState]] = {
     (role, state, event): outcome
-    for role, table in ((Role.SERVER, _SERVER), (Role.CLIENT, _CLIENT))
+    for role, table in ((Role.CLIENT, _CLIENT), (Role.SERVER, _SERVER))
     for (state, event), outcome in _with_errors(table).items()
 }
 """``(role, state, input) -> (action, next state)``; anything absent is a violation."""
