@@ -1,0 +1,179 @@
+"""Test-only: real ``pravega_client`` scenarios against a controller, one per process.
+
+Usage: ``python real_client_scenarios.py SCENARIO tcp://127.0.0.1:PORT``. Prints
+one JSON object with what the client returned (errors as
+``{"error": "<type>", "final": <failed at once>}``); the parent test asserts
+on it. Run only in a child process with a hard timeout: the real client's
+calls block, hold the GIL, and retry for about a minute against a dead server.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pravega_client as pc
+
+FAST_S = 5.0
+"""A final error arrives at once; a retried one takes about 61 s."""
+
+
+def attempt(fn: Callable[[], Any]) -> Any:
+    start = time.monotonic()
+    try:
+        return fn()
+    except Exception as exc:
+        return {"error": type(exc).__name__, "final": time.monotonic() - start < FAST_S}
+
+
+def scopes_and_streams(m: Any) -> dict[str, Any]:
+    r: dict[str, Any] = {}
+    r["create_scope"] = m.create_scope("rc1")
+    r["create_scope_again"] = m.create_scope("rc1")
+    r["create_stream"] = m.create_stream("rc1", "fixed", 3)
+    r["create_stream_again"] = m.create_stream("rc1", "fixed", 3)
+    r["create_tagged"] = m.create_stream_with_policy(
+        "rc1",
+        "tagged",
+        pc.StreamScalingPolicy.fixed_scaling_policy(2),
+        pc.StreamRetentionPolicy.none(),
+        ["red", "blue"],
+    )
+    r["list_scope"] = m.list_scope()
+    r["list_stream"] = sorted(m.list_stream("rc1"))
+    r["tags_untagged"] = m.get_stream_tags("rc1", "fixed")
+    r["tags"] = m.get_stream_tags("rc1", "tagged")
+    r["update"] = m.update_stream_with_policy(
+        "rc1",
+        "tagged",
+        pc.StreamScalingPolicy.fixed_scaling_policy(2),
+        pc.StreamRetentionPolicy.by_size(1 << 20),
+        ["green"],
+    )
+    r["tags_updated"] = m.get_stream_tags("rc1", "tagged")
+    r["delete_scope_not_empty"] = attempt(lambda: m.delete_scope("rc1"))
+    r["delete_unsealed"] = attempt(lambda: m.delete_stream("rc1", "fixed"))
+    r["seal"] = m.seal_stream("rc1", "fixed")
+    r["seal_again"] = m.seal_stream("rc1", "fixed")
+    r["delete"] = m.delete_stream("rc1", "fixed")
+    r["delete_again"] = m.delete_stream("rc1", "fixed")
+    r["seal_tagged"] = m.seal_stream("rc1", "tagged")
+    r["delete_tagged"] = m.delete_stream("rc1", "tagged")
+    r["list_stream_after"] = m.list_stream("rc1")
+    r["delete_scope"] = m.delete_scope("rc1")
+    r["delete_scope_again"] = m.delete_scope("rc1")
+    r["list_scope_after"] = m.list_scope()
+    return r
+
+
+def policies(m: Any) -> dict[str, Any]:
+    m.create_scope("rc2")
+    return {
+        "by_event_rate": m.create_stream_with_policy(
+            "rc2",
+            "events",
+            pc.StreamScalingPolicy.auto_scaling_policy_by_event_rate(100, 2, 3),
+            pc.StreamRetentionPolicy.by_time(60_000),
+            ["auto"],
+        ),
+        "by_data_rate": m.create_stream_with_policy(
+            "rc2",
+            "bytes",
+            pc.StreamScalingPolicy.auto_scaling_policy_by_data_rate(1024, 2, 2),
+            pc.StreamRetentionPolicy.by_size(4096),
+            None,
+        ),
+        "tags_events": m.get_stream_tags("rc2", "events"),
+        "tags_bytes": m.get_stream_tags("rc2", "bytes"),
+        "list_stream": sorted(m.list_stream("rc2")),
+    }
+
+
+def bad_requests(m: Any) -> dict[str, Any]:
+    m.create_scope("rc3")
+    return {
+        "invalid_scope": attempt(lambda: m.create_scope("bad/name")),
+        "invalid_stream": attempt(lambda: m.create_stream("rc3", "bad_name", 1)),
+        "stream_in_missing_scope": attempt(lambda: m.create_stream("nope", "st", 1)),
+        "seal_missing": attempt(lambda: m.seal_stream("rc3", "nope")),
+        "tags_missing": attempt(lambda: m.get_stream_tags("rc3", "nope")),
+        "delete_missing_scope": m.delete_scope("nope"),
+        "list_missing_scope": m.list_stream("nope"),
+    }
+
+
+def transactions(m: Any) -> dict[str, Any]:
+    m.create_scope("rc4")
+    m.create_stream("rc4", "tx", 2)
+    writer = m.create_transaction_writer("rc4", "tx", 7)
+    first = writer.begin_txn()
+    r: dict[str, Any] = {"first_id": first.get_txn_id(), "first_open": first.is_open()}
+    r["get_txn_open"] = writer.get_txn(first.get_txn_id()).is_open()
+    first.abort()
+    r["first_open_after_abort"] = first.is_open()
+    second = writer.begin_txn()
+    r["second_id"] = second.get_txn_id()
+    second.commit()
+    r["second_open_after_commit"] = second.is_open()
+    m.seal_stream("rc4", "tx")
+    r["begin_on_sealed"] = attempt(writer.begin_txn)
+    return r
+
+
+def many_scopes(m: Any) -> dict[str, Any]:
+    names = [f"many-{i:04d}" for i in range(1100)]  # more than one listScopes page
+    created = [m.create_scope(n) for n in names]
+    listed = m.list_scope()
+    ours = [n for n in listed if n.startswith("many-")]
+    return {
+        "created": all(created),
+        "listed": sorted(ours) == names,
+        "no_duplicates": len(listed) == len(set(listed)),
+    }
+
+
+def restart_write(m: Any) -> dict[str, Any]:
+    return {
+        "scope": m.create_scope("durable"),
+        "stream": m.create_stream_with_policy(
+            "durable",
+            "st",
+            pc.StreamScalingPolicy.fixed_scaling_policy(2),
+            pc.StreamRetentionPolicy.none(),
+            ["kept"],
+        ),
+        "sealed": m.create_stream("durable", "sealed", 1) and m.seal_stream("durable", "sealed"),
+    }
+
+
+def restart_read(m: Any) -> dict[str, Any]:
+    return {
+        "scopes": m.list_scope(),
+        "streams": sorted(m.list_stream("durable")),
+        "tags": m.get_stream_tags("durable", "st"),
+        "create_again": m.create_stream("durable", "st", 2),
+        "delete_sealed": m.delete_stream("durable", "sealed"),
+    }
+
+
+SCENARIOS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    f.__name__: f
+    for f in (
+        scopes_and_streams,
+        policies,
+        bad_requests,
+        transactions,
+        many_scopes,
+        restart_write,
+        restart_read,
+    )
+}
+
+
+if __name__ == "__main__":
+    scenario, uri = sys.argv[1], sys.argv[2]
+    manager = pc.StreamManager(uri)
+    print(json.dumps(SCENARIOS[scenario](manager)), flush=True)

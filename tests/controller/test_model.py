@@ -1,0 +1,556 @@
+"""ControllerModel over both stores: scopes, streams, segments, scaling, transactions, restarts."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headrace.controller.errors import (
+    InvalidArgument,
+    InvalidName,
+    LeaseTooLarge,
+    ScalePreconditionFailed,
+    ScopeExists,
+    ScopeNotEmpty,
+    ScopeNotFound,
+    SegmentNotInStream,
+    StreamExists,
+    StreamNotFound,
+    StreamNotSealed,
+    StreamSealed,
+    TxnNotFound,
+    TxnNotOpen,
+)
+from headrace.controller.model import (
+    COMPLETED_TXN_KEEP_MS,
+    LEASE_SLACK_FACTOR,
+    MAX_SEGMENTS_PER_EPOCH,
+    MAX_TXN_LEASE_MS,
+    ControllerModel,
+)
+from headrace.controller.naming import TxnId, segment_id, segment_name
+from headrace.controller.records import (
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    StreamConfig,
+    TxnState,
+)
+from headrace.errors import SegmentNotFound
+from headrace.store.api import FsyncPolicy, SegmentStore
+from headrace.store.disk import DiskStore
+from headrace.store.memory import MemoryStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class Env:
+    """A store and a model on it; ``restart`` rebuilds the model (and reopens a disk store)."""
+
+    def __init__(self, kind: str, path: Path) -> None:
+        self.kind = kind
+        self.path = path
+        self.clock = Clock()
+        self.store: SegmentStore = MemoryStore()
+        self.model: ControllerModel
+
+    async def open(self, store: SegmentStore | None = None) -> None:
+        if store is None:
+            if self.kind == "disk":
+                self.store = await DiskStore.open(self.path, fsync=FsyncPolicy.NEVER)
+            store = self.store
+        self.model = await ControllerModel.open(store, clock_ms=self.clock)
+
+    async def restart(self, store: SegmentStore | None = None) -> None:
+        if self.kind == "disk":
+            await self.store.close()
+        await self.open(store)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+@pytest.fixture(params=["memory", "disk"])
+async def env(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Env]:
+    e = Env(request.param, tmp_path / "data")
+    await e.open()
+    yield e
+    await e.close()
+
+
+def fixed(n: int, tags: tuple[str, ...] = ()) -> StreamConfig:
+    return StreamConfig(scaling=ScalingPolicy(min_num_segments=n), tags=tags)
+
+
+async def make_stream(env: Env, n: int = 1, scope: str = "sc", stream: str = "st") -> None:
+    if not env.model.scope_exists(scope):
+        await env.model.create_scope(scope)
+    await env.model.create_stream(scope, stream, fixed(n))
+
+
+# --------------------------------------------------------------------------- scopes
+
+
+async def test_create_scope_then_exists_and_listed(env: Env) -> None:
+    await env.model.create_scope("b")
+    await env.model.create_scope("a")
+    assert env.model.scope_exists("a")
+    assert env.model.list_scopes(limit=10) == ["a", "b"]
+
+
+async def test_create_scope_twice_raises_scope_exists(env: Env) -> None:
+    await env.model.create_scope("a")
+    with pytest.raises(ScopeExists):
+        await env.model.create_scope("a")
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "_system", "x y"])
+async def test_create_scope_with_invalid_name_raises(env: Env, name: str) -> None:
+    with pytest.raises(InvalidName):
+        await env.model.create_scope(name)
+
+
+async def test_list_scopes_pages_after_the_token(env: Env) -> None:
+    for name in ["s1", "s2", "s3"]:
+        await env.model.create_scope(name)
+    assert env.model.list_scopes(limit=2) == ["s1", "s2"]
+    assert env.model.list_scopes(after="s2", limit=2) == ["s3"]
+    assert env.model.list_scopes(after="s3", limit=2) == []
+
+
+async def test_delete_scope_with_streams_raises_not_empty(env: Env) -> None:
+    await make_stream(env)
+    with pytest.raises(ScopeNotEmpty):
+        await env.model.delete_scope("sc")
+
+
+async def test_delete_missing_scope_raises_not_found(env: Env) -> None:
+    with pytest.raises(ScopeNotFound):
+        await env.model.delete_scope("nope")
+
+
+async def test_delete_empty_scope(env: Env) -> None:
+    await env.model.create_scope("a")
+    await env.model.delete_scope("a")
+    assert not env.model.scope_exists("a")
+    assert env.model.list_scopes(limit=10) == []
+
+
+# --------------------------------------------------------------------------- streams
+
+
+async def test_create_stream_creates_segments_partitioning_the_key_space(env: Env) -> None:
+    await make_stream(env, 3)
+    segs = env.model.current_segments("sc", "st")
+    assert [s.id for s in segs] == [0, 1, 2]
+    assert segs[0].min_key == 0.0 and segs[-1].max_key == 1.0
+    assert all(a.max_key == b.min_key for a, b in itertools.pairwise(segs))
+    names = await env.store.list_segments()
+    for i in range(3):
+        assert f"sc/st/{i}.#epoch.0" in names
+
+
+async def test_create_stream_in_missing_scope_raises_scope_not_found(env: Env) -> None:
+    with pytest.raises(ScopeNotFound):
+        await env.model.create_stream("nope", "st", fixed(1))
+
+
+async def test_create_stream_twice_raises_stream_exists(env: Env) -> None:
+    await make_stream(env)
+    with pytest.raises(StreamExists):
+        await env.model.create_stream("sc", "st", fixed(1))
+
+
+async def test_create_stream_with_invalid_name_raises(env: Env) -> None:
+    await env.model.create_scope("sc")
+    with pytest.raises(InvalidName):
+        await env.model.create_stream("sc", "a_kvtable", fixed(1))
+
+
+async def test_create_stream_with_zero_segments_gets_one(env: Env) -> None:
+    await env.model.create_scope("sc")
+    await env.model.create_stream("sc", "st", fixed(0))
+    assert len(env.model.current_segments("sc", "st")) == 1
+
+
+async def test_create_stream_with_too_many_segments_raises(env: Env) -> None:
+    await env.model.create_scope("sc")
+    with pytest.raises(InvalidArgument):
+        await env.model.create_stream("sc", "st", fixed(MAX_SEGMENTS_PER_EPOCH + 1))
+
+
+async def test_auto_scaling_policy_is_recorded_and_starts_at_min_segments(env: Env) -> None:
+    await env.model.create_scope("sc")
+    cfg = StreamConfig(
+        scaling=ScalingPolicy(ScalingType.BY_RATE_IN_EVENTS_PER_SEC, 100, 2, 2),
+        retention=RetentionPolicy(RetentionType.SIZE, 1024, 4096),
+    )
+    await env.model.create_stream("sc", "st", cfg)
+    assert env.model.stream_config("sc", "st") == cfg
+    assert len(env.model.current_segments("sc", "st")) == 2
+
+
+async def test_update_stream_replaces_tags_and_list_filters_by_tag(env: Env) -> None:
+    await env.model.create_scope("sc")
+    await env.model.create_stream("sc", "a", fixed(1, ("x",)))
+    await env.model.create_stream("sc", "b", fixed(1))
+    assert env.model.list_streams("sc", limit=10, tag="x") == ["a"]
+    await env.model.update_stream("sc", "b", fixed(1, ("x", "y", "x")))
+    assert env.model.stream_config("sc", "b").tags == ("x", "y")
+    assert env.model.list_streams("sc", limit=10, tag="x") == ["a", "b"]
+    assert env.model.list_streams("sc", limit=10) == ["a", "b"]
+
+
+async def test_update_missing_stream_raises_stream_not_found(env: Env) -> None:
+    await env.model.create_scope("sc")
+    with pytest.raises(StreamNotFound):
+        await env.model.update_stream("sc", "nope", fixed(1))
+    with pytest.raises(ScopeNotFound):
+        await env.model.update_stream("nope", "nope", fixed(1))
+
+
+async def test_list_streams_of_missing_scope_raises(env: Env) -> None:
+    with pytest.raises(ScopeNotFound):
+        env.model.list_streams("nope", limit=10)
+
+
+async def test_seal_stream_seals_segments_and_empties_current(env: Env) -> None:
+    await make_stream(env, 2)
+    await env.model.seal_stream("sc", "st")
+    assert env.model.current_segments("sc", "st") == []
+    assert env.model.successors("sc", "st", 0) == []
+    assert [s.id for s in env.model.epoch_segments("sc", "st", 0)] == [0, 1]
+    for i in range(2):
+        assert (await env.store.info(f"sc/st/{i}.#epoch.0")).sealed
+    await env.model.seal_stream("sc", "st")  # idempotent
+
+
+async def test_delete_unsealed_stream_raises_not_sealed(env: Env) -> None:
+    await make_stream(env)
+    with pytest.raises(StreamNotSealed):
+        await env.model.delete_stream("sc", "st")
+
+
+async def test_delete_sealed_stream_removes_segments_and_record(env: Env) -> None:
+    await make_stream(env, 2)
+    await env.model.seal_stream("sc", "st")
+    await env.model.delete_stream("sc", "st")
+    assert not env.model.stream_exists("sc", "st")
+    assert not [n for n in await env.store.list_segments() if n.startswith("sc/")]
+    with pytest.raises(StreamNotFound):
+        await env.model.delete_stream("sc", "st")
+    await env.model.delete_scope("sc")
+
+
+async def test_recreated_stream_starts_empty(env: Env) -> None:
+    await make_stream(env)
+    await env.store.append("sc/st/0.#epoch.0", b"old")
+    await env.model.seal_stream("sc", "st")
+    await env.model.delete_stream("sc", "st")
+    await env.model.create_stream("sc", "st", fixed(1))
+    assert (await env.store.info("sc/st/0.#epoch.0")).length == 0
+
+
+async def test_create_stream_replaces_an_orphan_segment(env: Env) -> None:
+    await env.model.create_scope("sc")
+    await env.store.create_segment("sc/st/0.#epoch.0")
+    await env.store.append("sc/st/0.#epoch.0", b"orphan")
+    await env.model.create_stream("sc", "st", fixed(1))
+    assert (await env.store.info("sc/st/0.#epoch.0")).length == 0
+
+
+# --------------------------------------------------------------------------- segments
+
+
+async def test_head_segments_start_at_the_store_start_offset(env: Env) -> None:
+    await make_stream(env)
+    await env.store.append("sc/st/0.#epoch.0", b"0123456789")
+    await env.store.truncate("sc/st/0.#epoch.0", 4)
+    [head] = await env.model.head_segments("sc", "st")
+    assert (head.segment.id, head.offset) == (0, 4)
+    [at_zero] = await env.model.segments_at("sc", "st", 0)
+    assert at_zero == head
+
+
+async def test_unknown_segment_has_no_successors_but_an_error(env: Env) -> None:
+    await make_stream(env)
+    with pytest.raises(SegmentNotInStream):
+        env.model.successors("sc", "st", 99)
+
+
+async def test_epoch_out_of_range_raises(env: Env) -> None:
+    await make_stream(env)
+    with pytest.raises(InvalidArgument):
+        env.model.epoch_segments("sc", "st", 1)
+
+
+async def test_scale_splits_a_segment_and_links_successors(env: Env) -> None:
+    await make_stream(env, 1)
+    env.clock.now_ms += 1000
+    start_epoch, new = await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+    assert start_epoch == 0
+    assert [s.id for s in new] == [segment_id(1, 1), segment_id(1, 2)]
+    assert [s.id for s in env.model.current_segments("sc", "st")] == [s.id for s in new]
+    assert (await env.store.info("sc/st/0.#epoch.0")).sealed
+    assert "sc/st/1.#epoch.1" in await env.store.list_segments()
+    succ = env.model.successors("sc", "st", 0)
+    assert [(s.segment.id, s.predecessors) for s in succ] == [
+        (segment_id(1, 1), (0,)),
+        (segment_id(1, 2), (0,)),
+    ]
+    assert env.model.successors("sc", "st", segment_id(1, 1)) == []
+    assert env.model.is_segment_open("sc", "st", segment_id(1, 2))
+    assert not env.model.is_segment_open("sc", "st", 0)
+    # The head is still epoch 0; a time after the scale gives epoch 1.
+    assert [h.segment.id for h in await env.model.head_segments("sc", "st")] == [0]
+    later = await env.model.segments_at("sc", "st", env.clock.now_ms)
+    assert [h.segment.id for h in later] == [s.id for s in new]
+
+
+async def test_scale_merging_two_segments_lists_both_predecessors(env: Env) -> None:
+    await make_stream(env, 2)
+    _, [merged] = await env.model.scale("sc", "st", [0, 1], [(0.0, 1.0)])
+    [succ] = env.model.successors("sc", "st", 1)
+    assert succ.segment.id == merged.id
+    assert succ.predecessors == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("sealed", "ranges"),
+    [
+        ([0], [(0.0, 0.4), (0.5, 1.0)]),  # a gap
+        ([0], [(0.0, 0.6), (0.5, 1.0)]),  # an overlap
+        ([0], [(0.0, 0.4)]),  # too short
+        ([0], []),  # nothing
+        ([7], [(0.0, 1.0)]),  # not a segment
+        ([0, 0], [(0.0, 1.0)]),  # twice
+    ],
+)
+async def test_scale_with_ranges_that_do_not_fit_fails(
+    env: Env, sealed: list[int], ranges: list[tuple[float, float]]
+) -> None:
+    await make_stream(env, 1)
+    with pytest.raises(ScalePreconditionFailed):
+        await env.model.scale("sc", "st", sealed, ranges)
+    assert [s.id for s in env.model.current_segments("sc", "st")] == [0]
+
+
+async def test_scale_with_open_transaction_fails(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.model.create_txn("sc", "st", 90_000)
+    with pytest.raises(ScalePreconditionFailed):
+        await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+
+
+async def test_stream_cut_validity(env: Env) -> None:
+    await make_stream(env, 2)
+    assert env.model.is_stream_cut_valid("sc", "st", {0: 0, 1: 10})
+    assert not env.model.is_stream_cut_valid("sc", "st", {0: 0})  # a hole
+    assert not env.model.is_stream_cut_valid("sc", "st", {0: 0, 1: -1})
+    assert not env.model.is_stream_cut_valid("sc", "st", {0: 0, 5: 0})
+    assert not env.model.is_stream_cut_valid("sc", "nope", {0: 0})
+
+
+async def test_truncate_stream_moves_start_and_deletes_older_segments(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.store.append("sc/st/0.#epoch.0", b"old")
+    _, new = await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+    a, b = (s.id for s in new)
+    await env.store.append(segment_name("sc", "st", a), b"abcdef")
+    assert [s.id for s in env.model.segments_between("sc", "st", {}, {})] == [0, a, b]
+    await env.model.truncate_stream("sc", "st", {a: 2, b: 0})
+    assert "sc/st/0.#epoch.0" not in await env.store.list_segments()
+    assert (await env.store.info(segment_name("sc", "st", a))).start_offset == 2
+    heads = await env.model.head_segments("sc", "st")
+    assert [(h.segment.id, h.offset) for h in heads] == [(a, 2), (b, 0)]
+    assert [s.id for s in env.model.segments_between("sc", "st", {}, {})] == [a, b]
+
+
+async def test_truncate_beyond_length_is_invalid(env: Env) -> None:
+    await make_stream(env, 1)
+    with pytest.raises(InvalidArgument):
+        await env.model.truncate_stream("sc", "st", {0: 5})
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+async def test_create_txn_makes_one_segment_per_active_segment(env: Env) -> None:
+    await make_stream(env, 2)
+    txn, segs = await env.model.create_txn("sc", "st", 90_000)
+    assert [s.id for s in segs] == [0, 1]
+    assert txn.txn.low_bits >= 0
+    assert txn.txn.epoch == 0
+    names = env.model.txn_segments("sc", "st", txn.txn)
+    assert names == [
+        f"sc/st/0.#epoch.0#transaction.{txn.txn.hex}",
+        f"sc/st/1.#epoch.0#transaction.{txn.txn.hex}",
+    ]
+    stored = await env.store.list_segments()
+    assert all(n in stored for n in names)
+    second, _ = await env.model.create_txn("sc", "st", 90_000)
+    assert second.txn != txn.txn
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.OPEN
+
+
+async def test_commit_merges_transaction_data_contiguously(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    [txn_seg] = env.model.txn_segments("sc", "st", txn.txn)
+    await env.store.append("sc/st/0.#epoch.0", b"before|")
+    await env.store.append(txn_seg, b"t1|")
+    await env.store.append(txn_seg, b"t2|")
+    await env.store.append("sc/st/0.#epoch.0", b"after|")
+    await env.model.commit_txn("sc", "st", txn.txn, writer_id="7", timestamp=-(2**63))
+    data = (await env.store.read("sc/st/0.#epoch.0", 0, 1000)).data
+    assert data == b"before|after|t1|t2|"
+    assert txn_seg not in await env.store.list_segments()
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.COMMITTED
+    await env.model.commit_txn("sc", "st", txn.txn)  # idempotent
+    with pytest.raises(TxnNotOpen):
+        await env.model.abort_txn("sc", "st", txn.txn)
+
+
+async def test_abort_deletes_transaction_segments(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    [txn_seg] = env.model.txn_segments("sc", "st", txn.txn)
+    await env.store.append(txn_seg, b"never")
+    await env.model.abort_txn("sc", "st", txn.txn)
+    assert txn_seg not in await env.store.list_segments()
+    assert (await env.store.info("sc/st/0.#epoch.0")).length == 0
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.ABORTED
+    await env.model.abort_txn("sc", "st", txn.txn)  # idempotent
+    with pytest.raises(TxnNotOpen):
+        await env.model.commit_txn("sc", "st", txn.txn)
+
+
+async def test_unknown_transaction_raises_txn_not_found(env: Env) -> None:
+    await make_stream(env, 1)
+    with pytest.raises(TxnNotFound):
+        env.model.txn_state("sc", "st", TxnId(0, 12345))
+    with pytest.raises(TxnNotFound):
+        await env.model.commit_txn("sc", "st", TxnId(0, 12345))
+
+
+async def test_txn_on_sealed_stream_raises(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.model.seal_stream("sc", "st")
+    with pytest.raises(StreamSealed):
+        await env.model.create_txn("sc", "st", 90_000)
+
+
+async def test_lease_limits(env: Env) -> None:
+    await make_stream(env, 1)
+    with pytest.raises(LeaseTooLarge):
+        await env.model.create_txn("sc", "st", MAX_TXN_LEASE_MS + 1)
+    with pytest.raises(InvalidArgument):
+        await env.model.create_txn("sc", "st", 0)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    with pytest.raises(LeaseTooLarge):
+        env.model.ping_txn("sc", "st", txn.txn, MAX_TXN_LEASE_MS + 1)
+
+
+async def test_sweep_aborts_only_after_the_lease_slack(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    env.clock.now_ms += 90_000 + 1  # one lease: the pinger may still be asleep
+    assert (await env.model.sweep()).aborted == 0
+    assert env.model.ping_txn("sc", "st", txn.txn, 90_000) is TxnState.OPEN
+    env.clock.now_ms += LEASE_SLACK_FACTOR * 90_000 - 1
+    assert (await env.model.sweep()).aborted == 0
+    env.clock.now_ms += 1
+    assert (await env.model.sweep()).aborted == 1
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.ABORTED
+    assert env.model.ping_txn("sc", "st", txn.txn, 90_000) is TxnState.ABORTED
+    env.clock.now_ms += COMPLETED_TXN_KEEP_MS
+    assert (await env.model.sweep()).purged == 1
+    with pytest.raises(TxnNotFound):
+        env.model.txn_state("sc", "st", txn.txn)
+
+
+async def test_seal_stream_aborts_open_transactions(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    await env.model.seal_stream("sc", "st")
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.ABORTED
+
+
+async def test_delete_stream_removes_its_transactions(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    await env.model.seal_stream("sc", "st")
+    await env.model.delete_stream("sc", "st")
+    await env.model.create_stream("sc", "st", fixed(1))
+    with pytest.raises(TxnNotFound):
+        env.model.txn_state("sc", "st", txn.txn)
+
+
+# --------------------------------------------------------------------------- restarts
+
+
+async def test_metadata_survives_a_restart(env: Env) -> None:
+    await env.model.create_scope("sc")
+    await env.model.create_stream("sc", "st", fixed(2, ("t",)))
+    await env.model.create_stream("sc", "sealed", fixed(1))
+    await env.model.seal_stream("sc", "sealed")
+    _, new = await env.model.scale("sc", "st", [0], [(0.0, 0.25), (0.25, 0.5)])
+    open_txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    done_txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    await env.model.commit_txn("sc", "st", done_txn.txn)
+    before = env.model.current_segments("sc", "st")
+
+    await env.restart()
+
+    assert env.model.list_scopes(limit=10) == ["sc"]
+    assert env.model.list_streams("sc", limit=10) == ["sealed", "st"]
+    assert env.model.stream_config("sc", "st").tags == ("t",)
+    assert env.model.current_segments("sc", "st") == before
+    assert env.model.current_segments("sc", "sealed") == []
+    assert env.model.txn_state("sc", "st", open_txn.txn) is TxnState.OPEN
+    assert env.model.txn_state("sc", "st", done_txn.txn) is TxnState.COMMITTED
+    third, _ = await env.model.create_txn("sc", "st", 90_000)
+    assert third.txn not in (open_txn.txn, done_txn.txn)
+    assert [s.segment.id for s in env.model.successors("sc", "st", 0)] == [s.id for s in new]
+
+
+class FailingMerge:
+    """A store whose merges fail: a crash in the middle of a commit."""
+
+    def __init__(self, inner: SegmentStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def merge(self, target: str, source: str) -> int:
+        raise OSError("injected: the process dies here")
+
+
+async def test_restart_finishes_an_interrupted_commit(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    [txn_seg] = env.model.txn_segments("sc", "st", txn.txn)
+    await env.store.append(txn_seg, b"payload")
+    broken = await ControllerModel.open(FailingMerge(env.store), clock_ms=env.clock)  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="injected"):
+        await broken.commit_txn("sc", "st", txn.txn)
+    assert broken.txn_state("sc", "st", txn.txn) is TxnState.COMMITTING
+
+    await env.restart()
+
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.COMMITTED
+    assert (await env.store.read("sc/st/0.#epoch.0", 0, 100)).data == b"payload"
+    with pytest.raises(SegmentNotFound):
+        await env.store.info(txn_seg)

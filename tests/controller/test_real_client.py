@@ -1,0 +1,197 @@
+"""The real ``pravega`` 0.3.8 client against our controller, each side in its own process.
+
+The server runs in ``controller_runner.py`` (a ServerApp with the controller
+listener); each scenario of ``real_client_scenarios.py`` runs in a child
+process with a hard timeout and prints JSON that these tests assert on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+RUNNER = HERE / "controller_runner.py"
+SCENARIOS = HERE / "real_client_scenarios.py"
+ROOT = HERE.parent.parent
+
+STARTUP_TIMEOUT_S = 30.0
+SCENARIO_TIMEOUT_S = 90.0  # a retried failure takes ~61 s; a healthy scenario well under 5 s
+STOP_TIMEOUT_S = 15.0
+
+
+class Controller:
+    """A controller_runner process and its port."""
+
+    def __init__(self, data_dir: Path | None = None) -> None:
+        args = [sys.executable, str(RUNNER)]
+        if data_dir is not None:
+            args += ["--data-dir", str(data_dir)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=ROOT
+        )
+        self.port = self._wait_ready()
+        self.uri = f"tcp://127.0.0.1:{self.port}"
+
+    def _wait_ready(self) -> int:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=deadline - time.monotonic()):
+                    break
+                line = self.proc.stdout.readline().decode()
+                if not line:
+                    break  # the runner exited
+                if line.startswith("READY "):
+                    port = int(line.split()[1])
+                    _wait_connectable(port, deadline)
+                    return port
+        self.stop()
+        raise AssertionError(f"controller did not start: {self.stderr()}")
+
+    def run(self, scenario: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, str(SCENARIOS), scenario, self.uri],
+            capture_output=True,
+            timeout=SCENARIO_TIMEOUT_S,
+            text=True,
+        )
+        assert done.returncode == 0, f"{scenario} failed:\n{done.stderr}"
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    def stop(self) -> None:
+        """SIGTERM (a graceful stop), SIGKILL if that takes too long; closes the pipes."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not self._stderr.closed:
+            self._stderr.seek(0)
+            self._stderr_text = self._stderr.read().decode(errors="replace")
+            self._stderr.close()
+
+    def stderr(self) -> str:
+        return getattr(self, "_stderr_text", "(still running)")
+
+
+def _wait_connectable(port: int, deadline: float) -> None:
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)  # polling a port with a deadline, not synchronisation
+
+
+@pytest.fixture(scope="module")
+def controller() -> Iterator[Controller]:
+    ctl = Controller()
+    yield ctl
+    ctl.stop()
+    assert ctl.proc.returncode == 0, ctl.stderr()
+
+
+def test_scopes_and_streams(controller: Controller) -> None:
+    r = controller.run("scopes_and_streams")
+    assert r["create_scope"] is True
+    assert r["create_scope_again"] is False
+    assert r["create_stream"] is True
+    assert r["create_stream_again"] is False
+    assert r["create_tagged"] is True
+    assert "rc1" in r["list_scope"]
+    assert r["list_stream"] == ["fixed", "tagged"]
+    assert r["tags_untagged"] is None
+    assert r["tags"] == ["red", "blue"]
+    assert r["update"] is True
+    assert r["tags_updated"] == ["green"]
+    assert r["delete_scope_not_empty"] == {"error": "ValueError", "final": True}
+    assert r["delete_unsealed"] == {"error": "ValueError", "final": True}
+    assert r["seal"] is True and r["seal_again"] is True
+    assert r["delete"] is True
+    assert r["delete_again"] is False
+    assert r["seal_tagged"] is True and r["delete_tagged"] is True
+    assert r["list_stream_after"] == []
+    assert r["delete_scope"] is True
+    assert r["delete_scope_again"] is False
+    assert "rc1" not in r["list_scope_after"]
+
+
+def test_auto_scaling_and_retention_policies(controller: Controller) -> None:
+    r = controller.run("policies")
+    assert r["by_event_rate"] is True and r["by_data_rate"] is True
+    assert r["tags_events"] == ["auto"]
+    assert r["tags_bytes"] is None
+    assert r["list_stream"] == ["bytes", "events"]
+
+
+def test_bad_requests_fail_at_once(controller: Controller) -> None:
+    r = controller.run("bad_requests")
+    for key in [
+        "invalid_scope",
+        "invalid_stream",
+        "stream_in_missing_scope",
+        "seal_missing",
+        "tags_missing",
+    ]:
+        assert r[key] == {"error": "ValueError", "final": True}, key
+    assert r["delete_missing_scope"] is False
+    assert r["list_missing_scope"] == []
+
+
+def test_transactions_without_events(controller: Controller) -> None:
+    r = controller.run("transactions")
+    assert r["first_open"] is True
+    assert r["get_txn_open"] is True
+    assert r["first_open_after_abort"] is False
+    assert r["second_id"] != r["first_id"]
+    assert r["second_open_after_commit"] is False
+    assert r["begin_on_sealed"] == {"error": "ValueError", "final": True}
+
+
+def test_list_scopes_across_pages(controller: Controller) -> None:
+    r = controller.run("many_scopes")
+    assert r == {"created": True, "listed": True, "no_duplicates": True}
+
+
+def test_metadata_survives_a_server_restart(tmp_path: Path) -> None:
+    first = Controller(tmp_path / "data")
+    try:
+        written = first.run("restart_write")
+    finally:
+        first.stop()
+    assert written == {"scope": True, "stream": True, "sealed": True}
+    second = Controller(tmp_path / "data")
+    try:
+        r = second.run("restart_read")
+    finally:
+        second.stop()
+    assert r["scopes"] == ["durable"]
+    assert r["streams"] == ["sealed", "st"]
+    assert r["tags"] == ["kept"]
+    assert r["create_again"] is False
+    assert r["delete_sealed"] is True
