@@ -74,6 +74,7 @@ from headrace.protocols.reactive.commands import (
     SubscriptionAborted,
 )
 from headrace.protocols.reactive.states import (
+    CONNECTION_ON_PROTOCOL_ERROR,
     CONNECTION_TRANSITIONS,
     PUBLISHER_TRANSITIONS,
     SUBSCRIBER_TRANSITIONS,
@@ -293,11 +294,9 @@ class ReactiveConnection:
 
     def _fail(self, exc: RemoteProtocolError) -> None:
         self._error = exc
-        if self._state in (ConnectionState.GOODBYE_SENT, ConnectionState.CLOSED):
-            exc.reply_hint = None  # we have said goodbye already
-            self._state = ConnectionState.CLOSED
-        else:
-            self._state = ConnectionState.ERROR
+        self._state = CONNECTION_ON_PROTOCOL_ERROR[self._state]
+        if self._state is ConnectionState.CLOSED:
+            exc.reply_hint = None  # we have said goodbye already: no reply is possible
 
     def _receive_eof(self) -> None:
         if self._buffer:

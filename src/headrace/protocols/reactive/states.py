@@ -65,6 +65,7 @@ import enum
 from headrace.protocols.reactive.codec import MAX_DEMAND
 
 __all__ = [
+    "CONNECTION_ON_PROTOCOL_ERROR",
     "CONNECTION_TRANSITIONS",
     "PUBLISHER_TRANSITIONS",
     "SUBSCRIBER_TRANSITIONS",
@@ -152,9 +153,18 @@ CONNECTION_TRANSITIONS = {
     (_C.ERROR, _CI.SEND_GOODBYE): (Action.SEND, _C.CLOSED),
 }
 """Connection table. Missing ``RECV_*``: protocol error (a message before the peer's
-hello, a second hello). Missing ``SEND_*``: ``LocalProtocolError``. A protocol error
-moves any state to ``ERROR``; that step is not an input of the table because every
-state takes it."""
+hello, a second hello). Missing ``SEND_*``: ``LocalProtocolError``."""
+
+CONNECTION_ON_PROTOCOL_ERROR: dict[ConnectionState, ConnectionState] = {
+    _C.AWAITING_HELLO: _C.ERROR,
+    _C.OPEN: _C.ERROR,
+    _C.GOODBYE_SENT: _C.CLOSED,
+    _C.CLOSED: _C.CLOSED,
+    _C.ERROR: _C.ERROR,
+}
+"""Where a protocol error by the peer leads, from each state (B.7: answered with
+``goodbye(<description>)``, then close). From ``ERROR`` we may still send that goodbye;
+after our own goodbye there is nothing left to say, so the connection is ``CLOSED``."""
 
 
 # --------------------------------------------------------------------------- subscriber side
