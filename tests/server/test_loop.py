@@ -1,0 +1,189 @@
+"""The generic connection loop and accept loop, over real loopback sockets.
+
+A tiny line protocol stands in for a front door: ``wait NAME`` parks until
+``go NAME`` arrives (on any connection), ``echo TEXT`` answers at once,
+``bad`` is a protocol error. Everything here is about the loop, not the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from headrace.errors import RemoteProtocolError
+from headrace.server._listen import start_tcp_listener
+from headrace.server._loop import ConnectionHandler
+from headrace.server.app import Listener
+
+WAIT_S = 10.0  # bound on every wait in these tests
+
+
+class LineHandler(ConnectionHandler):
+    name = "lines"
+
+    def __init__(self, gates: dict[str, asyncio.Event], closed: list[str]) -> None:
+        self._buffer = b""
+        self._out = bytearray()
+        self._gates = gates
+        self._closed = closed
+
+    def feed(self, data: bytes) -> list[object]:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        events: list[object] = []
+        for line in lines:
+            if line == b"bad":
+                raise RemoteProtocolError("bad line", reply_hint=b"error: bad line\n")
+            events.append(line.decode())
+        return events
+
+    def sequential(self, event: object) -> bool:
+        return str(event).startswith("seq ")
+
+    async def handle(self, event: object) -> None:
+        verb, _, arg = str(event).partition(" ")
+        if verb == "wait":
+            await self._gates.setdefault(arg, asyncio.Event()).wait()
+            self._out += f"done {arg}\n".encode()
+        elif verb == "go":
+            self._gates.setdefault(arg, asyncio.Event()).set()
+            self._out += f"went {arg}\n".encode()
+        elif verb == "seq":
+            name, _, gate = arg.partition(" ")
+            if gate:
+                await self._gates.setdefault(gate, asyncio.Event()).wait()
+            self._out += f"seq {name}\n".encode()
+        elif verb == "crash":
+            raise ValueError("handler bug")
+        else:
+            self._out += f"echo {arg}\n".encode()
+
+    def data_to_send(self) -> bytes:
+        data, self._out = bytes(self._out), bytearray()
+        return data
+
+    def on_protocol_error(self, exc: RemoteProtocolError) -> None:
+        assert isinstance(exc.reply_hint, bytes)
+        self._out += exc.reply_hint
+
+    def on_start(self) -> None:
+        self._out += b"hello\n"
+
+    async def on_close(self) -> None:
+        self._closed.append("closed")
+
+
+@pytest.fixture
+async def gates() -> dict[str, asyncio.Event]:
+    return {}
+
+
+@pytest.fixture
+async def closed() -> list[str]:
+    return []
+
+
+@pytest.fixture
+async def listener(gates: dict[str, asyncio.Event], closed: list[str]) -> AsyncIterator[Listener]:
+    listener = await start_tcp_listener(
+        "lines", "127.0.0.1", 0, lambda: LineHandler(gates, closed), max_connections=3
+    )
+    yield listener
+    await listener.aclose()
+
+
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), WAIT_S)
+    assert await _line(reader) == "hello"
+    return reader, writer
+
+
+async def _line(reader: asyncio.StreamReader) -> str:
+    return (await asyncio.wait_for(reader.readline(), WAIT_S)).decode().rstrip("\n")
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_parked_event_does_not_stall_later_ones(listener: Listener) -> None:
+    reader, writer = await _connect(listener.port)
+    writer.write(b"wait a\necho 1\necho 2\ngo a\n")
+    got = [await _line(reader) for _ in range(4)]
+    assert got[:2] == ["echo 1", "echo 2"]
+    assert sorted(got[2:]) == ["done a", "went a"]
+    await _close(writer)
+
+
+async def test_sequential_events_keep_their_order(listener: Listener) -> None:
+    reader, writer = await _connect(listener.port)
+    writer.write(b"seq first g\nseq second\necho x\n")
+    assert await _line(reader) == "echo x"  # not sequential: runs at once
+    other_reader, other_writer = await _connect(listener.port)
+    other_writer.write(b"go g\n")
+    assert await _line(other_reader) == "went g"
+    assert [await _line(reader), await _line(reader)] == ["seq first", "seq second"]
+    await _close(writer)
+    await _close(other_writer)
+
+
+async def test_protocol_error_gets_reply_then_close_and_spares_others(
+    listener: Listener, closed: list[str]
+) -> None:
+    reader, writer = await _connect(listener.port)
+    other_reader, other_writer = await _connect(listener.port)
+    writer.write(b"echo before\n")
+    assert await _line(reader) == "echo before"
+    writer.write(b"bad\necho after\n")
+    assert await _line(reader) == "error: bad line"
+    assert await asyncio.wait_for(reader.read(), WAIT_S) == b""  # closed, 'after' never ran
+    other_writer.write(b"echo still here\n")
+    assert await _line(other_reader) == "echo still here"
+    await _close(writer)
+    await _close(other_writer)
+    assert "closed" in closed
+
+
+async def test_handler_exception_closes_only_that_connection(listener: Listener) -> None:
+    reader, writer = await _connect(listener.port)
+    other_reader, other_writer = await _connect(listener.port)
+    writer.write(b"crash\n")
+    assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
+    other_writer.write(b"echo ok\n")
+    assert await _line(other_reader) == "echo ok"
+    await _close(writer)
+    await _close(other_writer)
+
+
+async def test_half_closed_client_still_gets_its_replies(listener: Listener) -> None:
+    reader, writer = await _connect(listener.port)
+    writer.write(b"echo one\necho two\n")
+    writer.write_eof()
+    assert await asyncio.wait_for(reader.read(), WAIT_S) == b"echo one\necho two\n"
+    await _close(writer)
+
+
+async def test_connections_over_the_limit_are_refused(listener: Listener) -> None:
+    held = [await _connect(listener.port) for _ in range(3)]
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
+    await _close(writer)
+    for _, w in held:
+        await _close(w)
+
+
+async def test_closing_the_listener_ends_parked_connections(
+    gates: dict[str, asyncio.Event], closed: list[str]
+) -> None:
+    listener = await start_tcp_listener("lines", "127.0.0.1", 0, lambda: LineHandler(gates, closed))
+    reader, writer = await _connect(listener.port)
+    writer.write(b"wait never\n")
+    writer.write(b"echo parked\n")
+    assert await _line(reader) == "echo parked"
+    await asyncio.wait_for(listener.aclose(), WAIT_S)
+    assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
+    assert closed == ["closed"]
+    await _close(writer)
