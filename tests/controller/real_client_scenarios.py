@@ -54,6 +54,14 @@ def scopes_and_streams(m: Any) -> dict[str, Any]:
         ["green"],
     )
     r["tags_updated"] = m.get_stream_tags("rc1", "tagged")
+    m.update_stream_with_policy(
+        "rc1",
+        "tagged",
+        pc.StreamScalingPolicy.fixed_scaling_policy(2),
+        pc.StreamRetentionPolicy.none(),
+        [],
+    )
+    r["tags_cleared"] = m.get_stream_tags("rc1", "tagged")
     r["delete_scope_not_empty"] = attempt(lambda: m.delete_scope("rc1"))
     r["delete_unsealed"] = attempt(lambda: m.delete_stream("rc1", "fixed"))
     r["seal"] = m.seal_stream("rc1", "fixed")

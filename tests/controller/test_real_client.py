@@ -129,6 +129,7 @@ def test_scopes_and_streams(controller: Controller) -> None:
     assert r["tags"] == ["red", "blue"]
     assert r["update"] is True
     assert r["tags_updated"] == ["green"]
+    assert r["tags_cleared"] is None
     assert r["delete_scope_not_empty"] == {"error": "ValueError", "final": True}
     assert r["delete_unsealed"] == {"error": "ValueError", "final": True}
     assert r["seal"] is True and r["seal_again"] is True
