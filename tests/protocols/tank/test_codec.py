@@ -972,8 +972,8 @@ def test_sparse_middle_seq_num_reaching_the_last_is_malformed() -> None:
         decode_bundle(bundle, None)
 
 
-@pytest.mark.parametrize("seq_nums", [(0, 1), (5, 5), (6, 5)])
-def test_sparse_encode_needs_increasing_seq_nums_from_1(seq_nums: tuple[int, int]) -> None:
+@pytest.mark.parametrize("seq_nums", [(0, 1), (5, 5), (6, 5), (5, 9, 7), (5, 5, 7)])
+def test_sparse_encode_needs_increasing_seq_nums_from_1(seq_nums: tuple[int, ...]) -> None:
     with pytest.raises(LocalProtocolError):
         encode_bundle([BundleMessage(b"a", seq_num=s) for s in seq_nums], sparse=True)
 
@@ -1147,6 +1147,7 @@ def test_discover_topics_example() -> None:
     assert encode(response) == expected
     assert decode_response(*split(expected)) == response
     assert encode(DiscoverTopics(1)) == h("0b 05000000 01000000 00")
+    assert decode_request(0x0B, u32(1) + b"\x00") == DiscoverTopics(1)
 
 
 def test_discover_topics_cluster_aware_adds_replication_factor() -> None:

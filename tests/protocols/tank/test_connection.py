@@ -91,6 +91,7 @@ def consume(request_id: int) -> Consume:
 
 def test_server_greets_with_a_ping_before_anything_else() -> None:
     server = TankConnection(Role.SERVER)
+    assert server.role is Role.SERVER
     assert server.data_to_send() == bytes.fromhex("0300000000")
     assert server.data_to_send() == b""
     assert state(server) is ConnectionState.AWAITING_REQUEST

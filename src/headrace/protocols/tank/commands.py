@@ -1,9 +1,10 @@
 """TANK wire messages and bundle values: one frozen dataclass per message.
 
-Names follow the protocol reference (``docs/protocols/tank.md``, which mirrors
-``protocols/tank.md``): message ids are :class:`MessageType`, each request has
-a class named after the spec (``Produce``, ``Consume``, ``CreateTopic``...) and
-each response the same name plus ``Response``. Result and error bytes are
+Names follow the protocol reference (the project spec ``protocols/tank.md``;
+what headrace implements is in ``docs/protocols/tank.md``): message ids are
+:class:`MessageType`, each request has a class named after the spec
+(``Produce``, ``Consume``, ``CreateTopic``...) and each response the same name
+plus ``Response``. Result and error bytes are
 IntEnums, so a value that the spec does not list cannot be represented.
 
 This module only describes values. The byte layouts live in ``codec.py`` and
