@@ -28,6 +28,11 @@ Everything else is the application's call, and ``send`` refuses what the
 protocol forbids with ``LocalProtocolError``, changing nothing: ``onNext``
 beyond demand, anything before ``subscribed``, anything after a terminal
 signal. The state machines and the demand window are in ``states.py``.
+
+Closing: once ``state`` is ``CLOSED`` (goodbyes exchanged, EOF, or an error
+after our goodbye) and ``data_to_send()`` has been written, the I/O layer
+closes the transport. After sending our own ``goodbye`` it waits for the
+reply at most ``GOODBYE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from headrace.protocols.reactive.codec import (
     MIN_MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     decode_message,
+    encode_frame,
     encode_message,
     encode_varint,
     peek_message_type,
@@ -536,8 +542,9 @@ class ReactiveConnection:
             )
         return encode_varint(len(body)) + body
 
-    def _queue(self, message: Message, element_size: int = 0) -> None:
-        self._outgoing += self._encode(message, element_size)
+    def _queue(self, message: Message) -> None:
+        """Queue a message of the connection's own (hello, replies): always a few bytes."""
+        self._outgoing += encode_frame(message)
 
     # -- we are subscriber
 

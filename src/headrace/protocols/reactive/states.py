@@ -106,6 +106,8 @@ class Action(enum.Enum):
 
 
 class ConnectionState(enum.Enum):
+    """Where the connection is in the handshake and goodbye exchange (B.5 rule 1, B.7)."""
+
     AWAITING_HELLO = "awaiting hello"
     """Our hello is queued; the peer's has not arrived. We may already send."""
     OPEN = "open"
@@ -118,6 +120,8 @@ class ConnectionState(enum.Enum):
 
 
 class ConnectionInput(enum.Enum):
+    """What moves the connection machine: message classes by direction, and EOF."""
+
     RECV_HELLO = "recv hello"
     RECV_GOODBYE = "recv goodbye"
     RECV_MESSAGE = "recv message"
@@ -171,6 +175,8 @@ after our own goodbye there is nothing left to say, so the connection is ``CLOSE
 
 
 class SubscriberState(enum.Enum):
+    """A subscription we opened, as its subscriber (B.5 rules 3, 5, 6; B.6)."""
+
     AWAITING_SUBSCRIBED = "awaiting subscribed"
     """``subscribe`` sent; publisher messages for the Id are stale until ``subscribed``."""
     ACTIVE = "active"
@@ -183,6 +189,8 @@ class SubscriberState(enum.Enum):
 
 
 class SubscriberInput(enum.Enum):
+    """What we send for our subscription, and what its publisher sends us."""
+
     SEND_SUBSCRIBE = "send subscribe"
     SEND_REQUEST = "send request"
     SEND_CANCEL = "send cancel"
@@ -256,6 +264,8 @@ Id, an element over the size limit or of the wrong fixed size becomes ``ABORT``.
 
 
 class PublisherState(enum.Enum):
+    """A subscription the peer opened on us, as its publisher (B.5 rules 3-6; B.6)."""
+
     SUBSCRIBE_RECEIVED = "subscribe received"
     """The peer subscribed; our application owes ``subscribed`` before anything else."""
     ACTIVE = "active"
@@ -266,6 +276,8 @@ class PublisherState(enum.Enum):
 
 
 class PublisherInput(enum.Enum):
+    """What the peer subscriber sends us, and what we send it."""
+
     RECV_SUBSCRIBE = "recv subscribe"
     RECV_REQUEST = "recv request"
     RECV_CANCEL = "recv cancel"
