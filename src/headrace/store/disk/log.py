@@ -134,6 +134,12 @@ class WalWriter:
             raise
         return cls(path, fd, first_seq, len(header))
 
+    @classmethod
+    def reopen(cls, path: Path, first_seq: int) -> WalWriter:
+        """Continue an existing, already durable WAL file (one without records)."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        return cls(path, fd, first_seq, os.fstat(fd).st_size)
+
     def append(self, buffers: list[bytes | memoryview], ops: FileOps) -> None:
         ops.write(self.fd, buffers)
         self.size_bytes += sum(len(b) for b in buffers)

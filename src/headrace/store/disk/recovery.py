@@ -35,7 +35,7 @@ from pathlib import Path
 
 from headrace.errors import CorruptionError
 from headrace.store.disk.format import (
-    SIDECAR_HEADER,
+    WAL_HEADER,
     CreateRecord,
     DeleteRecord,
     Manifest,
@@ -68,10 +68,13 @@ from headrace.store.disk.log import (
 from headrace.store.disk.segment import Captured, ContainerState, ReplayError
 
 __all__ = [
+    "backup_torn_tail",
     "check_sidecar",
+    "create_segment_files",
     "init_or_load_manifest",
     "load_snapshot",
     "plan_replay",
+    "recover_container",
     "recover_store",
     "write_checkpoint",
 ]
@@ -110,6 +113,12 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
             encode_snapshot(Snapshot(cid, 0, 1)),
             ops,
         )
+        wal = WalWriter.create(cdir / paths.wal_dir.name / paths.wal(1).name, cid, 1, ops)
+        try:
+            ops.sync_wal(wal.fd)
+        finally:
+            wal.close()
+        fsync_dir(cdir / paths.wal_dir.name, ops)
         fsync_dir(cdir, ops)
     fsync_dir(staging, ops)
     staging.rename(containers)
@@ -125,7 +134,8 @@ def _check_abandoned_init(root: Path) -> None:
         paths = ContainerPaths(root, int(cdir.name)) if cdir.name.isdigit() else None
         if paths is None:
             continue
-        if paths.wal_files() or paths.segment_files():
+        wal_sizes = [path.stat().st_size for _, path in paths.wal_files()]
+        if any(size > WAL_HEADER.size for size in wal_sizes) or paths.segment_files():
             raise CorruptionError(str(manifest_path(root)), 0, "manifest missing, data present")
         if paths.snapshot.exists():
             snap = decode_snapshot(paths.snapshot.read_bytes(), str(paths.snapshot))
@@ -381,6 +391,49 @@ def write_checkpoint(
         paths.sidecar(segment_id).unlink(missing_ok=True)
 
 
+def _open_wal(paths: ContainerPaths, state: ContainerState, ops: FileOps) -> WalWriter:
+    """End a container's recovery: checkpoint if anything was replayed, and
+    return the WAL file new records go to."""
+    files = paths.wal_files()
+    first_seq = state.last_seq + 1
+    if (
+        not state.changed
+        and files
+        and files[-1][0] == first_seq
+        and files[-1][1].stat().st_size == WAL_HEADER.size
+    ):
+        # A clean close left a synced, empty WAL after a current snapshot: keep both.
+        wal = WalWriter.reopen(files[-1][1], first_seq)
+        old_wals = [path for _, path in files[:-1]]  # hold no record past the snapshot
+        for path in old_wals:
+            path.unlink()
+    else:
+        old_wals = [path for _, path in files]
+        wal_path = paths.wal(first_seq)
+        if wal_path in old_wals:
+            old_wals.remove(wal_path)
+            wal_path.unlink()  # holds no record past last_seq; start it afresh
+        wal = WalWriter.create(wal_path, paths.container_id, first_seq, ops)
+        try:
+            ops.sync_wal(wal.fd)
+            fsync_dir(paths.wal_dir, ops)
+            write_checkpoint(paths, state.capture(), old_wals, ops)
+        except BaseException:
+            wal.close()
+            raise
+    try:
+        live = set(state.by_id)
+        for segment_id, seg_files in paths.segment_files().items():
+            if segment_id not in live:
+                for path in seg_files:
+                    path.unlink()
+        paths.snapshot_tmp.unlink(missing_ok=True)
+    except BaseException:
+        wal.close()
+        raise
+    return wal
+
+
 def recover_store(
     root: Path, container_count: int, ops: FileOps
 ) -> tuple[Manifest, list[tuple[ContainerState, WalWriter]]]:
@@ -395,27 +448,9 @@ def recover_store(
     opened: list[tuple[ContainerState, WalWriter]] = []
     try:
         for paths, state in zip(all_paths, states, strict=True):
-            old_wals = [path for _, path in paths.wal_files()]
-            wal_path = paths.wal(state.last_seq + 1)
-            if wal_path in old_wals:
-                old_wals.remove(wal_path)
-                wal_path.unlink()  # an empty file left by an earlier open; start it afresh
-            wal = WalWriter.create(wal_path, paths.container_id, state.last_seq + 1, ops)
-            opened.append((state, wal))
-            ops.sync_wal(wal.fd)
-            fsync_dir(paths.wal_dir, ops)
-            write_checkpoint(paths, state.capture(), old_wals, ops)
-            live = set(state.by_id)
-            for segment_id, files in paths.segment_files().items():
-                if segment_id not in live:
-                    for path in files:
-                        path.unlink()
-            paths.snapshot_tmp.unlink(missing_ok=True)
+            opened.append((state, _open_wal(paths, state, ops)))
     except BaseException:
         for _, wal in opened:
             wal.close()
         raise
     return manifest, opened
-
-
-__all__ += ["SIDECAR_HEADER", "backup_torn_tail", "create_segment_files", "recover_container"]

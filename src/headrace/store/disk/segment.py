@@ -144,6 +144,8 @@ class ContainerState:
         """(target id, block) of each MERGE_DATA record awaiting its commit."""
         self.deleted_ids: list[int] = []
         """Segments deleted since the last checkpoint; their files go after the next one."""
+        self.changed = False
+        """Anything applied since the state was loaded from a snapshot."""
 
     # ------------------------------------------------------------------ snapshots
 
@@ -229,11 +231,13 @@ class ContainerState:
             raise ReplayError("a merge's data records are not followed by its commit")
         writes = self._apply(record)
         self.last_seq = seq
+        self.changed = True
         return writes
 
     def apply_unlogged(self, record: Record) -> list[Write]:
         """Apply a change recovery derives itself (no WAL record, no seq); the
         checkpoint that ends recovery makes it durable."""
+        self.changed = True
         return self._apply(record)
 
     def _apply(self, record: Record) -> list[Write]:
