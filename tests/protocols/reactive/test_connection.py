@@ -897,3 +897,41 @@ def test_receive_data_accepts_bytearray_and_memoryview() -> None:
     server.receive_data(bytearray(encode_frame(ClientHello(0))))
     server.receive_data(memoryview(encode_frame(Subscribe("logs", 1))))
     assert list(server.events()) == [ClientHello(0), Subscribe("logs", 1)]
+
+
+# ------------------------------------------------------------------------ malformed for a live Id
+
+
+def test_fixed_size_on_next_of_the_wrong_size_is_protocol_error() -> None:
+    client = subscribed_client(initial_demand=1, element_size=4)
+    client.receive_data(bytes.fromhex("0408016162"))  # onNext(1) with 2 of 4 bytes
+    assert "runs past the end" in str(protocol_error(client))
+
+
+def test_packed_on_a_variable_size_subscription_is_protocol_error() -> None:
+    client = subscribed_client(initial_demand=2)
+    client.receive_data(encode_frame(OnNextPacked(1, 2, b"ab"), element_size=1))
+    assert protocol_error(client).reply_hint == Goodbye(
+        "onNextPacked on a subscription with variable-size elements"
+    )
+
+
+def test_cancel_during_a_split_element_drops_its_parts() -> None:
+    client = subscribed_client(initial_demand=1)
+    assert feed(client, OnNextPart(1, 0, b"he")) == []
+    assert client.subscription_state(1) is SubscriberState.RECEIVING_PARTS
+    client.send(Cancel(1))
+    assert feed(client, OnNextLastPart(1, 0, b"llo")) == []
+    assert client.subscription_state(1) is SubscriberState.CLOSED
+
+
+def test_request_during_a_split_element_is_sent() -> None:
+    client = subscribed_client(initial_demand=1)
+    client.data_to_send()
+    feed(client, OnNextPart(1, 0, b"he"))
+    client.send(Request(1, 1))
+    assert replies(client) == [Request(1, 1)]
+    assert feed(client, OnNextLastPart(1, 0, b"llo"), OnNext(1, b"x")) == [
+        OnNext(1, b"hello"),
+        OnNext(1, b"x"),
+    ]
