@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
+from headrace.errors import ConfigError, FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
 from headrace.protocols.reactive import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -886,9 +886,9 @@ def test_one_read_larger_than_the_frame_limit_is_parsed() -> None:
 
 
 def test_limits_below_the_spec_floor_are_refused() -> None:
-    with pytest.raises(ValueError, match="at least"):
+    with pytest.raises(ConfigError, match="at least"):
         ReactiveConnection(Role.SERVER, max_frame_bytes=MIN_MAX_FRAME_BYTES - 1)
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ConfigError, match="positive"):
         ReactiveConnection(Role.SERVER, max_publications=0)
 
 

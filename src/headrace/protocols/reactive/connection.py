@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from headrace.errors import LocalProtocolError, RemoteProtocolError
+from headrace.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
 from headrace.protocols.reactive.codec import (
     DEFAULT_MAX_ELEMENT_BYTES,
@@ -173,7 +173,7 @@ class ReactiveConnection:
         max_publications: most subscriptions the peer may hold open on us.
 
     Raises:
-        ValueError: a limit below the spec's floor or not positive.
+        ConfigError: a limit below the spec's floor or not positive.
     """
 
     def __init__(
@@ -186,9 +186,9 @@ class ReactiveConnection:
         max_publications: int = DEFAULT_MAX_PUBLICATIONS,
     ) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
-            raise ValueError(f"max_frame_bytes must be at least {MIN_MAX_FRAME_BYTES}")
+            raise ConfigError(f"max_frame_bytes must be at least {MIN_MAX_FRAME_BYTES}")
         if max_send_frame_bytes < 1 or max_element_bytes < 1 or max_publications < 1:
-            raise ValueError("limits must be positive")
+            raise ConfigError("limits must be positive")
         self._role = role
         self._max_frame_bytes = max_frame_bytes
         self._max_send_frame_bytes = max_send_frame_bytes
