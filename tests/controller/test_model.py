@@ -28,6 +28,7 @@ from headrace.controller.errors import (
 from headrace.controller.model import (
     COMPLETED_TXN_KEEP_MS,
     LEASE_SLACK_FACTOR,
+    MAX_RETENTION_CUTS,
     MAX_SEGMENTS_PER_EPOCH,
     MAX_TXN_LEASE_MS,
     ControllerModel,
@@ -554,3 +555,124 @@ async def test_restart_finishes_an_interrupted_commit(env: Env) -> None:
     assert (await env.store.read("sc/st/0.#epoch.0", 0, 100)).data == b"payload"
     with pytest.raises(SegmentNotFound):
         await env.store.info(txn_seg)
+
+
+# --------------------------------------------------------------------------- retention
+
+
+async def make_retained_stream(env: Env, kind: RetentionType, param: int) -> None:
+    await env.model.create_scope("sc")
+    cfg = StreamConfig(
+        scaling=ScalingPolicy(min_num_segments=1),
+        retention=RetentionPolicy(kind, param),
+    )
+    await env.model.create_stream("sc", "st", cfg)
+
+
+async def tick(env: Env, ms: int = 1000) -> int:
+    env.clock.now_ms += ms
+    return await env.model.enforce_retention()
+
+
+async def test_size_retention_truncates_at_a_recorded_cut(env: Env) -> None:
+    await make_retained_stream(env, RetentionType.SIZE, 10)
+    seg = "sc/st/0.#epoch.0"
+    await env.store.append(seg, b"event-1|")
+    assert await tick(env) == 0  # cut at 8; 8 bytes are under the limit
+    await env.store.append(seg, b"event-2|")
+    assert await tick(env) == 0  # cut at 16; no cut keeps 10 bytes after it yet
+    await env.store.append(seg, b"event-3|")
+    assert await tick(env) == 1  # cut at 8 keeps 16 bytes: truncate there
+    assert (await env.store.info(seg)).start_offset == 8
+    [head] = await env.model.head_segments("sc", "st")
+    assert head.offset == 8
+    assert [c.cut for c in env.model.retention_cuts("sc", "st")] == [{0: 16}, {0: 24}]
+    assert await tick(env) == 0  # nothing more to do
+
+
+async def test_time_retention_truncates_cuts_older_than_the_window(env: Env) -> None:
+    await make_retained_stream(env, RetentionType.TIME, 60_000)
+    seg = "sc/st/0.#epoch.0"
+    await env.store.append(seg, b"old|")
+    assert await tick(env) == 0  # cut at 4
+    await env.store.append(seg, b"new|")
+    assert await tick(env, 30_000) == 0  # cut at 8, the first one is 30 s old
+    assert await tick(env, 30_000) == 1  # the first cut is now 60 s old
+    assert (await env.store.info(seg)).start_offset == 4
+
+
+async def test_no_retention_policy_records_nothing(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.store.append("sc/st/0.#epoch.0", b"x" * 100)
+    assert await tick(env) == 0
+    assert env.model.retention_cuts("sc", "st") == []
+
+
+async def test_size_retention_deletes_segments_replaced_by_a_scale(env: Env) -> None:
+    await make_retained_stream(env, RetentionType.SIZE, 15)
+    await env.store.append("sc/st/0.#epoch.0", b"0123456789")
+    await tick(env)  # cut {0: 10}
+    _, new = await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+    names = [segment_name("sc", "st", s.id) for s in new]
+    for name in names:
+        await env.store.append(name, b"abcdefghij")
+    assert await tick(env) == 1  # 30 bytes; the cut {0: 10} keeps 20
+    assert (await env.store.info("sc/st/0.#epoch.0")).start_offset == 10
+    for name in names:
+        await env.store.append(name, b"klmnopqrst")
+    assert await tick(env) == 1  # 40 bytes; the cut at the scale keeps 20
+    assert "sc/st/0.#epoch.0" not in await env.store.list_segments()
+    heads = await env.model.head_segments("sc", "st")
+    assert [(h.segment.id, h.offset) for h in heads] == [(s.id, 10) for s in new]
+
+
+async def test_retention_cuts_are_thinned_not_unbounded(env: Env) -> None:
+    await make_retained_stream(env, RetentionType.SIZE, 10**12)
+    for _ in range(MAX_RETENTION_CUTS + 5):
+        await tick(env)
+    cuts = env.model.retention_cuts("sc", "st")
+    assert len(cuts) <= MAX_RETENTION_CUTS
+    times = [c.time_ms for c in cuts]
+    assert times == sorted(times)
+    assert times[-1] == env.clock.now_ms
+
+
+async def test_retention_cuts_survive_a_restart(env: Env) -> None:
+    await make_retained_stream(env, RetentionType.SIZE, 10**12)
+    await env.store.append("sc/st/0.#epoch.0", b"abc")
+    await tick(env)
+    await tick(env)
+    before = env.model.retention_cuts("sc", "st")
+    await env.restart()
+    assert env.model.retention_cuts("sc", "st") == before
+
+
+async def test_delete_stream_drops_its_retention_cuts(env: Env) -> None:
+    await make_retained_stream(env, RetentionType.SIZE, 10**12)
+    await tick(env)
+    await env.model.seal_stream("sc", "st")
+    await env.model.delete_stream("sc", "st")
+    await env.model.create_stream("sc", "st", fixed(1))
+    assert env.model.retention_cuts("sc", "st") == []
+
+
+class FailingTruncate(FailingMerge):
+    """A store whose truncations fail: a crash in the middle of a truncation."""
+
+    async def truncate(self, name: str, offset: int) -> None:
+        raise OSError("injected: the process dies here")
+
+
+async def test_restart_finishes_an_interrupted_truncation(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.store.append("sc/st/0.#epoch.0", b"0123456789")
+    broken = await ControllerModel.open(FailingTruncate(env.store), clock_ms=env.clock)  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="injected"):
+        await broken.truncate_stream("sc", "st", {0: 6})
+    assert (await env.store.info("sc/st/0.#epoch.0")).start_offset == 0
+
+    await env.restart()
+
+    assert (await env.store.info("sc/st/0.#epoch.0")).start_offset == 6
+    [head] = await env.model.head_segments("sc", "st")
+    assert head.offset == 6

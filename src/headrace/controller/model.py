@@ -66,9 +66,12 @@ from headrace.controller.naming import (
     transaction_segment_name,
 )
 from headrace.controller.records import (
+    RETENTION_TABLE,
     SCOPES_TABLE,
     STREAMS_TABLE,
     TRANSACTIONS_TABLE,
+    RetentionCut,
+    RetentionType,
     ScopeRecord,
     SegmentRecord,
     StreamConfig,
@@ -76,9 +79,12 @@ from headrace.controller.records import (
     StreamState,
     TxnRecord,
     TxnState,
+    cut_key,
+    decode_cut,
     decode_scope,
     decode_stream,
     decode_txn,
+    encode_cut,
     encode_scope,
     encode_stream,
     encode_txn,
@@ -93,6 +99,7 @@ __all__ = [
     "COMPLETED_TXN_KEEP_MS",
     "LEASE_SLACK_FACTOR",
     "MAX_OPEN_TXNS_PER_STREAM",
+    "MAX_RETENTION_CUTS",
     "MAX_SCOPES",
     "MAX_SEGMENTS_PER_EPOCH",
     "MAX_STREAMS",
@@ -137,6 +144,14 @@ without a ping: the Rust pinger sleeps a full lease between rounds."""
 COMPLETED_TXN_KEEP_MS = 3_600_000
 """How long a committed or aborted transaction's record is kept so that late
 pings and state checks still get COMMITTED/ABORTED (an hour)."""
+
+MAX_RETENTION_CUTS = 100
+"""Retention cuts kept per stream; past this the older half is thinned to every
+other cut, so the history stays covered at a coarser grain."""
+
+RETENTION_CUTS_PER_WINDOW = 20
+"""Cuts recorded per time-retention window: truncation lands within 5 % of the
+asked-for age."""
 
 TABLE_PAGE_COUNT = 1_000
 """Entries read per page while loading the metadata tables."""
@@ -187,6 +202,7 @@ class ControllerModel:
         self._streams: dict[StreamKey, tuple[StreamRecord, int]] = {}
         self._txns: dict[StreamKey, dict[TxnId, tuple[TxnRecord, int]]] = {}
         self._deadlines: dict[tuple[str, str, TxnId], int] = {}
+        self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
 
@@ -351,6 +367,7 @@ class ControllerModel:
                 self._deadlines.pop((scope, stream, txn_rec.txn), None)
             for seg in rec.segments:
                 await self._delete_segment(segment_name(scope, stream, seg.id))
+            await self._drop_cuts(scope, stream, lambda _: True)
             await self._remove(STREAMS_TABLE, stream_key(scope, stream), version)
             del self._streams[(scope, stream)]
             self._txns.pop((scope, stream), None)
@@ -566,15 +583,37 @@ class ControllerModel:
                     raise InvalidArgument(f"segment {sid} of {scope}/{stream} is gone") from None
                 if off > info.length:
                     raise InvalidArgument(f"offset {off} is beyond segment {sid}'s length")
-            await self._save_stream(dataclasses.replace(rec, head_cut=dict(cut)))
-            for sid, off in cut.items():
-                name = segment_name(scope, stream, sid)
-                info = await self._store.info(name)
-                if off > info.start_offset:
-                    await self._store.truncate(name, off)
-            for seg in rec.segments:
-                if _before_cut(rec, seg, cut):
-                    await self._delete_segment(segment_name(scope, stream, seg.id))
+            rec = await self._truncate(rec, cut)
+            await self._drop_cuts(scope, stream, lambda c: not _ahead(rec, c.cut))
+
+    async def enforce_retention(self) -> int:
+        """Apply every stream's retention policy once; returns how many streams
+        were truncated. Run periodically.
+
+        For each stream with a policy, the active segments' lengths are recorded
+        as a retention cut (time retention: at most ``RETENTION_CUTS_PER_WINDOW``
+        per window), then the stream is truncated at the newest recorded cut that
+        still keeps the policy's minimum: ``retentionParam`` bytes after it
+        (SIZE) or a cut at least ``retentionParam`` ms old (TIME). Truncation
+        only happens at recorded cuts, which are event boundaries, so it never
+        splits an event; a stream may hold somewhat more than the minimum.
+        ``retentionMax`` is recorded but not used (the Python client always
+        sends the int64 maximum).
+        """
+        truncated = 0
+        for key in list(self._streams):
+            entry = self._streams.get(key)
+            if entry is None or entry[0].config.retention.retention_type is RetentionType.UNKNOWN:
+                continue
+            async with self._stream_lock(*key):
+                entry = self._streams.get(key)
+                if entry is not None and await self._apply_retention(entry[0]):
+                    truncated += 1
+        return truncated
+
+    def retention_cuts(self, scope: str, stream: str) -> list[RetentionCut]:
+        """The recorded retention cuts, oldest first (for tests and tools)."""
+        return [c for c, _ in self._cuts.get((scope, stream), [])]
 
     # ------------------------------------------------------------------ transactions
 
@@ -835,8 +874,94 @@ class ControllerModel:
             return offset
         return max(offset, info.start_offset)
 
+    async def _truncate(self, rec: StreamRecord, cut: Mapping[int, int]) -> StreamRecord:
+        """Record ``cut`` as the head, then make the store match it."""
+        rec = await self._save_stream(dataclasses.replace(rec, head_cut=dict(cut)))
+        await self._apply_head(rec)
+        return rec
+
+    async def _apply_head(self, rec: StreamRecord) -> None:
+        """Truncate the head cut's segments to it and delete the segments before it
+        (idempotent: a restart runs it again for every stream with a head cut)."""
+        cut = rec.head_cut
+        for sid, off in cut.items():
+            name = segment_name(rec.scope, rec.stream, sid)
+            start, length = await self._extent(name)
+            if start < off <= length:
+                await self._store.truncate(name, off)
+        for seg in rec.segments:
+            if _before_cut(rec, seg, cut):
+                await self._delete_segment(segment_name(rec.scope, rec.stream, seg.id))
+
+    async def _extent(self, name: str) -> tuple[int, int]:
+        """(start offset, length) of a segment; (0, 0) once it is gone."""
+        try:
+            info = await self._store.info(name)
+        except SegmentNotFound:
+            return 0, 0
+        return info.start_offset, info.length
+
+    async def _apply_retention(self, rec: StreamRecord) -> bool:
+        policy = rec.config.retention
+        now = self._clock_ms()
+        key = (rec.scope, rec.stream)
+        cuts = self._cuts.setdefault(key, [])
+        if rec.state is StreamState.ACTIVE:
+            spacing = 0
+            if policy.retention_type is RetentionType.TIME:
+                spacing = policy.retention_param // RETENTION_CUTS_PER_WINDOW
+            last = cuts[-1][0].time_ms if cuts else None
+            if last is None or (now > last and now - last >= spacing):
+                tail = {}
+                for seg in rec.active_segments():
+                    _, tail[seg.id] = await self._extent(
+                        segment_name(rec.scope, rec.stream, seg.id)
+                    )
+                await self._add_cut(rec, RetentionCut(now, tail))
+        target: RetentionCut | None = None
+        if policy.retention_type is RetentionType.TIME:
+            for c, _ in cuts:
+                if c.time_ms <= now - policy.retention_param:
+                    target = c
+        else:
+            extents = {
+                seg.id: await self._extent(segment_name(rec.scope, rec.stream, seg.id))
+                for seg in rec.segments
+            }
+            if _bytes_after(rec, rec.head_cut, extents) > policy.retention_param:
+                for c, _ in cuts:
+                    if _bytes_after(rec, c.cut, extents) >= policy.retention_param:
+                        target = c
+        if target is None or not _ahead(rec, target.cut):
+            return False
+        log.info(
+            "retention: truncating %s/%s at the cut of %d ms", rec.scope, rec.stream, target.time_ms
+        )
+        rec = await self._truncate(rec, target.cut)
+        await self._drop_cuts(rec.scope, rec.stream, lambda c: c.time_ms <= target.time_ms)
+        return True
+
+    async def _add_cut(self, rec: StreamRecord, cut: RetentionCut) -> None:
+        cuts = self._cuts.setdefault((rec.scope, rec.stream), [])
+        version = await self._put(
+            RETENTION_TABLE, cut_key(rec.scope, rec.stream, cut.time_ms), encode_cut(cut)
+        )
+        cuts.append((cut, version))
+        if len(cuts) > MAX_RETENTION_CUTS:
+            older = {id(c) for c, _ in cuts[: len(cuts) // 2][1::2]}
+            await self._drop_cuts(rec.scope, rec.stream, lambda c: id(c) in older)
+
+    async def _drop_cuts(
+        self, scope: str, stream: str, which: Callable[[RetentionCut], bool]
+    ) -> None:
+        cuts = self._cuts.get((scope, stream), [])
+        for cut, version in list(cuts):
+            if which(cut):
+                await self._remove(RETENTION_TABLE, cut_key(scope, stream, cut.time_ms), version)
+                cuts.remove((cut, version))
+
     async def _load(self) -> None:
-        for table in (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE):
+        for table in (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE):
             with contextlib.suppress(SegmentExists):
                 await self._store.create_table(table)
         async for key, value, version in self._entries(SCOPES_TABLE):
@@ -844,6 +969,11 @@ class ControllerModel:
         async for _, value, version in self._entries(STREAMS_TABLE):
             rec = decode_stream(value)
             self._streams[(rec.scope, rec.stream)] = (rec, version)
+        async for key, value, version in self._entries(RETENTION_TABLE):
+            scope, stream, _ = key.decode().split("/")
+            self._cuts.setdefault((scope, stream), []).append((decode_cut(value), version))
+        for cuts in self._cuts.values():
+            cuts.sort(key=lambda pair: pair[0].time_ms)
         async for key, value, version in self._entries(TRANSACTIONS_TABLE):
             scope, stream, _ = key.decode().split("/")
             txn_rec = decode_txn(value)
@@ -870,6 +1000,12 @@ class ControllerModel:
                 pending += rec.epoch_segments(rec.epoch)
             for seg in pending:
                 await self._seal_segment(segment_name(rec.scope, rec.stream, seg.id))
+            if rec.head_cut:
+                await self._apply_head(rec)
+        for scope, stream in list(self._cuts):
+            if (scope, stream) not in self._streams:  # the stream's deletion was interrupted
+                await self._drop_cuts(scope, stream, lambda _: True)
+                del self._cuts[(scope, stream)]
         for (scope, stream), txns in list(self._txns.items()):
             entry = self._streams.get((scope, stream))
             for txn, (txn_rec, version) in list(txns.items()):
@@ -973,3 +1109,32 @@ def _after_cut(rec: StreamRecord, seg: SegmentRecord, cut: Mapping[int, int]) ->
     return bool(over) and all(
         c.sealed_epoch is not None and c.sealed_epoch <= seg.created_epoch for c in over
     )
+
+
+def _bytes_after(
+    rec: StreamRecord, cut: Mapping[int, int], extents: Mapping[int, tuple[int, int]]
+) -> int:
+    """Readable bytes from ``cut`` (empty: the start) to the tail, from segment
+    (start offset, length) pairs."""
+    total = 0
+    for seg in rec.segments:
+        start, length = extents.get(seg.id, (0, 0))
+        if seg.id in cut:
+            total += length - max(start, cut[seg.id])
+        elif not (cut and _before_cut(rec, seg, cut)):
+            total += length - start
+    return total
+
+
+def _ahead(rec: StreamRecord, cut: Mapping[int, int]) -> bool:
+    """Whether truncating at ``cut`` would move the stream's head forward."""
+    head = rec.head_cut
+    if dict(cut) == head:
+        return False
+    for sid, off in cut.items():
+        seg = rec.segment(sid)
+        if seg is None:
+            return False
+        if head and (_before_cut(rec, seg, head) or off < head.get(sid, off)):
+            return False
+    return True

@@ -5,6 +5,7 @@ Layout in the store (each a table segment; keys and values are UTF-8)::
     _system/controller/scopes        key "<scope>"                  value ScopeRecord JSON
     _system/controller/streams       key "<scope>/<stream>"         value StreamRecord JSON
     _system/controller/transactions  key "<scope>/<stream>/<32hex>" value TxnRecord JSON
+    _system/controller/retention     key "<scope>/<stream>/<ms:020>" value RetentionCut JSON
 
 JSON keeps the records readable with any table dump, and every field has a
 default so that records written by an older version still load. ``/`` can
@@ -28,9 +29,11 @@ from typing import Any
 from headrace.controller.naming import TxnId, segment_id
 
 __all__ = [
+    "RETENTION_TABLE",
     "SCOPES_TABLE",
     "STREAMS_TABLE",
     "TRANSACTIONS_TABLE",
+    "RetentionCut",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",
@@ -42,9 +45,12 @@ __all__ = [
     "StreamState",
     "TxnRecord",
     "TxnState",
+    "cut_key",
+    "decode_cut",
     "decode_scope",
     "decode_stream",
     "decode_txn",
+    "encode_cut",
     "encode_scope",
     "encode_stream",
     "encode_txn",
@@ -55,6 +61,7 @@ __all__ = [
 SCOPES_TABLE = "_system/controller/scopes"
 STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
+RETENTION_TABLE = "_system/controller/retention"
 
 INT64_MAX = 2**63 - 1
 
@@ -200,6 +207,18 @@ class TxnRecord:
     commit_timestamp: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionCut:
+    """A stream cut recorded for retention: the active segments' lengths at ``time_ms``.
+
+    Segment lengths are event boundaries (writers append whole events), so a
+    recorded cut is a safe place to truncate an event stream.
+    """
+
+    time_ms: int
+    cut: dict[int, int]
+
+
 # --------------------------------------------------------------------------- keys
 
 
@@ -209,6 +228,10 @@ def stream_key(scope: str, stream: str) -> bytes:
 
 def txn_key(scope: str, stream: str, txn: TxnId) -> bytes:
     return f"{scope}/{stream}/{txn.hex}".encode()
+
+
+def cut_key(scope: str, stream: str, time_ms: int) -> bytes:
+    return f"{scope}/{stream}/{time_ms:020d}".encode()
 
 
 # --------------------------------------------------------------------------- JSON
@@ -333,4 +356,15 @@ def decode_txn(data: bytes) -> TxnRecord:
         closed_ms=int(obj.get("closed_ms", 0)),
         writer_id=str(obj.get("writer_id", "")),
         commit_timestamp=int(obj.get("commit_timestamp", 0)),
+    )
+
+
+def encode_cut(rec: RetentionCut) -> bytes:
+    return _dumps({"time_ms": rec.time_ms, "cut": [[k, v] for k, v in sorted(rec.cut.items())]})
+
+
+def decode_cut(data: bytes) -> RetentionCut:
+    obj = json.loads(data)
+    return RetentionCut(
+        time_ms=int(obj["time_ms"]), cut={int(k): int(v) for k, v in obj.get("cut", ())}
     )

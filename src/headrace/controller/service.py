@@ -72,6 +72,7 @@ __all__ = [
     "LIST_PAGE_COUNT",
     "MAX_CONCURRENT_RPCS",
     "MAX_REQUEST_BYTES",
+    "RETENTION_INTERVAL_S",
     "STATUS_REPLIES",
     "TXN_SWEEP_INTERVAL_S",
     "ControllerServer",
@@ -92,6 +93,11 @@ cut or scale request, is a few KiB."""
 MAX_CONCURRENT_RPCS = 1_000
 """RPCs served at once; more wait in grpc's queue. Bounds memory under a storm
 of clients (each real client keeps at most a handful of calls in flight)."""
+
+RETENTION_INTERVAL_S = 60.0
+"""How often retention cuts are recorded and retention policies applied. Java's
+default is 30 minutes; a cut costs one table write per stream, so a minute keeps
+truncation close to the policy at little cost."""
 
 TXN_SWEEP_INTERVAL_S = 10.0
 """How often expired transactions are aborted; leases are 90 s, so 10 s of
@@ -577,7 +583,8 @@ def _bind_address(host: str, port: int) -> str:
 
 
 class ControllerServer:
-    """The controller on a port: a ``grpc.aio`` server plus the transaction sweep.
+    """The controller on a port: a ``grpc.aio`` server plus two periodic jobs,
+    the transaction sweep (lease expiry) and retention.
 
     Start it with ``await ControllerServer.start(...)``; stop it with ``aclose``.
     """
@@ -586,7 +593,7 @@ class ControllerServer:
         self._server = server
         self.model = model
         self.port = port
-        self._sweeper: asyncio.Task[None] | None = None
+        self._jobs: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
 
     @classmethod
@@ -598,6 +605,7 @@ class ControllerServer:
         port: int,
         segment_store: tuple[str, int],
         sweep_interval_s: float = TXN_SWEEP_INTERVAL_S,
+        retention_interval_s: float = RETENTION_INTERVAL_S,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -607,6 +615,7 @@ class ControllerServer:
             segment_store: the segment store's (host, port) for ``getURI``; a
                 wildcard host is replaced by this machine's name.
             sweep_interval_s: period of the lease-expiry sweep.
+            retention_interval_s: period of the retention job.
 
         Raises:
             OSError: the address could not be bound.
@@ -633,36 +642,48 @@ class ControllerServer:
         server.add_generic_rpc_handlers((build_handler(service),))
         await server.start()
         self = cls(server, model, bound)
-        self._sweeper = asyncio.create_task(self._sweep_forever(sweep_interval_s))
+        self._jobs = [
+            asyncio.create_task(self._every(sweep_interval_s, "transaction sweep", self._sweep)),
+            asyncio.create_task(self._every(retention_interval_s, "retention", self._retention)),
+        ]
         return self
 
-    async def _sweep_forever(self, interval_s: float) -> None:
+    async def _sweep(self) -> None:
+        result = await self.model.sweep()
+        if result.aborted or result.purged:
+            log.info(
+                "transaction sweep: %d expired and aborted, %d finished forgotten",
+                result.aborted,
+                result.purged,
+            )
+
+    async def _retention(self) -> None:
+        truncated = await self.model.enforce_retention()
+        if truncated:
+            log.info("retention: %d streams truncated", truncated)
+
+    async def _every(
+        self, interval_s: float, name: str, job: Callable[[], Awaitable[None]]
+    ) -> None:
         while not self._stopping.is_set():
-            # A timer that ``aclose`` cuts short; a sweep in progress is never
+            # A timer that ``aclose`` cuts short; a job in progress is never
             # cancelled halfway through its store calls.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), interval_s)
             if self._stopping.is_set():
                 return
             try:
-                result = await self.model.sweep()
+                await job()
             except StoreClosed:
                 return
             except Exception:
-                log.exception("transaction sweep failed")
-                continue
-            if result.aborted or result.purged:
-                log.info(
-                    "transaction sweep: %d expired and aborted, %d finished forgotten",
-                    result.aborted,
-                    result.purged,
-                )
+                log.exception("controller %s failed", name)
 
     async def aclose(self, grace_s: float = GRACEFUL_STOP_S) -> None:
         """Stop accepting RPCs, let those in flight finish (up to ``grace_s``),
-        then let a running sweep finish and stop the sweeper. Idempotent."""
+        then let running periodic jobs finish and stop them. Idempotent."""
         await self._server.stop(grace_s)
         self._stopping.set()
-        if self._sweeper is not None:
-            await self._sweeper
-            self._sweeper = None
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            await job
