@@ -1,0 +1,371 @@
+"""DiskStore recovery: torn tails are backed up then cut; damage is never silent.
+
+A "crash" here is a copy of the data dir taken while the store is open: it
+holds exactly what the OS holds for the files at that moment (what a
+``kill -9`` leaves), and every append acknowledged before the copy is in it.
+Faults are then applied to the copy: cutting the last WAL file anywhere,
+appending garbage, flipping bits in each kind of file. A ``FileOps`` subclass
+injects write failures into a live store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from headrace.errors import CorruptionError, SegmentNotFound, StoreClosed
+from headrace.store.disk import DiskStore, FileOps
+from headrace.store.disk.format import WAL_HEADER, encode_wal_header
+from headrace.store.disk.layout import ContainerPaths, container_of
+from headrace.store.disk.log import scan_wal
+from headrace.store.disk.verify import verify_data_dir
+
+CONTAINERS = 2
+SEGMENT = "stream/0"
+APPENDS = [bytes([65 + i]) * (3 + 5 * i) for i in range(8)]
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+async def _crash_copy(tmp_path: Path, build: Callable[[DiskStore], Awaitable[None]]) -> Path:
+    """Run ``build`` on a live store, copy its data dir mid-flight, close it."""
+    live = tmp_path / "live"
+    store = await DiskStore.open(live, container_count=CONTAINERS)
+    try:
+        await build(store)
+        crashed = tmp_path / "crashed"
+        await asyncio.to_thread(shutil.copytree, live, crashed)
+    finally:
+        await store.close()
+    return crashed
+
+
+async def _appends(store: DiskStore) -> None:
+    await store.create_segment(SEGMENT)
+    for data in APPENDS:
+        await store.append(SEGMENT, data)
+
+
+def _last_wal(root: Path, name: str = SEGMENT) -> Path:
+    paths = ContainerPaths(root, container_of(name, CONTAINERS))
+    return paths.wal_files()[-1][1]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file's bytes (but the lock), to show a failed open changed nothing."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "lock"
+    }
+
+
+def _fresh(src: Path, dst: Path) -> Path:
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _flip(path: Path, position: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[position] ^= 0x10
+    path.write_bytes(bytes(raw))
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def _backups(wal: Path) -> list[Path]:
+    return sorted(wal.parent.glob(wal.name + ".broken-*"))
+
+
+@dataclass(frozen=True)
+class Frame:
+    start: int
+    end: int
+
+
+def _frames(wal: Path) -> list[Frame]:
+    scan = scan_wal(wal, container_of(SEGMENT, CONTAINERS))
+    assert scan.problem is None
+    starts = [position for position, _, _ in scan.records]
+    return [Frame(a, b) for a, b in zip(starts, [*starts[1:], scan.end], strict=True)]
+
+
+async def _contents(root: Path) -> bytes | None:
+    store = await DiskStore.open(root)
+    try:
+        return (await store.read(SEGMENT, 0, 1 << 20)).data
+    except SegmentNotFound:
+        return None
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------- torn tails
+
+
+def _cut_positions(frames: list[Frame]) -> list[int]:
+    positions = {0, 1, WAL_HEADER.size - 1}
+    for f in frames:
+        size = f.end - f.start
+        positions |= {f.start, f.start + 1, f.start + 7, f.start + 8, f.start + 17}
+        positions |= {f.start + size // 2, f.end - 1}
+    return sorted(positions)
+
+
+async def test_torn_tail_at_any_position_is_backed_up_and_cut(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    original = wal.read_bytes()
+    frames = _frames(wal)
+    assert len(frames) == 1 + len(APPENDS)  # the create, then one record per append
+    for cut in _cut_positions(frames):
+        root = await asyncio.to_thread(_fresh, crashed, tmp_path / "torn")
+        twal = _last_wal(root)
+        os.truncate(twal, cut)
+        report = await asyncio.to_thread(verify_data_dir, root)
+        assert report.ok, (cut, report.lines())
+        whole = [f for f in frames if f.end <= cut]
+        expected = b"".join(APPENDS[: max(0, len(whole) - 1)]) if whole else None
+        assert await _contents(root) == expected, cut
+        at_boundary = cut == WAL_HEADER.size or any(f.end == cut for f in frames)
+        backups = _backups(twal)
+        if at_boundary:
+            assert backups == [], cut
+        else:
+            assert len(backups) == 1, cut
+            torn_from = max([WAL_HEADER.size, *(f.end for f in whole)]) if cut >= 28 else 0
+            assert backups[0].read_bytes() == original[torn_from:cut], cut
+        assert (await asyncio.to_thread(verify_data_dir, root)).ok
+
+
+@pytest.mark.parametrize("garbage", [b"\x00" * 100, b"\xff" * 3, os.urandom(4096)])
+async def test_garbage_after_the_last_record_is_backed_up(tmp_path: Path, garbage: bytes) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    _append_bytes(wal, garbage)
+    assert await _contents(crashed) == b"".join(APPENDS)
+    [backup] = _backups(wal)
+    assert backup.read_bytes() == garbage
+    assert (await _contents(crashed)) == b"".join(APPENDS)  # a second open is clean
+    assert len(_backups(wal)) == 1
+
+
+async def test_bad_checksum_in_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    last = _frames(wal)[-1]
+    original = wal.read_bytes()
+    _flip(wal, last.end - 1)
+    assert await _contents(crashed) == b"".join(APPENDS[:-1])
+    [backup] = _backups(wal)
+    damaged = bytearray(original[last.start : last.end])
+    damaged[-1] ^= 0x10
+    assert backup.read_bytes() == bytes(damaged)
+
+
+async def test_torn_merge_commit_leaves_source_intact(tmp_path: Path) -> None:
+    source = next(f"txn-{i}" for i in range(100) if container_of(f"txn-{i}", CONTAINERS) != 0)
+    target = next(f"target-{i}" for i in range(100) if container_of(f"target-{i}", CONTAINERS) == 0)
+    moved = os.urandom(2 * 1024 * 1024 + 5)
+
+    async def build(store: DiskStore) -> None:
+        await store.create_segment(target)
+        await store.append(target, b"head")
+        await store.create_segment(source)
+        await store.append(source, moved)
+        await store.merge(target, source)
+
+    crashed = await _crash_copy(tmp_path, build)
+    # The source's DELETE is written only after the commit is durable: a torn
+    # commit means the DELETE (the last record of the source's WAL) never was.
+    source_wal = _last_wal(crashed, source)
+    os.truncate(source_wal, scan_wal(source_wal, 1).records[-1][0])
+    wal = _last_wal(crashed, target)
+    scan = scan_wal(wal, 0)
+    commit_at = scan.records[-1][0]  # the MERGE_COMMIT, after three MERGE_DATA records
+    os.truncate(wal, commit_at + 10)
+    store = await DiskStore.open(crashed)
+    try:
+        assert (await store.read(target, 0, 100)).data == b"head"
+        info = await store.info(source)
+        assert info.sealed  # the merge sealed it durably before copying
+        assert await store.merge(target, source) == 4 + len(moved)
+        assert (await store.read(target, 0, 1 << 23)).data == b"head" + moved
+    finally:
+        await store.close()
+    assert verify_data_dir(crashed).ok
+
+
+# ---------------------------------------------------------------------- damage
+
+
+async def _assert_refused(root: Path, match: str) -> None:
+    before = await asyncio.to_thread(_files, root)
+    with pytest.raises(CorruptionError, match=match):
+        await DiskStore.open(root)
+    assert await asyncio.to_thread(_files, root) == before  # nothing repaired or cut
+    report = await asyncio.to_thread(verify_data_dir, root)
+    assert not report.ok
+
+
+async def test_bit_flip_in_the_wal_middle_is_corruption(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    frames = _frames(wal)
+    for victim in (frames[2].start + 20, frames[2].start + 2, frames[0].start + 12):
+        root = await asyncio.to_thread(_fresh, crashed, tmp_path / "flipped")
+        _flip(_last_wal(root), victim)
+        await _assert_refused(root, "valid records follow")
+
+
+async def test_damage_in_a_wal_file_that_is_not_the_last_is_corruption(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    frames = _frames(wal)
+    scan = scan_wal(wal, container_of(SEGMENT, CONTAINERS))
+    next_seq = scan.first_seq + len(scan.records)
+    # A checkpoint that crashed after starting the next WAL file leaves this shape.
+    (wal.parent / f"{next_seq:020d}.wal").write_bytes(
+        encode_wal_header(container_of(SEGMENT, CONTAINERS), next_seq)
+    )
+    _flip(wal, frames[-1].end - 1)
+    await _assert_refused(crashed, "not the last")
+
+
+async def _closed_store(tmp_path: Path) -> Path:
+    root = tmp_path / "closed"
+    store = await DiskStore.open(root, container_count=CONTAINERS)
+    await _appends(store)
+    await store.close()
+    return root
+
+
+def _segment_file(root: Path, suffix: str) -> Path:
+    paths = ContainerPaths(root, container_of(SEGMENT, CONTAINERS))
+    return next(p for p in paths.segments_dir.iterdir() if p.name.endswith(suffix))
+
+
+async def test_bit_flip_in_a_sidecar_is_corruption(tmp_path: Path) -> None:
+    root = await _closed_store(tmp_path)
+    _flip(_segment_file(root, ".crc"), 30)
+    await _assert_refused(root, "sidecar")
+
+
+async def test_bit_flip_in_a_snapshot_is_corruption(tmp_path: Path) -> None:
+    root = await _closed_store(tmp_path)
+    snapshot = ContainerPaths(root, container_of(SEGMENT, CONTAINERS)).snapshot
+    for position in (0, 20, 60, snapshot.stat().st_size - 1):
+        fresh = await asyncio.to_thread(_fresh, root, tmp_path / "flipped")
+        _flip(ContainerPaths(fresh, container_of(SEGMENT, CONTAINERS)).snapshot, position)
+        await _assert_refused(fresh, "snapshot")
+
+
+async def test_bit_flip_in_the_manifest_is_corruption(tmp_path: Path) -> None:
+    root = await _closed_store(tmp_path)
+    _flip(root / "manifest", 13)
+    await _assert_refused(root, "manifest")
+
+
+async def test_missing_or_short_data_file_is_corruption(tmp_path: Path) -> None:
+    root = await _closed_store(tmp_path)
+    fresh = await asyncio.to_thread(_fresh, root, tmp_path / "short")
+    data = _segment_file(fresh, ".data")
+    os.truncate(data, data.stat().st_size - 1)
+    await _assert_refused(fresh, "shorter")
+    _segment_file(root, ".data").unlink()
+    await _assert_refused(root, "missing")
+
+
+async def test_bit_flip_in_a_data_file_is_reported_by_verify(tmp_path: Path) -> None:
+    root = await _closed_store(tmp_path)
+    data = _segment_file(root, ".data")
+    _flip(data, 10)
+    report = await asyncio.to_thread(verify_data_dir, root)
+    assert not report.ok
+    [damage] = report.damage
+    assert damage.path == str(data)
+    assert "fails its checksum" in damage.reason
+
+
+async def test_leftover_snapshot_tmp_is_ignored(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    paths = ContainerPaths(crashed, container_of(SEGMENT, CONTAINERS))
+    paths.snapshot_tmp.write_bytes(b"half a snapshot")
+    assert await _contents(crashed) == b"".join(APPENDS)
+    assert not paths.snapshot_tmp.exists()
+
+
+# ---------------------------------------------------------------------- fault injection
+
+
+class TearingOps(FileOps):
+    """Writes half of one WAL record, then fails, like a full disk mid-write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tear_next = False
+
+    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
+        if self.tear_next:
+            joined = b"".join(buffers)
+            os.write(fd, joined[: len(joined) // 2])
+            raise OSError(28, "injected ENOSPC")
+        super().write(fd, buffers)
+
+
+async def test_torn_write_stops_the_store_and_recovers(tmp_path: Path) -> None:
+    ops = TearingOps()
+    store = await DiskStore.open(tmp_path, file_ops=ops, container_count=CONTAINERS)
+    await _appends(store)
+    ops.tear_next = True
+    with pytest.raises(Exception, match="no space") as caught:
+        await store.append(SEGMENT, b"torn" * 100)
+    assert not isinstance(caught.value, CorruptionError)
+    with pytest.raises(StoreClosed):
+        await store.append(SEGMENT, b"after")
+    await store.close()
+    assert await _contents(tmp_path) == b"".join(APPENDS)
+    paths = ContainerPaths(tmp_path, container_of(SEGMENT, CONTAINERS))
+    [backup] = paths.broken_files()
+    assert 0 < backup.stat().st_size < len(b"torn" * 100)
+
+
+class FailDeleteOps(FileOps):
+    """Fails the WAL write of a merge's source deletion (record type 5, merged)."""
+
+    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
+        head = bytes(buffers[0])
+        if head[16] == 5 and head[25] == 1:
+            raise OSError(5, "injected EIO")
+        super().write(fd, buffers)
+
+
+async def test_merge_interrupted_after_commit_is_finished_on_open(tmp_path: Path) -> None:
+    source = next(f"txn-{i}" for i in range(100) if container_of(f"txn-{i}", CONTAINERS) == 1)
+    target = next(f"tgt-{i}" for i in range(100) if container_of(f"tgt-{i}", CONTAINERS) == 0)
+    store = await DiskStore.open(tmp_path, file_ops=FailDeleteOps(), container_count=CONTAINERS)
+    await store.create_segment(target)
+    await store.append(target, b"T")
+    await store.create_segment(source)
+    await store.append(source, b"SS")
+    assert await store.merge(target, source) == 3  # the commit is durable: a success
+    await store.close()
+    store = await DiskStore.open(tmp_path)
+    try:
+        assert await store.list_segments() == [target]
+        assert (await store.read(target, 0, 10)).data == b"TSS"
+        assert await store.merge(target, source) == 3
+    finally:
+        await store.close()
+    assert verify_data_dir(tmp_path).ok
