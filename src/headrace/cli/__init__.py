@@ -9,6 +9,7 @@ import click
 from headrace import __version__
 from headrace.cli.demo import demo
 from headrace.cli.serve import serve
+from headrace.cli.verify import verify
 
 __all__ = ["main"]
 
@@ -24,3 +25,4 @@ def main(verbose: int) -> None:
 
 main.add_command(serve)
 main.add_command(demo)
+main.add_command(verify)
