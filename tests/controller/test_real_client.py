@@ -1,8 +1,10 @@
 """The real ``pravega`` 0.3.8 client against our controller, each side in its own process.
 
-The server runs in ``controller_runner.py`` (a ServerApp with the controller
-listener); each scenario of ``real_client_scenarios.py`` runs in a child
-process with a hard timeout and prints JSON that these tests assert on.
+The server is ``python -m headrace serve`` with the controller listener (or,
+while ``serve`` does not register it yet, ``controller_runner.py`` running the
+same starter in a ServerApp), on the disk store; each scenario of
+``real_client_scenarios.py`` runs in a child process with a hard timeout and
+prints JSON that these tests assert on.
 """
 
 from __future__ import annotations
@@ -32,25 +34,52 @@ SCENARIO_TIMEOUT_S = 90.0  # a retried failure takes ~61 s; a healthy scenario w
 STOP_TIMEOUT_S = 15.0
 
 
-class Controller:
-    """A controller_runner process and its port."""
+def _serve_registers_controller() -> bool:
+    """Whether ``headrace serve`` itself starts the controller listener (once
+    ``server/app.py`` imports ``server/controller.py``); until then the tests
+    run the same starter through ``controller_runner.py``."""
+    from headrace.server.app import LISTENER_STARTERS
 
-    def __init__(self, data_dir: Path | None = None) -> None:
-        args = [sys.executable, str(RUNNER)]
-        if data_dir is not None:
-            args += ["--data-dir", str(data_dir)]
+    return "controller" in LISTENER_STARTERS
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Controller:
+    """A server process with the controller listener, on the disk store in ``data_dir``:
+    ``python -m headrace serve`` when it registers the controller, else the runner."""
+
+    def __init__(self, data_dir: Path, *, fsync: str = "always") -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=ROOT
-        )
-        self.port = self._wait_ready()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        if _serve_registers_controller():
+            self.port = _free_port()
+            args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
+            args += ["--fsync", fsync, "--controller-port", str(self.port)]
+            for name in ["segment-store", "tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
+                args += [f"--{name}-port", "0"]
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+            )
+            self._wait_connectable(deadline)
+        else:
+            args = [sys.executable, str(RUNNER), "--data-dir", str(data_dir), "--fsync", fsync]
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=ROOT
+            )
+            self.port = self._wait_ready_line(deadline)
+            self._wait_connectable(deadline)
         self.uri = f"tcp://127.0.0.1:{self.port}"
 
-    def _wait_ready(self) -> int:
+    def _wait_ready_line(self, deadline: float) -> int:
         assert self.proc.stdout is not None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             while time.monotonic() < deadline:
@@ -60,9 +89,19 @@ class Controller:
                 if not line:
                     break  # the runner exited
                 if line.startswith("READY "):
-                    port = int(line.split()[1])
-                    _wait_connectable(port, deadline)
-                    return port
+                    return int(line.split()[1])
+        self.stop()
+        raise AssertionError(f"controller did not start: {self.stderr()}")
+
+    def _wait_connectable(self, deadline: float) -> None:
+        while self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                    return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)  # polling a port with a deadline, not synchronisation
         self.stop()
         raise AssertionError(f"controller did not start: {self.stderr()}")
 
@@ -97,20 +136,10 @@ class Controller:
         return getattr(self, "_stderr_text", "(still running)")
 
 
-def _wait_connectable(port: int, deadline: float) -> None:
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)  # polling a port with a deadline, not synchronisation
-
-
 @pytest.fixture(scope="module")
-def controller() -> Iterator[Controller]:
-    ctl = Controller()
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+    # Durability is the restart test's business; these scenarios need speed.
+    ctl = Controller(tmp_path_factory.mktemp("controller") / "data", fsync="never")
     yield ctl
     ctl.stop()
     assert ctl.proc.returncode == 0, ctl.stderr()
