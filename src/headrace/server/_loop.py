@@ -31,7 +31,7 @@ import abc
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from headrace.errors import RemoteProtocolError
 
@@ -72,8 +72,11 @@ class ConnectionHandler(abc.ABC):
     wake_writer: Callable[[], None] = staticmethod(lambda: None)
 
     @abc.abstractmethod
-    def feed(self, data: bytes) -> list[object]:
-        """Give received bytes (``b""`` = EOF) to the sans-I/O object; return complete events.
+    def feed(self, data: bytes) -> Iterable[object]:
+        """Give received bytes (``b""`` = EOF) to the sans-I/O object; yield complete events.
+
+        A generator is welcome: the events before a protocol error are handled,
+        then the error (raised while iterating) closes the connection.
 
         Raises:
             RemoteProtocolError: the peer broke the protocol.
@@ -162,19 +165,18 @@ async def run_connection(
             except ConnectionError:
                 break
             try:
-                events = handler.feed(data)
+                for event in handler.feed(data):
+                    await slots.acquire()
+                    after = previous if handler.sequential(event) else None
+                    task = asyncio.create_task(run_event(event, after))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    if handler.sequential(event):
+                        previous = task
             except RemoteProtocolError as exc:
                 log.warning("%s %s: protocol error, closing: %s", handler.name, peer, exc)
                 handler.on_protocol_error(exc)
                 break
-            for event in events:
-                await slots.acquire()
-                after = previous if handler.sequential(event) else None
-                task = asyncio.create_task(run_event(event, after))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                if handler.sequential(event):
-                    previous = task
             if not data:
                 break
         # Let handlers of what was received finish (a client that half-closes
