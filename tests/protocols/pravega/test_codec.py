@@ -673,3 +673,21 @@ def test_segments_batch_merged_payload_ends_early() -> None:
 def test_wrong_field_type_is_local_error() -> None:
     with pytest.raises(LocalProtocolError):
         encode_command(SegmentRead("s", 0, False, False, "not bytes"))  # type: ignore[arg-type]
+
+
+def test_padding_length_must_be_sane() -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_command(Padding(-1))
+    with pytest.raises(LocalProtocolError):
+        encode_command(Padding(MAX_FRAME_BYTES + 1))
+
+
+def test_decode_payload_of_unknown_type_code() -> None:
+    with pytest.raises(RemoteProtocolError, match="unknown command type code 6"):
+        decode_payload(6, b"")
+
+
+def test_negative_byte_array_length_is_remote_error() -> None:
+    payload = bytes.fromhex(string("s") + i64(0) + "00 00" + i32(-1))
+    with pytest.raises(RemoteProtocolError, match="negative length"):
+        decode_payload(CommandType.SEGMENT_READ, payload)

@@ -47,6 +47,7 @@ from headrace.protocols.pravega import (
     encode_command,
     encode_event,
 )
+from headrace.protocols.pravega.states import CLIENT_STREAM, format_table
 
 W1 = UUID(int=1)
 W2 = UUID(int=2)
@@ -608,3 +609,23 @@ def test_no_such_segment_reply_to_setup_append() -> None:
     pair.request(SetupAppend(1, W1, SEGMENT))
     reply = NoSuchSegment(1, SEGMENT, "", -1)
     assert pair.reply(reply) == [reply]
+
+
+def test_roles() -> None:
+    pair = ConnectionPair()
+    assert (pair.client.role, pair.server.role) == (Role.CLIENT, Role.SERVER)
+
+
+def test_data_appended_for_a_writer_set_up_elsewhere_is_not_checked() -> None:
+    # A server may acknowledge an append after the writer re-connected; the
+    # ordering check only covers sessions of this connection.
+    pair = ConnectionPair()
+    ack = DataAppended(W2, 1, NULL_ATTRIBUTE_VALUE, 1, 1)
+    assert pair.reply(ack) == [ack]
+
+
+def test_transition_tables_render_as_markdown() -> None:
+    table = format_table(CLIENT_STREAM)
+    assert table.splitlines()[0] == "| state | input | action | next state |"
+    assert "| IN_APPEND_BLOCK | AppendBlockEnd |" in table
+    assert len(table.splitlines()) == len(CLIENT_STREAM) + 2

@@ -276,6 +276,19 @@ def _read_event(reader: _Reader) -> c.Event:
     return c.Event(reader.bytes())
 
 
+def _write_bytes(out: bytearray, data: bytes) -> None:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"expected bytes, got {type(data).__name__}")
+    out += _I32.pack(len(data))
+    out += data  # no intermediate copy: data fields can be megabytes
+
+
+def _write_padding(out: bytearray, length: int) -> None:
+    if not 0 <= length <= MAX_FRAME_BYTES:
+        raise ValueError(f"padding of {length} bytes")
+    out += bytes(length)
+
+
 def _write_list(write: Callable[[bytearray, Any], None]) -> Callable[[bytearray, Any], None]:
     def write_list(out: bytearray, items: Any) -> None:
         out += _I32.pack(len(items))
@@ -335,9 +348,9 @@ _WRITERS: dict[_Kind, Callable[[bytearray, Any], None]] = {
     _Kind.I64: lambda out, v: out.extend(_I64.pack(v)),
     _Kind.UUID: lambda out, v: out.extend(v.bytes),
     _Kind.STR: lambda out, v: out.extend(_encode_str(v)),
-    _Kind.BYTES: lambda out, v: out.extend(_I32.pack(len(v)) + v),
+    _Kind.BYTES: lambda out, v: _write_bytes(out, v),
     _Kind.REST: lambda out, v: out.extend(v),
-    _Kind.PADDING: lambda out, v: out.extend(bytes(v)),
+    _Kind.PADDING: lambda out, v: _write_padding(out, v),
     _Kind.EVENT: _write_event,
     _Kind.TABLE_KEYS: _write_list(_write_table_key),
     _Kind.TABLE_ENTRIES: _write_table_entries,
@@ -542,8 +555,6 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
             for name, kind, _optional, _default in layout:
                 _WRITERS[kind](out, getattr(cmd, name))
     except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
-        if isinstance(exc, LocalProtocolError):  # pragma: no cover - not a ValueError
-            raise
         raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
     if len(out) > max_frame_bytes:
         raise LocalProtocolError(
