@@ -396,6 +396,8 @@ def test_compressed_budget_is_shared_with_nested_frames() -> None:
         (zlib.compress(b"2A" + u32(1)), "holds a Ack"),
         (zlib.compress(b"1J" + u32(1) + u32(2) + b"{}"), "holds a frame of version V1"),
         (zlib.compress(b"2X"), "unknown frame type"),
+        (zlib.compress(b"2"), "1 bytes at the end"),
+        (zlib.compress(b"2J" + u32(1)), "6 bytes at the end"),
     ],
 )
 def test_compressed_malformed(body: bytes, reason: str) -> None:

@@ -10,7 +10,7 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.errors import RemoteProtocolError
+from headrace.errors import LocalProtocolError, RemoteProtocolError
 from headrace.protocols.lumberjack import (
     Ack,
     Batch,
@@ -236,3 +236,30 @@ def test_corrupted_valid_streams_give_remote_protocol_error_only(
     corrupted = data[:at] + noise + data[at + len(noise) :]
     feed_garbage(Role.SERVER, [corrupted], SMALL_LIMITS)
     feed_garbage(Role.SERVER, [corrupted], Limits())
+
+
+@given(client_streams(), st.data())
+@settings(deadline=None)
+def test_server_acks_only_delivered_seqs_and_ack_points_in_order(
+    stream: tuple[ProtocolVersion, bytes], data: st.DataObject
+) -> None:
+    version, wire = stream
+    server = LumberjackConnection(Role.SERVER)
+    server.receive_data(wire)
+    batches = [e for e in server.events() if isinstance(e, Batch)]
+    delivered = {event.seq for batch in batches for event in batch.events}
+    points = [batch.ack_seq for batch in batches if batch.ack_seq is not None]
+    candidates = st.sampled_from(sorted(delivered | set(points) | {0})) | U32
+    final_acks: list[int] = []
+    for seq in data.draw(st.lists(candidates, max_size=30)):
+        pending_before = server.pending_window_count
+        try:
+            server.send(Ack(seq))
+        except LocalProtocolError:
+            continue
+        if server.pending_window_count < pending_before:
+            final_acks.append(seq)
+        else:  # a keepalive or a partial ack: v2 only, for something delivered
+            assert version is ProtocolVersion.V2
+            assert seq == 0 or seq in delivered
+    assert final_acks == points[: len(final_acks)]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -287,6 +288,52 @@ class _Reader:
             raise _NeedMore(self.consumed + count)
 
 
+class _BytesReader:
+    """The same reads over bytes that are all here (a ``C`` frame's inflated content).
+
+    Offsets into one ``bytes`` object instead of a ReceiveBuffer: the content of
+    a ``C`` frame is complete, so nothing is rolled back, and a window of
+    thousands of small frames is parsed without re-buffering.
+    """
+
+    __slots__ = ("_data", "consumed")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self.consumed = 0
+
+    def take(self, count: int) -> bytes:
+        end = self.consumed + count
+        if end > len(self._data):
+            raise _NeedMore(end)
+        data = self._data[self.consumed : end]
+        self.consumed = end
+        return data
+
+    def u32(self) -> int:
+        self.require(4)
+        value: int = _U32.unpack_from(self._data, self.consumed)[0]
+        self.consumed += 4
+        return value
+
+    def u32_pair(self) -> tuple[int, int]:
+        self.require(8)
+        first, second = _U32_PAIR.unpack_from(self._data, self.consumed)
+        self.consumed += 8
+        return first, second
+
+    def require(self, count: int) -> None:
+        if self.consumed + count > len(self._data):
+            raise _NeedMore(self.consumed + count)
+
+    @property
+    def remaining(self) -> int:
+        return len(self._data) - self.consumed
+
+
+_FieldReader = _Reader | _BytesReader
+
+
 def decode_frame(buffer: ReceiveBuffer, limits: Limits = DEFAULT_LIMITS) -> DecodedFrame | None:
     """Take one whole frame off ``buffer``.
 
@@ -325,7 +372,7 @@ def _decode(
 
 
 def _decode_fields(
-    reader: _Reader, limits: Limits, *, depth: int, budget: _Budget | None
+    reader: _FieldReader, limits: Limits, *, depth: int, budget: _Budget | None
 ) -> DecodedFrame:
     version_byte = reader.take(1)[0]
     if version_byte not in _VERSIONS:
@@ -353,33 +400,47 @@ def _decode_fields(
     raise AssertionError(frame_type)  # pragma: no cover
 
 
-def _decode_data(reader: _Reader, limits: Limits) -> Data:
+def _decode_data(reader: _FieldReader, limits: Limits) -> Data:
+    seq, pair_count = _decode_data_header(reader, limits)
+    frame_bytes = _DATA_HEADER_BYTES
+    pairs: list[tuple[bytes, bytes]] = []
+    for _ in range(pair_count):
+        key, value, frame_bytes = _decode_pair(reader, limits, frame_bytes)
+        pairs.append((key, value))
+    return Data(seq, tuple(pairs))
+
+
+def _decode_data_header(reader: _FieldReader, limits: Limits) -> tuple[int, int]:
+    """``seq`` and ``pairs`` of a ``D`` frame (after its version and type bytes)."""
     seq, pair_count = reader.u32_pair()
     if pair_count > limits.max_data_pairs:
         raise RemoteProtocolError(
             f"D frame seq {seq}: {pair_count} pairs exceed the limit of {limits.max_data_pairs}"
         )
-    frame_bytes = _DATA_HEADER_BYTES
-    pairs: list[tuple[bytes, bytes]] = []
-    for _ in range(pair_count):
-        key_bytes = reader.u32()
-        if key_bytes > limits.max_key_bytes:
-            raise FrameTooLarge(limits.max_key_bytes, key_bytes)
-        frame_bytes += _PAIR_OVERHEAD_BYTES + key_bytes
-        _check_frame_bytes(frame_bytes, limits)
-        reader.require(key_bytes)
-        key = reader.take(key_bytes)
-        value_bytes = reader.u32()
-        if value_bytes > limits.max_value_bytes:
-            raise FrameTooLarge(limits.max_value_bytes, value_bytes)
-        frame_bytes += value_bytes
-        _check_frame_bytes(frame_bytes, limits)
-        reader.require(value_bytes)
-        pairs.append((key, reader.take(value_bytes)))
-    return Data(seq, tuple(pairs))
+    return seq, pair_count
 
 
-def _decode_json(reader: _Reader, limits: Limits) -> JsonData:
+def _decode_pair(
+    reader: _FieldReader, limits: Limits, frame_bytes: int
+) -> tuple[bytes, bytes, int]:
+    """One ``klen key vlen value`` pair; returns it and the frame size so far."""
+    key_bytes = reader.u32()
+    if key_bytes > limits.max_key_bytes:
+        raise FrameTooLarge(limits.max_key_bytes, key_bytes)
+    frame_bytes += _PAIR_OVERHEAD_BYTES + key_bytes
+    _check_frame_bytes(frame_bytes, limits)
+    reader.require(key_bytes)
+    key = reader.take(key_bytes)
+    value_bytes = reader.u32()
+    if value_bytes > limits.max_value_bytes:
+        raise FrameTooLarge(limits.max_value_bytes, value_bytes)
+    frame_bytes += value_bytes
+    _check_frame_bytes(frame_bytes, limits)
+    reader.require(value_bytes)
+    return key, reader.take(value_bytes), frame_bytes
+
+
+def _decode_json(reader: _FieldReader, limits: Limits) -> JsonData:
     seq, json_bytes = reader.u32_pair()
     _check_frame_bytes(_JSON_HEADER_BYTES + json_bytes, limits)
     reader.require(json_bytes)
@@ -425,7 +486,7 @@ class _Budget:
 
 
 def _decode_compressed(
-    reader: _Reader,
+    reader: _FieldReader,
     version: ProtocolVersion,
     limits: Limits,
     depth: int,
@@ -443,16 +504,16 @@ def _decode_compressed(
     if budget is None:
         budget = _Budget(limits.max_decompressed_bytes)
     inflated = _inflate(body, budget)
-    inner = ReceiveBuffer(len(inflated))
-    inner.feed(inflated)
+    reader = _BytesReader(inflated)
     frames: list[InnerFrame] = []
-    while inner:
-        result = _decode(inner, limits, depth=depth, budget=budget)
-        if isinstance(result, int):
+    while reader.remaining:
+        left = reader.remaining
+        try:
+            inner_version, frame = _decode_fields(reader, limits, depth=depth, budget=budget)
+        except _NeedMore:
             raise RemoteProtocolError(
-                f"C frame: {len(inner)} bytes at the end of the inflated data are not a whole frame"
-            )
-        inner_version, frame = result
+                f"C frame: {left} bytes at the end of the inflated data are not a whole frame"
+            ) from None
         if inner_version != version:
             raise RemoteProtocolError(
                 f"C frame of version {version.name} holds a frame of version {inner_version.name}"
@@ -499,28 +560,48 @@ def decode_frames(data: bytes, limits: Limits = DEFAULT_LIMITS) -> list[DecodedF
     return frames
 
 
+class _PartialData:
+    """A ``D`` frame whose header and first pairs have been taken off the buffer."""
+
+    __slots__ = ("frame_bytes", "pair_count", "pairs", "seq", "version")
+
+    def __init__(self, version: ProtocolVersion, seq: int, pair_count: int) -> None:
+        self.version = version
+        self.seq = seq
+        self.pair_count = pair_count
+        self.pairs: list[tuple[bytes, bytes]] = []
+        self.frame_bytes = _DATA_HEADER_BYTES
+
+
 class FrameDecoder:
     """Incremental decoding: feed bytes as they arrive, take whole frames.
 
-    It remembers how many bytes the incomplete frame at the head needs before
-    parsing can progress, so a large frame arriving in many small reads is not
-    re-parsed from its start on every read.
+    Parsing a large frame that arrives in many reads costs time linear in its
+    size, not quadratic: the decoder remembers how many bytes the incomplete
+    frame needs before parsing can progress, and takes a ``D`` frame (which
+    has no total length) off the buffer pair by pair.
 
     Args:
         limits: the limits to enforce; the buffer holds at most
             ``limits.max_buffered_bytes``.
     """
 
-    __slots__ = ("_buffer", "_bytes_needed", "_limits")
+    __slots__ = ("_buffer", "_bytes_needed", "_limits", "_partial")
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._limits = limits
         self._buffer = ReceiveBuffer(limits.max_buffered_bytes)
         self._bytes_needed = 1
+        self._partial: _PartialData | None = None
 
     def __len__(self) -> int:
-        """Bytes received and not yet decoded."""
+        """Bytes received and not yet taken off the buffer."""
         return len(self._buffer)
+
+    @property
+    def in_frame(self) -> bool:
+        """Part of a frame has been received (an EOF now would cut it)."""
+        return bool(self._buffer) or self._partial is not None
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Add received bytes.
@@ -538,12 +619,56 @@ class FrameDecoder:
         """
         if len(self._buffer) < self._bytes_needed:
             return None
+        if self._partial is None:
+            head = self._buffer.peek(_HEADER_BYTES)
+            if head is None or head[0] not in _VERSIONS or head[1] != FrameType.DATA:
+                return self._whole_frame()
+            if not self._step(self._start_data):
+                return None
+        while self._partial is not None:
+            if len(self._partial.pairs) == self._partial.pair_count:
+                partial, self._partial = self._partial, None
+                return partial.version, Data(partial.seq, tuple(partial.pairs))
+            if not self._step(self._next_pair):
+                return None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _whole_frame(self) -> DecodedFrame | None:
         result = _decode(self._buffer, self._limits, depth=0, budget=None)
         if isinstance(result, int):
             self._bytes_needed = result
             return None
         self._bytes_needed = 1
         return result
+
+    def _step(self, parse: Callable[[_Reader], None]) -> bool:
+        """Run one parse step over the buffer; False (rolled back) if it needs more bytes."""
+        reader = _Reader(self._buffer)
+        try:
+            parse(reader)
+        except _NeedMore as more:
+            self._buffer.rollback()
+            self._bytes_needed = more.needed
+            return False
+        except BaseException:
+            self._buffer.rollback()
+            raise
+        self._buffer.commit()
+        self._bytes_needed = 1
+        return True
+
+    def _start_data(self, reader: _Reader) -> None:
+        version = ProtocolVersion(reader.take(1)[0])
+        reader.take(1)  # the type byte, 'D'
+        seq, pair_count = _decode_data_header(reader, self._limits)
+        self._partial = _PartialData(version, seq, pair_count)
+
+    def _next_pair(self, reader: _Reader) -> None:
+        partial = self._partial
+        assert partial is not None
+        key, value, frame_bytes = _decode_pair(reader, self._limits, partial.frame_bytes)
+        partial.pairs.append((key, value))
+        partial.frame_bytes = frame_bytes
 
 
 # --------------------------------------------------------------------------- payloads

@@ -257,10 +257,8 @@ class LumberjackConnection:
         """True once EOF has arrived with every frame decoded."""
         if not self._eof:
             return False
-        if len(self._decoder):
-            raise RemoteProtocolError(
-                f"connection closed part-way through a frame ({len(self._decoder)} bytes)"
-            )
+        if self._decoder.in_frame:
+            raise RemoteProtocolError("connection closed part-way through a frame")
         return True
 
     # ------------------------------------------------------------------ server side
