@@ -11,7 +11,7 @@ import pytest
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
-from headrace.protocols.reactive.codec import (
+from headrace.protocols.rsio.codec import (
     MAX_DEMAND,
     MAX_HELLO_EXTENSIONS,
     MAX_VARINT,
@@ -25,7 +25,7 @@ from headrace.protocols.reactive.codec import (
     peek_subscriber,
     read_frame,
 )
-from headrace.protocols.reactive.commands import (
+from headrace.protocols.rsio.commands import (
     Cancel,
     ClientHello,
     Goodbye,

@@ -11,7 +11,7 @@ import pytest
 
 from headrace.errors import ConfigError, FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
-from headrace.protocols.reactive import (
+from headrace.protocols.rsio import (
     DEFAULT_MAX_FRAME_BYTES,
     MAX_DEMAND,
     MIN_MAX_FRAME_BYTES,
@@ -41,7 +41,7 @@ from headrace.protocols.reactive import (
     decode_message,
     encode_frame,
 )
-from headrace.protocols.reactive.codec import encode_varint, read_frame
+from headrace.protocols.rsio.codec import encode_varint, read_frame
 
 
 class Pair:

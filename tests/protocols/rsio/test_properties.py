@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
-from headrace.protocols.reactive import (
+from headrace.protocols.rsio import (
     MAX_DEMAND,
     MIN_MAX_FRAME_BYTES,
     Cancel,
@@ -46,7 +46,7 @@ from headrace.protocols.reactive import (
     decode_message,
     encode_frame,
 )
-from headrace.protocols.reactive.codec import (
+from headrace.protocols.rsio.codec import (
     MAX_VARINT,
     decode_varint,
     encode_message,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from headrace.protocols.reactive import MAX_DEMAND, DemandWindow, ReactiveConnection, Role
-from headrace.protocols.reactive.states import (
+from headrace.protocols.rsio import MAX_DEMAND, DemandWindow, ReactiveConnection, Role
+from headrace.protocols.rsio.states import (
     CONNECTION_ON_PROTOCOL_ERROR,
     CONNECTION_TRANSITIONS,
     PUBLISHER_TRANSITIONS,
@@ -22,7 +22,7 @@ from headrace.protocols.reactive.states import (
     SubscriberState,
 )
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "reactive_state_diagram.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "rsio_state_diagram.py"
 
 # --------------------------------------------------------------------------- DemandWindow
 
@@ -122,8 +122,8 @@ def test_connection_reports_its_role() -> None:
 
 
 def test_state_diagram_in_the_docs_is_current() -> None:
-    spec = importlib.util.spec_from_file_location("reactive_state_diagram", SCRIPT)
+    spec = importlib.util.spec_from_file_location("rsio_state_diagram", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--check"]) == 0, "run scripts/reactive_state_diagram.py --write"
+    assert module.main(["--check"]) == 0, "run scripts/rsio_state_diagram.py --write"

@@ -3,12 +3,12 @@
 ``commands`` holds the messages and events, ``codec`` the bytes and the
 limits, ``states`` the transition tables and the demand window, and
 ``connection`` the :class:`ReactiveConnection` that ties them together. The
-wire format is this project's choice (``docs/protocols/reactive.md``).
+wire format is this project's choice (``docs/protocols/rsio.md``).
 """
 
 from __future__ import annotations
 
-from headrace.protocols.reactive.codec import (
+from headrace.protocols.rsio.codec import (
     DEFAULT_MAX_ELEMENT_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     GOODBYE_TIMEOUT_S,
@@ -22,7 +22,7 @@ from headrace.protocols.reactive.codec import (
     encode_frame,
     encode_message,
 )
-from headrace.protocols.reactive.commands import (
+from headrace.protocols.rsio.commands import (
     Cancel,
     ClientHello,
     ConnectionClosed,
@@ -43,8 +43,8 @@ from headrace.protocols.reactive.commands import (
     Subscribed,
     SubscriptionAborted,
 )
-from headrace.protocols.reactive.connection import DEFAULT_MAX_PUBLICATIONS, ReactiveConnection
-from headrace.protocols.reactive.states import (
+from headrace.protocols.rsio.connection import DEFAULT_MAX_PUBLICATIONS, ReactiveConnection
+from headrace.protocols.rsio.states import (
     ConnectionState,
     DemandWindow,
     PublisherState,

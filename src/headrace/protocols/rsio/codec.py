@@ -1,6 +1,6 @@
 """rsio-v0 codec: messages to bytes and back, pure functions, no state.
 
-Wire format (spec ``rsio.md`` Part B; project copy ``docs/protocols/reactive.md``)::
+Wire format (spec ``rsio.md`` Part B; project copy ``docs/protocols/rsio.md``)::
 
     frame   = frame_length:varint  message            (byte-stream transports, B.4)
     message = type:varint  field*                     (layout fixed by the type, B.3)
@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
-from headrace.protocols.reactive.commands import (
+from headrace.protocols.rsio.commands import (
     PUBLISHER_SIDE_TYPES,
     SUBSCRIBER_SIDE_TYPES,
     Cancel,

@@ -1,6 +1,6 @@
 """Reactive Streams IO (rsio-v0) messages and connection events, as data.
 
-Every message of ``docs/protocols/reactive.md`` (spec: ``rsio.md`` Part B) is
+Every message of ``docs/protocols/rsio.md`` (spec: ``rsio.md`` Part B) is
 one frozen, slotted dataclass named as in the draft (``subscribe``,
 ``onNext``...), with its wire type code in :class:`MessageType`. The codec
 turns them into bytes and back; the connection checks the order they may come

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from headrace.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
-from headrace.protocols.reactive.codec import (
+from headrace.protocols.rsio.codec import (
     DEFAULT_MAX_ELEMENT_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     MAX_VARINT_BYTES,
@@ -57,7 +57,7 @@ from headrace.protocols.reactive.codec import (
     peek_subscriber,
     read_frame,
 )
-from headrace.protocols.reactive.commands import (
+from headrace.protocols.rsio.commands import (
     SUBSCRIBER_SIDE_TYPES,
     Cancel,
     ClientHello,
@@ -79,7 +79,7 @@ from headrace.protocols.reactive.commands import (
     Subscribed,
     SubscriptionAborted,
 )
-from headrace.protocols.reactive.states import (
+from headrace.protocols.rsio.states import (
     CONNECTION_ON_PROTOCOL_ERROR,
     CONNECTION_TRANSITIONS,
     PUBLISHER_TRANSITIONS,

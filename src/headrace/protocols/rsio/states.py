@@ -54,15 +54,15 @@ the demand window (:class:`DemandWindow`: no more elements than requested,
 part), the reassembled size, and ``elementSize``. Subscription machines leave
 their dict when they reach ``CLOSED``, which is what frees the Id for reuse.
 
-``scripts/reactive_state_diagram.py`` draws these tables for
-``docs/protocols/reactive.md``; edit the tables, then rerun it.
+``scripts/rsio_state_diagram.py`` draws these tables for
+``docs/protocols/rsio.md``; edit the tables, then rerun it.
 """
 
 from __future__ import annotations
 
 import enum
 
-from headrace.protocols.reactive.codec import MAX_DEMAND
+from headrace.protocols.rsio.codec import MAX_DEMAND
 
 __all__ = [
     "CONNECTION_ON_PROTOCOL_ERROR",
