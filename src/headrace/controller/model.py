@@ -1069,6 +1069,8 @@ def _ranges_replace(old: Sequence[SegmentRecord], ranges: Sequence[tuple[float, 
 
 def _cut_segments(rec: StreamRecord, cut: Mapping[int, int]) -> list[SegmentRecord] | None:
     """The cut's segments by key range if the cut is valid for ``rec``, else None."""
+    if len(cut) > MAX_SEGMENTS_PER_EPOCH:
+        return None  # bigger than any epoch may be: refused before any work is done
     segs = []
     for sid, off in cut.items():
         seg = rec.segment(sid)

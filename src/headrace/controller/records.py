@@ -169,12 +169,13 @@ class StreamRecord:
     epoch_times_ms: tuple[int, ...]
     next_txn: int = 1
     head_cut: dict[int, int] = field(default_factory=dict)
+    _by_id: dict[int, SegmentRecord] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {seg.id: seg for seg in self.segments})
 
     def segment(self, sid: int) -> SegmentRecord | None:
-        for seg in self.segments:
-            if seg.id == sid:
-                return seg
-        return None
+        return self._by_id.get(sid)
 
     def epoch_segments(self, epoch: int) -> list[SegmentRecord]:
         """The segments of ``epoch`` ordered by key range."""
