@@ -691,3 +691,14 @@ def test_negative_byte_array_length_is_remote_error() -> None:
     payload = bytes.fromhex(string("s") + i64(0) + "00 00" + i32(-1))
     with pytest.raises(RemoteProtocolError, match="negative length"):
         decode_payload(CommandType.SEGMENT_READ, payload)
+
+
+def test_request_id_and_segment_helpers() -> None:
+    assert ReadSegment("s", 0, 1, "", 12).request_id_or_default == 12
+    assert Hello(15, 5).request_id_or_default == 0
+    assert KeepAlive().request_id_or_default == -1
+    assert Padding(1).request_id_or_default == -1
+    assert ReadSegment("s", 0, 1).segment_or_none == "s"
+    assert MergeSegments(1, "t", "s").segment_or_none == "t"
+    assert SegmentIsTruncated(1, "x", 0).segment_or_none == "x"
+    assert Hello(15, 5).segment_or_none is None

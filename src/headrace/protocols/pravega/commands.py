@@ -285,6 +285,28 @@ class Command:
     type: ClassVar[CommandType]
     direction: ClassVar[Direction]
 
+    @property
+    def request_id_or_default(self) -> int:
+        """The command's request id: its ``request_id`` field, 0 for Hello (§1),
+        else -1 (KeepAlive by definition, and frames that carry none)."""
+        request_id = getattr(self, "request_id", None)
+        if isinstance(request_id, int):
+            return request_id
+        return 0 if self.type == CommandType.HELLO else -1
+
+    @property
+    def segment_or_none(self) -> str | None:
+        """The segment a request names, exactly as sent, for error replies (§10).
+
+        ``segment``, ``segment_name``, ``target`` (merges) or
+        ``parent_segment`` (CreateTransientSegment), whichever the command has.
+        """
+        for name in ("segment", "segment_name", "target", "parent_segment"):
+            value = getattr(self, name, None)
+            if isinstance(value, str):
+                return value
+        return None
+
 
 # --------------------------------------------------------------------------- auxiliary structures
 
