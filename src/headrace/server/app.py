@@ -74,6 +74,8 @@ class ServerApp:
 
     async def start(self) -> None:
         """Open the store and start every enabled listener that this version has."""
+        import headrace.server.listeners  # noqa: F401  (registers the starters; lazy: they import us)
+
         if self._store is None:
             self._store = await DiskStore.open(
                 self.config.data_dir,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
 from headrace.store.api import FsyncPolicy
 
@@ -45,6 +46,7 @@ class ServerConfig:
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
     container_count: int = DEFAULT_CONTAINER_COUNT
+    retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
 
     def validate(self) -> None:
@@ -56,6 +58,8 @@ class ServerConfig:
                 raise ConfigError(f"--{name.replace('_', '-')}-port {port} is not in 0..{MAX_PORT}")
         if self.fsync_interval_s <= 0:
             raise ConfigError("fsync interval must be positive")
+        if self.retention_interval_s <= 0:
+            raise ConfigError("retention interval must be positive")
         if self.container_count < 1:
             raise ConfigError("container count must be at least 1")
 

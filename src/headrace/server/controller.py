@@ -8,7 +8,7 @@ server is its own segment store.
 
 from __future__ import annotations
 
-from headrace.controller.service import RETENTION_INTERVAL_S, ControllerServer
+from headrace.controller.service import ControllerServer
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 
 __all__ = ["start_controller"]
@@ -24,8 +24,7 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
         OSError: the address could not be bound.
     """
     segment_store = (app.config.host, app.config.ports.get("segment_store", 0))
-    # ``retention_interval_s`` is optional in the configuration; tests shorten it.
-    retention_interval_s = float(getattr(app.config, "retention_interval_s", RETENTION_INTERVAL_S))
+    retention_interval_s = app.config.retention_interval_s
     server = await ControllerServer.start(
         app.store,
         host=host,
