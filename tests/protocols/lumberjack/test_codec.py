@@ -235,6 +235,12 @@ def test_json_data_must_be_a_utf8_json_object(document: bytes, reason: str) -> N
         decode_frames(wire)
 
 
+def test_json_data_with_any_valid_number_is_accepted() -> None:
+    document = b'{"big": ' + b"9" * 10_000 + b', "f": 1e400, "g": -0.5e-3}'
+    wire = b"2J" + u32(1) + u32(len(document)) + document
+    assert one(wire) == (V2, JsonData(1, document))
+
+
 def test_json_data_deeply_nested_object_is_refused_cleanly() -> None:
     document = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
     wire = b"2J" + u32(1) + u32(len(document)) + document

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from headrace.errors import RemoteProtocolError
 from headrace.protocols.lumberjack import (
     Ack,
     Batch,
@@ -132,3 +133,26 @@ def test_pylogbeat_accepts_keepalives_and_partial_acks() -> None:
 
     events, _ = exchange(script, slow_ack)
     assert events[-1] == ConnectionClosed()
+
+
+def test_pylogbeat_non_json_element_closes_the_connection_without_ack() -> None:
+    errors: list[BaseException] = []
+
+    def script(client: Any) -> None:
+        client.send(["plain text, not JSON"])
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(TIMEOUT_S)
+        thread = threading.Thread(
+            target=run_client, args=(listener.getsockname()[1], script, errors)
+        )
+        thread.start()
+        try:
+            with pytest.raises(RemoteProtocolError, match="invalid JSON"):
+                serve_one(listener, ack_when_durable)  # closes the socket on the way out
+        finally:
+            thread.join(TIMEOUT_S)
+    assert not thread.is_alive()
+    assert len(errors) == 1
+    assert isinstance(errors[0], pylogbeat.ConnectionException)
+    assert "0x00" in str(errors[0])  # pylogbeat's words for "the server closed"

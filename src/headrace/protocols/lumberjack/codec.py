@@ -461,10 +461,21 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+def _skip_number(text: str) -> object:
+    """Numbers are only validated, never used: skip converting them (and
+    Python's 4300-digit limit on ``int``, which would refuse valid JSON)."""
+    return None
+
+
 def _check_json_object(payload: bytes) -> None:
     """Raise ``RemoteProtocolError`` unless ``payload`` is a UTF-8 JSON object."""
     try:
-        document = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        document = json.loads(
+            payload.decode("utf-8"),
+            parse_constant=_reject_constant,
+            parse_int=_skip_number,
+            parse_float=_skip_number,
+        )
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"JSON is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except RecursionError:
