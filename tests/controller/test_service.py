@@ -353,3 +353,10 @@ async def test_aclose_stops_serving() -> None:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await Client(channel)("createScope", pb.ScopeInfo(scope="x"))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_port_in_use_raises_os_error(server: ControllerServer) -> None:
+    with pytest.raises(OSError):
+        await ControllerServer.start(
+            MemoryStore(), host="127.0.0.1", port=server.port, segment_store=("127.0.0.1", 1)
+        )

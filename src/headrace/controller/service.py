@@ -631,8 +631,10 @@ class ControllerServer:
         try:
             bound = server.add_insecure_port(_bind_address(host, port))
         except RuntimeError as exc:
+            await server.stop(None)
             raise OSError(f"controller cannot listen on {host}:{port}: {exc}") from exc
         if bound == 0:
+            await server.stop(None)
             raise OSError(f"controller cannot listen on {host}:{port}")
         service = ControllerService(
             model,
