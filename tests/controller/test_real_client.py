@@ -1,17 +1,14 @@
 """The real ``pravega`` 0.3.8 client against our controller, each side in its own process.
 
-The server is ``python -m headrace serve`` with the controller listener (or,
-while ``serve`` does not register it yet, ``controller_runner.py`` running the
-same starter in a ServerApp), on the disk store; each scenario of
-``real_client_scenarios.py`` runs in a child process with a hard timeout and
-prints JSON that these tests assert on.
+The server is ``python -m headrace serve`` with only the controller listener,
+on the disk store; each scenario of ``real_client_scenarios.py`` runs in a
+child process with a hard timeout and prints JSON that these tests assert on.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -25,22 +22,12 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-RUNNER = HERE / "controller_runner.py"
 SCENARIOS = HERE / "real_client_scenarios.py"
 ROOT = HERE.parent.parent
 
 STARTUP_TIMEOUT_S = 30.0
 SCENARIO_TIMEOUT_S = 90.0  # a retried failure takes ~61 s; a healthy scenario well under 5 s
 STOP_TIMEOUT_S = 15.0
-
-
-def _serve_registers_controller() -> bool:
-    """Whether ``headrace serve`` itself starts the controller listener (once
-    ``server/app.py`` imports ``server/controller.py``); until then the tests
-    run the same starter through ``controller_runner.py``."""
-    from headrace.server.app import LISTENER_STARTERS
-
-    return "controller" in LISTENER_STARTERS
 
 
 def _free_port() -> int:
@@ -51,47 +38,23 @@ def _free_port() -> int:
 
 
 class Controller:
-    """A server process with the controller listener, on the disk store in ``data_dir``:
-    ``python -m headrace serve`` when it registers the controller, else the runner."""
+    """``python -m headrace serve`` with only the controller listener, on the disk
+    store in ``data_dir``."""
 
     def __init__(self, data_dir: Path, *, fsync: str = "always") -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        if _serve_registers_controller():
-            self.port = _free_port()
-            args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
-            args += ["--fsync", fsync, "--controller-port", str(self.port)]
-            for name in ["segment-store", "tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
-                args += [f"--{name}-port", "0"]
-            self.proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
-            )
-            self._wait_connectable(deadline)
-        else:
-            args = [sys.executable, str(RUNNER), "--data-dir", str(data_dir), "--fsync", fsync]
-            self.proc = subprocess.Popen(
-                args, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=ROOT
-            )
-            self.port = self._wait_ready_line(deadline)
-            self._wait_connectable(deadline)
+        self.port = _free_port()
+        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
+        args += ["--fsync", fsync, "--controller-port", str(self.port)]
+        for name in ["segment-store", "tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
+            args += [f"--{name}-port", "0"]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+        )
+        self._wait_connectable(time.monotonic() + STARTUP_TIMEOUT_S)
         self.uri = f"tcp://127.0.0.1:{self.port}"
-
-    def _wait_ready_line(self, deadline: float) -> int:
-        assert self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline:
-                if not sel.select(timeout=deadline - time.monotonic()):
-                    break
-                line = self.proc.stdout.readline().decode()
-                if not line:
-                    break  # the runner exited
-                if line.startswith("READY "):
-                    return int(line.split()[1])
-        self.stop()
-        raise AssertionError(f"controller did not start: {self.stderr()}")
 
     def _wait_connectable(self, deadline: float) -> None:
         while self.proc.poll() is None:
