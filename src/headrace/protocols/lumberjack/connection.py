@@ -270,7 +270,7 @@ class LumberjackConnection:
             if self._version is None:
                 if self._required_version not in (None, version):
                     raise RemoteProtocolError(
-                        f"this listener speaks {self._required_version}, got {version.name}"
+                        f"this listener speaks {_name(self._required_version)}, got {version.name}"
                     )
                 self._version = version
             elif version != self._version:
