@@ -117,7 +117,9 @@ def _decode_str(raw: bytes) -> str:
         text = raw.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
         return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be")
     except UnicodeError as exc:
-        raise RemoteProtocolError(f"string is neither UTF-8 nor modified UTF-8: {raw!r}") from exc
+        raise RemoteProtocolError(
+            f"string is neither UTF-8 nor modified UTF-8: {raw[:64]!r}"
+        ) from exc
 
 
 # --------------------------------------------------------------------------- reader
@@ -397,7 +399,7 @@ def _opt(kind: _Kind) -> _Optional:
 
 # --------------------------------------------------------------------------- layouts
 
-K = _Kind
+_K = _Kind
 _Spec = _Kind | _Optional
 _Field = tuple[str, _Kind, bool, Any]  # name, kind, optional, default
 
@@ -417,87 +419,91 @@ def _layout(cls: type[c.Command], *kinds: _Spec) -> tuple[type[c.Command], tuple
     return cls, tuple(layout)
 
 
-_STR_TRACE = _opt(K.STR)  # server_stack_trace: optional in Java's readers
+_STR_TRACE = _opt(_K.STR)  # server_stack_trace: optional in Java's readers
 
 _LAYOUT_LIST = [
     # §4 handshake
-    _layout(c.Hello, K.I32, K.I32),
+    _layout(c.Hello, _K.I32, _K.I32),
     _layout(c.KeepAlive),
     # §5 appends
-    _layout(c.Event, K.REST),
-    _layout(c.Padding, K.PADDING),
-    _layout(c.PartialEvent, K.REST),
-    _layout(c.SetupAppend, K.I64, K.UUID, K.STR, K.STR),
-    _layout(c.AppendSetup, K.I64, K.STR, K.UUID, K.I64),
-    _layout(c.AppendBlock, K.UUID, K.REST),
-    _layout(c.AppendBlockEnd, K.UUID, K.I32, K.BYTES, K.I32, K.I64, _opt(K.I64)),
-    _layout(c.ConditionalAppend, K.UUID, K.I64, K.I64, K.EVENT, _opt(K.I64)),
-    _layout(c.ConditionalBlockEnd, K.UUID, K.I64, K.I64, K.BYTES, K.I64),
-    _layout(c.DataAppended, K.UUID, K.I64, _opt(K.I64), _opt(K.I64), _opt(K.I64)),
-    _layout(c.ConditionalCheckFailed, K.UUID, K.I64, _opt(K.I64)),
-    _layout(c.CreateTransientSegment, K.I64, K.UUID, K.STR, K.STR),
+    _layout(c.Event, _K.REST),
+    _layout(c.Padding, _K.PADDING),
+    _layout(c.PartialEvent, _K.REST),
+    _layout(c.SetupAppend, _K.I64, _K.UUID, _K.STR, _K.STR),
+    _layout(c.AppendSetup, _K.I64, _K.STR, _K.UUID, _K.I64),
+    _layout(c.AppendBlock, _K.UUID, _K.REST),
+    _layout(c.AppendBlockEnd, _K.UUID, _K.I32, _K.BYTES, _K.I32, _K.I64, _opt(_K.I64)),
+    _layout(c.ConditionalAppend, _K.UUID, _K.I64, _K.I64, _K.EVENT, _opt(_K.I64)),
+    _layout(c.ConditionalBlockEnd, _K.UUID, _K.I64, _K.I64, _K.BYTES, _K.I64),
+    _layout(c.DataAppended, _K.UUID, _K.I64, _opt(_K.I64), _opt(_K.I64), _opt(_K.I64)),
+    _layout(c.ConditionalCheckFailed, _K.UUID, _K.I64, _opt(_K.I64)),
+    _layout(c.CreateTransientSegment, _K.I64, _K.UUID, _K.STR, _K.STR),
     # §6 reads
-    _layout(c.ReadSegment, K.STR, K.I64, K.I32, K.STR, _opt(K.I64)),
-    _layout(c.SegmentRead, K.STR, K.I64, K.BOOL, K.BOOL, K.BYTES, _opt(K.I64)),
+    _layout(c.ReadSegment, _K.STR, _K.I64, _K.I32, _K.STR, _opt(_K.I64)),
+    _layout(c.SegmentRead, _K.STR, _K.I64, _K.BOOL, _K.BOOL, _K.BYTES, _opt(_K.I64)),
     # §7 segment management
-    _layout(c.GetStreamSegmentInfo, K.I64, K.STR, K.STR),
-    _layout(c.StreamSegmentInfo, K.I64, K.STR, K.BOOL, K.BOOL, K.BOOL, K.I64, K.I64, _opt(K.I64)),
-    _layout(c.CreateSegment, K.I64, K.STR, K.I32, K.BYTE, K.STR, _opt(K.I64)),
-    _layout(c.SegmentCreated, K.I64, K.STR),
-    _layout(c.SealSegment, K.I64, K.STR, K.STR),
-    _layout(c.SegmentSealed, K.I64, K.STR),
-    _layout(c.DeleteSegment, K.I64, K.STR, K.STR),
-    _layout(c.SegmentDeleted, K.I64, K.STR),
-    _layout(c.UpdateSegmentPolicy, K.I64, K.STR, K.I32, K.BYTE, K.STR),
-    _layout(c.SegmentPolicyUpdated, K.I64, K.STR),
-    _layout(c.TruncateSegment, K.I64, K.STR, K.I64, K.STR),
-    _layout(c.SegmentTruncated, K.I64, K.STR),
-    _layout(c.MergeSegments, K.I64, K.STR, K.STR, K.STR, _opt(K.ATTRIBUTE_UPDATES)),
-    _layout(c.SegmentsMerged, K.I64, K.STR, K.STR, _opt(K.I64)),
-    _layout(c.MergeSegmentsBatch, K.I64, K.STR, K.STR_LIST, K.STR),
-    _layout(c.LocateOffset, K.I64, K.STR, K.I64, K.STR),
-    _layout(c.OffsetLocated, K.I64, K.STR, K.I64),
-    _layout(c.FlushToStorage, K.I32, K.STR, K.I64),
-    _layout(c.StorageFlushed, K.I64),
-    _layout(c.ListStorageChunks, K.STR, K.STR, K.I64),
-    _layout(c.StorageChunksListed, K.I64, K.CHUNKS),
+    _layout(c.GetStreamSegmentInfo, _K.I64, _K.STR, _K.STR),
+    _layout(
+        c.StreamSegmentInfo, _K.I64, _K.STR, _K.BOOL, _K.BOOL, _K.BOOL, _K.I64, _K.I64, _opt(_K.I64)
+    ),
+    _layout(c.CreateSegment, _K.I64, _K.STR, _K.I32, _K.BYTE, _K.STR, _opt(_K.I64)),
+    _layout(c.SegmentCreated, _K.I64, _K.STR),
+    _layout(c.SealSegment, _K.I64, _K.STR, _K.STR),
+    _layout(c.SegmentSealed, _K.I64, _K.STR),
+    _layout(c.DeleteSegment, _K.I64, _K.STR, _K.STR),
+    _layout(c.SegmentDeleted, _K.I64, _K.STR),
+    _layout(c.UpdateSegmentPolicy, _K.I64, _K.STR, _K.I32, _K.BYTE, _K.STR),
+    _layout(c.SegmentPolicyUpdated, _K.I64, _K.STR),
+    _layout(c.TruncateSegment, _K.I64, _K.STR, _K.I64, _K.STR),
+    _layout(c.SegmentTruncated, _K.I64, _K.STR),
+    _layout(c.MergeSegments, _K.I64, _K.STR, _K.STR, _K.STR, _opt(_K.ATTRIBUTE_UPDATES)),
+    _layout(c.SegmentsMerged, _K.I64, _K.STR, _K.STR, _opt(_K.I64)),
+    _layout(c.MergeSegmentsBatch, _K.I64, _K.STR, _K.STR_LIST, _K.STR),
+    _layout(c.LocateOffset, _K.I64, _K.STR, _K.I64, _K.STR),
+    _layout(c.OffsetLocated, _K.I64, _K.STR, _K.I64),
+    _layout(c.FlushToStorage, _K.I32, _K.STR, _K.I64),
+    _layout(c.StorageFlushed, _K.I64),
+    _layout(c.ListStorageChunks, _K.STR, _K.STR, _K.I64),
+    _layout(c.StorageChunksListed, _K.I64, _K.CHUNKS),
     # §8 attributes
-    _layout(c.GetSegmentAttribute, K.I64, K.STR, K.UUID, K.STR),
-    _layout(c.SegmentAttribute, K.I64, K.I64),
-    _layout(c.UpdateSegmentAttribute, K.I64, K.STR, K.UUID, K.I64, K.I64, K.STR),
-    _layout(c.SegmentAttributeUpdated, K.I64, K.BOOL),
+    _layout(c.GetSegmentAttribute, _K.I64, _K.STR, _K.UUID, _K.STR),
+    _layout(c.SegmentAttribute, _K.I64, _K.I64),
+    _layout(c.UpdateSegmentAttribute, _K.I64, _K.STR, _K.UUID, _K.I64, _K.I64, _K.STR),
+    _layout(c.SegmentAttributeUpdated, _K.I64, _K.BOOL),
     # §9 table segments
-    _layout(c.GetTableSegmentInfo, K.I64, K.STR, K.STR),
-    _layout(c.TableSegmentInfo, K.I64, K.STR, K.I64, K.I64, K.I64, K.I32),
-    _layout(c.CreateTableSegment, K.I64, K.STR, K.STR, _opt(K.BOOL), _opt(K.I32), _opt(K.I64)),
-    _layout(c.DeleteTableSegment, K.I64, K.STR, K.BOOL, K.STR),
-    _layout(c.MergeTableSegments, K.I64, K.STR, K.STR, K.STR),
-    _layout(c.SealTableSegment, K.I64, K.STR, K.STR),
-    _layout(c.UpdateTableEntries, K.I64, K.STR, K.STR, K.TABLE_ENTRIES, _opt(K.I64)),
-    _layout(c.TableEntriesUpdated, K.I64, K.I64_LIST),
-    _layout(c.RemoveTableKeys, K.I64, K.STR, K.STR, K.TABLE_KEYS, _opt(K.I64)),
-    _layout(c.TableKeysRemoved, K.I64, K.STR),
-    _layout(c.ReadTable, K.I64, K.STR, K.STR, K.TABLE_KEYS),
-    _layout(c.TableRead, K.I64, K.STR, K.TABLE_ENTRIES),
-    _layout(c.ReadTableKeys, K.I64, K.STR, K.STR, K.I32, K.ITERATOR_ARGS),
-    _layout(c.TableKeysRead, K.I64, K.STR, K.TABLE_KEYS, K.BYTES),
-    _layout(c.ReadTableEntries, K.I64, K.STR, K.STR, K.I32, K.ITERATOR_ARGS),
-    _layout(c.TableEntriesRead, K.I64, K.STR, K.TABLE_ENTRIES, K.BYTES),
-    _layout(c.ReadTableEntriesDelta, K.I64, K.STR, K.STR, K.I64, K.I32),
-    _layout(c.TableEntriesDeltaRead, K.I64, K.STR, K.TABLE_ENTRIES, K.BOOL, K.BOOL, K.I64),
+    _layout(c.GetTableSegmentInfo, _K.I64, _K.STR, _K.STR),
+    _layout(c.TableSegmentInfo, _K.I64, _K.STR, _K.I64, _K.I64, _K.I64, _K.I32),
+    _layout(
+        c.CreateTableSegment, _K.I64, _K.STR, _K.STR, _opt(_K.BOOL), _opt(_K.I32), _opt(_K.I64)
+    ),
+    _layout(c.DeleteTableSegment, _K.I64, _K.STR, _K.BOOL, _K.STR),
+    _layout(c.MergeTableSegments, _K.I64, _K.STR, _K.STR, _K.STR),
+    _layout(c.SealTableSegment, _K.I64, _K.STR, _K.STR),
+    _layout(c.UpdateTableEntries, _K.I64, _K.STR, _K.STR, _K.TABLE_ENTRIES, _opt(_K.I64)),
+    _layout(c.TableEntriesUpdated, _K.I64, _K.I64_LIST),
+    _layout(c.RemoveTableKeys, _K.I64, _K.STR, _K.STR, _K.TABLE_KEYS, _opt(_K.I64)),
+    _layout(c.TableKeysRemoved, _K.I64, _K.STR),
+    _layout(c.ReadTable, _K.I64, _K.STR, _K.STR, _K.TABLE_KEYS),
+    _layout(c.TableRead, _K.I64, _K.STR, _K.TABLE_ENTRIES),
+    _layout(c.ReadTableKeys, _K.I64, _K.STR, _K.STR, _K.I32, _K.ITERATOR_ARGS),
+    _layout(c.TableKeysRead, _K.I64, _K.STR, _K.TABLE_KEYS, _K.BYTES),
+    _layout(c.ReadTableEntries, _K.I64, _K.STR, _K.STR, _K.I32, _K.ITERATOR_ARGS),
+    _layout(c.TableEntriesRead, _K.I64, _K.STR, _K.TABLE_ENTRIES, _K.BYTES),
+    _layout(c.ReadTableEntriesDelta, _K.I64, _K.STR, _K.STR, _K.I64, _K.I32),
+    _layout(c.TableEntriesDeltaRead, _K.I64, _K.STR, _K.TABLE_ENTRIES, _K.BOOL, _K.BOOL, _K.I64),
     # §10 error replies (Java reads the trailing stack trace / offset as optional)
-    _layout(c.WrongHost, K.I64, K.STR, K.STR, _STR_TRACE),
-    _layout(c.SegmentIsSealed, K.I64, K.STR, _STR_TRACE, _opt(K.I64)),
-    _layout(c.SegmentAlreadyExists, K.I64, K.STR, _STR_TRACE),
-    _layout(c.NoSuchSegment, K.I64, K.STR, _STR_TRACE, _opt(K.I64)),
-    _layout(c.InvalidEventNumber, K.UUID, K.I64, K.STR, K.I64),
-    _layout(c.SegmentIsTruncated, K.I64, K.STR, K.I64, _STR_TRACE, _opt(K.I64)),
-    _layout(c.OperationUnsupported, K.I64, K.STR, _STR_TRACE),
-    _layout(c.AuthTokenCheckFailed, K.I64, _STR_TRACE, _opt(K.I32)),
-    _layout(c.ErrorMessage, K.I64, K.STR, K.STR, K.I32),
-    _layout(c.TableSegmentNotEmpty, K.I64, K.STR, K.STR),
-    _layout(c.TableKeyDoesNotExist, K.I64, K.STR, K.STR),
-    _layout(c.TableKeyBadVersion, K.I64, K.STR, K.STR),
+    _layout(c.WrongHost, _K.I64, _K.STR, _K.STR, _STR_TRACE),
+    _layout(c.SegmentIsSealed, _K.I64, _K.STR, _STR_TRACE, _opt(_K.I64)),
+    _layout(c.SegmentAlreadyExists, _K.I64, _K.STR, _STR_TRACE),
+    _layout(c.NoSuchSegment, _K.I64, _K.STR, _STR_TRACE, _opt(_K.I64)),
+    _layout(c.InvalidEventNumber, _K.UUID, _K.I64, _K.STR, _K.I64),
+    _layout(c.SegmentIsTruncated, _K.I64, _K.STR, _K.I64, _STR_TRACE, _opt(_K.I64)),
+    _layout(c.OperationUnsupported, _K.I64, _K.STR, _STR_TRACE),
+    _layout(c.AuthTokenCheckFailed, _K.I64, _STR_TRACE, _opt(_K.I32)),
+    _layout(c.ErrorMessage, _K.I64, _K.STR, _K.STR, _K.I32),
+    _layout(c.TableSegmentNotEmpty, _K.I64, _K.STR, _K.STR),
+    _layout(c.TableKeyDoesNotExist, _K.I64, _K.STR, _K.STR),
+    _layout(c.TableKeyBadVersion, _K.I64, _K.STR, _K.STR),
 ]
 
 _LAYOUTS: dict[int, tuple[type[c.Command], tuple[_Field, ...]]] = {
