@@ -606,6 +606,7 @@ class ControllerServer:
         segment_store: tuple[str, int],
         sweep_interval_s: float = TXN_SWEEP_INTERVAL_S,
         retention_interval_s: float = RETENTION_INTERVAL_S,
+        model: ControllerModel | None = None,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -616,11 +617,15 @@ class ControllerServer:
                 wildcard host is replaced by this machine's name.
             sweep_interval_s: period of the lease-expiry sweep.
             retention_interval_s: period of the retention job.
+            model: the metadata model to serve, when the caller shares one with
+                other front doors (the server app does); opened from ``store``
+                otherwise.
 
         Raises:
             OSError: the address could not be bound.
         """
-        model = await ControllerModel.open(store)
+        if model is None:
+            model = await ControllerModel.open(store)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from headrace.controller.model import ControllerModel
 from headrace.server.config import ServerConfig
 from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore
@@ -57,6 +58,7 @@ class ServerApp:
         config.validate()
         self.config = config
         self._store = store
+        self._controller: ControllerModel | None = None
         self._listeners: list[Listener] = []
         self._stopping = asyncio.Event()
         self._closed = False
@@ -66,6 +68,14 @@ class ServerApp:
         if self._store is None:
             raise RuntimeError("the server has not been started")
         return self._store
+
+    @property
+    def controller(self) -> ControllerModel:
+        """Scopes, streams and transactions, shared by every front door that
+        creates streams (the gRPC controller, TANK topics, Lumberjack targets)."""
+        if self._controller is None:
+            raise RuntimeError("the server has not been started")
+        return self._controller
 
     @property
     def ports(self) -> dict[str, int]:
@@ -84,6 +94,7 @@ class ServerApp:
                 container_count=self.config.container_count,
             )
         try:
+            self._controller = await ControllerModel.open(self._store)
             for name, port in self.config.enabled_listeners().items():
                 starter = LISTENER_STARTERS.get(name)
                 if starter is None:
