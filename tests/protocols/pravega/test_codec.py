@@ -702,3 +702,10 @@ def test_request_id_and_segment_helpers() -> None:
     assert MergeSegments(1, "t", "s").segment_or_none == "t"
     assert SegmentIsTruncated(1, "x", 0).segment_or_none == "x"
     assert Hello(15, 5).segment_or_none is None
+
+
+def test_invalid_event_number_trailing_fields_are_optional() -> None:
+    payload = WRITER.bytes + bytes.fromhex(i64(9))
+    assert decode_payload(CommandType.INVALID_EVENT_NUMBER, payload) == InvalidEventNumber(
+        WRITER, 9, "", -1
+    )

@@ -496,7 +496,7 @@ _LAYOUT_LIST = [
     _layout(c.SegmentIsSealed, _K.I64, _K.STR, _STR_TRACE, _opt(_K.I64)),
     _layout(c.SegmentAlreadyExists, _K.I64, _K.STR, _STR_TRACE),
     _layout(c.NoSuchSegment, _K.I64, _K.STR, _STR_TRACE, _opt(_K.I64)),
-    _layout(c.InvalidEventNumber, _K.UUID, _K.I64, _K.STR, _K.I64),
+    _layout(c.InvalidEventNumber, _K.UUID, _K.I64, _STR_TRACE, _opt(_K.I64)),
     _layout(c.SegmentIsTruncated, _K.I64, _K.STR, _K.I64, _STR_TRACE, _opt(_K.I64)),
     _layout(c.OperationUnsupported, _K.I64, _K.STR, _STR_TRACE),
     _layout(c.AuthTokenCheckFailed, _K.I64, _STR_TRACE, _opt(_K.I32)),

@@ -1241,8 +1241,8 @@ class InvalidEventNumber(Command):
 
     writer_id: UUID
     request_id: int
-    server_stack_trace: str
-    event_number: int
+    server_stack_trace: str = ""
+    event_number: int = -1  # Java's reader default when absent
 
 
 @dataclass(frozen=True, slots=True)
