@@ -419,3 +419,60 @@ async def test_verify_cli_reports_ok_and_damage(tmp_path: Path) -> None:
     result = await asyncio.to_thread(CliRunner().invoke, verify, [str(tmp_path)])
     assert result.exit_code == 1
     assert "fails its checksum" in result.output
+
+
+async def test_interval_policy_syncs_periodically(tmp_path: Path) -> None:
+    synced = threading.Event()
+
+    class Ops(FileOps):
+        def sync_wal(self, fd: int) -> None:
+            super().sync_wal(fd)
+            synced.set()
+
+    ops = Ops()
+    store = await DiskStore.open(
+        tmp_path, file_ops=ops, fsync=FsyncPolicy.INTERVAL, fsync_interval_s=0.01
+    )
+    try:
+        await store.create_segment("s")
+        synced.clear()
+        await store.append("s", b"x")  # acknowledged before any sync
+        assert await asyncio.to_thread(synced.wait, 10.0)
+    finally:
+        await store.close()
+
+
+async def test_cancelled_merge_still_completes(tmp_path: Path) -> None:
+    ops = GatedOps()
+    store = await DiskStore.open(tmp_path, file_ops=ops)
+    try:
+        await store.create_segment("t")
+        await store.create_segment("s")
+        await store.append("s", b"payload")
+        await store.seal("s")
+        ops.gated = True
+        merge = asyncio.create_task(store.merge("t", "s"))
+        await asyncio.to_thread(ops.entered.wait)  # the commit is written, not yet synced
+        merge.cancel()
+        ops.gated = False
+        ops.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await merge
+        assert await store.merge("t", "s") == 7  # waits for the commit, then sees it done
+        assert await store.list_segments() == ["t"]
+        assert (await store.read("t", 0, 100)).data == b"payload"
+    finally:
+        ops.gate.set()
+        await store.close()
+
+
+async def test_concurrent_appends_to_one_segment_keep_issue_order(tmp_path: Path) -> None:
+    store = await DiskStore.open(tmp_path)
+    try:
+        await store.create_segment("s")
+        chunks = [b"%04d" % i for i in range(200)]
+        results = await asyncio.gather(*(store.append("s", c) for c in chunks))
+        assert [r.offset for r in results] == [4 * i for i in range(200)]
+        assert (await store.read("s", 0, 10_000)).data == b"".join(chunks)
+    finally:
+        await store.close()

@@ -23,6 +23,7 @@ import fcntl
 import functools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from uuid import UUID
 
@@ -80,6 +81,17 @@ def _lock_data_dir(root: Path) -> int:
     return lock_fd
 
 
+def _forget_task(
+    tasks: set[asyncio.Future[None]],
+) -> Callable[[asyncio.Future[None]], None]:
+    def done(task: asyncio.Future[None]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here; the caller, if still there, gets it too
+
+    return done
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -99,6 +111,8 @@ class DiskStore(BaseStore):
         self._closed = False
         self._merging: dict[str, asyncio.Future[None]] = {}
         """Sources of merges between their commit and their deletion."""
+        self._background: set[asyncio.Future[None]] = set()
+        """Merge completions that outlive a cancelled caller; close waits for them."""
 
     @classmethod
     async def open(
@@ -327,40 +341,55 @@ class DiskStore(BaseStore):
     async def _merge_sealed(
         self, ct: Container, t: Segment, cs: Container, s: Segment, target: str, source: str
     ) -> int:
+        # Synchronous from here to the commit record: nobody sees a half-written merge.
         ct.check_writable()
+        cs.check_writable()
+        offset = t.length
+        position = s.start_offset
+        while position < s.length:
+            count = min(MERGE_CHUNK_BYTES, s.length - position)
+            chunk = cs.files.pread(s.segment_id, position, count)
+            ct.write(MergeDataRecord(t.segment_id, offset + position - s.start_offset, chunk))
+            position += len(chunk)
+        new_length = offset + s.length - s.start_offset
+        seq = ct.write(MergeCommitRecord(t.segment_id, new_length, now_ms(), s.segment_id, source))
         s.hidden = True
+        self._tables.pop(source, None)
         done = self._merging[source] = asyncio.get_running_loop().create_future()
+        # The rest must run to the end even if the caller gives up waiting.
+        task = asyncio.ensure_future(
+            self._finish_merge(ct, t, cs, s, seq, new_length, target, done)
+        )
+        self._background.add(task)
+        task.add_done_callback(_forget_task(self._background))
+        await asyncio.shield(task)
+        return new_length
+
+    async def _finish_merge(
+        self,
+        ct: Container,
+        t: Segment,
+        cs: Container,
+        s: Segment,
+        seq: int,
+        new_length: int,
+        target: str,
+        done: asyncio.Future[None],
+    ) -> None:
         try:
-            offset = t.length
-            position = s.start_offset
-            while position < s.length:
-                count = min(MERGE_CHUNK_BYTES, s.length - position)
-                chunk = cs.files.pread(s.segment_id, position, count)
-                ct.write(MergeDataRecord(t.segment_id, offset + position - s.start_offset, chunk))
-                position += len(chunk)
-            new_length = offset + s.length - s.start_offset
-            seq = ct.write(
-                MergeCommitRecord(t.segment_id, new_length, now_ms(), s.segment_id, source)
-            )
-            self._tables.pop(source, None)
             await ct.durable(seq, lambda: self._advance(t, new_length))
-            # The commit is durable: the source must go (recovery would finish it).
+            # The commit is durable: now the source goes.
             try:
                 seq = cs.write(DeleteRecord(s.segment_id, target))
                 cs.files.forget(s.segment_id)
                 await cs.durable(seq)
             except StoreClosed:
                 pass  # recovery deletes the source; the merge itself is durable
-        except BaseException:
-            if s.segment_id in cs.state.by_id and t.length == offset:
-                s.hidden = False  # nothing was committed
-            raise
+            self._notify(target)
+            self._notify(s.name)
         finally:
-            del self._merging[source]
+            del self._merging[s.name]
             done.set_result(None)
-        self._notify(target)
-        self._notify(source)
-        return new_length
 
     async def get_attribute(self, name: str, attribute_id: UUID) -> int:
         c, _ = self._lookup(name)
@@ -398,6 +427,7 @@ class DiskStore(BaseStore):
         if self._closed:
             return
         self._closed = True
+        await asyncio.gather(*self._background, return_exceptions=True)
         errors: list[BaseException] = []
         for c in self._containers:
             try:
