@@ -1,7 +1,8 @@
 """Child process of the kill -9 crash test (``test_crash.py``); also its record codec.
 
 Run as ``python crash_appender.py DATA_DIR STATE_JSON``. It opens a
-``DiskStore`` under ``fsync=always``, creates the crash-test segments if they
+``DiskStore`` under ``fsync=always`` (with the state's ``checkpoint_wal_bytes``
+if given, so that checkpoints run, and get killed, often), creates the crash-test segments if they
 are missing, and runs ``APPENDERS_PER_SEGMENT`` concurrent appenders on each
 segment until it is killed. Every append is made of self-describing records
 (below), so whatever ends up in a segment can be parsed and checked.
@@ -132,9 +133,9 @@ def _payload_size(rng: random.Random) -> int:
     roll = rng.random()
     if roll < 0.70:
         return rng.randrange(0, 300)
-    if roll < 0.97:
+    if roll < 0.98:
         return rng.randrange(300, 8192)
-    return rng.randrange(16 * 1024, 128 * 1024)
+    return rng.randrange(16 * 1024, 96 * 1024)
 
 
 def plan_append(segment: int, appender: int, first_seq: int) -> list[int]:
@@ -236,7 +237,11 @@ async def _run(data_dir: Path, state: dict[str, object]) -> None:
     writer_next = state.get("writer_next", {})
     assert isinstance(writer_next, dict)
 
-    store = await DiskStore.open(data_dir, fsync=FsyncPolicy.ALWAYS)
+    options: dict[str, int] = {}
+    if state.get("checkpoint_wal_bytes"):
+        # Small WALs checkpoint often, so kills also land inside checkpoints.
+        options["checkpoint_wal_bytes"] = int(str(state["checkpoint_wal_bytes"]))
+    store = await DiskStore.open(data_dir, fsync=FsyncPolicy.ALWAYS, **options)
     _emit("OPEN")
     for name in SEGMENT_NAMES:
         with contextlib.suppress(SegmentExists):
