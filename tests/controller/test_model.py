@@ -213,6 +213,35 @@ async def test_update_stream_replaces_tags_and_list_filters_by_tag(env: Env) -> 
     assert env.model.list_streams("sc", limit=10) == ["a", "b"]
 
 
+@pytest.mark.parametrize(("before", "after"), [(1, 3), (4, 2)])
+async def test_update_to_another_fixed_count_rescales(env: Env, before: int, after: int) -> None:
+    await make_stream(env, before)
+    await env.model.update_stream("sc", "st", fixed(after))
+    segs = env.model.current_segments("sc", "st")
+    assert len(segs) == after
+    assert (segs[0].min_key, segs[0].max_key) == (0.0, 1 / after)
+    assert segs[-1].max_key == 1.0
+    assert env.model.current_epoch("sc", "st") == 1
+    assert {s.segment.id for s in env.model.successors("sc", "st", 0)} <= {s.id for s in segs}
+
+
+async def test_update_auto_scaling_minimum_only_scales_up(env: Env) -> None:
+    await make_stream(env, 3)
+    auto = ScalingType.BY_RATE_IN_EVENTS_PER_SEC
+    await env.model.update_stream("sc", "st", StreamConfig(ScalingPolicy(auto, 10, 2, 2)))
+    assert len(env.model.current_segments("sc", "st")) == 3
+    await env.model.update_stream("sc", "st", StreamConfig(ScalingPolicy(auto, 10, 2, 5)))
+    assert len(env.model.current_segments("sc", "st")) == 5
+
+
+async def test_update_with_open_transaction_records_but_does_not_rescale(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.model.create_txn("sc", "st", 90_000)
+    await env.model.update_stream("sc", "st", fixed(2))
+    assert env.model.stream_config("sc", "st").scaling.min_num_segments == 2
+    assert len(env.model.current_segments("sc", "st")) == 1
+
+
 async def test_update_missing_stream_raises_stream_not_found(env: Env) -> None:
     await env.model.create_scope("sc")
     with pytest.raises(StreamNotFound):

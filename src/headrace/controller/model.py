@@ -72,6 +72,7 @@ from headrace.controller.records import (
     TRANSACTIONS_TABLE,
     RetentionCut,
     RetentionType,
+    ScalingType,
     ScopeRecord,
     SegmentRecord,
     StreamConfig,
@@ -295,12 +296,33 @@ class ControllerModel:
     async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
         """Replace the stream's configuration (scaling policy, retention, tags).
 
+        Like Java, a fixed policy with another segment count, or a minimum above
+        the active count, rescales the stream to equal key ranges.
+
         Raises: InvalidArgument, ScopeNotFound, StreamNotFound.
         """
         config = _checked_config(config)
         async with self._stream_lock(scope, stream):
             rec = self._stream(scope, stream)
-            await self._save_stream(dataclasses.replace(rec, config=config))
+            rec = await self._save_stream(dataclasses.replace(rec, config=config))
+            # As Java's UpdateStreamTask does: a fixed policy whose count differs
+            # from the active segment count, or any policy whose minimum is above
+            # it, rescales the stream to that many equal key ranges (not while
+            # transactions are open, which a scale would strand; the policy is
+            # recorded either way).
+            target = config.scaling.min_num_segments
+            active = rec.active_segments()
+            fixed = config.scaling.scale_type is ScalingType.FIXED_NUM_SEGMENTS
+            open_txns = any(
+                t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()
+            )
+            rescale = len(active) != target if fixed else len(active) < target
+            if rec.state is StreamState.ACTIVE and rescale and not open_txns:
+                ranges = [
+                    (i / target, 1.0 if i == target - 1 else (i + 1) / target)
+                    for i in range(target)
+                ]
+                await self._scale(rec, [seg.id for seg in active], ranges)
 
     def stream_config(self, scope: str, stream: str) -> StreamConfig:
         """Raises: ScopeNotFound, StreamNotFound."""
@@ -514,56 +536,56 @@ class ControllerModel:
             segments not active, ranges that do not fit, open transactions), TooMany.
         """
         async with self._stream_lock(scope, stream):
-            rec = self._stream(scope, stream)
-            if rec.state is StreamState.SEALED:
-                raise ScalePreconditionFailed(f"stream {scope}/{stream} is sealed")
-            active = {seg.id: seg for seg in rec.active_segments()}
-            if (
-                not sealed
-                or len(set(sealed)) != len(sealed)
-                or any(s not in active for s in sealed)
-            ):
-                raise ScalePreconditionFailed(
-                    "the segments to seal must be distinct active segments"
-                )
-            if any(
-                t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()
-            ):
-                raise ScalePreconditionFailed(f"stream {scope}/{stream} has open transactions")
-            old = sorted((active[s] for s in sealed), key=lambda s: s.min_key)
-            ranges = sorted(new_ranges)
-            if not _ranges_replace(old, ranges):
-                raise ScalePreconditionFailed(
-                    "the new key ranges must be contiguous and cover exactly the sealed segments"
-                )
-            if len(active) - len(old) + len(ranges) > MAX_SEGMENTS_PER_EPOCH:
-                raise TooMany("segments in an epoch", MAX_SEGMENTS_PER_EPOCH)
-            epoch = rec.epoch + 1
-            if epoch > MAX_SEGMENT_NUMBER or rec.next_number + len(ranges) > MAX_SEGMENT_NUMBER:
-                raise TooMany("epochs or segment numbers", MAX_SEGMENT_NUMBER)
-            new = [
-                SegmentRecord(rec.next_number + i, epoch, lo, hi)
-                for i, (lo, hi) in enumerate(ranges)
-            ]
-            for seg in new:
-                await self._create_fresh_segment(segment_name(scope, stream, seg.id))
-            sealed_ids = {seg.id for seg in old}
-            segments = tuple(
-                dataclasses.replace(seg, sealed_epoch=epoch) if seg.id in sealed_ids else seg
-                for seg in rec.segments
-            ) + tuple(new)
-            await self._save_stream(
-                dataclasses.replace(
-                    rec,
-                    epoch=epoch,
-                    next_number=rec.next_number + len(new),
-                    segments=segments,
-                    epoch_times_ms=(*rec.epoch_times_ms, self._clock_ms()),
-                )
+            return await self._scale(self._stream(scope, stream), sealed, new_ranges)
+
+    async def _scale(
+        self,
+        rec: StreamRecord,
+        sealed: Sequence[int],
+        new_ranges: Sequence[tuple[float, float]],
+    ) -> tuple[int, list[SegmentRecord]]:
+        """``scale`` with the stream lock held."""
+        scope, stream = rec.scope, rec.stream
+        if rec.state is StreamState.SEALED:
+            raise ScalePreconditionFailed(f"stream {scope}/{stream} is sealed")
+        active = {seg.id: seg for seg in rec.active_segments()}
+        if not sealed or len(set(sealed)) != len(sealed) or any(s not in active for s in sealed):
+            raise ScalePreconditionFailed("the segments to seal must be distinct active segments")
+        if any(t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()):
+            raise ScalePreconditionFailed(f"stream {scope}/{stream} has open transactions")
+        old = sorted((active[s] for s in sealed), key=lambda s: s.min_key)
+        ranges = sorted(new_ranges)
+        if not _ranges_replace(old, ranges):
+            raise ScalePreconditionFailed(
+                "the new key ranges must be contiguous and cover exactly the sealed segments"
             )
-            for seg in old:
-                await self._seal_segment(segment_name(scope, stream, seg.id))
-            return rec.epoch, new
+        if len(active) - len(old) + len(ranges) > MAX_SEGMENTS_PER_EPOCH:
+            raise TooMany("segments in an epoch", MAX_SEGMENTS_PER_EPOCH)
+        epoch = rec.epoch + 1
+        if epoch > MAX_SEGMENT_NUMBER or rec.next_number + len(ranges) > MAX_SEGMENT_NUMBER:
+            raise TooMany("epochs or segment numbers", MAX_SEGMENT_NUMBER)
+        new = [
+            SegmentRecord(rec.next_number + i, epoch, lo, hi) for i, (lo, hi) in enumerate(ranges)
+        ]
+        for seg in new:
+            await self._create_fresh_segment(segment_name(scope, stream, seg.id))
+        sealed_ids = {seg.id for seg in old}
+        segments = tuple(
+            dataclasses.replace(seg, sealed_epoch=epoch) if seg.id in sealed_ids else seg
+            for seg in rec.segments
+        ) + tuple(new)
+        await self._save_stream(
+            dataclasses.replace(
+                rec,
+                epoch=epoch,
+                next_number=rec.next_number + len(new),
+                segments=segments,
+                epoch_times_ms=(*rec.epoch_times_ms, self._clock_ms()),
+            )
+        )
+        for seg in old:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        return rec.epoch, new
 
     async def truncate_stream(self, scope: str, stream: str, cut: Mapping[int, int]) -> None:
         """Truncate the stream at ``cut``: segments in the cut get their start offset
