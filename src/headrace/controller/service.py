@@ -91,8 +91,9 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 cut or scale request, is a few KiB."""
 
 MAX_CONCURRENT_RPCS = 1_000
-"""RPCs served at once; more wait in grpc's queue. Bounds memory under a storm
-of clients (each real client keeps at most a handful of calls in flight)."""
+"""RPCs served at once; grpc refuses more with RESOURCE_EXHAUSTED, which the
+client retries with back-off. Bounds memory under a storm of clients (each real
+client keeps at most a handful of calls in flight)."""
 
 RETENTION_INTERVAL_S = 60.0
 """How often retention cuts are recorded and retention policies applied. Java's
