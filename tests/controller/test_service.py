@@ -360,3 +360,32 @@ async def test_port_in_use_raises_os_error(server: ControllerServer) -> None:
         await ControllerServer.start(
             MemoryStore(), host="127.0.0.1", port=server.port, segment_store=("127.0.0.1", 1)
         )
+
+
+async def test_closed_store_answers_unavailable() -> None:
+    store = MemoryStore()
+    srv = await ControllerServer.start(
+        store, host="127.0.0.1", port=0, segment_store=("127.0.0.1", 1)
+    )
+    try:
+        await store.close()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{srv.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await Client(channel)("createScope", pb.ScopeInfo(scope="x"))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await srv.aclose()
+
+
+def test_every_error_has_a_reply() -> None:
+    import inspect
+
+    from headrace.controller import errors
+    from headrace.controller.service import GRPC_CODES
+
+    leaves = [
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.ControllerError) and cls is not errors.ControllerError
+    ]
+    assert set(leaves) <= set(GRPC_CODES)
