@@ -5,6 +5,6 @@ in ``app.LISTENER_STARTERS`` (each listener module registers itself at import);
 
 from __future__ import annotations
 
-from headrace.server import controller
+from headrace.server import controller, pravega
 
-__all__ = ["controller"]
+__all__ = ["controller", "pravega"]

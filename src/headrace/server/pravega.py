@@ -1,0 +1,566 @@
+"""The Pravega segment-store front door: wire commands in, store calls, replies out.
+
+Spec: ``protocols/pravega-wire.md`` (section numbers ``§n`` below). The
+connection loop (``_loop.py``) runs each received event as its own task, in
+arrival order; this module adds what STYLE.md rule 4 allows a front door:
+
+* ``PravegaHandler``: the sans-I/O ``PravegaConnection`` (which already
+  answers Hello, echoes KeepAlive, checks frame order and writer sessions and
+  reassembles every append form into one ``AppendData``), one **dispatch
+  table** ``DISPATCH`` (command type -> coroutine calling the store) and one
+  **error table** ``STORE_ERROR_REPLIES`` (store error -> reply command);
+* ``start_segment_store``: the listener, registered as ``segment_store``.
+
+Behaviour the client depends on, and where it is kept:
+
+* **Durable, ordered acks** (§5.2): an append's store call is issued before
+  the handler's first ``await`` (the store fixes the offset when the call is
+  issued, so wire order is storage order); ``DataAppended`` is sent only after
+  the call returned (durable), and a writer's acks wait for its previous
+  ack, so they leave in event-number order.
+* **Dedup survives restarts**: the store keeps each writer's last event
+  number as a segment attribute, in the same durable step as the data;
+  ``SetupAppend`` answers it, and a retried append at or below it is
+  acknowledged without being stored again.
+* **Tail reads park** (§6): a read at the tail waits on
+  ``store.wait_for_data`` for at most ``READ_HOLD_S`` (well under the
+  client's 30 s request timeout) and then gets an empty reply, so idle
+  readers do not spin. Each read is its own task: a parked read never stalls
+  appends or other requests on the same or other connections.
+* **Never unsolicited** (§1): every frame we send answers one the client sent.
+* **Error replies echo** the request id and the segment name exactly as the
+  client sent them (§10).
+* **Bad input** (garbage, unknown types, frames over 16 MiB, an append before
+  SetupAppend, a reply sent as a request) is the connection's
+  ``RemoteProtocolError``: the loop writes its reply hint if it has one,
+  logs and closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+from uuid import UUID
+
+from headrace.errors import (
+    BadOffset,
+    LimitExceeded,
+    RemoteProtocolError,
+    SegmentExists,
+    SegmentNotFound,
+    SegmentSealed,
+    SegmentTruncated,
+    SegmentTypeMismatch,
+    StoreError,
+    TableKeyBadVersion,
+    TableKeyNotFound,
+    TableNotEmpty,
+)
+from headrace.protocols import pravega as p
+from headrace.server._listen import start_tcp_listener
+from headrace.server._loop import ConnectionHandler
+from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.store.api import SegmentStore
+from headrace.types import (
+    AppendResult,
+    TableEntry,
+    TableKey,
+    TableUpdate,
+    WriterAppend,
+)
+
+__all__ = [
+    "DISPATCH",
+    "MAX_READ_REPLY_BYTES",
+    "MAX_TABLE_ITEMS_PER_REPLY",
+    "READ_HOLD_S",
+    "STORE_ERROR_REPLIES",
+    "PravegaHandler",
+    "serve_segment_store",
+    "start_segment_store",
+]
+
+log = logging.getLogger(__name__)
+
+READ_HOLD_S = 10.0
+"""How long a read at the tail of an open segment is parked before it gets an
+empty reply. Well under the client's 30 s request timeout (after which it
+drops the connection), long enough that an idle reader sends a few reads a
+minute instead of thousands a second (spec §6 measured both)."""
+
+MAX_READ_REPLY_BYTES = 2 * 1024 * 1024
+"""Most data in one SegmentRead: the Java server's cap (§6). Clients loop for
+more, and a smaller reply bounds the memory one request holds."""
+
+MIN_READ_REPLY_BYTES = 8
+"""Java serves at least this much when asked for less (``max(8, suggested)``, §6)."""
+
+MAX_TABLE_ITEMS_PER_REPLY = 10_000
+"""Most keys or entries one table iteration or delta reply carries, whatever
+the client suggests; the store also caps a reply at about 2 MiB (§9.3)."""
+
+TRANSIENT_INFIX = "#transient."
+"""Transient segment names: ``<parent>#transient.<writer hex>.<random hex>`` (Java's, §5.5)."""
+
+
+class PravegaHandler(ConnectionHandler):
+    """One segment-store connection: a ``PravegaConnection`` and the store.
+
+    Args:
+        store: the store every command is carried out against.
+        read_hold_s: how long a tail read is parked (``READ_HOLD_S``).
+    """
+
+    name = "pravega"
+
+    def __init__(self, store: SegmentStore, *, read_hold_s: float = READ_HOLD_S) -> None:
+        self._store = store
+        self._read_hold_s = read_hold_s
+        self._conn = p.PravegaConnection(p.Role.SERVER)
+        self._closing_reply = b""  # a protocol error's reply, after which nothing else goes
+        self._failed = False
+        # Per writer on this connection: the last event number acknowledged
+        # (DataAppended.previous_event_number), and the ack the next one waits for.
+        self._last_acked: dict[UUID, int] = {}
+        self._ack_tail: dict[UUID, asyncio.Future[None]] = {}
+
+    # ------------------------------------------------------------------ loop interface
+
+    def feed(self, data: bytes) -> Iterator[object]:
+        self._conn.receive_data(data)
+        yield from self._conn.events()
+
+    async def handle(self, event: object) -> None:
+        if isinstance(event, p.AppendData):
+            await self._append(event)
+            return
+        if isinstance(event, p.ConnectionClosed | p.Hello | p.KeepAlive):
+            return  # the connection answered Hello / KeepAlive itself
+        assert isinstance(event, p.Command)
+        action = DISPATCH.get(type(event))
+        try:
+            if action is None:
+                self._reply(
+                    p.OperationUnsupported(event.request_id_or_default, type(event).__name__)
+                )
+            else:
+                await action(self, event)
+        except StoreError as exc:
+            self._reply(_error_reply(exc, event, event.segment_or_none or ""))
+
+    def data_to_send(self) -> bytes:
+        if self._failed:
+            data, self._closing_reply = self._closing_reply, b""
+            return data
+        return self._conn.data_to_send()
+
+    def on_protocol_error(self, exc: RemoteProtocolError) -> None:
+        # What was queued before the bad frame still goes out, then the hint.
+        self._closing_reply = self._conn.data_to_send()
+        if isinstance(exc.reply_hint, p.Command):
+            self._closing_reply += p.encode_command(exc.reply_hint)
+        self._failed = True
+
+    async def on_close(self) -> None:
+        for future in self._ack_tail.values():
+            if not future.done():
+                future.cancel()
+
+    def _reply(self, cmd: p.Command) -> None:
+        if self._failed:
+            log.debug("pravega: dropping %s after a protocol error", type(cmd).__name__)
+            return
+        self._conn.send(cmd)
+
+    # ------------------------------------------------------------------ appends (§5)
+
+    async def _append(self, ev: p.AppendData) -> None:
+        """Append, then acknowledge in the writer's order (§5.2)."""
+        loop = asyncio.get_running_loop()
+        before = self._ack_tail.get(ev.writer_id)
+        mine: asyncio.Future[None] = loop.create_future()
+        self._ack_tail[ev.writer_id] = mine
+        try:
+            outcome: AppendResult | StoreError
+            try:
+                # Our first await: the store fixes the offset as the call is issued.
+                outcome = await self._store.append(
+                    ev.segment,
+                    ev.data,
+                    expected_offset=ev.expected_offset,
+                    writer=WriterAppend(ev.writer_id, ev.last_event_number),
+                )
+            except StoreError as exc:
+                outcome = exc
+            if before is not None:
+                await before  # the writer's earlier acks go first
+            self._reply_append(ev, outcome)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+            if self._ack_tail.get(ev.writer_id) is mine:
+                del self._ack_tail[ev.writer_id]
+
+    def _reply_append(self, ev: p.AppendData, outcome: AppendResult | StoreError) -> None:
+        if isinstance(outcome, BadOffset):
+            self._reply(p.ConditionalCheckFailed(ev.writer_id, ev.last_event_number, ev.request_id))
+        elif isinstance(outcome, StoreError):
+            self._reply(_error_reply(outcome, None, ev.segment, request_id=ev.request_id))
+        else:
+            acked = self._last_acked.get(ev.writer_id, outcome.previous_event_number)
+            if ev.last_event_number < acked:
+                return  # a retry of something already acknowledged on this connection
+            self._last_acked[ev.writer_id] = ev.last_event_number
+            self._reply(
+                p.DataAppended(
+                    ev.writer_id, ev.last_event_number, acked, ev.request_id, outcome.length
+                )
+            )
+
+    async def _setup_append(self, cmd: p.SetupAppend) -> None:
+        last = await self._store.get_attribute(cmd.segment, cmd.writer_id)
+        self._last_acked[cmd.writer_id] = last
+        self._reply(p.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
+
+    async def _create_transient(self, cmd: p.CreateTransientSegment) -> None:
+        await self._store.info(cmd.parent_segment)  # NoSuchSegment for a missing parent
+        name = f"{cmd.parent_segment}{TRANSIENT_INFIX}{cmd.writer_id.hex}.{secrets.token_hex(16)}"
+        await self._store.create_segment(name)
+        self._reply(p.SegmentCreated(cmd.request_id, name))
+
+    # ------------------------------------------------------------------ reads (§6)
+
+    async def _read_segment(self, cmd: p.ReadSegment) -> None:
+        size = min(max(cmd.suggested_length, MIN_READ_REPLY_BYTES), MAX_READ_REPLY_BYTES)
+        try:
+            result = await self._store.read(cmd.segment, cmd.offset, size)
+            ready = bool(result.data) or result.end_of_segment
+        except BadOffset:  # beyond the tail: wait for the segment to get there
+            ready = False
+        if not ready:
+            if not await self._store.wait_for_data(cmd.segment, cmd.offset, self._read_hold_s):
+                self._reply(
+                    p.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
+                )
+                return
+            result = await self._store.read(cmd.segment, cmd.offset, size)
+        self._reply(
+            p.SegmentRead(
+                cmd.segment,
+                cmd.offset,
+                result.at_tail,
+                result.end_of_segment,
+                result.data,
+                cmd.request_id,
+            )
+        )
+
+    # ------------------------------------------------------------------ segments (§7)
+
+    async def _segment_info(self, cmd: p.GetStreamSegmentInfo) -> None:
+        try:
+            info = await self._store.info(cmd.segment_name)
+        except SegmentNotFound:
+            # Java's answer for a missing segment (§7), not NoSuchSegment.
+            self._reply(
+                p.StreamSegmentInfo(cmd.request_id, cmd.segment_name, False, True, True, 0, 0, 0)
+            )
+            return
+        self._reply(
+            p.StreamSegmentInfo(
+                cmd.request_id,
+                cmd.segment_name,
+                True,
+                info.sealed,
+                False,
+                info.last_modified_ms,
+                info.length,
+                info.start_offset,
+            )
+        )
+
+    async def _create_segment(self, cmd: p.CreateSegment) -> None:
+        await self._store.create_segment(cmd.segment)
+        self._reply(p.SegmentCreated(cmd.request_id, cmd.segment))
+
+    async def _seal_segment(self, cmd: p.SealSegment) -> None:
+        await self._store.seal(cmd.segment)
+        self._reply(p.SegmentSealed(cmd.request_id, cmd.segment))
+
+    async def _delete_segment(self, cmd: p.DeleteSegment) -> None:
+        await self._store.delete(cmd.segment)
+        self._reply(p.SegmentDeleted(cmd.request_id, cmd.segment))
+
+    async def _update_policy(self, cmd: p.UpdateSegmentPolicy) -> None:
+        await self._store.info(cmd.segment)  # scaling policies are the controller's business
+        self._reply(p.SegmentPolicyUpdated(cmd.request_id, cmd.segment))
+
+    async def _truncate_segment(self, cmd: p.TruncateSegment) -> None:
+        await self._store.truncate(cmd.segment, cmd.truncation_offset)
+        self._reply(p.SegmentTruncated(cmd.request_id, cmd.segment))
+
+    async def _merge_segments(self, cmd: p.MergeSegments) -> None:
+        if cmd.attribute_updates:
+            # Java applies them atomically with the merge; no client we serve sends them.
+            self._reply(p.OperationUnsupported(cmd.request_id, "MergeSegments with attributes"))
+            return
+        length = await self._store.merge(cmd.target, cmd.source)
+        self._reply(p.SegmentsMerged(cmd.request_id, cmd.target, cmd.source, length))
+
+    async def _merge_batch(self, cmd: p.MergeSegmentsBatch) -> None:
+        lengths = [await self._store.merge(cmd.target, source) for source in cmd.sources]
+        self._reply(p.SegmentsBatchMerged(cmd.request_id, cmd.target, cmd.sources, tuple(lengths)))
+
+    async def _flush_to_storage(self, cmd: p.FlushToStorage) -> None:
+        await self._store.flush()
+        self._reply(p.StorageFlushed(cmd.request_id))
+
+    # ------------------------------------------------------------------ attributes (§8)
+
+    async def _get_attribute(self, cmd: p.GetSegmentAttribute) -> None:
+        value = await self._store.get_attribute(cmd.segment_name, cmd.attribute_id)
+        self._reply(p.SegmentAttribute(cmd.request_id, value))
+
+    async def _update_attribute(self, cmd: p.UpdateSegmentAttribute) -> None:
+        done = await self._store.update_attribute(
+            cmd.segment_name, cmd.attribute_id, cmd.new_value, cmd.expected_value
+        )
+        self._reply(p.SegmentAttributeUpdated(cmd.request_id, done))
+
+    # ------------------------------------------------------------------ tables (§9)
+
+    async def _create_table(self, cmd: p.CreateTableSegment) -> None:
+        await self._store.create_table(cmd.segment)
+        self._reply(p.SegmentCreated(cmd.request_id, cmd.segment))
+
+    async def _delete_table(self, cmd: p.DeleteTableSegment) -> None:
+        await self._store.delete_table(cmd.segment, must_be_empty=cmd.must_be_empty)
+        self._reply(p.SegmentDeleted(cmd.request_id, cmd.segment))
+
+    async def _update_table(self, cmd: p.UpdateTableEntries) -> None:
+        updates = [
+            TableUpdate(key.key, value.value, key.version)
+            for key, value in cmd.table_entries.entries
+        ]
+        versions = await self._store.update_table(
+            cmd.segment, updates, expected_length=_table_offset(cmd.table_segment_offset)
+        )
+        self._reply(p.TableEntriesUpdated(cmd.request_id, tuple(versions)))
+
+    async def _remove_keys(self, cmd: p.RemoveTableKeys) -> None:
+        keys = [TableKey(key.key, key.version) for key in cmd.keys]
+        await self._store.remove_table_keys(
+            cmd.segment, keys, expected_length=_table_offset(cmd.table_segment_offset)
+        )
+        self._reply(p.TableKeysRemoved(cmd.request_id, cmd.segment))
+
+    async def _read_table(self, cmd: p.ReadTable) -> None:
+        found = await self._store.get_table_entries(cmd.segment, [k.key for k in cmd.keys])
+        entries = tuple(
+            (p.TableKey(k.key, p.NOT_EXISTS), p.TableValue(b""))  # absent: version -1, empty
+            if entry is None
+            else (p.TableKey(entry.key, entry.version), p.TableValue(entry.value))
+            for k, entry in zip(cmd.keys, found, strict=True)
+        )
+        self._reply(p.TableRead(cmd.request_id, cmd.segment, p.TableEntries(entries)))
+
+    async def _read_keys(self, cmd: p.ReadTableKeys) -> None:
+        page = await self._store.iterate_table_keys(
+            cmd.segment,
+            continuation_token=cmd.args.continuation_token,
+            max_count=_item_count(cmd.suggested_key_count),
+        )
+        keys = tuple(p.TableKey(k.key, k.version) for k in page.items)
+        self._reply(p.TableKeysRead(cmd.request_id, cmd.segment, keys, page.continuation_token))
+
+    async def _read_entries(self, cmd: p.ReadTableEntries) -> None:
+        page = await self._store.iterate_table_entries(
+            cmd.segment,
+            continuation_token=cmd.args.continuation_token,
+            max_count=_item_count(cmd.suggested_entry_count),
+        )
+        self._reply(
+            p.TableEntriesRead(
+                cmd.request_id, cmd.segment, _entries(page.items), page.continuation_token
+            )
+        )
+
+    async def _read_delta(self, cmd: p.ReadTableEntriesDelta) -> None:
+        delta = await self._store.read_table_delta(
+            cmd.segment, cmd.from_position, _item_count(cmd.suggested_entry_count)
+        )
+        self._reply(
+            p.TableEntriesDeltaRead(
+                cmd.request_id,
+                cmd.segment,
+                _entries(delta.entries),
+                delta.should_clear,
+                delta.reached_end,
+                delta.last_position,
+            )
+        )
+
+    async def _table_info(self, cmd: p.GetTableSegmentInfo) -> None:
+        info = await self._store.table_info(cmd.segment_name)
+        self._reply(
+            p.TableSegmentInfo(
+                cmd.request_id,
+                cmd.segment_name,
+                info.start_offset,
+                info.length,
+                info.entry_count,
+                0,
+            )
+        )
+
+
+def _table_offset(table_segment_offset: int) -> int | None:
+    return None if table_segment_offset == p.NULL_TABLE_SEGMENT_OFFSET else table_segment_offset
+
+
+def _item_count(suggested: int) -> int:
+    return min(max(suggested, 1), MAX_TABLE_ITEMS_PER_REPLY)
+
+
+def _entries(items: Sequence[TableEntry]) -> p.TableEntries:
+    return p.TableEntries(
+        tuple((p.TableKey(e.key, e.version), p.TableValue(e.value)) for e in items)
+    )
+
+
+# --------------------------------------------------------------------------- the two tables
+
+_Action = Callable[[PravegaHandler, Any], Awaitable[None]]  # each takes its own command type
+
+DISPATCH: dict[type[p.Command], _Action] = {
+    p.SetupAppend: PravegaHandler._setup_append,
+    p.CreateTransientSegment: PravegaHandler._create_transient,
+    p.ReadSegment: PravegaHandler._read_segment,
+    p.GetStreamSegmentInfo: PravegaHandler._segment_info,
+    p.CreateSegment: PravegaHandler._create_segment,
+    p.SealSegment: PravegaHandler._seal_segment,
+    p.DeleteSegment: PravegaHandler._delete_segment,
+    p.UpdateSegmentPolicy: PravegaHandler._update_policy,
+    p.TruncateSegment: PravegaHandler._truncate_segment,
+    p.MergeSegments: PravegaHandler._merge_segments,
+    p.MergeSegmentsBatch: PravegaHandler._merge_batch,
+    p.FlushToStorage: PravegaHandler._flush_to_storage,
+    p.GetSegmentAttribute: PravegaHandler._get_attribute,
+    p.UpdateSegmentAttribute: PravegaHandler._update_attribute,
+    p.CreateTableSegment: PravegaHandler._create_table,
+    p.DeleteTableSegment: PravegaHandler._delete_table,
+    p.UpdateTableEntries: PravegaHandler._update_table,
+    p.RemoveTableKeys: PravegaHandler._remove_keys,
+    p.ReadTable: PravegaHandler._read_table,
+    p.ReadTableKeys: PravegaHandler._read_keys,
+    p.ReadTableEntries: PravegaHandler._read_entries,
+    p.ReadTableEntriesDelta: PravegaHandler._read_delta,
+    p.GetTableSegmentInfo: PravegaHandler._table_info,
+}
+"""Request type -> what carries it out. Any other request (LocateOffset,
+ListStorageChunks, MergeTableSegments, SealTableSegment: Java-only or removed
+from Java) gets ``OperationUnsupported``."""
+
+
+def _offset_of(request: p.Command | None, default: int = -1) -> int:
+    """The offset a request named (ReadSegment), for replies that echo it."""
+    offset = getattr(request, "offset", None)
+    return offset if isinstance(offset, int) else default
+
+
+def _no_such_segment(e: SegmentNotFound, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.NoSuchSegment(rid, seg, "", _offset_of(req))
+
+
+def _already_exists(e: SegmentExists, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.SegmentAlreadyExists(rid, seg, "")
+
+
+def _sealed(e: SegmentSealed, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.SegmentIsSealed(rid, seg, "", _offset_of(req, e.length))
+
+
+def _truncated(e: SegmentTruncated, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.SegmentIsTruncated(rid, seg, e.start_offset, "", _offset_of(req))
+
+
+def _bad_offset(e: BadOffset, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    # Java's bad-offset path (truncation out of range, a table length condition):
+    # SegmentIsTruncated(start_offset = what the store has, offset = what was asked).
+    return p.SegmentIsTruncated(rid, seg, e.actual, "", e.expected)
+
+
+def _key_absent(e: TableKeyNotFound, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.TableKeyDoesNotExist(rid, seg, "")
+
+
+def _bad_version(e: TableKeyBadVersion, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.TableKeyBadVersion(rid, seg, "")
+
+
+def _not_empty(e: TableNotEmpty, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.TableSegmentNotEmpty(rid, seg, "")
+
+
+def _illegal(e: StoreError, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    return p.ErrorMessage(rid, seg, str(e), p.ErrorMessage.ILLEGAL_ARGUMENT)
+
+
+STORE_ERROR_REPLIES: dict[type[StoreError], Callable[[Any, p.Command | None, int, str], p.Command]]
+STORE_ERROR_REPLIES = {
+    SegmentNotFound: _no_such_segment,
+    SegmentExists: _already_exists,
+    SegmentSealed: _sealed,
+    SegmentTruncated: _truncated,
+    BadOffset: _bad_offset,
+    TableKeyNotFound: _key_absent,
+    TableKeyBadVersion: _bad_version,
+    TableNotEmpty: _not_empty,
+    SegmentTypeMismatch: _illegal,
+    LimitExceeded: _illegal,
+}
+"""Store error -> the reply command (Pravega's ``handleException``), built from
+the error, the request (None for appends), the request id and the segment name
+exactly as the client sent it. Any other store error (``StoreClosed``,
+``StorageFull``, ``CorruptionError``) closes the connection, as Java does for
+unknown failures; the client reconnects and retries."""
+
+
+def _error_reply(
+    exc: StoreError, request: p.Command | None, segment: str, *, request_id: int | None = None
+) -> p.Command:
+    if request_id is None:
+        assert request is not None
+        request_id = request.request_id_or_default
+    for cls in type(exc).__mro__:
+        build = STORE_ERROR_REPLIES.get(cls)
+        if build is not None:
+            return build(exc, request, request_id, segment)
+    raise exc
+
+
+# --------------------------------------------------------------------------- listener
+
+
+async def serve_segment_store(
+    store: SegmentStore, host: str, port: int, *, read_hold_s: float = READ_HOLD_S
+) -> Listener:
+    """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
+
+    Raises:
+        OSError: the address could not be bound.
+    """
+    return await start_tcp_listener(
+        "segment_store", host, port, lambda: PravegaHandler(store, read_hold_s=read_hold_s)
+    )
+
+
+async def start_segment_store(app: ServerApp, host: str, port: int) -> Listener:
+    """The ``segment_store`` listener of a ``ServerApp`` (default port 12345)."""
+    return await serve_segment_store(app.store, host, port)
+
+
+LISTENER_STARTERS["segment_store"] = start_segment_store
