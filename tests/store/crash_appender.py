@@ -10,6 +10,7 @@ segment until it is killed. Every append is made of self-describing records
 Protocol on stdout (one line per event, each written with a single
 ``os.write`` and only after the awaited store call returned):
 
+* ``START`` just before ``DiskStore.open`` (imports are done),
 * ``OPEN`` once the store is open (recovery is done),
 * ``READY`` once segments exist and every appender knows where to resume,
 * ``A seg app first count size offset length prev dup kind`` for every
@@ -241,6 +242,7 @@ async def _run(data_dir: Path, state: dict[str, object]) -> None:
     if state.get("checkpoint_wal_bytes"):
         # Small WALs checkpoint often, so kills also land inside checkpoints.
         options["checkpoint_wal_bytes"] = int(str(state["checkpoint_wal_bytes"]))
+    _emit("START")
     store = await DiskStore.open(data_dir, fsync=FsyncPolicy.ALWAYS, **options)
     _emit("OPEN")
     for name in SEGMENT_NAMES:

@@ -454,3 +454,56 @@ def test_acknowledged_appends_survive_kill_9_exactly_once(tmp_path: Path) -> Non
     assert len(history.acks) >= ROUNDS, f"{final_context}: too few acknowledgements {stats}"
     assert stats.get("rounds_with_acks", 0) >= ROUNDS // 2, f"{final_context}: {stats}"
     assert stats.get("kind_r_dup1", 0) > 0, f"{final_context}: no retry was exercised {stats}"
+
+
+FRESH_ROUNDS = 8
+MAX_DELAY_AFTER_START_S = 0.04
+"""Opening a fresh data dir (manifest, containers, first WALs, all synced) takes
+tens of ms, so kills this soon after ``START`` land inside its creation."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_fresh_data_dir_killed_while_created_opens_cleanly(tmp_path: Path) -> None:
+    for round_number in range(FRESH_ROUNDS):
+        context = f"[HEADRACE_CRASH_SEED={SEED} fresh round {round_number}/{FRESH_ROUNDS}]"
+        data_dir = tmp_path / f"data-{round_number}"
+        state_path = tmp_path / f"state-{round_number}.json"
+        state_path.write_text(json.dumps({"seed": SEED, "round": round_number}))
+        delay_s = random.Random(f"{SEED}/fresh/{round_number}").uniform(
+            0.0, MAX_DELAY_AFTER_START_S
+        )
+        stderr_path = tmp_path / f"fresh-{round_number}.stderr"
+        with stderr_path.open("wb") as stderr:
+            child = subprocess.Popen(
+                [sys.executable, str(CHILD_SCRIPT), str(data_dir), str(state_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
+        assert child.stdout is not None
+        reader = LineReader(child.stdout)
+        try:
+            deadline = time.monotonic() + ROUND_TIMEOUT_S
+            kill_at: float | None = None
+            while kill_at is None or time.monotonic() < kill_at:
+                now = time.monotonic()
+                if now >= deadline or reader.eof:
+                    pytest.fail(
+                        f"{context}: child never reached START (eof={reader.eof}); "
+                        f"stderr:\n{_tail(stderr_path)}"
+                    )
+                wait_s = deadline - now if kill_at is None else kill_at - now
+                if "START" in reader.read_lines(wait_s) and kill_at is None:
+                    kill_at = time.monotonic() + delay_s
+        finally:
+            child.kill()
+            child.wait(timeout=KILL_TIMEOUT_S)
+            reader.close()
+            child.stdout.close()
+        assert child.returncode == -signal.SIGKILL, (
+            f"{context}: child ended with {child.returncode}; stderr:\n{_tail(stderr_path)}"
+        )
+        # Whatever the kill left, the store opens (finishing or redoing the
+        # creation) and holds nothing but the crash test's own segments.
+        check_after_crash(data_dir, History(), f"{context} delay={delay_s:.3f}s")
