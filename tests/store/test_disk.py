@@ -476,3 +476,31 @@ async def test_concurrent_appends_to_one_segment_keep_issue_order(tmp_path: Path
         assert (await store.read("s", 0, 10_000)).data == b"".join(chunks)
     finally:
         await store.close()
+
+
+async def test_checkpoints_under_continuous_load_keep_everything(tmp_path: Path) -> None:
+    ops = FileOps()
+    store = await DiskStore.open(tmp_path, file_ops=ops, checkpoint_wal_bytes=4096)
+    names = [f"s{i}" for i in range(6)]
+    for name in names:
+        await store.create_segment(name)
+    expected = {name: bytearray() for name in names}
+
+    async def writer(name: str) -> None:
+        for i in range(60):
+            data = b"%s-%d;" % (name.encode(), i)
+            await store.append(name, data, writer=WriterAppend(W1, i + 1))
+            expected[name] += data
+
+    await asyncio.gather(*(writer(n) for n in names))
+    await store.close()
+    assert ops.file_syncs > 20  # checkpoints ran (each syncs sidecars, data, snapshot)
+    assert len(_wal_files(tmp_path)) == store.container_count
+    store = await DiskStore.open(tmp_path)
+    try:
+        for name in names:
+            assert await _read_all(store, name) == bytes(expected[name])
+            assert await store.get_attribute(name, W1) == 60
+    finally:
+        await store.close()
+    assert verify_data_dir(tmp_path).ok

@@ -19,10 +19,11 @@ then awaits ``durable(seq)``:
   ``fsync_interval_s``.
 * ``never``: acknowledged at once; only checkpoints sync.
 
-The committer also runs checkpoints (``_checkpoint``) when the WAL passes
+The committer also starts checkpoints (``_checkpoint``) when the WAL passes
 ``checkpoint_wal_bytes`` and at close: capture the state synchronously,
-switch to a new WAL file, sync the old one, then write sidecars, sync data
-files and replace the snapshot in a worker thread (``recovery.write_checkpoint``).
+switch to a new WAL file, sync the old one; then, in a background task while
+group commits go on, write sidecars, sync data files and replace the snapshot
+(``recovery.write_checkpoint``).
 
 A failed WAL write or sync fails the whole store: every parked caller gets
 ``StoreClosed`` and nothing more is accepted (an fsync error may have lost
@@ -46,7 +47,7 @@ from headrace.store.disk.format import CreateRecord, Record, encode_record
 from headrace.store.disk.layout import ContainerPaths
 from headrace.store.disk.log import FileOps, WalWriter, fsync_dir
 from headrace.store.disk.recovery import create_segment_files, write_checkpoint
-from headrace.store.disk.segment import ContainerState
+from headrace.store.disk.segment import Captured, ContainerState
 
 __all__ = ["CHECKPOINT_WAL_BYTES", "MAX_OPEN_DATA_FILES", "Container"]
 
@@ -139,6 +140,7 @@ class Container:
         self._closing = False
         self.failure: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
+        self._checkpointing: asyncio.Task[None] | None = None
 
     @property
     def container_id(self) -> int:
@@ -228,18 +230,18 @@ class Container:
             self.fail(exc)
 
     async def _commit(self, *, periodic: bool) -> None:
-        while self._waiters or (periodic and self.synced_seq < self.state.last_seq):
+        """Sync rounds until no caller is parked; start checkpoints as the WAL grows
+        (checked every round, so a never-idle container still checkpoints)."""
+        while self.failure is None:
+            if self._wal.size_bytes >= self.checkpoint_wal_bytes:
+                await self._checkpoint()
+            if not (self._waiters or (periodic and self.synced_seq < self.state.last_seq)):
+                return
             periodic = False
             target = self.state.last_seq
             if self.synced_seq < target:
                 await asyncio.to_thread(self.ops.sync_wal, self._wal.fd)
-                self._mark_synced(target)
-            else:
-                self._mark_synced(self.synced_seq)
-            if self.failure is not None:
-                return
-        if self._wal.size_bytes >= self.checkpoint_wal_bytes:
-            await self._checkpoint()
+            self._mark_synced(target)
 
     def _mark_synced(self, target: int) -> None:
         self.synced_seq = max(self.synced_seq, target)
@@ -250,9 +252,20 @@ class Container:
             if future is not None and not future.done():
                 future.set_result(None)
 
-    async def _checkpoint(self) -> None:
-        if self.state.last_seq < self._wal.first_seq:
-            return  # nothing since the last checkpoint: the snapshot is current
+    async def _checkpoint(self, *, wait: bool = False) -> None:
+        """Start a checkpoint (at most one runs at a time); with ``wait``, finish it.
+
+        The WAL switch runs here, in the committer, because no record in the new
+        file may be acknowledged before that file's directory entry is durable.
+        The rest (sidecars, data files, snapshot) runs in the background, so
+        group commits go on meanwhile.
+        """
+        if self._checkpointing is not None:
+            if not wait:
+                return  # the WAL grows a little past the threshold meanwhile
+            await self._checkpointing
+        if self.failure is not None or self.state.last_seq < self._wal.first_seq:
+            return  # failed, or nothing since the last checkpoint
         captured = self.state.capture()
         seq = captured.snapshot.last_seq
         old_wal, old_paths = self._wal, self._wal_paths
@@ -261,8 +274,24 @@ class Container:
         # Records up to ``seq`` are all in the old file; sync and release it.
         await asyncio.to_thread(self._sync_switch, old_wal, self._wal.fd)
         self._mark_synced(seq)
-        await asyncio.to_thread(write_checkpoint, self.paths, captured, old_paths, self.ops)
-        log.debug("container %d: checkpoint at seq %d", self.container_id, seq)
+        self._checkpointing = asyncio.create_task(
+            self._write_checkpoint(captured, old_paths),
+            name=f"headrace-checkpoint-{self.container_id:04d}",
+        )
+        if wait:
+            await self._checkpointing
+
+    async def _write_checkpoint(self, captured: Captured, old_paths: list[Path]) -> None:
+        try:
+            await asyncio.to_thread(write_checkpoint, self.paths, captured, old_paths, self.ops)
+            log.debug(
+                "container %d: checkpoint at seq %d", self.container_id, captured.snapshot.last_seq
+            )
+        except Exception as exc:
+            self.fail(exc)
+        finally:
+            self._checkpointing = None
+            self._wake.set()  # the WAL may have passed the threshold again
 
     def _sync_switch(self, old_wal: WalWriter, new_fd: int) -> None:
         try:
@@ -288,21 +317,28 @@ class Container:
         self._on_failure(exc)
 
     async def close(self) -> None:
-        """Let parked callers finish, checkpoint (unless failed), release files."""
+        """Let parked callers finish, checkpoint (unless failed), release files.
+
+        Raises StoreClosed if the closing checkpoint failed (an earlier failure
+        was already reported to the calls it affected).
+        """
+        failed_before = self.failure is not None
         self._closing = True
         self._wake.set()
         if self._task is not None:
             await self._task
             self._task = None
         try:
-            if self.failure is None:
-                await self._checkpoint()
+            await self._checkpoint(wait=True)
         except Exception as exc:
             self.fail(exc)
-            raise StoreClosed(f"checkpoint at close failed: {exc}") from exc
         finally:
+            if self._checkpointing is not None:
+                await self._checkpointing  # it fails the container itself if it must
             self._wal.close()
             self.files.close()
+        if self.failure is not None and not failed_before:
+            raise StoreClosed(f"checkpoint at close failed: {self.failure}")
 
 
 def _error_for(exc: OSError) -> StorageFull | StoreClosed:
