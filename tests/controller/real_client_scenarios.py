@@ -181,7 +181,131 @@ SCENARIOS: dict[str, Callable[[Any], dict[str, Any]]] = {
 }
 
 
+# --------------------------------------------------------------------------- with the segment store
+
+READ_DEADLINE_S = 30.0
+
+
+def _controller_call(uri: str, name: str, request: Any) -> Any:
+    """One controller RPC through our own stubs (for what the Python API lacks)."""
+    import grpc
+
+    from headrace.controller.rpc import METHODS
+
+    method = METHODS[name]
+    with grpc.insecure_channel(uri.removeprefix("tcp://")) as channel:
+        call = channel.unary_unary(
+            method.path,
+            request_serializer=method.request.SerializeToString,
+            response_deserializer=method.response.FromString,
+        )
+        return call(request, timeout=10)
+
+
+def _read_all(m: Any, scope: str, stream: str, group: str, count: int) -> list[str]:
+    """Read with a one-reader group until ``count`` events or the deadline."""
+    import asyncio
+
+    rg = m.create_reader_group(group, scope, stream)
+    reader = rg.create_reader("r1")
+
+    async def run() -> list[str]:
+        got: list[str] = []
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while len(got) < count and time.monotonic() < deadline:
+            piece = await reader.get_segment_slice_async()
+            got.extend(event.data().decode() for event in piece)
+            reader.release_segment(piece)
+        return got
+
+    try:
+        return asyncio.run(run())
+    finally:
+        reader.reader_offline()
+
+
+def events_and_transactions(m: Any) -> dict[str, Any]:
+    m.create_scope("e2e1")
+    m.create_stream("e2e1", "st", 2)
+    writer = m.create_writer("e2e1", "st")
+    for i in range(10):
+        writer.write_event(f"ev{i}", routing_key=f"k{i % 3}")
+    writer.flush()
+    txn_writer = m.create_transaction_writer("e2e1", "st", 11)
+    committed = txn_writer.begin_txn()
+    committed.write_event("tx1", routing_key="k0")
+    committed.write_event("tx2", routing_key="k0")
+    committed.commit()
+    aborted = txn_writer.begin_txn()
+    aborted.write_event("never", routing_key="k1")
+    aborted.abort()
+    writer.write_event("after", routing_key="k0")
+    writer.flush()
+    return {"events": _read_all(m, "e2e1", "st", "rg1", 13)}
+
+
+def scale_while_writing(m: Any, uri: str) -> dict[str, Any]:
+    from headrace.controller._proto import controller_pb2 as pb
+
+    m.create_scope("e2e2")
+    m.create_stream("e2e2", "st", 1)
+    writer = m.create_writer("e2e2", "st")
+    for i in range(5):
+        writer.write_event(f"a{i}", routing_key="a")
+        writer.write_event(f"b{i}", routing_key="b")
+    writer.flush()
+    reply = _controller_call(
+        uri,
+        "scale",
+        pb.ScaleRequest(
+            streamInfo=pb.StreamInfo(scope="e2e2", stream="st"),
+            sealedSegments=[0],
+            newKeyRanges=[
+                pb.ScaleRequest.KeyRangeEntry(start=0.0, end=0.5),
+                pb.ScaleRequest.KeyRangeEntry(start=0.5, end=1.0),
+            ],
+        ),
+    )
+    for i in range(5, 10):
+        writer.write_event(f"a{i}", routing_key="a")
+        writer.write_event(f"b{i}", routing_key="b")
+    writer.flush()
+    return {
+        "scale_status": reply.status,
+        "new_segments": len(reply.segments),
+        "events": _read_all(m, "e2e2", "st", "rg2", 20),
+    }
+
+
+def byte_stream_head(m: Any) -> dict[str, Any]:
+    m.create_scope("e2e3")
+    m.create_stream("e2e3", "bs", 1)
+    first = m.create_byte_stream("e2e3", "bs")
+    first.write(b"hello world, this is a byte stream")
+    first.flush()
+    tail = first.current_tail_offset()
+    first.truncate(6)
+    second = m.create_byte_stream("e2e3", "bs")  # getSegments must give one segment
+    buf = bytearray(5)
+    second.seek(6, 0)
+    n = second.readinto(buf)
+    return {"tail": tail, "head": second.current_head_offset(), "read": bytes(buf[:n]).decode()}
+
+
+SEGMENT_STORE_SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "events_and_transactions": events_and_transactions,
+    "scale_while_writing": scale_while_writing,
+    "byte_stream_head": byte_stream_head,
+}
+
+
 if __name__ == "__main__":
     scenario, uri = sys.argv[1], sys.argv[2]
     manager = pc.StreamManager(uri)
-    print(json.dumps(SCENARIOS[scenario](manager)), flush=True)
+    if scenario == "scale_while_writing":
+        result = scale_while_writing(manager, uri)
+    elif scenario in SEGMENT_STORE_SCENARIOS:
+        result = SEGMENT_STORE_SCENARIOS[scenario](manager)
+    else:
+        result = SCENARIOS[scenario](manager)
+    print(json.dumps(result), flush=True)

@@ -38,28 +38,36 @@ def _free_port() -> int:
 
 
 class Controller:
-    """``python -m headrace serve`` with only the controller listener, on the disk
-    store in ``data_dir``."""
+    """``python -m headrace serve`` with the controller listener (and the segment
+    store's, if asked), on the disk store in ``data_dir``."""
 
-    def __init__(self, data_dir: Path, *, fsync: str = "always") -> None:
+    def __init__(self, data_dir: Path, *, fsync: str = "always", segment_store: bool = False):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
         self.port = _free_port()
+        ports = [self.port]
         args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
         args += ["--fsync", fsync, "--controller-port", str(self.port)]
-        for name in ["segment-store", "tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
+        if segment_store:
+            ports.append(_free_port())
+            args += ["--segment-store-port", str(ports[-1])]
+        else:
+            args += ["--segment-store-port", "0"]
+        for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
             args += [f"--{name}-port", "0"]
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
         )
-        self._wait_connectable(time.monotonic() + STARTUP_TIMEOUT_S)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for port in ports:
+            self._wait_connectable(port, deadline)
         self.uri = f"tcp://127.0.0.1:{self.port}"
 
-    def _wait_connectable(self, deadline: float) -> None:
+    def _wait_connectable(self, port: int, deadline: float) -> None:
         while self.proc.poll() is None:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
                     return
             except OSError:
                 if time.monotonic() >= deadline:
