@@ -1,0 +1,46 @@
+"""The real client through the controller and the segment store together.
+
+What only the controller decides, seen end to end: transactions commit as a
+block and aborted ones vanish; a scale hands writers and readers over to the
+successor segments without losing or reordering events of a key; a byte
+stream's head comes from ``getSegments``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.controller.test_real_client import Controller
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+    srv = Controller(tmp_path_factory.mktemp("e2e") / "data", fsync="never", segment_store=True)
+    yield srv
+    srv.stop()
+    assert srv.proc.returncode == 0, srv.stderr()
+
+
+def test_committed_transaction_is_contiguous_and_aborted_one_absent(server: Controller) -> None:
+    events = server.run("events_and_transactions")["events"]
+    assert sorted(events) == sorted([f"ev{i}" for i in range(10)] + ["tx1", "tx2", "after"])
+    assert events.index("tx2") == events.index("tx1") + 1
+    k0 = [e for e in events if e in {"ev0", "ev3", "ev6", "ev9", "tx1", "tx2", "after"}]
+    assert k0 == ["ev0", "ev3", "ev6", "ev9", "tx1", "tx2", "after"]
+
+
+def test_scale_moves_writers_and_readers_to_successors_in_order(server: Controller) -> None:
+    r = server.run("scale_while_writing")
+    assert r["scale_status"] == 0  # STARTED
+    assert r["new_segments"] == 2
+    events = r["events"]
+    assert sorted(events) == sorted([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
+    assert [e for e in events if e.startswith("a")] == [f"a{i}" for i in range(10)]
+    assert [e for e in events if e.startswith("b")] == [f"b{i}" for i in range(10)]
+
+
+def test_byte_stream_head_follows_truncation(server: Controller) -> None:
+    r = server.run("byte_stream_head")
+    assert r == {"tail": 34, "head": 6, "read": "world"}
