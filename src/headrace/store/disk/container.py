@@ -190,6 +190,8 @@ class Container:
 
     async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
         """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
+        if self.failure is not None:
+            raise StoreClosed(f"the store stopped after an I/O error: {self.failure}")
         if self.policy is not FsyncPolicy.ALWAYS or seq <= self.synced_seq:
             if on_durable is not None:
                 on_durable()

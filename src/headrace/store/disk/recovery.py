@@ -25,13 +25,18 @@ files (deleted segments, creations that never became durable) removed.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 from headrace.errors import CorruptionError
 from headrace.store.disk.format import (
@@ -80,6 +85,42 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
+_FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    return cast("Callable[[int, int, int, int], int]", fallocate)
+
+
+_fallocate = _load_fallocate()
+
+
+def punch_hole(fd: int, position: int, size_bytes: int) -> bool:
+    """Free the file's blocks in ``[position, position + size_bytes)``, keeping its size.
+
+    Returns False where that is not supported (then nothing changed).
+    """
+    if _fallocate is None:
+        return False
+    mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
+    if _fallocate(fd, mode, position, size_bytes) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return False
+        raise OSError(err, os.strerror(err))
+    return True
+
 
 MAX_REPLAY_OPEN_FILES = 64
 """Data files kept open while replaying; replay touches few segments at a time."""
@@ -389,6 +430,31 @@ def write_checkpoint(
     for segment_id in deleted:
         paths.data(segment_id).unlink(missing_ok=True)
         paths.sidecar(segment_id).unlink(missing_ok=True)
+    # Only now that the snapshot holds the new start offsets may their bytes go.
+    for segment_id, start_offset in captured.punches:
+        if segment_id not in deleted:
+            free_truncated(paths, segment_id, start_offset)
+
+
+def free_truncated(paths: ContainerPaths, segment_id: int, start_offset: int) -> None:
+    """Give back the disk blocks of whole checksum blocks below ``start_offset``.
+
+    The data file keeps its size and offsets (a hole reads as zeros); ``verify``
+    does not check blocks that end at or below the start offset. Where the
+    platform or file system cannot punch holes, the bytes simply stay.
+    """
+    sidecar = paths.sidecar(segment_id)
+    entries = decode_sidecar(sidecar.read_bytes(), segment_id, str(sidecar))
+    end = max(
+        (e.offset + e.size_bytes for e in entries if e.offset + e.size_bytes <= start_offset),
+        default=0,
+    )
+    if end:
+        fd = os.open(paths.data(segment_id), os.O_WRONLY)
+        try:
+            punch_hole(fd, 0, end)
+        finally:
+            os.close(fd)
 
 
 def _open_wal(paths: ContainerPaths, state: ContainerState, ops: FileOps) -> WalWriter:

@@ -75,6 +75,8 @@ class Segment:
     block_crc: int = 0
     dirty: bool = False
     """Data written since the last checkpoint (the data file needs an fsync)."""
+    punched_offset: int = 0
+    """Start offset up to which a checkpoint has freed the truncated bytes."""
 
     def extend_checksum(self, offset: int, data: bytes | memoryview) -> None:
         assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
@@ -123,6 +125,8 @@ class Captured:
     """(segment id, sidecar position, entry bytes) to append."""
     dirty_ids: list[int]
     deleted_ids: list[int]
+    punches: list[tuple[int, int]] = field(default_factory=list)
+    """(segment id, start offset) of segments truncated since the last checkpoint."""
 
 
 class ContainerState:
@@ -180,6 +184,7 @@ class ContainerState:
         snap = Snapshot(self.container_id, self.last_seq, self.next_segment_id)
         writes: list[tuple[int, int, bytes]] = []
         dirty: list[int] = []
+        punches: list[tuple[int, int]] = []
         for seg in self.by_id.values():
             blocks = seg.take_blocks()
             if blocks:
@@ -189,6 +194,9 @@ class ContainerState:
             if seg.dirty:
                 dirty.append(seg.segment_id)
                 seg.dirty = False
+            if seg.start_offset > seg.punched_offset:
+                punches.append((seg.segment_id, seg.start_offset))
+                seg.punched_offset = seg.start_offset
             snap.segments.append(
                 SnapshotSegment(
                     seg.segment_id,
@@ -205,7 +213,7 @@ class ContainerState:
         snap.merged = list(self.merged.items())
         snap.commits = [(sid, source, t) for (sid, source), t in self.commits.items()]
         deleted, self.deleted_ids = self.deleted_ids, []
-        return Captured(snap, writes, dirty, deleted)
+        return Captured(snap, writes, dirty, deleted, punches)
 
     def finish_replay(self) -> None:
         """After recovery every replayed record is durable; a merge without its

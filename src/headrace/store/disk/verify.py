@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.errors import CorruptionError
-from headrace.store.disk.format import decode_manifest, decode_sidecar
+from headrace.store.disk.format import SnapshotSegment, decode_manifest, decode_sidecar
 from headrace.store.disk.layout import ContainerPaths, containers_path, manifest_path
 from headrace.store.disk.log import scan_wal
 from headrace.store.disk.recovery import finish_interrupted_merges, load_snapshot
@@ -142,7 +142,7 @@ def _verify_container(paths: ContainerPaths, report: VerifyReport) -> ContainerS
         _verify_wal(paths, None, report)
         return None
     for seg in snap.segments:
-        _verify_segment_files(paths, seg.segment_id, seg.length, seg.sidecar_size, report)
+        _verify_segment_files(paths, seg, report)
     state = ContainerState.from_snapshot(snap)
     _verify_wal(paths, state, report)
     live = set(state.by_id) | set(state.deleted_ids)
@@ -154,8 +154,9 @@ def _verify_container(paths: ContainerPaths, report: VerifyReport) -> ContainerS
 
 
 def _verify_segment_files(
-    paths: ContainerPaths, segment_id: int, length: int, sidecar_size: int, report: VerifyReport
+    paths: ContainerPaths, seg: SnapshotSegment, report: VerifyReport
 ) -> None:
+    segment_id, length, sidecar_size = seg.segment_id, seg.length, seg.sidecar_size
     sidecar = paths.sidecar(segment_id)
     data = paths.data(segment_id)
     try:
@@ -185,6 +186,8 @@ def _verify_segment_files(
         if size < length:
             report.damage.append(Damage(str(data), size, f"data file shorter than {length}"))
         for entry in entries:
+            if entry.offset + entry.size_bytes <= seg.start_offset:
+                continue  # truncated away; checkpoints free these blocks
             block = os.pread(fd, entry.size_bytes, entry.offset)
             report.checked_bytes += len(block)
             if len(block) < entry.size_bytes:
