@@ -98,8 +98,13 @@ def test_server_greets_with_a_ping_before_anything_else() -> None:
     assert FIRST_REQUEST_TIMEOUT_S == 16.0
 
 
-def test_server_sends_nothing_else_unsolicited() -> None:
+def test_server_may_send_heartbeat_pings_until_eof() -> None:
     server = TankConnection(Role.SERVER)
+    server.data_to_send()
+    server.send(Ping())
+    assert server.data_to_send() == bytes.fromhex("0300000000")
+    assert state(server) is ConnectionState.AWAITING_REQUEST
+    server.receive_data(b"")
     with pytest.raises(LocalProtocolError, match="cannot send Ping"):
         server.send(Ping())
 

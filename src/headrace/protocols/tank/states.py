@@ -5,7 +5,9 @@ Theory of operation
 
 A TANK connection has no handshake beyond one greeting: the moment a broker
 accepts a connection it sends a Ping frame (``03 00000000``) before reading
-anything, and never another unsolicited frame. After that the client sends
+anything. TANK v4 sends no other unsolicited frame; headrace also sends a Ping
+now and then as a heartbeat (every client skips Pings, spec 13), so the table
+lets a greeted server send one at any time before EOF. After that the client sends
 requests, each with its own request id, and the broker answers each one with a
 response echoing the id. Requests may be pipelined and responses may come back
 in any order (a long-polling consume is answered after a produce sent later),
@@ -21,7 +23,7 @@ So each side tracks one state and, separately, the set of requests in flight
   and moves to ``AWAITING_REQUEST``. The I/O layer closes a connection that
   stays there longer than :data:`FIRST_REQUEST_TIMEOUT_S` (what TANK does,
   spec 4.4). The first request moves it to ``OPEN``, where it stays for the
-  life of the connection: no idle timeout, no heartbeat.
+  life of the connection. Heartbeat Pings change no state.
 * A **client** starts in ``AWAITING_GREETING``. It may send requests at once
   (the C++ client does not wait for the greeting), but a response before the
   greeting is a protocol error: every TANK broker greets first. The greeting
@@ -104,9 +106,11 @@ _SERVER: dict[tuple[ConnectionState, Input], tuple[Action, ConnectionState]] = {
     (_S.AWAITING_REQUEST, _I.RECEIVE_REQUEST): (_A.TRACK, _S.OPEN),
     (_S.AWAITING_REQUEST, _I.RECEIVE_PING): (_A.NONE, _S.AWAITING_REQUEST),
     (_S.AWAITING_REQUEST, _I.RECEIVE_EOF): (_A.NONE, _S.PEER_CLOSED),
+    (_S.AWAITING_REQUEST, _I.SEND_PING): (_A.NONE, _S.AWAITING_REQUEST),
     (_S.OPEN, _I.RECEIVE_REQUEST): (_A.TRACK, _S.OPEN),
     (_S.OPEN, _I.RECEIVE_PING): (_A.NONE, _S.OPEN),
     (_S.OPEN, _I.SEND_RESPONSE): (_A.SETTLE, _S.OPEN),
+    (_S.OPEN, _I.SEND_PING): (_A.NONE, _S.OPEN),
     (_S.OPEN, _I.RECEIVE_EOF): (_A.NONE, _S.PEER_CLOSED),
     (_S.PEER_CLOSED, _I.SEND_RESPONSE): (_A.SETTLE, _S.PEER_CLOSED),
 }
