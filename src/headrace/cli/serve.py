@@ -13,8 +13,22 @@ from pathlib import Path
 import click
 
 from headrace.errors import HeadraceError
+from headrace.protocols.lumberjack import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_WINDOW_COUNT,
+)
 from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
+from headrace.server.lumberjack_config import (
+    DEFAULT_ROUTING_KEY_FIELDS,
+    DEFAULT_STREAM,
+    IDLE_TIMEOUT_S,
+    KEEPALIVE_INTERVAL_S,
+    MAX_PENDING_BYTES,
+    LumberjackConfig,
+)
+from headrace.server.tls import TlsConfig
 from headrace.store.api import FsyncPolicy
 
 __all__ = ["serve"]
@@ -40,6 +54,8 @@ async def _run(config: ServerConfig) -> None:
     try:
         await app.start()
         ports = ", ".join(f"{name}={port}" for name, port in app.ports.items()) or "none yet"
+        for name, reason in config.inactive_listeners().items():
+            click.echo(f"headrace: {name} listener not started: {reason}", err=True)
         click.echo(f"headrace ready: data in {config.data_dir}, listeners: {ports}", err=True)
         await app.serve_until_stopped()
         click.echo("headrace stopping: finishing in-flight appends", err=True)
@@ -72,14 +88,113 @@ async def _run(config: ServerConfig) -> None:
     help="Seconds between fsyncs under --fsync interval.",
 )
 @click.option("--host", default="127.0.0.1", envvar="HEADRACE_HOST", help="Address to listen on.")
-def serve(data_dir: Path, fsync: str, fsync_interval: float, host: str, **ports: int) -> None:
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="HEADRACE_TLS_CERT",
+    help="PEM certificate chain for TLS listeners (with --tls-key).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="HEADRACE_TLS_KEY",
+    help="PEM private key of --tls-cert.",
+)
+@click.option(
+    "--tls-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="HEADRACE_TLS_CA",
+    help="PEM CA bundle: TLS clients must present a certificate it signed.",
+)
+@click.option(
+    "--lumberjack-stream",
+    default=DEFAULT_STREAM,
+    envvar="HEADRACE_LUMBERJACK_STREAM",
+    help="scope/stream that Lumberjack events go to (created with 4 segments).",
+)
+@click.option(
+    "--lumberjack-routing-key-fields",
+    default=",".join(DEFAULT_ROUTING_KEY_FIELDS),
+    envvar="HEADRACE_LUMBERJACK_ROUTING_KEY_FIELDS",
+    help="Comma-separated event fields tried for the routing key ([a][b] for nested); "
+    "empty: no key.",
+)
+@click.option(
+    "--lumberjack-keepalive-interval",
+    type=click.FloatRange(min=0.001),
+    default=KEEPALIVE_INTERVAL_S,
+    envvar="HEADRACE_LUMBERJACK_KEEPALIVE_INTERVAL",
+    help="v2: seconds without a write before an Ack(0) keepalive while a window waits.",
+)
+@click.option(
+    "--lumberjack-idle-timeout",
+    type=click.FloatRange(min=0.001),
+    default=IDLE_TIMEOUT_S,
+    envvar="HEADRACE_LUMBERJACK_IDLE_TIMEOUT",
+    help="Seconds a Lumberjack connection may send nothing before it is closed.",
+)
+@click.option(
+    "--lumberjack-max-window",
+    type=click.IntRange(1, 2**32 - 1),
+    default=MAX_WINDOW_COUNT,
+    envvar="HEADRACE_LUMBERJACK_MAX_WINDOW",
+    help="Largest W (window) count accepted.",
+)
+@click.option(
+    "--lumberjack-max-frame-bytes",
+    type=click.IntRange(min=1024),
+    default=MAX_FRAME_BYTES,
+    envvar="HEADRACE_LUMBERJACK_MAX_FRAME_BYTES",
+    help="Largest Lumberjack frame.",
+)
+@click.option(
+    "--lumberjack-max-decompressed-bytes",
+    type=click.IntRange(min=1024),
+    default=MAX_DECOMPRESSED_BYTES,
+    envvar="HEADRACE_LUMBERJACK_MAX_DECOMPRESSED_BYTES",
+    help="Inflated bytes allowed per compressed frame (zlib bombs are refused).",
+)
+@click.option(
+    "--lumberjack-max-pending-bytes",
+    type=click.IntRange(min=1024),
+    default=MAX_PENDING_BYTES,
+    envvar="HEADRACE_LUMBERJACK_MAX_PENDING_BYTES",
+    help="Unacknowledged event bytes one Lumberjack connection may hold.",
+)
+def serve(
+    data_dir: Path,
+    fsync: str,
+    fsync_interval: float,
+    host: str,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_ca: Path | None,
+    **options: int | float | str,
+) -> None:
     """Run the headrace server until SIGTERM or SIGINT."""
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls_ca is not None and tls_cert is None:
+        raise click.UsageError("--tls-ca needs --tls-cert and --tls-key")
+    fields = str(options.pop("lumberjack_routing_key_fields"))
+    lumberjack = LumberjackConfig(
+        stream=str(options.pop("lumberjack_stream")),
+        routing_key_fields=tuple(f.strip() for f in fields.split(",") if f.strip()),
+        keepalive_interval_s=float(options.pop("lumberjack_keepalive_interval")),
+        idle_timeout_s=float(options.pop("lumberjack_idle_timeout")),
+        max_window_count=int(options.pop("lumberjack_max_window")),
+        max_frame_bytes=int(options.pop("lumberjack_max_frame_bytes")),
+        max_decompressed_bytes=int(options.pop("lumberjack_max_decompressed_bytes")),
+        max_pending_bytes=int(options.pop("lumberjack_max_pending_bytes")),
+    )
     config = ServerConfig(
         data_dir=data_dir,
         host=host,
         fsync=FsyncPolicy(fsync),
         fsync_interval_s=fsync_interval,
-        ports={name: ports[f"{name}_port"] for name in DEFAULT_PORTS},
+        ports={name: int(options[f"{name}_port"]) for name in DEFAULT_PORTS},
+        tls=None if tls_cert is None or tls_key is None else TlsConfig(tls_cert, tls_key, tls_ca),
+        lumberjack=lumberjack,
     )
     try:
         asyncio.run(_run(config))

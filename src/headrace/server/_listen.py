@@ -14,7 +14,12 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from headrace.server._loop import ConnectionHandler, run_connection
+from headrace.server._loop import (
+    IDLE_TIMEOUT_S,
+    MAX_PENDING_EVENTS,
+    ConnectionHandler,
+    run_connection,
+)
 from headrace.server.app import Listener
 
 __all__ = ["MAX_CONNECTIONS", "start_tcp_listener"]
@@ -37,8 +42,13 @@ async def start_tcp_listener(
     *,
     ssl_context: ssl.SSLContext | None = None,
     max_connections: int = MAX_CONNECTIONS,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+    max_pending_events: int = MAX_PENDING_EVENTS,
 ) -> Listener:
-    """Serve ``make_handler()`` connections on (host, port); port 0 picks a free port."""
+    """Serve ``make_handler()`` connections on (host, port); port 0 picks a free port.
+
+    ``idle_timeout_s`` and ``max_pending_events`` are passed to ``run_connection``.
+    """
     connections: set[asyncio.Task[None]] = set()
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -51,7 +61,13 @@ async def start_tcp_listener(
         assert task is not None
         connections.add(task)
         try:
-            await run_connection(reader, writer, make_handler())
+            await run_connection(
+                reader,
+                writer,
+                make_handler(),
+                idle_timeout_s=idle_timeout_s,
+                max_pending_events=max_pending_events,
+            )
         except asyncio.CancelledError:
             pass
         except Exception:

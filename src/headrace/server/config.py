@@ -13,6 +13,8 @@ from pathlib import Path
 
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
+from headrace.server.lumberjack_config import LumberjackConfig
+from headrace.server.tls import TlsConfig
 from headrace.store.api import FsyncPolicy
 
 __all__ = ["DEFAULT_PORTS", "LISTENER_NAMES", "ServerConfig"]
@@ -48,6 +50,9 @@ class ServerConfig:
     container_count: int = DEFAULT_CONTAINER_COUNT
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
+    tls: TlsConfig | None = None
+    """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
+    lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for any value out of range."""
@@ -62,6 +67,18 @@ class ServerConfig:
             raise ConfigError("retention interval must be positive")
         if self.container_count < 1:
             raise ConfigError("container count must be at least 1")
+        self.lumberjack.validate()
 
     def enabled_listeners(self) -> dict[str, int]:
-        return {name: port for name, port in self.ports.items() if port != 0}
+        """Listeners to start: port not 0, and TLS-only ones only with a certificate."""
+        return {
+            name: port
+            for name, port in self.ports.items()
+            if port != 0 and name not in self.inactive_listeners()
+        }
+
+    def inactive_listeners(self) -> dict[str, str]:
+        """Listeners with a port that will not start, and why (for the startup log)."""
+        if self.tls is None and self.ports.get("lumberjack_tls", 0) != 0:
+            return {"lumberjack_tls": "no --tls-cert/--tls-key given"}
+        return {}

@@ -1,0 +1,150 @@
+"""Configuration of the Lumberjack front door: target stream, routing key, limits.
+
+Kept apart from ``server/lumberjack.py`` so that ``config.ServerConfig`` can
+hold it without importing the listener (which imports the app). Every limit
+is a named constant with its reason; ``headrace serve`` flags override them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from headrace.controller.naming import is_valid_name
+from headrace.errors import ConfigError
+from headrace.protocols.lumberjack import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_WINDOW_COUNT,
+)
+
+__all__ = [
+    "DEFAULT_ROUTING_KEY_FIELDS",
+    "DEFAULT_STREAM",
+    "IDLE_TIMEOUT_S",
+    "KEEPALIVE_INTERVAL_S",
+    "MAX_ACK_WAIT_S",
+    "MAX_PENDING_BYTES",
+    "MAX_WINDOWS_IN_FLIGHT",
+    "STREAM_SEGMENT_COUNT",
+    "LumberjackConfig",
+    "parse_field_path",
+]
+
+DEFAULT_STREAM: Final = "logs/beats"
+"""``scope/stream`` that Lumberjack events are written to (issue 6)."""
+
+STREAM_SEGMENT_COUNT: Final = 4
+"""Segments of the target stream when the front door creates it (fixed scaling
+policy): enough to spread many shippers' hosts, few enough to keep windows in
+few appends."""
+
+DEFAULT_ROUTING_KEY_FIELDS: Final = ("host", "[beat][hostname]")
+"""Fields tried in order for an event's routing key: logstash-forwarder and the
+npm clients send ``host``; Beats before 6.3 send ``beat.hostname`` (later ones a
+``host`` object, whose JSON text is then the key). No field: no key."""
+
+KEEPALIVE_INTERVAL_S: Final = 5.0
+"""v2 only: while a window awaits its ack, an ``Ack(0)`` goes out when nothing
+was written for this long. Logstash's interval (spec §3.3); libbeat renews its
+30 s ack timeout on each one."""
+
+IDLE_TIMEOUT_S: Final = 60.0
+"""A connection that sends nothing for this long is closed. Logstash's
+``client_inactivity_timeout`` default; Beats reconnect when they next have
+events. A client waiting for an ack is not idle from our side: the loop only
+times reads while it has room for more windows."""
+
+MAX_ACK_WAIT_S: Final = 120.0
+"""Longest a complete window may wait for the store before the connection is
+closed without its ack. Keepalives would otherwise keep a Beat waiting forever
+on a wedged store (elastic/beats#41534); closing lets it resend elsewhere."""
+
+MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
+"""Event bytes one connection may hold that are not yet acked (the open window
+plus windows being stored). Two pipelined libbeat windows of 2048 events are a
+few MiB; a window that needs more is refused (connection closed, no ack)
+instead of being buffered without bound."""
+
+MAX_WINDOWS_IN_FLIGHT: Final = 4
+"""Complete windows of one connection being stored at once; reading pauses
+beyond it (TCP back-pressure). libbeat pipelines 2; a ``W`` = 0 ack point
+counts as a window."""
+
+_FIELD_PART = re.compile(r"\[([^\[\]]+)\]")
+
+
+def parse_field_path(spec: str) -> tuple[str, ...]:
+    """A routing-key field as a path of object keys.
+
+    ``host`` is the top-level key ``host`` (dots are part of the name);
+    ``[beat][hostname]`` is Logstash's field-reference syntax for a nested key.
+
+    Raises:
+        ConfigError: empty, or brackets that do not form ``[a][b]...``.
+    """
+    if not spec:
+        raise ConfigError("an empty routing-key field name")
+    if not spec.startswith("["):
+        if "[" in spec or "]" in spec:
+            raise ConfigError(f"routing-key field {spec!r}: write nested fields as [a][b]")
+        return (spec,)
+    parts = _FIELD_PART.findall(spec)
+    if "".join(f"[{p}]" for p in parts) != spec:
+        raise ConfigError(f"routing-key field {spec!r}: write nested fields as [a][b]")
+    return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class LumberjackConfig:
+    """Where Lumberjack events go and the limits each connection runs under.
+
+    Attributes:
+        stream: target ``scope/stream``, created on first use with
+            ``STREAM_SEGMENT_COUNT`` segments.
+        routing_key_fields: fields tried in order for the routing key (see
+            ``parse_field_path``); empty: every event goes without a key.
+        keepalive_interval_s: ``KEEPALIVE_INTERVAL_S``.
+        idle_timeout_s: ``IDLE_TIMEOUT_S``.
+        max_ack_wait_s: ``MAX_ACK_WAIT_S``.
+        max_window_count: largest ``W`` count (``codec.MAX_WINDOW_COUNT``).
+        max_frame_bytes: largest frame (``codec.MAX_FRAME_BYTES``).
+        max_decompressed_bytes: inflated bytes per ``C`` frame
+            (``codec.MAX_DECOMPRESSED_BYTES``).
+        max_pending_bytes: ``MAX_PENDING_BYTES``.
+    """
+
+    stream: str = DEFAULT_STREAM
+    routing_key_fields: tuple[str, ...] = DEFAULT_ROUTING_KEY_FIELDS
+    keepalive_interval_s: float = KEEPALIVE_INTERVAL_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    max_ack_wait_s: float = MAX_ACK_WAIT_S
+    max_window_count: int = MAX_WINDOW_COUNT
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    max_pending_bytes: int = MAX_PENDING_BYTES
+
+    @property
+    def scope_and_stream(self) -> tuple[str, str]:
+        scope, _, stream = self.stream.partition("/")
+        return scope, stream
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` for any value out of range."""
+        scope, stream = self.scope_and_stream
+        if not (is_valid_name(scope) and is_valid_name(stream)):
+            raise ConfigError(
+                f"--lumberjack-stream {self.stream!r}: expected scope/stream, "
+                "each of letters, digits, '.' and '-'"
+            )
+        for spec in self.routing_key_fields:
+            parse_field_path(spec)
+        for name in ("keepalive_interval_s", "idle_timeout_s", "max_ack_wait_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"lumberjack {name} must be positive")
+        if not 1 <= self.max_window_count <= 2**32 - 1:
+            raise ConfigError("lumberjack max window count must be in 1..2**32-1")
+        for name in ("max_frame_bytes", "max_decompressed_bytes", "max_pending_bytes"):
+            if getattr(self, name) < 1024:
+                raise ConfigError(f"lumberjack {name} must be at least 1024")
