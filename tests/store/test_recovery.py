@@ -369,3 +369,25 @@ async def test_merge_interrupted_after_commit_is_finished_on_open(tmp_path: Path
     finally:
         await store.close()
     assert verify_data_dir(tmp_path).ok
+
+
+async def test_damage_anywhere_means_no_repair_anywhere(tmp_path: Path) -> None:
+    other = next(
+        f"other-{i}"
+        for i in range(100)
+        if container_of(f"other-{i}", CONTAINERS) != container_of(SEGMENT, CONTAINERS)
+    )
+    assert container_of(SEGMENT, CONTAINERS) != container_of(other, CONTAINERS)
+
+    async def build(store: DiskStore) -> None:
+        await _appends(store)
+        await store.create_segment(other)
+        for data in APPENDS:
+            await store.append(other, data)
+
+    crashed = await _crash_copy(tmp_path, build)
+    _append_bytes(_last_wal(crashed, other), b"torn tail")  # repairable on its own
+    wal = _last_wal(crashed)
+    _flip(wal, _frames(wal)[3].start + 20)  # damage in the other container
+    await _assert_refused(crashed, "valid records follow")
+    assert _backups(_last_wal(crashed, other)) == []

@@ -1,26 +1,33 @@
 """Opening a data dir: create it, or recover every container to its last durable state.
 
-Recovery of one container, in order (``recover_container``):
+Recovery runs in two phases, so that damage is reported before anything on
+disk is touched (and a refused open leaves the directory as it was).
+
+Phase 1, every container (``analyse_container``), reading only:
 
 1. Load ``snapshot`` (checksum verified; missing or bad is ``CorruptionError``).
 2. For each segment in it, check the sidecar's header and entries up to the
    size the snapshot records, check they cover exactly ``[0, length)``, and
-   check the data file holds at least ``length`` bytes. Then cut the data
-   file back to ``length`` and the sidecar back to that size: anything past
-   them was written after the checkpoint and is replayed from the WAL.
-3. Scan the WAL files in sequence order (``log.scan_wal``). Damage anywhere
-   but the tail of the last file is ``CorruptionError``. A torn tail is
-   copied to ``<wal>.broken-<utc>``, fsynced, and only then cut off.
+   check the data file holds at least ``length`` bytes.
+3. Scan the WAL files in sequence order (``log.scan_wal``) and check they
+   chain. Damage anywhere but the tail of the last file is ``CorruptionError``.
 4. Replay every record after the snapshot's ``last_seq`` through
-   ``ContainerState.apply``, writing the data each implies at its recorded
-   offset (idempotent) and recreating the files of each CREATE.
+   ``ContainerState.apply`` in memory, collecting the file effects.
+
+Phase 2, every container (``repair_container``):
+
+5. Cut each data file and sidecar back to the snapshot's state: anything past
+   it was written after the checkpoint and is replayed from the WAL.
+6. Copy a torn tail to ``<wal>.broken-<utc>``, fsync it, and only then cut it off.
+7. Apply the replay's file effects: recreate the files of each CREATE, write
+   each record's bytes at its recorded offset (idempotent).
 
 Then, across containers (``recover_store``): a merge whose commit is durable
 in the target's container but whose source deletion is not (a crash between
-the two) is finished by deleting the source. Finally every container is
-checkpointed (``write_checkpoint``): sidecars extended, data files fsynced, a
-new snapshot and an empty WAL file written, old WAL files and orphan segment
-files (deleted segments, creations that never became durable) removed.
+the two) is finished by deleting the source. Finally each container that
+replayed anything is checkpointed (``write_checkpoint``: sidecars extended,
+data files fsynced, a new snapshot and an empty WAL file written, old WAL
+files dropped), and segment files no live segment owns are removed.
 """
 
 from __future__ import annotations
@@ -73,14 +80,15 @@ from headrace.store.disk.log import (
 from headrace.store.disk.segment import Captured, ContainerState, ReplayError
 
 __all__ = [
+    "analyse_container",
     "backup_torn_tail",
     "check_sidecar",
     "create_segment_files",
     "init_or_load_manifest",
     "load_snapshot",
     "plan_replay",
-    "recover_container",
     "recover_store",
+    "repair_container",
     "write_checkpoint",
 ]
 
@@ -352,41 +360,72 @@ def create_segment_files(paths: ContainerPaths, segment_id: int) -> int:
     return os.open(paths.data(segment_id), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
 
 
-def recover_container(paths: ContainerPaths, ops: FileOps) -> ContainerState:
-    """Steps 1-4 of the module docstring for one container."""
+Effect = tuple[int, int, "bytes | memoryview"] | int
+"""A file effect of replay: a data write (segment id, offset, bytes), or the
+segment id of a CREATE (its files are made anew)."""
+
+
+@dataclass(slots=True)
+class Analysed:
+    """A container checked and replayed in memory, its file repairs not yet done."""
+
+    paths: ContainerPaths
+    snapshot: Snapshot
+    plan: ReplayPlan
+    state: ContainerState
+    effects: list[Effect]
+
+
+def analyse_container(paths: ContainerPaths) -> Analysed:
+    """Steps 1-3 of the module docstring, and step 4 in memory only: every check
+    that can fail runs before anything on disk is touched.
+
+    Raises:
+        CorruptionError: anything but a torn tail.
+    """
     snap = load_snapshot(paths)
     for seg in snap.segments:
         check_sidecar(paths, seg)
         data_size(paths, seg)
     plan = plan_replay(paths, snap.last_seq)
-    # Nothing has been modified up to here: damage is reported before any repair.
-    for seg in snap.segments:
+    state = ContainerState.from_snapshot(snap)
+    effects: list[Effect] = []
+    for scan in plan.scans:
+        for position, seq, record in scan.records:
+            if seq <= state.last_seq:
+                continue
+            try:
+                writes = state.apply(seq, record)
+            except ReplayError as exc:
+                raise CorruptionError(str(scan.path), position, str(exc)) from None
+            if isinstance(record, CreateRecord):
+                effects.append(record.segment_id)
+            effects.extend(writes)
+    state.finish_replay()
+    return Analysed(paths, snap, plan, state, effects)
+
+
+def repair_container(analysed: Analysed, ops: FileOps) -> None:
+    """Bring the files in line with the analysed state (step 4 of the docstring)."""
+    paths = analysed.paths
+    for seg in analysed.snapshot.segments:
         os.truncate(paths.data(seg.segment_id), seg.length)
         os.truncate(paths.sidecar(seg.segment_id), seg.sidecar_size)
-    if plan.tear is not None:
-        backup_torn_tail(plan.tear, ops)
-    state = ContainerState.from_snapshot(snap)
+    if analysed.plan.tear is not None:
+        backup_torn_tail(analysed.plan.tear, ops)
     files = _ReplayFiles(paths, ops)
     try:
-        for scan in plan.scans:
-            for position, seq, record in scan.records:
-                if seq <= state.last_seq:
-                    continue
-                try:
-                    writes = state.apply(seq, record)
-                except ReplayError as exc:
-                    raise CorruptionError(str(scan.path), position, str(exc)) from None
-                if isinstance(record, CreateRecord):
-                    old = files.fds.pop(record.segment_id, None)
-                    if old is not None:
-                        os.close(old)
-                    files.fds[record.segment_id] = create_segment_files(paths, record.segment_id)
-                for segment_id, offset, data in writes:
-                    ops.pwrite(files.fd(segment_id), data, offset)
+        for effect in analysed.effects:
+            if isinstance(effect, int):
+                old = files.fds.pop(effect, None)
+                if old is not None:
+                    os.close(old)
+                files.fds[effect] = create_segment_files(paths, effect)
+            else:
+                segment_id, offset, data = effect
+                ops.pwrite(files.fd(segment_id), data, offset)
     finally:
         files.close()
-    state.finish_replay()
-    return state
 
 
 def finish_interrupted_merges(states: list[ContainerState]) -> None:
@@ -509,7 +548,10 @@ def recover_store(
     """
     manifest = init_or_load_manifest(root, container_count, ops)
     all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
-    states = [recover_container(paths, ops) for paths in all_paths]
+    analysed = [analyse_container(paths) for paths in all_paths]
+    for one in analysed:  # only once every container passed its checks
+        repair_container(one, ops)
+    states = [one.state for one in analysed]
     finish_interrupted_merges(states)
     opened: list[tuple[ContainerState, WalWriter]] = []
     try:

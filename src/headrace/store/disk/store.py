@@ -297,12 +297,18 @@ class DiskStore(BaseStore):
         return s.length
 
     async def _truncate(self, name: str, offset: int) -> None:
-        c, s = self._lookup(name)
-        if not s.start_offset <= offset <= s.length:
-            raise BadOffset(name, offset, s.length)
-        if offset > s.start_offset:
-            seq = c.write(TruncateRecord(s.segment_id, offset, now_ms()))
-            await c.durable(seq)
+        while True:
+            c, s = self._lookup(name)
+            if not s.start_offset <= offset <= s.length:
+                raise BadOffset(name, offset, s.length)
+            if offset <= s.start_offset:
+                return
+            if offset <= s.durable_length:
+                break
+            # Never let the start offset pass what readers can see.
+            await c.barrier()
+        seq = c.write(TruncateRecord(s.segment_id, offset, now_ms()))
+        await c.durable(seq)
 
     async def _delete(self, name: str) -> None:
         c, s = self._lookup(name)
