@@ -299,11 +299,79 @@ SEGMENT_STORE_SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+def _head(uri: str, scope: str, stream: str) -> list[tuple[int, int]]:
+    from headrace.controller._proto import controller_pb2 as pb
+
+    reply = _controller_call(
+        uri,
+        "getSegments",
+        pb.GetSegmentsRequest(streamInfo=pb.StreamInfo(scope=scope, stream=stream)),
+    )
+    return [(s.segmentId.segmentId, s.offset) for s in reply.segments]
+
+
+def retention_by_size(m: Any, uri: str) -> dict[str, Any]:
+    """A reader that keeps up goes on across truncations; a new one starts at the head."""
+    import asyncio
+
+    m.create_scope("ret")
+    m.create_stream_with_policy(
+        "ret",
+        "st",
+        pc.StreamScalingPolicy.fixed_scaling_policy(1),
+        pc.StreamRetentionPolicy.by_size(2000),
+        None,
+    )
+    writer = m.create_writer("ret", "st")
+    live = m.create_reader_group("live", "ret", "st").create_reader("r1")
+    written: list[str] = []
+    seen: list[str] = []
+
+    async def catch_up() -> None:
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while len(seen) < len(written) and time.monotonic() < deadline:
+            piece = await live.get_segment_slice_async()
+            seen.extend(event.data().decode() for event in piece)
+            live.release_segment(piece)
+
+    def write(count: int) -> None:
+        for _ in range(count):
+            event = f"ev{len(written):05d}".ljust(99, "x")  # 99 bytes + 8 of framing
+            writer.write_event(event)
+            written.append(event)
+        writer.flush()
+
+    truncations = 0
+    deadline = time.monotonic() + READ_DEADLINE_S
+    while truncations < 2 and time.monotonic() < deadline:
+        head_before = _head(uri, "ret", "st")
+        write(10)
+        asyncio.run(catch_up())
+        if _head(uri, "ret", "st") != head_before:
+            truncations += 1
+    write(10)
+    asyncio.run(catch_up())
+    live.reader_offline()
+    [(_, head_offset)] = _head(uri, "ret", "st")
+    late = _read_all(m, "ret", "st", "late", len(written) - head_offset // 107)
+    return {
+        "truncations": truncations,
+        "head_offset": head_offset,
+        "written": len(written),
+        "live_complete": seen == written,
+        "late_first": late[0][:7] if late else None,
+        "late_is_tail": late == written[head_offset // 107 :],
+    }
+
+
+SEGMENT_STORE_SCENARIOS["retention_by_size"] = retention_by_size
+
+
 if __name__ == "__main__":
     scenario, uri = sys.argv[1], sys.argv[2]
     manager = pc.StreamManager(uri)
-    if scenario == "scale_while_writing":
-        result = scale_while_writing(manager, uri)
+    if scenario in ("scale_while_writing", "retention_by_size"):
+        result = SEGMENT_STORE_SCENARIOS[scenario](manager, uri)
     elif scenario in SEGMENT_STORE_SCENARIOS:
         result = SEGMENT_STORE_SCENARIOS[scenario](manager)
     else:

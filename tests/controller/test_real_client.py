@@ -23,6 +23,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "real_client_scenarios.py"
+RETENTION_SERVER = HERE / "retention_server.py"
 ROOT = HERE.parent.parent
 
 STARTUP_TIMEOUT_S = 30.0
@@ -41,21 +42,34 @@ class Controller:
     """``python -m headrace serve`` with the controller listener (and the segment
     store's, if asked), on the disk store in ``data_dir``."""
 
-    def __init__(self, data_dir: Path, *, fsync: str = "always", segment_store: bool = False):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        fsync: str = "always",
+        segment_store: bool = False,
+        fast_retention: bool = False,
+    ) -> None:
+        """``fast_retention`` runs ``retention_server.py`` instead (controller and
+        segment store, retention every 0.2 s, fsync never)."""
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
         self.port = _free_port()
         ports = [self.port]
-        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
-        args += ["--fsync", fsync, "--controller-port", str(self.port)]
-        if segment_store:
+        if fast_retention:
             ports.append(_free_port())
-            args += ["--segment-store-port", str(ports[-1])]
+            args = [sys.executable, str(RETENTION_SERVER), str(data_dir), *map(str, ports)]
         else:
-            args += ["--segment-store-port", "0"]
-        for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
-            args += [f"--{name}-port", "0"]
+            args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
+            args += ["--fsync", fsync, "--controller-port", str(self.port)]
+            if segment_store:
+                ports.append(_free_port())
+                args += ["--segment-store-port", str(ports[-1])]
+            else:
+                args += ["--segment-store-port", "0"]
+            for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
+                args += [f"--{name}-port", "0"]
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
         )

@@ -3,12 +3,15 @@
 What only the controller decides, seen end to end: transactions commit as a
 block and aborted ones vanish; a scale hands writers and readers over to the
 successor segments without losing or reordering events of a key; a byte
-stream's head comes from ``getSegments``.
+stream's head comes from ``getSegments``; size retention truncates at event
+boundaries while a reader that keeps up goes on and a new reader starts at
+the head.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +47,18 @@ def test_scale_moves_writers_and_readers_to_successors_in_order(server: Controll
 def test_byte_stream_head_follows_truncation(server: Controller) -> None:
     r = server.run("byte_stream_head")
     assert r == {"tail": 34, "head": 6, "read": "world"}
+
+
+def test_size_retention_truncates_and_readers_go_on(tmp_path: Path) -> None:
+    srv = Controller(tmp_path / "data", fast_retention=True)
+    try:
+        r = srv.run("retention_by_size")
+    finally:
+        srv.stop()
+    assert r["truncations"] == 2
+    assert r["head_offset"] > 0 and r["head_offset"] % 107 == 0  # an event boundary
+    assert r["live_complete"] is True  # a reader that keeps up loses nothing
+    assert r["late_first"] == f"ev{r['head_offset'] // 107:05d}"
+    assert r["late_is_tail"] is True  # a new reader starts at the head, whole events
+    # The policy keeps at least 2000 bytes.
+    assert r["written"] * 107 - r["head_offset"] >= 2000
