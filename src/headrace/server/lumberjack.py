@@ -1,0 +1,473 @@
+"""The Lumberjack front door: Beats, logstash-forwarder and pylogbeat write here.
+
+Registers two listeners: ``lumberjack`` (plain, default port 5044) and
+``lumberjack_tls`` (default 5045, started only when ``--tls-cert/--tls-key``
+are configured; ``--tls-ca`` asks clients for a certificate). Both speak v1
+and v2; the sans-I/O ``LumberjackConnection`` does the protocol, the generic
+``run_connection`` loop does the I/O, and this module only decides where
+events go and when acks leave (STYLE rules 4 and 8).
+
+Theory of operation
+-------------------
+* **Windows are stored whole.** ``feed`` collects the events of the open
+  window in memory (bounded by ``max_pending_bytes``) and hands the window to
+  ``handle`` only when it closes. A connection that breaks mid-window has
+  stored nothing of that window, so the client's resend stores it once.
+* **One append per target segment.** ``handle`` routes each event of the
+  window (routing key from the configured fields, Pravega's key hash; events
+  without a key go together to one segment chosen round-robin per window),
+  frames each as a Pravega event (``int32 0, int32 length, payload``) and
+  writes each segment's part with **one** append, so that part is atomic and
+  in order. Parts over ``MAX_APPEND_BYTES`` are split at event boundaries.
+* **Acks in order, only when durable.** Windows are stored concurrently (up to
+  ``MAX_WINDOWS_IN_FLIGHT``; reading pauses beyond it), but each window issues
+  its appends only after the previous window issued its own, so per segment
+  the stored order is the wire order. A window's ack (its last seq, in the
+  connection's version, one 6-byte frame) is queued once it and every window
+  before it are durable.
+* **v2 keepalives.** While anything awaits an ack on a v2 connection, an
+  ``Ack(0)`` goes out whenever nothing was written for ``keepalive_interval_s``.
+  A window that waits longer than ``max_ack_wait_s`` for the store closes the
+  connection without its ack (the client resends elsewhere).
+* **Bad input** (``RemoteProtocolError`` from the codec, or a limit here)
+  closes this connection with a log line; the open window is dropped unacked.
+
+What is and is not deduplicated is written down in ``docs/protocols/lumberjack.md``
+("Storage and guarantees").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import json
+import logging
+import struct
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from headrace.controller.errors import ScopeExists, StreamExists
+from headrace.controller.naming import segment_name
+from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
+from headrace.errors import RemoteProtocolError, SegmentNotFound, SegmentSealed
+from headrace.protocols.lumberjack import (
+    RECEIVE_SLACK_BYTES,
+    Ack,
+    Batch,
+    Limits,
+    LumberjackConnection,
+    ProtocolVersion,
+    Role,
+)
+from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
+from headrace.server._listen import start_tcp_listener
+from headrace.server._loop import ConnectionHandler
+from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.lumberjack_config import (
+    MAX_WINDOWS_IN_FLIGHT,
+    STREAM_SEGMENT_COUNT,
+    LumberjackConfig,
+    parse_field_path,
+)
+from headrace.server.tls import server_ssl_context
+from headrace.store.api import MAX_APPEND_BYTES, SegmentStore
+
+__all__ = [
+    "MAX_EVENT_BYTES",
+    "LumberjackHandler",
+    "LumberjackTarget",
+    "start_lumberjack",
+    "start_lumberjack_tls",
+]
+
+log = logging.getLogger(__name__)
+
+EVENT_HEADER: Final = struct.Struct(">ii")
+"""Pravega event framing: type (always 0), payload length (DESIGN.md section 2)."""
+
+MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+"""Largest event payload stored: Pravega's own event size limit, so that every
+stored event is readable by Pravega readers. Filebeat cuts lines at 10 MiB by
+default, but its events are rarely above a few KiB; a larger one closes the
+connection (logged) rather than writing what a reader would refuse."""
+
+ROUTE_REFRESH_ATTEMPTS: Final = 3
+"""Times a window is re-routed when a segment was sealed under it (the stream
+was scaled through the controller) before the connection gives up."""
+
+_ROUTING_CACHE_SIZE: Final = 4096
+"""Routing keys whose hash position is remembered: shippers' host names repeat."""
+
+
+@functools.lru_cache(maxsize=_ROUTING_CACHE_SIZE)
+def _key_position(key: str) -> float:
+    """Where ``key`` falls in the key space, as every Pravega client computes it."""
+    return routing_key_position(key)
+
+
+# --------------------------------------------------------------------------- target
+
+
+class LumberjackTarget:
+    """The target stream of one listener: created on first use, routed by key range.
+
+    Args:
+        app: the running server (its store and shared controller model).
+        config: the Lumberjack configuration.
+    """
+
+    def __init__(self, app: ServerApp, config: LumberjackConfig) -> None:
+        self._app = app
+        self.scope, self.stream = config.scope_and_stream
+        self._ranges: KeyRanges[str] | None = None
+        self._lock = asyncio.Lock()
+        self._keyless = itertools.count()
+
+    @property
+    def store(self) -> SegmentStore:
+        return self._app.store
+
+    @property
+    def ranges(self) -> KeyRanges[str] | None:
+        """The open segments as key ranges, or None until ``refresh`` has run."""
+        return self._ranges
+
+    async def refresh(self) -> KeyRanges[str]:
+        """Create the stream if needed (fixed scaling, ``STREAM_SEGMENT_COUNT``
+        segments) and load its open segments.
+
+        Raises:
+            ControllerError: the stream cannot be created or is sealed.
+        """
+        async with self._lock:
+            controller = self._app.controller
+            if not controller.stream_exists(self.scope, self.stream):
+                if not controller.scope_exists(self.scope):
+                    with contextlib.suppress(ScopeExists):  # another listener won the race
+                        await controller.create_scope(self.scope)
+                policy = ScalingPolicy(ScalingType.FIXED_NUM_SEGMENTS, 0, 0, STREAM_SEGMENT_COUNT)
+                try:
+                    await controller.create_stream(
+                        self.scope, self.stream, StreamConfig(scaling=policy)
+                    )
+                    log.info("lumberjack: created stream %s/%s", self.scope, self.stream)
+                except StreamExists:
+                    pass
+            segments = controller.current_segments(self.scope, self.stream)
+            if not segments:
+                raise RuntimeError(f"stream {self.scope}/{self.stream} is sealed")
+            self._ranges = KeyRanges.from_ranges(
+                (segment_name(self.scope, self.stream, seg.id), seg.min_key, seg.max_key)
+                for seg in segments
+            )
+            return self._ranges
+
+    def keyless_index(self, segment_count: int) -> int:
+        """The segment for a window's events that have no routing key (round-robin)."""
+        return next(self._keyless) % segment_count
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@dataclass(slots=True, eq=False)
+class _Window:
+    """A closed window (or a ``W`` = 0 ack point) on its way to the store."""
+
+    ack_seq: int
+    payloads: list[bytes]
+    keys: list[str | None]
+    size_bytes: int
+    after: asyncio.Future[None] | None
+    """Resolved when the previous window has issued its appends."""
+    issued: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    durable: bool = False
+
+
+def _routing_key(payload: bytes, paths: tuple[tuple[str, ...], ...]) -> str | None:
+    """The event's routing key: the first configured field present, as text."""
+    try:
+        document = json.loads(payload)
+    except ValueError:  # D payloads are built by us, J payloads checked by the codec
+        return None
+    for path in paths:
+        value: object = document
+        for part in path:
+            if not isinstance(value, dict) or part not in value:
+                break
+            value = value[part]
+        else:
+            if value is None:
+                continue
+            if isinstance(value, str):
+                return value
+            return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return None
+
+
+def _frame(payloads: list[bytes], indices: list[int]) -> bytes:
+    """The events ``indices`` of ``payloads`` in Pravega event framing, concatenated."""
+    parts: list[bytes] = []
+    for i in indices:
+        parts.append(EVENT_HEADER.pack(0, len(payloads[i])))
+        parts.append(payloads[i])
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- handler
+
+
+class LumberjackHandler(ConnectionHandler):
+    """One Lumberjack connection: collects windows, stores them, acks in order.
+
+    Args:
+        target: the listener's target stream.
+        config: limits and routing fields.
+        name: the listener name, for log lines.
+    """
+
+    def __init__(self, target: LumberjackTarget, config: LumberjackConfig, name: str) -> None:
+        self.name = name
+        self._target = target
+        self._config = config
+        self._paths = tuple(parse_field_path(spec) for spec in config.routing_key_fields)
+        self._conn = LumberjackConnection(
+            Role.SERVER,
+            limits=Limits(
+                max_frame_bytes=config.max_frame_bytes,
+                max_decompressed_bytes=config.max_decompressed_bytes,
+                max_window_count=config.max_window_count,
+            ),
+        )
+        self._open_payloads: list[bytes] = []
+        self._open_keys: list[str | None] = []
+        self._open_bytes = 0
+        self._pending_bytes = 0  # event bytes received and not yet acked
+        self._windows: deque[_Window] = deque()  # closed, not yet acked, in order
+        self._last_issued: asyncio.Future[None] | None = None
+        self._last_write_s = 0.0
+        self._keepalive: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ receiving
+
+    def feed(self, data: bytes) -> Iterator[_Window]:
+        """Received bytes in; each window that closes out, ready to store.
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol or a limit.
+        """
+        view = memoryview(data)
+        chunks = [
+            view[i : i + RECEIVE_SLACK_BYTES] for i in range(0, len(view), RECEIVE_SLACK_BYTES)
+        ]
+        for chunk in chunks or [view]:
+            self._conn.receive_data(chunk)
+            for event in self._conn.events():
+                if isinstance(event, Batch):
+                    window = self._take(event)
+                    if window is not None:
+                        yield window
+
+    def _take(self, batch: Batch) -> _Window | None:
+        for event in batch.events:
+            size = len(event.payload)
+            if size > MAX_EVENT_BYTES:
+                raise RemoteProtocolError(
+                    f"event seq {event.seq} of {size} bytes exceeds the "
+                    f"{MAX_EVENT_BYTES}-byte event limit"
+                )
+            self._pending_bytes += size
+            if self._pending_bytes > self._config.max_pending_bytes:
+                raise RemoteProtocolError(
+                    f"more than {self._config.max_pending_bytes} bytes of events await an ack "
+                    "on this connection (window too large for max_pending_bytes)"
+                )
+            self._open_payloads.append(event.payload)
+            self._open_keys.append(
+                _routing_key(event.payload, self._paths) if self._paths else None
+            )
+            self._open_bytes += size
+        if batch.ack_seq is None:
+            return None
+        window = _Window(
+            batch.ack_seq,
+            self._open_payloads,
+            self._open_keys,
+            self._open_bytes,
+            after=self._last_issued,
+        )
+        self._last_issued = window.issued
+        self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
+        self._windows.append(window)
+        return window
+
+    # ------------------------------------------------------------------ storing
+
+    async def handle(self, event: object) -> None:
+        assert isinstance(event, _Window)
+        window = event
+        try:
+            try:
+                await asyncio.wait_for(self._store(window), self._config.max_ack_wait_s)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"window (ack {window.ack_seq}) not durable after "
+                    f"{self._config.max_ack_wait_s:.0f} s; closing without its ack"
+                ) from None
+        finally:
+            if not window.issued.done():
+                window.issued.set_result(None)
+        window.durable = True
+        self._ack_ready()
+
+    async def _store(self, window: _Window) -> None:
+        if window.after is not None:
+            await window.after
+        pending = list(range(len(window.payloads)))
+        attempt = 0
+        while pending:
+            ranges = self._target.ranges
+            if ranges is None:
+                ranges = await self._target.refresh()
+            runs = self._runs(window, pending, ranges)
+            store = self._target.store
+            appends = [asyncio.ensure_future(store.append(name, data)) for name, _, data in runs]
+            if not window.issued.done():
+                window.issued.set_result(None)
+            results = await asyncio.gather(*appends, return_exceptions=True)
+            pending = []
+            for (name, indices, _), result in zip(runs, results, strict=True):
+                if isinstance(result, SegmentSealed | SegmentNotFound):
+                    # Nothing of this run was written: the stream was scaled or
+                    # deleted under us. Route its events again.
+                    log.info(
+                        "%s: target segment %s is gone (%s); re-routing", self.name, name, result
+                    )
+                    pending.extend(indices)
+                elif isinstance(result, BaseException):
+                    raise result
+            if pending:
+                attempt += 1
+                if attempt > ROUTE_REFRESH_ATTEMPTS:
+                    raise RuntimeError(
+                        f"target segments of {self._target.scope}/{self._target.stream} "
+                        "keep being sealed or deleted"
+                    )
+                pending.sort()
+                await self._target.refresh()
+
+    def _runs(
+        self, window: _Window, indices: list[int], ranges: KeyRanges[str]
+    ) -> list[tuple[str, list[int], bytes]]:
+        """Events ``indices`` of the window grouped per target segment, framed.
+
+        Each segment gets one run (more only past ``MAX_APPEND_BYTES``), its
+        events in wire order. Events without a key share one segment, chosen
+        round-robin per window.
+        """
+        segments = ranges.segments
+        keyless = segments[self._target.keyless_index(len(segments))]
+        per_segment: dict[str, list[int]] = {}
+        for i in indices:
+            key = window.keys[i]
+            name = keyless if key is None else ranges.segment_for_position(_key_position(key))
+            per_segment.setdefault(name, []).append(i)
+        runs: list[tuple[str, list[int], bytes]] = []
+        for name, members in per_segment.items():
+            run: list[int] = []
+            run_bytes = 0
+            for i in members:
+                size = EVENT_HEADER.size + len(window.payloads[i])
+                if run and run_bytes + size > MAX_APPEND_BYTES:
+                    runs.append((name, run, _frame(window.payloads, run)))
+                    run, run_bytes = [], 0
+                run.append(i)
+                run_bytes += size
+            runs.append((name, run, _frame(window.payloads, run)))
+        return runs
+
+    # ------------------------------------------------------------------ acking
+
+    def _ack_ready(self) -> None:
+        """Queue the acks of every durable window at the head of the FIFO."""
+        while self._windows and self._windows[0].durable:
+            window = self._windows.popleft()
+            self._conn.send(Ack(window.ack_seq))
+            self._pending_bytes -= window.size_bytes
+            self._last_write_s = asyncio.get_running_loop().time()
+
+    def data_to_send(self) -> bytes:
+        return self._conn.data_to_send()
+
+    def on_start(self) -> None:
+        self._last_write_s = asyncio.get_running_loop().time()
+        self._keepalive = asyncio.create_task(self._keepalive_loop(), name=f"{self.name}-keepalive")
+
+    async def _keepalive_loop(self) -> None:
+        """v2: ``Ack(0)`` after ``keepalive_interval_s`` without a write while acks are due."""
+        loop = asyncio.get_running_loop()
+        interval = self._config.keepalive_interval_s
+        while True:
+            delay = self._last_write_s + interval - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            if self._conn.version is ProtocolVersion.V2 and self._conn.awaiting_ack:
+                self._conn.send(Ack(0))
+                self.wake_writer()
+            self._last_write_s = loop.time()
+
+    async def on_close(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive
+        for window in self._windows:
+            if not window.issued.done():
+                window.issued.set_result(None)
+
+
+# --------------------------------------------------------------------------- listeners
+
+
+async def _start(app: ServerApp, name: str, host: str, port: int, *, tls: bool) -> Listener:
+    config = app.config.lumberjack
+    ssl_context = None
+    if tls:
+        if app.config.tls is None:
+            raise RuntimeError("the lumberjack_tls listener needs --tls-cert and --tls-key")
+        ssl_context = server_ssl_context(app.config.tls)
+    target = LumberjackTarget(app, config)
+    return await start_tcp_listener(
+        name,
+        host,
+        port,
+        lambda: LumberjackHandler(target, config, name),
+        ssl_context=ssl_context,
+        idle_timeout_s=config.idle_timeout_s,
+        max_pending_events=MAX_WINDOWS_IN_FLIGHT,
+    )
+
+
+async def start_lumberjack(app: ServerApp, host: str, port: int) -> Listener:
+    """Serve Lumberjack v1/v2 in plaintext on (host, port) into ``app``'s target stream."""
+    return await _start(app, "lumberjack", host, port, tls=False)
+
+
+async def start_lumberjack_tls(app: ServerApp, host: str, port: int) -> Listener:
+    """Serve Lumberjack v1/v2 over TLS (``app.config.tls``) on (host, port).
+
+    Raises:
+        ConfigError: the certificate or key cannot be loaded.
+    """
+    return await _start(app, "lumberjack_tls", host, port, tls=True)
+
+
+LISTENER_STARTERS["lumberjack"] = start_lumberjack
+LISTENER_STARTERS["lumberjack_tls"] = start_lumberjack_tls
