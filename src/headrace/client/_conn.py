@@ -1,0 +1,423 @@
+"""One asyncio connection to a segment store, on the sans-I/O ``PravegaConnection``.
+
+The aiokafka ``conn.py`` pattern: every request carries a fresh request id;
+:meth:`SegmentStoreConnection.request` registers a future under that id,
+writes the frame and awaits the future; one reader task feeds received bytes
+to the sans-I/O connection and completes the future whose id the reply
+echoes. A reply with an unknown id (its request timed out) is dropped.
+
+Appends are not request/reply: a writer registers itself with
+:meth:`~SegmentStoreConnection.attach_writer` and gets every reply naming its
+writer id (``AppendSetup``, ``DataAppended``, ``ConditionalCheckFailed``,
+``InvalidEventNumber``) and every error reply whose request id belongs to one
+of its appends (``SegmentIsSealed``, ``NoSuchSegment`` ...). Several writers
+share one connection (the server keeps one session per writer id and
+connection, spec ``pravega-wire.md`` §15).
+
+When the connection ends (EOF, an OS error, a protocol error, ``aclose``),
+every pending request fails with :class:`~headrace.errors.ConnectionLost`
+and every attached writer's ``connection_lost`` is called once; nothing is
+retried here. Retrying is the caller's business, with a
+:class:`RetryPolicy` (see ``ConnectionPool.get`` for connections, the writer
+for appends).
+
+OS errors become ``ClientError`` in one place, :func:`map_exceptions`
+(httpcore's pattern).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+from uuid import UUID
+
+from headrace.errors import ConnectionLost, ProtocolError, RequestTimeout
+from headrace.protocols import pravega as p
+
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "MAX_PENDING_REQUESTS",
+    "READ_TIMEOUT_S",
+    "REQUEST_TIMEOUT_S",
+    "ConnectionPool",
+    "RetryPolicy",
+    "SegmentStoreConnection",
+    "WriterListener",
+    "map_exceptions",
+]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+"""Most time to open a TCP connection and exchange Hellos; a local or LAN server
+answers in milliseconds, so anything near this means the host is unreachable."""
+
+REQUEST_TIMEOUT_S = 30.0
+"""Most time to wait for a reply: the Rust client's request timeout (spec §11)."""
+
+READ_TIMEOUT_S = 45.0
+"""Most time to wait for a ``SegmentRead``: a read at the tail is parked by the
+server (Java and headrace hold it for well under 30 s, spec §6), so this is the
+request timeout plus room for the park."""
+
+MAX_PENDING_REQUESTS = 10_000
+"""Most request/reply exchanges outstanding on one connection. Real callers keep
+a few dozen (reads, table calls); the bound stops a runaway caller from growing
+the table without end. Over it, ``request`` waits for room."""
+
+READ_CHUNK_BYTES = 256 * 1024
+"""Bytes asked of the socket per read; large enough that a busy connection
+carrying 1 MiB appends acks is read in a few calls."""
+
+WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
+"""Outbound bytes buffered in the transport before ``drain`` makes senders wait:
+a few append blocks' worth, so the socket stays busy without unbounded memory."""
+
+_request_ids = itertools.count(1)  # process-wide: a request id never repeats on any connection
+
+
+def next_request_id() -> int:
+    """A fresh request id (positive, unique in this process)."""
+    return next(_request_ids)
+
+
+@contextlib.contextmanager
+def map_exceptions(what: str) -> Iterator[None]:
+    """Turn OS-level errors (and timeouts) into the client's error family.
+
+    ``OSError`` (refused, reset, unreachable, broken pipe) and
+    ``asyncio.IncompleteReadError`` become :class:`ConnectionLost`;
+    ``TimeoutError`` becomes :class:`RequestTimeout`. Both are retriable.
+    """
+    try:
+        yield
+    except TimeoutError as exc:
+        raise RequestTimeout(f"{what}: timed out") from exc
+    except (OSError, asyncio.IncompleteReadError) as exc:
+        raise ConnectionLost(f"{what}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential back-off with jitter, bounded in attempts.
+
+    Attributes:
+        initial_delay_s: wait before the second attempt.
+        max_delay_s: the cap on one wait.
+        multiplier: growth of the wait per attempt.
+        max_attempts: attempts in all (the first included); 0 means no limit.
+    """
+
+    initial_delay_s: float = 0.01
+    max_delay_s: float = 2.0
+    multiplier: float = 2.0
+    max_attempts: int = 20
+
+    def delays(self) -> Iterator[float]:
+        """The waits before attempts 2, 3, ... (stops when attempts run out)."""
+        delay = self.initial_delay_s
+        for _ in itertools.count(1) if self.max_attempts == 0 else range(self.max_attempts - 1):
+            yield delay * (0.5 + random.random() / 2)  # jitter: spread reconnect storms
+            delay = min(self.max_delay_s, delay * self.multiplier)
+
+
+DEFAULT_RETRY = RetryPolicy()
+"""About 20 attempts over roughly 20 s: covers a server restart."""
+
+
+class WriterListener(Protocol):
+    """What a writer attached to a connection is told."""
+
+    def reply(self, cmd: p.Command) -> None:
+        """A reply for this writer (by writer id, or by one of its append request ids)."""
+
+    def connection_lost(self, exc: BaseException) -> None:
+        """The connection ended; every append not acknowledged must be sent again."""
+
+
+class SegmentStoreConnection:
+    """One TCP connection to a segment store, with request-id correlation.
+
+    Build it with :meth:`connect`; close it with :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        endpoint: tuple[str, int],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        conn: p.PravegaConnection,
+    ) -> None:
+        self.endpoint = endpoint
+        self._reader = reader
+        self._writer = writer
+        self._conn = conn
+        self._pending: dict[int, asyncio.Future[p.Command]] = {}
+        self._room = asyncio.Semaphore(MAX_PENDING_REQUESTS)
+        self._writers: dict[UUID, WriterListener] = {}
+        self._append_rids: dict[int, UUID] = {}
+        self._closed_exc: BaseException | None = None
+        self._closed = asyncio.Event()
+        self._reader_task = asyncio.create_task(self._read_loop(), name=f"pravega-read {endpoint}")
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, *, timeout_s: float = CONNECT_TIMEOUT_S
+    ) -> SegmentStoreConnection:
+        """Open a connection and complete the Hello exchange.
+
+        Raises:
+            ConnectionLost: the server refused, reset or closed the connection,
+                or speaks no wire version we do.
+            RequestTimeout: no connection or Hello within ``timeout_s``.
+        """
+        with map_exceptions(f"connect to {host}:{port}"):
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(host, port, limit=READ_CHUNK_BYTES)
+                writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+                conn = p.PravegaConnection(p.Role.CLIENT)
+                writer.write(conn.data_to_send())
+                try:
+                    hello = await cls._await_hello(reader, conn)
+                except BaseException:
+                    writer.close()
+                    raise
+        log.debug("connected to %s:%d (server wire versions %s)", host, port, hello)
+        return cls((host, port), reader, writer, conn)
+
+    @staticmethod
+    async def _await_hello(reader: asyncio.StreamReader, conn: p.PravegaConnection) -> p.Hello:
+        while True:
+            data = await reader.read(READ_CHUNK_BYTES)
+            if not data:
+                raise ConnectionLost("server closed the connection during the handshake")
+            try:
+                conn.receive_data(data)
+                event = conn.next_event()
+            except ProtocolError as exc:
+                raise ConnectionLost(f"handshake failed: {exc}") from exc
+            if event is None:
+                continue
+            if not isinstance(event, p.Hello):
+                raise ConnectionLost(f"expected Hello, got {type(event).__name__}")
+            return event
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed_exc is not None
+
+    async def wait_closed(self) -> None:
+        """Return once the connection has ended (for whatever reason)."""
+        await self._closed.wait()
+
+    # ------------------------------------------------------------------ sending
+
+    def _check_open(self) -> None:
+        if self._closed_exc is not None:
+            raise ConnectionLost(f"connection to {self._peer} is closed: {self._closed_exc}")
+
+    @property
+    def _peer(self) -> str:
+        return f"{self.endpoint[0]}:{self.endpoint[1]}"
+
+    def send_nowait(self, cmd: p.Command) -> None:
+        """Queue a command for the server without waiting (appends, keep-alives).
+
+        Raises:
+            ConnectionLost: the connection has ended.
+        """
+        self._check_open()
+        self._conn.send(cmd)
+        self._writer.write(self._conn.data_to_send())
+
+    async def drain(self) -> None:
+        """Wait while the transport holds more than its high-water mark of outbound bytes."""
+        with map_exceptions(f"write to {self._peer}"):
+            await self._writer.drain()
+
+    async def request(self, cmd: p.Command, *, timeout_s: float = REQUEST_TIMEOUT_S) -> p.Command:
+        """Send a request (its ``request_id`` must be fresh) and return the reply.
+
+        The reply may be an error reply (``NoSuchSegment``...): interpreting it
+        is the caller's business (see ``errors.error_for_reply``).
+
+        Raises:
+            ConnectionLost: the connection ended before the reply came.
+            RequestTimeout: no reply within ``timeout_s``; the connection stays
+                open and a late reply is dropped.
+        """
+        rid: int = getattr(cmd, "request_id")  # noqa: B009 - every request command has one
+        async with self._room:
+            self._check_open()
+            fut: asyncio.Future[p.Command] = asyncio.get_running_loop().create_future()
+            self._pending[rid] = fut
+            try:
+                self.send_nowait(cmd)
+                with map_exceptions(f"{type(cmd).__name__} to {self._peer}"):
+                    async with asyncio.timeout(timeout_s):
+                        return await fut
+            finally:
+                self._pending.pop(rid, None)
+
+    # ------------------------------------------------------------------ writers
+
+    def attach_writer(self, writer_id: UUID, listener: WriterListener) -> None:
+        """Route replies for ``writer_id`` to ``listener`` until :meth:`detach_writer`."""
+        self._check_open()
+        self._writers[writer_id] = listener
+
+    def detach_writer(self, writer_id: UUID) -> None:
+        self._writers.pop(writer_id, None)
+        for rid in [r for r, w in self._append_rids.items() if w == writer_id]:
+            del self._append_rids[rid]
+
+    def send_append(self, writer_id: UUID, request_id: int, cmd: p.Command) -> None:
+        """Send an append (or SetupAppend) whose error replies go to ``writer_id``'s listener."""
+        self._append_rids[request_id] = writer_id
+        try:
+            self.send_nowait(cmd)
+        except BaseException:
+            self._append_rids.pop(request_id, None)
+            raise
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _read_loop(self) -> None:
+        exc: BaseException = ConnectionLost(f"server {self._peer} closed the connection")
+        try:
+            while True:
+                with map_exceptions(f"read from {self._peer}"):
+                    data = await self._reader.read(READ_CHUNK_BYTES)
+                self._conn.receive_data(data)
+                for event in self._conn.events():
+                    if isinstance(event, p.ConnectionClosed):
+                        return
+                    if isinstance(event, p.Command):
+                        self._dispatch(event)
+        except ConnectionLost as err:
+            exc = err
+        except ProtocolError as err:
+            log.warning("protocol error from %s: %s", self._peer, err)
+            exc = ConnectionLost(f"protocol error from {self._peer}: {err}")
+        except asyncio.CancelledError:
+            exc = ConnectionLost(f"connection to {self._peer} closed by the client")
+            raise
+        finally:
+            self._shutdown(exc)
+
+    def _dispatch(self, cmd: p.Command) -> None:
+        if isinstance(cmd, p.KeepAlive):
+            return
+        rid = getattr(cmd, "request_id", None)
+        writer_id = getattr(cmd, "writer_id", None)
+        if isinstance(cmd, p.InvalidEventNumber):
+            rid = None  # its request_id slot is unreliable across clients (spec §10)
+        if rid is not None:
+            fut = self._pending.get(rid)
+            if fut is not None:
+                if not fut.done():
+                    fut.set_result(cmd)
+                return
+            owner = self._append_rids.get(rid)
+            if owner is not None:
+                if isinstance(cmd, p.DataAppended | p.ConditionalCheckFailed | p.AppendSetup):
+                    del self._append_rids[rid]
+                writer_id = owner
+        if isinstance(writer_id, UUID):
+            listener = self._writers.get(writer_id)
+            if listener is not None:
+                listener.reply(cmd)
+                return
+        log.debug("dropping reply nobody waits for: %s", type(cmd).__name__)
+
+    def _shutdown(self, exc: BaseException) -> None:
+        if self._closed_exc is not None:
+            return
+        self._closed_exc = exc
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionLost(str(exc)))
+        self._pending.clear()
+        writers = list(self._writers.values())
+        self._writers.clear()
+        self._append_rids.clear()
+        self._writer.close()
+        self._closed.set()
+        for listener in writers:
+            listener.connection_lost(exc)
+
+    async def aclose(self) -> None:
+        """Close the connection; pending requests fail with ``ConnectionLost``."""
+        if self._reader_task.done():
+            self._shutdown(ConnectionLost("closed"))
+        else:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+
+class ConnectionPool:
+    """One shared connection per segment-store endpoint, reopened when it ends.
+
+    Args:
+        retry: how to retry opening a connection.
+    """
+
+    def __init__(self, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self._retry = retry
+        self._conns: dict[tuple[str, int], SegmentStoreConnection] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._closed = False
+
+    async def get(self, endpoint: tuple[str, int]) -> SegmentStoreConnection:
+        """An open connection to ``endpoint``, connecting (with retries) if needed.
+
+        Raises:
+            ConnectionLost | RequestTimeout: every attempt failed.
+        """
+        if self._closed:
+            raise ConnectionLost("connection pool is closed")
+        conn = self._conns.get(endpoint)
+        if conn is not None and not conn.is_closed:
+            return conn
+        lock = self._locks.setdefault(endpoint, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(endpoint)
+            if conn is not None and not conn.is_closed:
+                return conn
+            conn = await connect_with_retry(endpoint, self._retry)
+            self._conns[endpoint] = conn
+            return conn
+
+    async def aclose(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            await conn.aclose()
+
+
+async def connect_with_retry(
+    endpoint: tuple[str, int], retry: RetryPolicy = DEFAULT_RETRY
+) -> SegmentStoreConnection:
+    """Connect to ``endpoint``, retrying retriable failures as ``retry`` says."""
+    delays = retry.delays()
+    while True:
+        try:
+            return await SegmentStoreConnection.connect(*endpoint)
+        except (ConnectionLost, RequestTimeout) as exc:
+            delay = next(delays, None)
+            if delay is None:
+                raise
+            log.info("connecting to %s:%d failed (%s); retrying in %.2fs", *endpoint, exc, delay)
+            await asyncio.sleep(delay)

@@ -1,0 +1,540 @@
+"""Controller client: scopes, streams, segments and transactions over gRPC (``grpc.aio``).
+
+Speaks the controller API of ``pravega-controller.md`` with the message
+classes generated from our ``controller.proto`` and the method table of
+``headrace.controller._proto`` (the same table our server registers, so a
+method name cannot differ between the two). Works against headrace and any
+Pravega controller.
+
+gRPC failures are translated in one place (:func:`_rpc`): ``UNAVAILABLE``
+becomes :class:`~headrace.errors.ConnectionLost`, ``DEADLINE_EXCEEDED``
+:class:`~headrace.errors.RequestTimeout`, anything else
+:class:`~headrace.errors.ServerError`. Status enums other than success become
+:class:`~headrace.client.errors.ControllerError` unless the method's
+docstring says it returns ``False`` for them (the ``StreamManager`` results
+of the Python binding: "already exists" and "not found" are answers, not
+errors).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TypeVar, cast
+from urllib.parse import urlparse
+
+import grpc  # type: ignore[import-untyped]
+import grpc.aio  # type: ignore[import-untyped]
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+
+from headrace.controller._proto import controller_pb2 as pb
+from headrace.errors import ConnectionLost, RequestTimeout, ServerError
+
+from .errors import ControllerError
+
+__all__ = [
+    "CONTROLLER_TIMEOUT_S",
+    "DEFAULT_TXN_LEASE_MS",
+    "ControllerClient",
+    "RetentionPolicy",
+    "ScalingPolicy",
+    "Segment",
+    "SegmentRange",
+    "StreamConfig",
+    "TxnId",
+    "TxnState",
+]
+
+CONTROLLER_TIMEOUT_S = 30.0
+"""Deadline of one controller call; the Rust client's request timeout."""
+
+DEFAULT_TXN_LEASE_MS = 90_000
+"""Transaction lease the Rust client asks for (controller spec §4)."""
+
+_MAX_I64 = 2**63 - 1
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["ControllerService"]
+_METHODS: dict[str, tuple[str, type[Message]]] = {
+    m.name: (f"/{_SERVICE.full_name}/{m.name}", GetMessageClass(m.output_type))
+    for m in _SERVICE.methods
+}
+"""RPC name -> (method path, response class), from the generated service descriptor."""
+_M = TypeVar("_M", bound=Message)
+
+
+# --------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Segment:
+    """One segment of a stream: scope, stream and 64-bit id (``epoch << 32 | number``).
+
+    ``name`` is the qualified name the segment store knows it by (controller
+    spec §6), e.g. ``sc/st/3.#epoch.1``.
+    """
+
+    scope: str
+    stream: str
+    segment_id: int
+
+    @property
+    def number(self) -> int:
+        return self.segment_id & 0xFFFFFFFF
+
+    @property
+    def epoch(self) -> int:
+        return self.segment_id >> 32
+
+    @property
+    def name(self) -> str:
+        return f"{self.scope}/{self.stream}/{self.number}.#epoch.{self.epoch}"
+
+    @classmethod
+    def parse(cls, name: str) -> Segment:
+        """The segment named by a qualified name ``scope/stream/n.#epoch.e``.
+
+        Raises:
+            ValueError: not such a name.
+        """
+        scope, stream, last = name.split("/")
+        number, _, epoch = last.partition(".#epoch.")
+        return cls(scope, stream, (int(epoch or 0) << 32) | int(number))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRange:
+    """A segment and the part ``[min_key, max_key)`` of the key space it owns."""
+
+    segment: Segment
+    min_key: float
+    max_key: float
+
+
+class ScalingType(IntEnum):
+    FIXED_NUM_SEGMENTS = 0
+    BY_RATE_IN_KBYTES_PER_SEC = 1
+    BY_RATE_IN_EVENTS_PER_SEC = 2
+
+
+class RetentionType(IntEnum):
+    NONE = 0
+    TIME = 1
+    SIZE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    """How many segments a stream has and when it would scale."""
+
+    min_num_segments: int = 1
+    scale_type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
+    target_rate: int = 0
+    scale_factor: int = 0
+
+    @classmethod
+    def fixed(cls, segments: int) -> ScalingPolicy:
+        return cls(min_num_segments=segments)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How much a stream keeps: none, by time (``param`` ms) or by size (``param`` bytes)."""
+
+    retention_type: RetentionType = RetentionType.NONE
+    param: int = 0
+    max: int = _MAX_I64
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    tags: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TxnId:
+    """A 128-bit transaction id as the controller sends it (two signed 64-bit halves)."""
+
+    high_bits: int
+    low_bits: int
+
+    @property
+    def epoch(self) -> int:
+        return (self.high_bits & 0xFFFFFFFFFFFFFFFF) >> 32
+
+    @property
+    def hex(self) -> str:
+        """32 lower-case hex digits (the transaction segment suffix, controller spec §6)."""
+        return f"{self.high_bits & (2**64 - 1):016x}{self.low_bits & (2**64 - 1):016x}"
+
+    def segment_name(self, parent: Segment) -> str:
+        return f"{parent.name}#transaction.{self.hex}"
+
+
+class TxnState(IntEnum):
+    UNKNOWN = 0
+    OPEN = 1
+    COMMITTING = 2
+    COMMITTED = 3
+    ABORTING = 4
+    ABORTED = 5
+
+
+# --------------------------------------------------------------------------- the client
+
+
+def parse_controller_uri(uri: str) -> str:
+    """``tcp://host:port`` (or ``host:port``) -> the grpc target ``host:port``.
+
+    Raises:
+        ValueError: a TLS scheme (not supported by this client yet) or no port.
+    """
+    parsed = urlparse(uri if "://" in uri else f"tcp://{uri}")
+    if parsed.scheme not in {"tcp", "pravega"}:
+        raise ValueError(f"controller URI scheme {parsed.scheme!r} is not supported (tcp only)")
+    if parsed.hostname is None or parsed.port is None:
+        raise ValueError(f"controller URI {uri!r} needs a host and a port")
+    return f"{parsed.hostname}:{parsed.port}"
+
+
+class ControllerClient:
+    """An asyncio client of one controller. Close it with :meth:`aclose`.
+
+    Args:
+        uri: ``tcp://host:port`` of the controller.
+        timeout_s: deadline of each call.
+    """
+
+    def __init__(self, uri: str, *, timeout_s: float = CONTROLLER_TIMEOUT_S) -> None:
+        self.uri = uri
+        self._target = parse_controller_uri(uri)
+        self._timeout_s = timeout_s
+        self._channel = grpc.aio.insecure_channel(self._target)
+
+    async def aclose(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> ControllerClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _rpc(self, name: str, request: Message, response_type: type[_M]) -> _M:
+        path, response_class = _METHODS[name]
+        call = self._channel.unary_unary(
+            path,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response_class.FromString,
+        )
+        try:
+            response = await call(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNAVAILABLE:
+                raise ConnectionLost(f"controller {self._target}: {exc.details()}") from exc
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise RequestTimeout(f"controller {self._target}: {name} timed out") from exc
+            raise ServerError(code.name, f"{name}: {exc.details()}") from exc
+        return cast(_M, response)
+
+    @staticmethod
+    def _info(scope: str, stream: str) -> pb.StreamInfo:
+        return pb.StreamInfo(scope=scope, stream=stream)
+
+    # ------------------------------------------------------------------ scopes
+
+    async def create_scope(self, scope: str) -> bool:
+        """Create a scope; ``False`` if it exists.
+
+        Raises:
+            ControllerError: invalid name or failure.
+        """
+        r = await self._rpc("createScope", pb.ScopeInfo(scope=scope), pb.CreateScopeStatus)
+        if r.status == pb.CreateScopeStatus.SUCCESS:
+            return True
+        if r.status == pb.CreateScopeStatus.SCOPE_EXISTS:
+            return False
+        raise ControllerError(f"create scope {scope!r}", pb.CreateScopeStatus.Status.Name(r.status))
+
+    async def delete_scope(self, scope: str) -> bool:
+        """Delete an empty scope; ``False`` if it does not exist.
+
+        Raises:
+            ControllerError: the scope still has streams, or failure.
+        """
+        r = await self._rpc("deleteScope", pb.ScopeInfo(scope=scope), pb.DeleteScopeStatus)
+        if r.status == pb.DeleteScopeStatus.SUCCESS:
+            return True
+        if r.status == pb.DeleteScopeStatus.SCOPE_NOT_FOUND:
+            return False
+        raise ControllerError(f"delete scope {scope!r}", pb.DeleteScopeStatus.Status.Name(r.status))
+
+    async def scope_exists(self, scope: str) -> bool:
+        r = await self._rpc("checkScopeExists", pb.ScopeInfo(scope=scope), pb.ExistsResponse)
+        return bool(r.exists)
+
+    async def list_scopes(self) -> AsyncIterator[str]:
+        """Every scope, page by page."""
+        token = ""
+        while True:
+            req = pb.ScopesRequest(continuationToken=pb.ContinuationToken(token=token))
+            r = await self._rpc("listScopes", req, pb.ScopesResponse)
+            if not r.scopes:
+                return
+            for name in r.scopes:
+                yield name
+            if r.continuationToken.token == token:
+                return  # a server that repeats a token would loop forever
+            token = r.continuationToken.token
+
+    # ------------------------------------------------------------------ streams
+
+    @staticmethod
+    def _config(scope: str, stream: str, config: StreamConfig) -> pb.StreamConfig:
+        msg = pb.StreamConfig(
+            streamInfo=pb.StreamInfo(scope=scope, stream=stream),
+            scalingPolicy=pb.ScalingPolicy(
+                scaleType=int(config.scaling.scale_type),  # type: ignore[arg-type]
+                targetRate=config.scaling.target_rate,
+                scaleFactor=config.scaling.scale_factor,
+                minNumSegments=config.scaling.min_num_segments,
+            ),
+            retentionPolicy=pb.RetentionPolicy(
+                retentionType=int(config.retention.retention_type),  # type: ignore[arg-type]
+                retentionParam=config.retention.param,
+                retentionMax=config.retention.max,
+            ),
+        )
+        if config.tags is not None:
+            msg.tags.CopyFrom(pb.Tags(tag=list(config.tags)))
+        return msg
+
+    async def create_stream(
+        self, scope: str, stream: str, config: StreamConfig | None = None
+    ) -> bool:
+        """Create a stream; ``False`` if it exists.
+
+        Raises:
+            ControllerError: missing scope, invalid name, or failure.
+        """
+        req = self._config(scope, stream, config or StreamConfig())
+        r = await self._rpc("createStream", req, pb.CreateStreamStatus)
+        if r.status == pb.CreateStreamStatus.SUCCESS:
+            return True
+        if r.status == pb.CreateStreamStatus.STREAM_EXISTS:
+            return False
+        raise ControllerError(
+            f"create stream {scope}/{stream}", pb.CreateStreamStatus.Status.Name(r.status)
+        )
+
+    async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
+        """Replace a stream's policies and tags.
+
+        Raises:
+            ControllerError: missing stream or scope, or failure.
+        """
+        req = self._config(scope, stream, config)
+        r = await self._rpc("updateStream", req, pb.UpdateStreamStatus)
+        self._check_update(r, f"update stream {scope}/{stream}")
+
+    @staticmethod
+    def _check_update(r: pb.UpdateStreamStatus, what: str) -> None:
+        if r.status != pb.UpdateStreamStatus.SUCCESS:
+            raise ControllerError(what, pb.UpdateStreamStatus.Status.Name(r.status))
+
+    async def get_stream_config(self, scope: str, stream: str) -> StreamConfig:
+        r = await self._rpc("getStreamConfiguration", self._info(scope, stream), pb.StreamConfig)
+        sp, rp = r.scalingPolicy, r.retentionPolicy
+        return StreamConfig(
+            scaling=ScalingPolicy(
+                sp.minNumSegments, ScalingType(sp.scaleType), sp.targetRate, sp.scaleFactor
+            ),
+            retention=RetentionPolicy(
+                RetentionType(rp.retentionType), rp.retentionParam, rp.retentionMax
+            ),
+            tags=tuple(r.tags.tag) if r.HasField("tags") else None,
+        )
+
+    async def stream_exists(self, scope: str, stream: str) -> bool:
+        r = await self._rpc("checkStreamExists", self._info(scope, stream), pb.ExistsResponse)
+        return bool(r.exists)
+
+    async def list_streams(self, scope: str) -> AsyncIterator[str]:
+        """Every stream of a scope, page by page (nothing for a missing scope)."""
+        token = ""
+        while True:
+            req = pb.StreamsInScopeRequest(
+                scope=pb.ScopeInfo(scope=scope), continuationToken=pb.ContinuationToken(token=token)
+            )
+            r = await self._rpc("listStreamsInScope", req, pb.StreamsInScopeResponse)
+            if not r.streams:
+                return
+            for info in r.streams:
+                yield info.stream
+            if r.continuationToken.token == token:
+                return
+            token = r.continuationToken.token
+
+    async def seal_stream(self, scope: str, stream: str) -> None:
+        """Seal every open segment; later appends fail and readers reach the end.
+
+        Raises:
+            ControllerError: missing stream, or failure.
+        """
+        r = await self._rpc("sealStream", self._info(scope, stream), pb.UpdateStreamStatus)
+        self._check_update(r, f"seal stream {scope}/{stream}")
+
+    async def delete_stream(self, scope: str, stream: str) -> bool:
+        """Delete a sealed stream; ``False`` if it does not exist.
+
+        Raises:
+            ControllerError: the stream is not sealed, or failure.
+        """
+        r = await self._rpc("deleteStream", self._info(scope, stream), pb.DeleteStreamStatus)
+        if r.status == pb.DeleteStreamStatus.SUCCESS:
+            return True
+        if r.status == pb.DeleteStreamStatus.STREAM_NOT_FOUND:
+            return False
+        raise ControllerError(
+            f"delete stream {scope}/{stream}", pb.DeleteStreamStatus.Status.Name(r.status)
+        )
+
+    async def truncate_stream(self, scope: str, stream: str, cut: dict[int, int]) -> None:
+        """Drop everything before a stream cut (``segment id -> offset``)."""
+        req = pb.StreamCut(streamInfo=self._info(scope, stream), cut=cut)
+        r = await self._rpc("truncateStream", req, pb.UpdateStreamStatus)
+        self._check_update(r, f"truncate stream {scope}/{stream}")
+
+    # ------------------------------------------------------------------ segments
+
+    @staticmethod
+    def _ranges(ranges: Sequence[pb.SegmentRange]) -> list[SegmentRange]:
+        out = [
+            SegmentRange(
+                Segment(
+                    r.segmentId.streamInfo.scope,
+                    r.segmentId.streamInfo.stream,
+                    r.segmentId.segmentId,
+                ),
+                r.minKey,
+                r.maxKey,
+            )
+            for r in ranges
+        ]
+        out.sort(key=lambda sr: sr.min_key)
+        return out
+
+    async def get_current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
+        """The open segments with their key ranges, by key (empty once sealed)."""
+        r = await self._rpc("getCurrentSegments", self._info(scope, stream), pb.SegmentRanges)
+        return self._ranges(r.segmentRanges)
+
+    async def get_epoch_segments(self, scope: str, stream: str, epoch: int) -> list[SegmentRange]:
+        req = pb.GetEpochSegmentsRequest(streamInfo=self._info(scope, stream), epoch=epoch)
+        r = await self._rpc("getEpochSegments", req, pb.SegmentRanges)
+        return self._ranges(r.segmentRanges)
+
+    async def get_head_segments(self, scope: str, stream: str) -> dict[Segment, int]:
+        """The first readable segments and their start offsets (``getSegments`` at time 0)."""
+        req = pb.GetSegmentsRequest(streamInfo=self._info(scope, stream), timestamp=0)
+        r = await self._rpc("getSegments", req, pb.SegmentsAtTime)
+        return {
+            Segment(
+                loc.segmentId.streamInfo.scope or scope,
+                loc.segmentId.streamInfo.stream or stream,
+                loc.segmentId.segmentId,
+            ): loc.offset
+            for loc in r.segments
+        }
+
+    async def get_successors(self, segment: Segment) -> dict[SegmentRange, list[int]]:
+        """The segments that replaced a sealed one, each with its predecessors' ids.
+
+        Empty when the stream was sealed (nothing follows).
+        """
+        req = pb.SegmentId(
+            streamInfo=self._info(segment.scope, segment.stream), segmentId=segment.segment_id
+        )
+        r = await self._rpc("getSegmentsImmediatelyFollowing", req, pb.SuccessorResponse)
+        out: dict[SegmentRange, list[int]] = {}
+        for entry in r.segments:
+            (rng,) = self._ranges([entry.segment])
+            out[rng] = list(entry.value)
+        return out
+
+    async def get_uri(self, segment: Segment) -> tuple[str, int]:
+        """The segment store ``(host, port)`` serving ``segment``."""
+        req = pb.SegmentId(
+            streamInfo=self._info(segment.scope, segment.stream), segmentId=segment.segment_id
+        )
+        r = await self._rpc("getURI", req, pb.NodeUri)
+        return r.endpoint, r.port
+
+    # ------------------------------------------------------------------ transactions
+
+    async def create_transaction(
+        self, scope: str, stream: str, lease_ms: int = DEFAULT_TXN_LEASE_MS
+    ) -> tuple[TxnId, list[SegmentRange]]:
+        """Begin a transaction: its id and the stream's open segments it writes to."""
+        req = pb.CreateTxnRequest(streamInfo=self._info(scope, stream), lease=lease_ms)
+        r = await self._rpc("createTransaction", req, pb.CreateTxnResponse)
+        return TxnId(r.txnId.highBits, r.txnId.lowBits), self._ranges(r.activeSegments)
+
+    def _txn_request(
+        self, scope: str, stream: str, txn: TxnId, writer_id: str = "", timestamp: int = 0
+    ) -> pb.TxnRequest:
+        return pb.TxnRequest(
+            streamInfo=self._info(scope, stream),
+            txnId=pb.TxnId(highBits=txn.high_bits, lowBits=txn.low_bits),
+            writerId=writer_id,
+            timestamp=timestamp,
+        )
+
+    async def commit_transaction(
+        self, scope: str, stream: str, txn: TxnId, writer_id: str = "", timestamp: int = -(2**63)
+    ) -> None:
+        req = self._txn_request(scope, stream, txn, writer_id, timestamp)
+        r = await self._rpc("commitTransaction", req, pb.TxnStatus)
+        if r.status != pb.TxnStatus.SUCCESS:
+            raise ControllerError(f"commit {txn.hex}", pb.TxnStatus.Status.Name(r.status))
+
+    async def abort_transaction(self, scope: str, stream: str, txn: TxnId) -> None:
+        r = await self._rpc("abortTransaction", self._txn_request(scope, stream, txn), pb.TxnStatus)
+        if r.status != pb.TxnStatus.SUCCESS:
+            raise ControllerError(f"abort {txn.hex}", pb.TxnStatus.Status.Name(r.status))
+
+    async def ping_transaction(
+        self, scope: str, stream: str, txn: TxnId, lease_ms: int = DEFAULT_TXN_LEASE_MS
+    ) -> str:
+        """Extend a transaction's lease; returns the status name (``OK`` while open)."""
+        req = pb.PingTxnRequest(
+            streamInfo=self._info(scope, stream),
+            txnId=pb.TxnId(highBits=txn.high_bits, lowBits=txn.low_bits),
+            lease=lease_ms,
+        )
+        r = await self._rpc("pingTransaction", req, pb.PingTxnStatus)
+        return pb.PingTxnStatus.Status.Name(r.status)
+
+    async def transaction_state(self, scope: str, stream: str, txn: TxnId) -> TxnState:
+        r = await self._rpc(
+            "checkTransactionState", self._txn_request(scope, stream, txn), pb.TxnState
+        )
+        return TxnState(r.state)
+
+
+def ranges_partition(ranges: Sequence[SegmentRange]) -> bool:
+    """Whether ``ranges`` (sorted by key) cover [0, 1) without gaps or overlaps."""
+    expected = 0.0
+    for r in ranges:
+        if not math.isclose(r.min_key, expected, abs_tol=0.0) or r.max_key <= r.min_key:
+            return False
+        expected = r.max_key
+    return expected == 1.0

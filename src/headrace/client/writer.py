@@ -1,0 +1,605 @@
+"""``EventWriter``: events to a stream, routed by key, exactly once across reconnects.
+
+Theory of operation
+-------------------
+An :class:`EventWriter` holds the stream's open segments as
+:class:`~headrace.protocols.pravega.routing.KeyRanges` and one
+:class:`_SegmentWriter` per segment. ``write(event, routing_key)`` hashes the
+key to a point of [0, 1) exactly as the Java and Rust clients do (so a key
+lands in the same segment whichever client wrote it; events without a key get
+a random point), frames the event (``Event`` type 0 + length + bytes) and
+queues it on that segment's writer with the next **event number** of the
+segment writer. Nothing is awaited unless the writer is full (back-pressure).
+
+Each segment writer has a random 128-bit **writer id** and one sender task:
+
+1. ``getURI`` -> a shared connection to that segment store -> ``SetupAppend``;
+   the ``AppendSetup`` reply carries the last event number the store holds for
+   this writer id. Every queued or in-flight event numbered at or below it is
+   already stored: it is acknowledged, not sent again.
+2. While events are queued and fewer than ``max_blocks_in_flight`` blocks are
+   unacknowledged, the queue's head (up to ``MAX_BLOCK_EVENTS`` events /
+   ``MAX_BLOCK_BYTES`` bytes) goes out as one ``AppendBlockEnd`` carrying
+   ``num_events`` and ``last_event_number``. Several blocks are in flight at
+   once (the Rust client keeps one), which hides the round trip.
+3. ``DataAppended(E)`` acknowledges every in-flight event numbered ``<= E``
+   (acks come in order), resolving their futures and freeing room.
+4. If the connection is lost (server restart, network), the task reconnects
+   with the retry policy and goes back to 1: the store's answer to
+   ``SetupAppend`` says exactly which events survived, so the rest is sent
+   again with the *same* numbers and the store drops any it already has.
+   Nothing is lost and nothing is stored twice.
+5. ``SegmentIsSealed`` / ``NoSuchSegment`` on an append: the segment was
+   sealed (scaled or stream sealed). The writer stops sending; the
+   ``EventWriter`` asks the controller for the current segments and moves the
+   sealed writer's unacknowledged events, in order, to the writers of the new
+   segments (new writer ids, new numbers). No successors = the stream is
+   sealed: those events fail with :class:`StreamSealedError`.
+
+``flush()`` waits until every event written before it is acknowledged and
+raises the first error of a fire-and-forget ``write`` since the last flush;
+``aclose()`` flushes and stops the tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from uuid import UUID, uuid4
+
+from headrace.errors import ClientError, ConnectionLost, RequestTimeout
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
+
+from ._conn import (
+    DEFAULT_RETRY,
+    ConnectionPool,
+    RetryPolicy,
+    SegmentStoreConnection,
+    next_request_id,
+)
+from .controller import ControllerClient, Segment, SegmentRange
+from .errors import error_for_reply
+
+__all__ = [
+    "MAX_BLOCKS_IN_FLIGHT",
+    "MAX_BLOCK_BYTES",
+    "MAX_BLOCK_EVENTS",
+    "MAX_EVENT_BYTES",
+    "MAX_OUTSTANDING_BYTES",
+    "MAX_OUTSTANDING_EVENTS",
+    "EventWriter",
+    "StreamSealedError",
+    "WriterClosedError",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+"""Largest event: the Rust client's limit for an inline append (spec §5.5; larger
+events take the transient-segment path, which this writer does not implement)."""
+
+MAX_BLOCK_BYTES = 1024 * 1024
+"""Most event bytes in one ``AppendBlockEnd``: the Java client's flush size. It
+amortises the per-append cost over thousands of small events while keeping a
+frame far below the 16 MiB frame limit."""
+
+MAX_BLOCK_EVENTS = 10_000
+"""Most events in one block; bounds the work one ack does on the client."""
+
+MAX_BLOCKS_IN_FLIGHT = 8
+"""Blocks sent and not yet acknowledged, per segment: enough to keep a
+connection busy during the round trip plus the server's durable write."""
+
+MAX_OUTSTANDING_EVENTS = 200_000
+"""Events written and not yet acknowledged, per writer, before ``write`` waits."""
+
+MAX_OUTSTANDING_BYTES = 64 * 1024 * 1024
+"""Event bytes written and not yet acknowledged, per writer, before ``write`` waits."""
+
+SETUP_TIMEOUT_S = 30.0
+"""Most time for ``SetupAppend`` to be answered (the request timeout)."""
+
+
+class StreamSealedError(ClientError):
+    """The stream is sealed: these events were not written."""
+
+
+class WriterClosedError(ClientError):
+    """``write`` after ``aclose()``."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One event on its way: framed bytes, routing position, number, optional future."""
+
+    framed: bytes
+    position: float
+    number: int = 0
+    future: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class _Block:
+    events: list[_Pending]
+    last_number: int
+    request_id: int
+    size_bytes: int
+
+
+@dataclass(slots=True)
+class _Stats:
+    blocks_sent: int = 0
+    events_acked: int = 0
+    reconnects: int = 0
+    resent_events: int = 0
+    sealed_segments: int = 0
+    dedup_acked: int = field(default=0)
+
+
+class _SegmentWriter:
+    """Appends to one segment on behalf of an ``EventWriter``; see the module docstring."""
+
+    def __init__(self, owner: EventWriter, segment: Segment) -> None:
+        self.owner = owner
+        self.segment = segment
+        self.writer_id: UUID = uuid4()
+        self.next_number = 1
+        self.queued: deque[_Pending] = deque()
+        self.in_flight: deque[_Block] = deque()
+        self.sealed = False
+        self.closed = False
+        self._wake = asyncio.Event()
+        self._conn: SegmentStoreConnection | None = None
+        self._setup: asyncio.Future[p.Command] | None = None
+        self._lost: asyncio.Event = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name=f"writer {segment.name}")
+
+    # ------------------------------------------------------------------ producer side
+
+    def enqueue(self, event: _Pending) -> None:
+        event.number = self.next_number
+        self.next_number += 1
+        self.queued.append(event)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def unacked(self) -> list[_Pending]:
+        """Every event not acknowledged, in order (in-flight first, then queued)."""
+        out = [e for block in self.in_flight for e in block.events]
+        out.extend(self.queued)
+        return out
+
+    # ------------------------------------------------------------------ listener side
+
+    def reply(self, cmd: p.Command) -> None:
+        if isinstance(cmd, p.AppendSetup):
+            if self._setup is not None and not self._setup.done():
+                self._setup.set_result(cmd)
+        elif isinstance(cmd, p.DataAppended):
+            self._ack_through(cmd.event_number)
+        elif isinstance(cmd, p.SegmentIsSealed | p.NoSuchSegment):
+            if self._setup is not None and not self._setup.done():
+                self._setup.set_result(cmd)
+            self._mark_sealed()
+        elif isinstance(cmd, p.WrongHost | p.InvalidEventNumber):
+            log.warning("%s for %s: reconnecting", type(cmd).__name__, self.segment.name)
+            self._drop_connection()
+        else:
+            # An error reply we cannot recover from on this segment.
+            self.owner._fail_events(self.unacked(), error_for_reply(cmd))
+            self.in_flight.clear()
+            self.queued.clear()
+
+    def connection_lost(self, exc: BaseException) -> None:
+        self._conn = None
+        if self._setup is not None and not self._setup.done():
+            self._setup.set_exception(ConnectionLost(str(exc)))
+        self._lost.set()
+        self._wake.set()
+
+    def _drop_connection(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            conn.detach_writer(self.writer_id)
+            self.connection_lost(ConnectionLost("dropped by the writer"))
+
+    def _ack_through(self, number: int) -> None:
+        acked: list[_Pending] = []
+        while self.in_flight and self.in_flight[0].last_number <= number:
+            acked.extend(self.in_flight.popleft().events)
+        if self.in_flight and self.in_flight[0].events[0].number <= number:
+            # Part of a block is stored (possible only after a reconnect).
+            block = self.in_flight[0]
+            done = [e for e in block.events if e.number <= number]
+            block.events = [e for e in block.events if e.number > number]
+            acked.extend(done)
+        # After a reconnect, queued events may be at or below the stored number too.
+        while self.queued and self.queued[0].number <= number:
+            acked.append(self.queued.popleft())
+        if acked:
+            self.owner._acked(acked)
+        self._wake.set()
+
+    def _mark_sealed(self) -> None:
+        if self.sealed:
+            return
+        self.sealed = True
+        self.owner._stats.sealed_segments += 1
+        self._wake.set()
+        self.owner._segment_sealed(self)
+
+    # ------------------------------------------------------------------ sender task
+
+    async def _run(self) -> None:
+        retry_delays = self.owner._retry.delays()
+        try:
+            while not self.closed and not self.sealed:
+                if self._conn is None:
+                    try:
+                        await self._connect()
+                        retry_delays = self.owner._retry.delays()
+                    except (ConnectionLost, RequestTimeout) as exc:
+                        delay = next(retry_delays, None)
+                        if delay is None:
+                            self.owner._fail_events(self.unacked(), exc)
+                            self.in_flight.clear()
+                            self.queued.clear()
+                            self.owner._set_error(exc)
+                            return
+                        await asyncio.sleep(delay)
+                        continue
+                    continue
+                self._send_blocks()
+                self._wake.clear()
+                if self._conn is None or self.sealed or self.closed:
+                    continue
+                if self.queued and len(self.in_flight) < self.owner.max_blocks_in_flight:
+                    await asyncio.sleep(0)  # room again: let acks and writes interleave
+                    continue
+                await self._wake.wait()
+                if not self.in_flight and not self.queued:
+                    continue
+        except Exception as exc:  # a bug: surface it instead of hanging flush()
+            log.exception("segment writer %s failed", self.segment.name)
+            self.owner._fail_events(self.unacked(), exc)
+            self.owner._set_error(exc)
+        finally:
+            conn = self._conn
+            if conn is not None:
+                conn.detach_writer(self.writer_id)
+
+    async def _connect(self) -> None:
+        endpoint = await self.owner._controller.get_uri(self.segment)
+        conn = await self.owner._pool.get(endpoint)
+        self._lost = asyncio.Event()
+        rid = next_request_id()
+        self._setup = asyncio.get_running_loop().create_future()
+        conn.attach_writer(self.writer_id, self)
+        self._conn = conn
+        conn.send_append(self.writer_id, rid, p.SetupAppend(rid, self.writer_id, self.segment.name))
+        try:
+            async with asyncio.timeout(SETUP_TIMEOUT_S):
+                reply = await self._setup
+        except TimeoutError as exc:
+            self._drop_connection()
+            raise RequestTimeout(f"SetupAppend {self.segment.name} timed out") from exc
+        except ConnectionLost:
+            self._conn = None
+            raise
+        if isinstance(reply, p.NoSuchSegment | p.SegmentIsSealed):
+            return  # _mark_sealed already ran
+        if not isinstance(reply, p.AppendSetup):
+            self._conn = None
+            conn.detach_writer(self.writer_id)
+            raise error_for_reply(reply)
+        # Everything the store holds is acknowledged; the rest goes out again.
+        resend = [e for block in self.in_flight for e in block.events]
+        if resend:
+            self.owner._stats.reconnects += 1
+        self.in_flight.clear()
+        stored = reply.last_event_number
+        acked = [e for e in resend if e.number <= stored]
+        rest = [e for e in resend if e.number > stored]
+        self.owner._stats.dedup_acked += len(acked)
+        self.owner._stats.resent_events += len(rest)
+        self.queued.extendleft(reversed(rest))
+        if acked:
+            self.owner._acked(acked)
+        self._ack_through(stored)
+
+    def _send_blocks(self) -> None:
+        conn = self._conn
+        limit = self.owner.max_blocks_in_flight
+        while conn is not None and self.queued and len(self.in_flight) < limit and not self.sealed:
+            events: list[_Pending] = []
+            size = 0
+            queued = self.queued
+            while queued and len(events) < MAX_BLOCK_EVENTS:
+                nxt = queued[0]
+                if events and size + len(nxt.framed) > MAX_BLOCK_BYTES:
+                    break
+                events.append(queued.popleft())
+                size += len(nxt.framed)
+            data = b"".join(e.framed for e in events)
+            rid = next_request_id()
+            last = events[-1].number
+            block = _Block(events, last, rid, size)
+            self.in_flight.append(block)
+            cmd = p.AppendBlockEnd(self.writer_id, len(data), data, len(events), last, rid)
+            try:
+                conn.send_append(self.writer_id, rid, cmd)
+            except ConnectionLost:
+                return  # connection_lost() already ran or will; the block stays in flight
+            self.owner._stats.blocks_sent += 1
+            conn = self._conn
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self._wake.set()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+class EventWriter:
+    """Writes events to one stream. Build with :meth:`create`; finish with :meth:`aclose`.
+
+    Args:
+        controller: the controller client (not closed by the writer).
+        pool: segment-store connections (not closed by the writer).
+        scope, stream: the stream.
+        max_outstanding_events / max_outstanding_bytes: back-pressure bounds.
+        max_blocks_in_flight: unacknowledged blocks per segment.
+        retry: reconnect policy; when it gives up, events fail with the error.
+        rust_client_compat: hash non-ASCII routing keys as the Rust client
+            does instead of as the Java client (see ``routing.py``).
+    """
+
+    def __init__(
+        self,
+        controller: ControllerClient,
+        pool: ConnectionPool,
+        scope: str,
+        stream: str,
+        *,
+        max_outstanding_events: int = MAX_OUTSTANDING_EVENTS,
+        max_outstanding_bytes: int = MAX_OUTSTANDING_BYTES,
+        max_blocks_in_flight: int = MAX_BLOCKS_IN_FLIGHT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        rust_client_compat: bool = False,
+    ) -> None:
+        self._controller = controller
+        self._pool = pool
+        self.scope = scope
+        self.stream = stream
+        self.max_outstanding_events = max_outstanding_events
+        self.max_outstanding_bytes = max_outstanding_bytes
+        self.max_blocks_in_flight = max_blocks_in_flight
+        self._retry = retry
+        self._rust_compat = rust_client_compat
+        self._ranges: KeyRanges[_SegmentWriter] | None = None
+        self._writers: dict[Segment, _SegmentWriter] = {}
+        self._outstanding_events = 0
+        self._outstanding_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._error: BaseException | None = None
+        self._fatal: BaseException | None = None
+        self._closed = False
+        self._rerouting: set[asyncio.Task[None]] = set()
+        self._stats = _Stats()
+
+    async def _load_segments(self) -> None:
+        ranges = await self._controller.get_current_segments(self.scope, self.stream)
+        if not ranges:
+            raise StreamSealedError(f"stream {self.scope}/{self.stream} is sealed")
+        self._install(ranges)
+
+    def _install(self, ranges: Iterable[SegmentRange]) -> None:
+        triples = []
+        for r in ranges:
+            w = self._writers.get(r.segment)
+            if w is None or w.sealed:
+                w = _SegmentWriter(self, r.segment)
+                self._writers[r.segment] = w
+            triples.append((w, r.min_key, r.max_key))
+        self._ranges = KeyRanges.from_ranges(triples)
+
+    # ------------------------------------------------------------------ writing
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: blocks sent, events acked, reconnects, events resent / deduplicated."""
+        s = self._stats
+        return {
+            "blocks_sent": s.blocks_sent,
+            "events_acked": s.events_acked,
+            "reconnects": s.reconnects,
+            "resent_events": s.resent_events,
+            "dedup_acked": s.dedup_acked,
+            "sealed_segments": s.sealed_segments,
+        }
+
+    def _position(self, routing_key: str | None) -> float:
+        if routing_key is None:
+            return random.random()
+        return routing_key_position(routing_key, rust_client_compat=self._rust_compat)
+
+    async def write(self, event: bytes, routing_key: str | None = None) -> None:
+        """Queue one event; returns once it is queued (not stored).
+
+        Waits while the writer holds ``max_outstanding_*`` unacknowledged
+        events or bytes. A failure shows at the next :meth:`flush`.
+
+        Raises:
+            ValueError: the event is larger than ``MAX_EVENT_BYTES``.
+            WriterClosedError: after ``aclose``.
+            ClientError: a fatal error happened earlier (the stream is sealed,
+                the server stayed unreachable past the retry policy).
+        """
+        await self._enqueue(event, routing_key, None)
+
+    async def write_future(
+        self, event: bytes, routing_key: str | None = None
+    ) -> asyncio.Future[None]:
+        """Queue one event and return a future resolved when it is stored (or failed)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._enqueue(event, routing_key, fut)
+        return fut
+
+    async def write_and_wait(self, event: bytes, routing_key: str | None = None) -> None:
+        """Write one event and wait until it is stored."""
+        await (await self.write_future(event, routing_key))
+
+    async def _enqueue(
+        self, event: bytes, routing_key: str | None, fut: asyncio.Future[None] | None
+    ) -> None:
+        if self._closed:
+            raise WriterClosedError("the writer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if len(event) > MAX_EVENT_BYTES:
+            raise ValueError(f"event of {len(event)} bytes exceeds {MAX_EVENT_BYTES}")
+        framed = p.encode_event(event)
+        while (
+            self._outstanding_events >= self.max_outstanding_events
+            or self._outstanding_bytes >= self.max_outstanding_bytes
+        ):
+            self._room.clear()
+            await self._room.wait()
+            if self._fatal is not None:
+                raise self._fatal
+        pending = _Pending(framed, self._position(routing_key), 0, fut)
+        self._outstanding_events += 1
+        self._outstanding_bytes += len(framed)
+        self._idle.clear()
+        ranges = self._ranges
+        assert ranges is not None
+        ranges.segment_for_position(pending.position).enqueue(pending)
+
+    async def flush(self) -> None:
+        """Wait until every event written so far is stored.
+
+        Raises:
+            ClientError: the first failure of a ``write`` since the last flush.
+        """
+        await self._idle.wait()
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    async def aclose(self) -> None:
+        """Flush, then stop the segment writers. The controller and pool stay open.
+
+        Raises:
+            ClientError: as :meth:`flush`.
+        """
+        if self._closed:
+            return
+        try:
+            if self._fatal is None:
+                await self.flush()
+        finally:
+            self._closed = True
+            for task in list(self._rerouting):
+                task.cancel()
+            for w in list(self._writers.values()):
+                await w.aclose()
+
+    async def __aenter__(self) -> EventWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _release(self, events: list[_Pending]) -> None:
+        self._outstanding_events -= len(events)
+        self._outstanding_bytes -= sum(len(e.framed) for e in events)
+        if not self._room.is_set():
+            self._room.set()
+        if self._outstanding_events == 0:
+            self._idle.set()
+
+    def _acked(self, events: list[_Pending]) -> None:
+        self._stats.events_acked += len(events)
+        for e in events:
+            if e.future is not None and not e.future.done():
+                e.future.set_result(None)
+        self._release(events)
+
+    def _fail_events(self, events: list[_Pending], exc: BaseException) -> None:
+        if not events:
+            return
+        for e in events:
+            if e.future is not None and not e.future.done():
+                e.future.set_exception(exc)
+        if self._error is None:
+            self._error = exc
+        self._release(events)
+
+    def _set_error(self, exc: BaseException) -> None:
+        self._fatal = exc
+        if self._error is None:
+            self._error = exc
+        self._room.set()
+
+    def _segment_sealed(self, sealed: _SegmentWriter) -> None:
+        task = asyncio.create_task(self._reroute(sealed), name=f"reroute {sealed.segment.name}")
+        self._rerouting.add(task)
+        task.add_done_callback(self._rerouting.discard)
+
+    async def _reroute(self, sealed: _SegmentWriter) -> None:
+        """Move a sealed segment's unacknowledged events to the stream's current segments."""
+        delays = self._retry.delays()
+        while True:
+            try:
+                ranges = await self._controller.get_current_segments(self.scope, self.stream)
+            except ClientError as exc:
+                self._abandon(sealed, exc)
+                return
+            if not ranges:
+                self._abandon(
+                    sealed, StreamSealedError(f"stream {self.scope}/{self.stream} is sealed")
+                )
+                return
+            if not any(self._is_sealed_writer(r.segment) for r in ranges):
+                break
+            # The controller still lists a segment the store reports sealed: it is
+            # finishing a scale; ask again shortly.
+            delay = next(delays, None)
+            if delay is None:
+                self._abandon(sealed, StreamSealedError(f"{sealed.segment.name} is sealed"))
+                return
+            await asyncio.sleep(delay)
+        # Synchronous from here: no write can slip in between the swap and the move.
+        events = sealed.unacked()
+        sealed.in_flight.clear()
+        sealed.queued.clear()
+        self._install(ranges)
+        assert self._ranges is not None
+        for e in events:
+            self._ranges.segment_for_position(e.position).enqueue(e)
+        old = self._writers.pop(sealed.segment, None)
+        if old is not None:
+            await old.aclose()
+
+    def _abandon(self, sealed: _SegmentWriter, exc: ClientError) -> None:
+        events = sealed.unacked()
+        sealed.in_flight.clear()
+        sealed.queued.clear()
+        self._fail_events(events, exc)
+        self._set_error(exc)
+
+    def _is_sealed_writer(self, segment: Segment) -> bool:
+        w = self._writers.get(segment)
+        return w is not None and w.sealed
