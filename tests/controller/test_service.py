@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -389,3 +391,36 @@ def test_every_error_has_a_reply() -> None:
         if issubclass(cls, errors.ControllerError) and cls is not errors.ControllerError
     ]
     assert set(leaves) <= set(GRPC_CODES)
+
+
+async def test_access_log_has_one_line_per_rpc(
+    call: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="headrace.access"):
+        await call("createScope", pb.ScopeInfo(scope="sc"))
+        await call("createScope", pb.ScopeInfo(scope="sc"))
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call("getCurrentSegments", info("nope", "nope"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "headrace.access"]
+    assert [line.split()[:2] for line in lines] == [
+        ["createScope", "ok"],
+        ["createScope", "SCOPE_EXISTS"],
+        ["getCurrentSegments", "NOT_FOUND"],
+    ]
+
+
+async def test_concurrent_transactions_get_distinct_ids_and_all_commit(call: Client) -> None:
+    await make_stream(call, 3)
+
+    async def one() -> tuple[int, int]:
+        created = await call(
+            "createTransaction", pb.CreateTxnRequest(streamInfo=info(), lease=90_000)
+        )
+        req = pb.TxnRequest(streamInfo=info(), txnId=created.txnId)
+        assert (await call("commitTransaction", req)).status == pb.TxnStatus.SUCCESS
+        assert (await call("checkTransactionState", req)).state == pb.TxnState.COMMITTED
+        return created.txnId.highBits, created.txnId.lowBits
+
+    ids = await asyncio.gather(*(one() for _ in range(50)))
+    assert len(set(ids)) == 50
+    assert all(low >= 0 for _, low in ids)

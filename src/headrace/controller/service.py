@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -81,6 +82,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+access = logging.getLogger("headrace.access")
 
 LIST_PAGE_COUNT = 1_000
 """Names per listScopes/listStreamsInScope page: 1000 names of at most 255
@@ -539,8 +541,11 @@ def _wrap(name: str, method: _Handler) -> Callable[[Message, Any], Awaitable[Mes
     response = METHODS[name].response
 
     async def handle(request: Message, context: Any) -> Message:
+        started = time.monotonic()
         try:
-            return await method(request)
+            reply = await method(request)
+            access.debug("%s ok %.1fms", name, (time.monotonic() - started) * 1000)
+            return reply
         except ControllerError as exc:
             outcome = reply_for_error(response, exc)
         except StoreClosed as exc:
@@ -548,13 +553,23 @@ def _wrap(name: str, method: _Handler) -> Callable[[Message, Any], Awaitable[Mes
         except Exception as exc:
             log.exception("controller %s failed", name)
             outcome = (grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        elapsed_ms = (time.monotonic() - started) * 1000
         if isinstance(outcome, Message):
+            access.debug("%s %s %.1fms", name, _status_name(outcome), elapsed_ms)
             return outcome
         code, details = outcome
+        access.debug("%s %s %.1fms: %s", name, code.name, elapsed_ms, details)
         await context.abort(code, details)
         raise AssertionError("context.abort returned")  # pragma: no cover
 
     return handle
+
+
+def _status_name(reply: Message) -> str:
+    field = reply.DESCRIPTOR.fields_by_name[_STATUS]
+    value = getattr(reply, _STATUS)
+    enum_value = field.enum_type.values_by_number.get(value) if field.enum_type else None
+    return enum_value.name if enum_value is not None else str(value)
 
 
 def build_handler(service: ControllerService) -> Any:
