@@ -256,7 +256,7 @@ class ControllerModel:
     async def create_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
         """Create a stream with ``min_num_segments`` segments in epoch 0, ids 0..n-1,
         key ranges ``[i/n, (i+1)/n)``. Auto-scaling policies are recorded; the
-        stream keeps its segment count until an explicit ``scale``.
+        segment count changes only by ``scale`` or ``update_stream``.
 
         Raises:
             InvalidName, InvalidArgument, ScopeNotFound, StreamExists, TooMany.
