@@ -148,6 +148,12 @@ async def _run(config: ServerConfig) -> None:
     help="Largest Lumberjack frame.",
 )
 @click.option(
+    "--tank-scope",
+    default="tank",
+    envvar="HEADRACE_TANK_SCOPE",
+    help="Scope whose streams are the TANK topics.",
+)
+@click.option(
     "--lumberjack-max-decompressed-bytes",
     type=click.IntRange(min=1024),
     default=MAX_DECOMPRESSED_BYTES,
@@ -192,6 +198,7 @@ def serve(
         host=host,
         fsync=FsyncPolicy(fsync),
         fsync_interval_s=fsync_interval,
+        tank_scope=str(options.pop("tank_scope")),
         ports={name: int(options[f"{name}_port"]) for name in DEFAULT_PORTS},
         tls=None if tls_cert is None or tls_key is None else TlsConfig(tls_cert, tls_key, tls_ca),
         lumberjack=lumberjack,

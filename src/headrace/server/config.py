@@ -49,6 +49,7 @@ class ServerConfig:
     fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
     container_count: int = DEFAULT_CONTAINER_COUNT
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
+    tank_scope: str = "tank"  # the scope holding TANK topics (DESIGN.md section 2)
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""

@@ -1,0 +1,974 @@
+"""The TANK broker front door: TANK requests in, store calls, TANK responses out.
+
+Spec: ``protocols/tank.md`` (section numbers below); what headrace does where
+the spec leaves room is in ``docs/protocols/tank.md``. The connection loop
+(``_loop.py``) runs each request as its own task; this module adds what
+STYLE.md rule 4 allows a front door: ``TankHandler`` (the sans-I/O
+``TankConnection`` and one dispatch table, ``DISPATCH``), the shared
+``TankBroker`` (topics, partitions, sequence numbers, parked consumes) and
+``start_tank``, registered as the ``tank`` listener.
+
+Storage (DESIGN.md section 2)
+-----------------------------
+A topic is a stream in scope ``tank`` (``--tank-scope``); partition *n* is
+the stream's segment *n* of epoch 0. Topic names allow ``_`` and stream names
+do not (they allow ``.``, which topic names do not), so ``_`` in a topic name
+is ``.`` in its stream name and back. Each produced bundle is one event in
+Pravega framing (``>ii`` type 0, length, then the bundle exactly as it came
+over the wire), so keys, timestamps and compression survive, and every other
+front door reads the same events.
+
+Sequence numbers are not stored in ordinary bundles: a bundle's first seq num
+is the previous bundle's last + 1, counting from 1 at offset 0. Two kinds of
+bundle carry their own: sparse bundles (in their header) and bundles produced
+with ``ProduceWithSeqnum`` and an explicit first seq num. For the latter an
+**anchor** (segment offset -> first seq num) is written to the table segment
+``_system/tank/<scope>/seqnums`` before the bundle is appended, so a restart
+numbers them as they were acknowledged (an anchor whose bundle never made it
+is past the segment's end at the next load, and is removed). The same table
+also gets a **checkpoint** anchor every ``CHECKPOINT_INTERVAL_BYTES``, so a
+restart scans only the tail of a partition, and a partition whose head was
+truncated still knows its numbers. In memory each partition keeps a sparse
+index (offset, first seq num of the bundle there) every ``INDEX_INTERVAL_BYTES``;
+a lookup walks forward from the nearest entry. A partition's state is loaded
+on first use, not at start-up.
+
+Acknowledgement (STYLE.md rule 8): a produce is answered after the store's
+append returned, i.e. once the bundle is durable; only then do the partition's
+high-water mark move and parked consumes wake. Appends to one partition are
+serialised (its lock) and use ``expected_offset``, so a foreign append to the
+segment is detected instead of corrupting the numbering.
+
+Consume (spec 6): chunks hold whole bundles, start at the bundle containing
+the wanted seq num and grow to at least ``fetch_size``; seq num 0 is the first
+available, 2^64-1 the tail; a consume finding every partition at its end
+parks (woken by appends until ``min_bytes`` arrived, bounded by the request's
+``max_wait_ms``, at most one hour). Only error codes the spec lists are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import re
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+from headrace.controller.errors import ControllerError, ScopeExists, StreamExists, TooMany
+from headrace.controller.model import ControllerModel
+from headrace.controller.naming import is_valid_name, segment_id, segment_name
+from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
+from headrace.errors import (
+    BadOffset,
+    ConfigError,
+    RemoteProtocolError,
+    SegmentExists,
+    StoreError,
+)
+from headrace.protocols import tank as t
+from headrace.protocols.tank.codec import encode_varint
+from headrace.server._listen import start_tcp_listener
+from headrace.server._loop import ConnectionHandler
+from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
+from headrace.types import TableKey, TableUpdate
+
+__all__ = [
+    "CHECKPOINT_INTERVAL_BYTES",
+    "DEFAULT_SCOPE",
+    "DISPATCH",
+    "HEARTBEAT_INTERVAL_S",
+    "INDEX_INTERVAL_BYTES",
+    "MAX_RESPONSE_CHUNK_BYTES",
+    "TankBroker",
+    "TankHandler",
+    "start_tank",
+    "stream_name",
+    "topic_name",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCOPE = "tank"
+"""The scope holding TANK topics (DESIGN.md section 2); ``--tank-scope`` changes it."""
+
+HEARTBEAT_INTERVAL_S = 30.0
+"""A Ping goes to every connection this often. TANK v4 sends none after the greeting,
+but every client skips Pings (spec 13), and a periodic frame lets a client (and any
+NAT or proxy on the way) see that an idle connection is alive."""
+
+INDEX_INTERVAL_BYTES = 64 * 1024
+"""In-memory sparse index granularity: a lookup walks at most this much of a
+partition beyond the entry it starts from (TANK's default is 4 KiB of file; our
+walk reads a whole block at once, so a coarser index costs little)."""
+
+CHECKPOINT_INTERVAL_BYTES = 16 * 1024 * 1024
+"""A persisted anchor every this many bytes: a restart scans at most this much of
+a partition's tail, at the cost of one table update per 16 MiB produced."""
+
+SCAN_READ_BYTES = 1024 * 1024
+"""Bytes asked of the store per read while walking bundles."""
+
+MAX_RESPONSE_CHUNK_BYTES = 128 * 1024 * 1024
+"""Chunk bytes in one consume response, all partitions together: half the 256 MiB
+frame limit TANK clients accept (spec 2). Partitions past it get an empty chunk
+(the client asks again); each partition with data gets at least one bundle."""
+
+MAX_TOPIC_NAME_CHARS = 64
+"""TANK's own limit on topic names (spec 7)."""
+
+BROKER_VERSION = 400
+"""What Status reports: the TANK version whose protocol we speak (4.0, spec 8.3)."""
+
+EVENT_HEADER = struct.Struct(">ii")
+"""Pravega event framing: type (0 for an event), payload length (DESIGN.md section 2)."""
+EVENT_TYPE = 0
+
+MAX_BUNDLE_BYTES = MAX_APPEND_BYTES - EVENT_HEADER.size
+"""The largest bundle one event (one store append) can hold."""
+
+BUNDLE_HEADER_MAX_BYTES = 19
+"""flags:u8, msg_count varint (<= 5), first:u64, last-first-1 varint (<= 5): spec 9.1."""
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_ANCHOR_OFFSET_BYTES = 8  # big-endian u64 after the segment name, so keys sort by offset
+_ANCHOR_VALUE = struct.Struct("<Q")  # first seq num of the bundle at that offset
+_TABLE_PAGE_COUNT = 1000
+_LISTED_STREAMS_MAX = 100_000
+
+
+def is_valid_topic(topic: str) -> bool:
+    """TANK's rule (spec 7): 1-64 of ``[A-Za-z0-9_-]``, not starting with ``-`` or ``_``."""
+    return len(topic) <= MAX_TOPIC_NAME_CHARS and _TOPIC_NAME.fullmatch(topic) is not None
+
+
+def stream_name(topic: str) -> str:
+    """The stream holding ``topic``: ``_`` becomes ``.`` (stream names have no ``_``)."""
+    return topic.replace("_", ".")
+
+
+def topic_name(stream: str) -> str:
+    """The topic a stream of the TANK scope appears as (the inverse of ``stream_name``)."""
+    return stream.replace(".", "_")
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+@dataclass(slots=True)
+class _Bundle:
+    """One stored bundle met while walking a partition."""
+
+    offset: int  # of its event header in the segment
+    end: int  # offset just past the event
+    first: int
+    last: int
+    sparse: bool
+    payload: memoryview  # the bundle bytes
+
+
+class _Waiter:
+    """A parked consume: woken once ``min_bytes`` were appended to its partitions."""
+
+    __slots__ = ("closed", "event", "got_bytes", "min_bytes")
+
+    def __init__(self, min_bytes: int) -> None:
+        self.min_bytes = min_bytes
+        self.got_bytes = 0
+        self.closed = False
+        self.event = asyncio.Event()
+
+    def appended(self, entry_bytes: int) -> None:
+        self.got_bytes += entry_bytes
+        if self.got_bytes >= self.min_bytes:
+            self.event.set()
+
+
+class _Partition:
+    """What the broker knows about one partition (one segment)."""
+
+    def __init__(self, segment: str) -> None:
+        self.segment = segment
+        self.lock = asyncio.Lock()  # serialises loading and appends
+        self.loaded = False
+        self.length = 0  # end of the last bundle known (durable)
+        self.first_seq = 0  # first available seq num; 0 when empty
+        self.hwm = 0  # last assigned seq num; 0 when empty
+        self.origin_seq = 1  # seq num a non-sparse, unanchored bundle at the start gets
+        self.start = 0  # first readable offset
+        self.anchors: dict[int, int] = {}  # offset -> first seq num, from the table
+        self.index_offsets: list[int] = []
+        self.index_seqs: list[int] = []
+        self.checkpoint_offset = -CHECKPOINT_INTERVAL_BYTES
+        self.waiters: set[_Waiter] = set()
+
+    def note(self, offset: int, first: int) -> None:
+        """Add an index entry for the bundle at ``offset`` unless one is near before it."""
+        i = bisect.bisect_left(self.index_offsets, offset)
+        if i < len(self.index_offsets) and self.index_offsets[i] == offset:
+            return
+        if i and offset - self.index_offsets[i - 1] < INDEX_INTERVAL_BYTES:
+            return
+        self.index_offsets.insert(i, offset)
+        self.index_seqs.insert(i, first)
+
+    def floor(self, seq_num: int) -> tuple[int, int]:
+        """Where to start walking to find ``seq_num``: (offset, next seq num)."""
+        i = bisect.bisect_right(self.index_seqs, seq_num) - 1
+        if i < 0:
+            return self.start, self.origin_seq
+        return self.index_offsets[i], self.index_seqs[i]
+
+
+@dataclass(slots=True)
+class _Chunk:
+    base: int
+    sparse: bool
+    data: bytes
+
+
+class TankBroker:
+    """The broker state every TANK connection of one server shares.
+
+    Args:
+        store: where the bundles and the seq-num table live.
+        controller: creates and lists the streams behind topics.
+        scope: the scope holding TANK topics.
+    """
+
+    def __init__(
+        self, store: SegmentStore, controller: ControllerModel, scope: str = DEFAULT_SCOPE
+    ) -> None:
+        self.store = store
+        self.controller = controller
+        self.scope = scope
+        self.table = f"_system/tank/{scope}/seqnums"
+        self.started_s = int(time.time())
+        self.open_time_us = 0
+        self._partitions: dict[str, _Partition] = {}
+        self._stored_anchors: dict[str, dict[int, int]] = {}
+
+    async def start(self) -> None:
+        """Create the scope and the seq-num table if needed; read the table."""
+        with contextlib.suppress(ScopeExists):
+            await self.controller.create_scope(self.scope)
+        with contextlib.suppress(SegmentExists):
+            await self.store.create_table(self.table)
+        token = b""
+        while True:
+            page = await self.store.iterate_table_entries(
+                self.table, continuation_token=token, max_count=_TABLE_PAGE_COUNT
+            )
+            if not page.items:
+                break
+            for entry in page.items:
+                name = entry.key[: -_ANCHOR_OFFSET_BYTES - 1].decode()
+                offset = int.from_bytes(entry.key[-_ANCHOR_OFFSET_BYTES:], "big")
+                (seq,) = _ANCHOR_VALUE.unpack(entry.value)
+                self._stored_anchors.setdefault(name, {})[offset] = seq
+            token = page.continuation_token
+
+    # ------------------------------------------------------------------ topics
+
+    def _stream(self, topic: str) -> str | None:
+        if not is_valid_topic(topic):
+            return None
+        stream = stream_name(topic)
+        return stream if self.controller.stream_exists(self.scope, stream) else None
+
+    def partitions_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has; None if there is no such topic."""
+        stream = self._stream(topic)
+        if stream is None:
+            return None
+        return len(self.controller.epoch_segments(self.scope, stream, 0))
+
+    def is_read_only(self, topic: str) -> bool:
+        stream = self._stream(topic)
+        return stream is not None and self.controller.is_sealed(self.scope, stream)
+
+    def topics(self) -> list[tuple[str, int, bool]]:
+        """(topic, partitions, enabled) for every stream of the scope that is a topic."""
+        found = []
+        for stream in self.controller.list_streams(self.scope, limit=_LISTED_STREAMS_MAX):
+            topic = topic_name(stream)
+            if is_valid_topic(topic):
+                count = len(self.controller.epoch_segments(self.scope, stream, 0))
+                found.append((topic, count, not self.controller.is_sealed(self.scope, stream)))
+        return found
+
+    async def create_topic(self, topic: str, partitions: int, config: bytes) -> t.CreateTopicResult:
+        if not is_valid_topic(topic) or partitions < 1:
+            return t.CreateTopicResult.INVALID_REQUEST
+        if not _config_is_valid(config):
+            return t.CreateTopicResult.INVALID_CONFIG
+        scaling = ScalingPolicy(ScalingType.FIXED_NUM_SEGMENTS, min_num_segments=partitions)
+        try:
+            await self.controller.create_stream(
+                self.scope, stream_name(topic), StreamConfig(scaling=scaling)
+            )
+        except StreamExists:
+            return t.CreateTopicResult.ALREADY_EXISTS
+        except TooMany:
+            return t.CreateTopicResult.SYSTEM_ERROR
+        except ControllerError:  # InvalidArgument: more partitions than a stream may have
+            return t.CreateTopicResult.INVALID_REQUEST
+        except StoreError:
+            log.exception("tank: creating topic %s failed", topic)
+            return t.CreateTopicResult.SYSTEM_ERROR
+        return t.CreateTopicResult.CREATED
+
+    # ------------------------------------------------------------------ partition state
+
+    async def partition(self, topic: str, partition_id: int) -> _Partition:
+        """The loaded state of an existing partition (check ``partitions_count`` first)."""
+        name = segment_name(self.scope, stream_name(topic), segment_id(0, partition_id))
+        part = self._partitions.get(name)
+        if part is None:
+            part = self._partitions[name] = _Partition(name)
+        if not part.loaded:
+            async with part.lock:
+                if not part.loaded:
+                    await self._load(part)
+        return part
+
+    @property
+    def open_partitions(self) -> int:
+        return sum(1 for part in self._partitions.values() if part.loaded)
+
+    async def _load(self, part: _Partition) -> None:
+        """Rebuild a partition's numbering from the store and the anchors table."""
+        began = time.perf_counter()
+        info = await self.store.info(part.segment)
+        stored = self._stored_anchors.pop(part.segment, {})
+        stale = [o for o in stored if o >= info.length]
+        if stale:  # anchors written for appends that never became durable
+            await self.store.remove_table_keys(
+                self.table, [TableKey(_anchor_key(part.segment, o)) for o in stale]
+            )
+        part.anchors = {o: s for o, s in stored.items() if info.start_offset <= o < info.length}
+        part.start = info.start_offset
+        part.length = info.length
+        part.index_offsets, part.index_seqs = [], []
+        part.first_seq = part.hwm = 0
+        if part.start == 0:
+            part.origin_seq = 1
+        else:
+            part.origin_seq = await self._origin_after_truncation(part)
+        for offset in sorted(part.anchors):
+            part.note(offset, part.anchors[offset])
+        if part.anchors:
+            part.checkpoint_offset = max(part.anchors)
+        # The first bundle gives the first available seq num, the last the high-water mark.
+        async for bundle in self._walk(part, part.start, part.origin_seq, part.length):
+            part.first_seq = bundle.first
+            part.note(bundle.offset, bundle.first)
+            break
+        if part.first_seq:
+            offset, next_seq = part.floor(2**64)  # the last index entry
+            async for bundle in self._walk(part, offset, next_seq, part.length):
+                part.note(bundle.offset, bundle.first)
+                part.hwm = bundle.last
+        part.loaded = True
+        self.open_time_us += int((time.perf_counter() - began) * 1e6)
+
+    async def _origin_after_truncation(self, part: _Partition) -> int:
+        """The seq num the first ordinary bundle after a truncated head gets: counted
+        back from the first bundle whose seq num is known (an anchor or a sparse one)."""
+        count = 0
+        async for offset, _end, payload in self._events(part.segment, part.start, part.length):
+            header = _header(payload)
+            if header is None:
+                continue
+            known = header.first_seq_num if header.sparse else part.anchors.get(offset)
+            if known is not None:
+                return known - count
+            count += header.msg_count
+        if count:
+            log.warning(
+                "tank: %s was truncated and has no anchor; numbering its %d messages from 1",
+                part.segment,
+                count,
+            )
+        return 1
+
+    async def _events(
+        self, segment: str, offset: int, end: int
+    ) -> AsyncIterator[tuple[int, int, memoryview]]:
+        """Yield (offset, end, payload) of each event in ``[offset, end)``."""
+        view = memoryview(b"")
+        base = offset
+        position = offset
+        while position < end:
+            rel = position - base
+            need = EVENT_HEADER.size
+            if len(view) - rel >= need:
+                kind, length = EVENT_HEADER.unpack_from(view, rel)
+                need += max(length, 0)
+            if len(view) - rel < need:
+                count = min(max(need, SCAN_READ_BYTES), end - position)
+                view = await self._read(segment, position, count)
+                base, rel = position, 0
+                if len(view) < EVENT_HEADER.size:
+                    return
+            kind, length = EVENT_HEADER.unpack_from(view, rel)
+            if kind != EVENT_TYPE or length < 0 or position + EVENT_HEADER.size + length > end:
+                log.warning("tank: %s has no event at offset %d; stopping there", segment, position)
+                return
+            if len(view) - rel < EVENT_HEADER.size + length:
+                view = await self._read(segment, position, EVENT_HEADER.size + length)
+                base, rel = position, 0
+                if len(view) < EVENT_HEADER.size + length:
+                    return
+            start = rel + EVENT_HEADER.size
+            next_position = position + EVENT_HEADER.size + length
+            yield position, next_position, view[start : start + length]
+            position = next_position
+
+    async def _read(self, segment: str, offset: int, count: int) -> memoryview:
+        """Read ``count`` bytes at ``offset`` (fewer only if the segment ends first)."""
+        parts: list[bytes] = []
+        got = 0
+        while got < count:
+            result = await self.store.read(segment, offset + got, min(count - got, MAX_READ_BYTES))
+            if not result.data:
+                break
+            parts.append(result.data)
+            got += len(result.data)
+        return memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    async def _walk(
+        self, part: _Partition, offset: int, next_seq: int, end: int
+    ) -> AsyncIterator[_Bundle]:
+        """Yield the bundles in ``[offset, end)`` with their seq nums; ``next_seq`` is
+        what the bundle at ``offset`` gets unless it is sparse or anchored. Events
+        that are not bundles (written through another front door) are skipped."""
+        async for position, event_end, payload in self._events(part.segment, offset, end):
+            header = _header(payload)
+            if header is None:
+                continue
+            if header.sparse:
+                assert header.first_seq_num is not None and header.last_seq_num is not None
+                first, last = header.first_seq_num, header.last_seq_num
+            else:
+                first = part.anchors.get(position, next_seq)
+                last = first + header.msg_count - 1
+            next_seq = last + 1
+            yield _Bundle(position, event_end, first, last, header.sparse, payload)
+
+    # ------------------------------------------------------------------ produce
+
+    async def append(
+        self, topic: str, partition_id: int, bundle: bytes, explicit_first: int
+    ) -> t.ProduceError:
+        """Validate one produced bundle, store it durably and number its messages."""
+        part = await self.partition(topic, partition_id)
+        async with part.lock:
+            if not part.loaded:
+                await self._load(part)
+            return await self._append_locked(part, bundle, explicit_first)
+
+    async def _append_locked(
+        self, part: _Partition, bundle: bytes, explicit_first: int
+    ) -> t.ProduceError:
+        header = _validate_bundle(bundle)
+        if header is None:
+            return t.ProduceError.INVALID_SEQ_NUMS  # the C++ client's "invalid request"
+        if header.sparse:
+            assert header.first_seq_num is not None and header.last_seq_num is not None
+            first, last = header.first_seq_num, header.last_seq_num
+        else:
+            first = explicit_first or part.hwm + 1
+            last = first + header.msg_count - 1
+        if (header.sparse or explicit_first) and first <= part.hwm:
+            return t.ProduceError.INVALID_SEQ_NUMS  # seq nums never go backwards (spec 5.2)
+        if last >= t.SEQ_NUM_TAIL:
+            return t.ProduceError.INVALID_SEQ_NUMS
+        offset = part.length
+        walk_would_give = part.hwm + 1 if part.hwm else part.origin_seq
+        anchored = not header.sparse and first != walk_would_give
+        if anchored:
+            try:
+                await self._put_anchor(part, offset, first)
+            except StoreError:
+                log.exception("tank: anchoring a bundle of %s failed", part.segment)
+                return t.ProduceError.IO_FAULT
+        frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
+        try:
+            result = await self.store.append(part.segment, frame, expected_offset=offset)
+        except StoreError as exc:
+            if isinstance(exc, BadOffset):
+                log.warning("tank: %s was appended to by someone else; reloading", part.segment)
+            else:
+                log.warning("tank: appending to %s failed: %s", part.segment, exc)
+            part.loaded = False  # the next use rebuilds the numbering from the store
+            return t.ProduceError.IO_FAULT
+        # Durable: only now do the numbers move and parked consumes wake.
+        if anchored:
+            part.anchors[offset] = first
+        if not part.first_seq:
+            part.first_seq = first
+        part.hwm = last
+        part.length = result.length
+        part.note(offset, first)
+        entry_bytes = len(encode_varint(len(bundle))) + len(bundle)
+        for waiter in list(part.waiters):
+            waiter.appended(entry_bytes)
+        if offset - part.checkpoint_offset >= CHECKPOINT_INTERVAL_BYTES:
+            part.checkpoint_offset = offset
+            try:
+                await self._put_anchor(part, offset, first)
+            except StoreError as exc:  # only a restart's speed depends on it
+                log.warning("tank: checkpoint of %s failed: %s", part.segment, exc)
+        return t.ProduceError.OK
+
+    async def _put_anchor(self, part: _Partition, offset: int, first: int) -> None:
+        update = TableUpdate(_anchor_key(part.segment, offset), _ANCHOR_VALUE.pack(first))
+        await self.store.update_table(self.table, [update])
+
+    # ------------------------------------------------------------------ consume
+
+    async def read_chunk(
+        self,
+        part: _Partition,
+        start: tuple[int, int],
+        seq_num: int,
+        fetch_size: int,
+        budget: int,
+    ) -> _Chunk | None:
+        """Whole bundles from the one containing ``seq_num`` (or the next one after a
+        gap), walking from ``start`` = (offset, next seq num); at least ``fetch_size``
+        bytes if there are that many, within ``budget`` (but always one bundle)."""
+        end, hwm = part.length, part.hwm
+        out = bytearray()
+        chunk: _Chunk | None = None
+        async for bundle in self._walk(part, start[0], start[1], end):
+            part.note(bundle.offset, bundle.first)
+            if chunk is None:
+                if bundle.last < seq_num:
+                    continue
+                chunk = _Chunk(bundle.first, bundle.sparse, b"")
+            elif len(out) >= fetch_size:
+                break
+            if bundle.first > hwm:
+                break
+            entry = encode_varint(len(bundle.payload))
+            if out and len(out) + len(entry) + len(bundle.payload) > budget:
+                break
+            out += entry
+            out += bundle.payload
+        if chunk is None or not out:
+            return None
+        chunk.data = bytes(out)
+        return chunk
+
+
+def _anchor_key(segment: str, offset: int) -> bytes:
+    return segment.encode() + b"\x00" + offset.to_bytes(_ANCHOR_OFFSET_BYTES, "big")
+
+
+def _header(payload: memoryview) -> t.BundleHeader | None:
+    """The bundle header of a stored event, or None if the event is not a bundle."""
+    try:
+        return t.decode_bundle_header(payload[:BUNDLE_HEADER_MAX_BYTES])
+    except RemoteProtocolError:
+        return None
+
+
+def _validate_bundle(bundle: bytes) -> t.BundleHeader | None:
+    """The header of a well-formed bundle; None for a malformed one (spec 9)."""
+    if not 0 < len(bundle) <= MAX_BUNDLE_BYTES:
+        return None
+    try:
+        header = t.decode_bundle_header(bundle)
+        t.decode_bundle(bundle, 1)  # every message, decompressed: nothing malformed is stored
+    except RemoteProtocolError:
+        return None
+    return header
+
+
+_SIZE_SUFFIXES = {"b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30}
+_SIZE_SUFFIXES |= {"gb": 2**30, "t": 2**40, "tb": 2**40}
+_DURATION_SUFFIXES = {"s": 1, "sec": 1, "min": 60, "h": 3600, "hour": 3600, "d": 86400}
+_DURATION_SUFFIXES |= {"day": 86400, "w": 604800, "week": 604800, "mon": 2592000}
+_DURATION_SUFFIXES |= {"month": 2592000, "y": 31536000, "year": 31536000}
+_SIZE_KEYS = {
+    "log.segment.bytes",
+    "log.index.interval.bytes",
+    "log.index.size.max.bytes",
+    "log.retention.bytes",
+}
+_DURATION_KEYS = {"log.roll.jitter.secs", "log.roll.secs", "log.retention.secs", "flush.secs"}
+_COUNT_KEYS = {"retention.segments.count", "flush.messages"}
+_VALUE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)")
+
+
+def _config_is_valid(config: bytes) -> bool:
+    """Whether a CreateTopic config parses (spec 7). Values are checked, then
+    ignored: headrace streams have no segment files to roll or flush."""
+    try:
+        text = config.decode()
+    except UnicodeDecodeError:
+        return False
+    for raw in text.split("\n"):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = (part.strip() for part in line.partition("="))
+        if not sep:
+            return False
+        value = value.lower()
+        if key == "log.cleanup.policy":
+            if value not in ("delete", "cleanup"):
+                return False
+            continue
+        if key == "log.cleaner.min.cleanable.ratio":
+            try:
+                float(value)
+            except ValueError:
+                return False
+            continue
+        if key in _SIZE_KEYS | _DURATION_KEYS | _COUNT_KEYS:
+            match = _VALUE.fullmatch(value)
+            if match is None:
+                return False
+            suffix = match.group(2)
+            allowed = _SIZE_SUFFIXES if key in _SIZE_KEYS else _DURATION_SUFFIXES
+            if suffix and (key in _COUNT_KEYS or suffix not in allowed):
+                return False
+        # Unknown keys are ignored, as TANK does.
+    return True
+
+
+# --------------------------------------------------------------------------- connections
+
+
+Handler = Callable[["TankHandler", t.Request], Awaitable[t.Response]]
+
+
+class TankHandler(ConnectionHandler):
+    """One TANK connection: a server ``TankConnection`` in front of the broker."""
+
+    name = "tank"
+
+    def __init__(self, broker: TankBroker, *, heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S):
+        self._broker = broker
+        self._conn = t.TankConnection(t.Role.SERVER)  # queues the greeting Ping
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._parked: set[_Waiter] = set()
+
+    # ------------------------------------------------------------------ loop interface
+
+    def feed(self, data: bytes) -> Iterator[object]:
+        try:
+            self._conn.receive_data(data)
+        except RemoteProtocolError:
+            yield from self._conn.events()  # frames before the bad one are still served
+            raise
+        for event in self._conn.events():
+            if isinstance(event, t.ConnectionClosed):
+                self._release_parked()
+            yield event
+
+    def sequential(self, event: object) -> bool:
+        # Produces (and topic creation) keep wire order; consumes may park, so
+        # they run beside everything else.
+        return not isinstance(event, t.Consume)
+
+    async def handle(self, event: object) -> None:
+        handler = DISPATCH.get(type(event))
+        if handler is None:  # Ping (ignored, spec 3), ConnectionClosed
+            return
+        assert isinstance(event, t.Request)
+        response = await handler(self, event)
+        if self._conn.state is not t.ConnectionState.ERROR:
+            self._conn.send(response)
+
+    def data_to_send(self) -> bytes:
+        return self._conn.data_to_send()
+
+    def on_protocol_error(self, exc: RemoteProtocolError) -> None:
+        # TANK has no error reply for a malformed request: the broker closes (spec 2).
+        self._release_parked()
+
+    def on_start(self) -> None:
+        self._heartbeat = asyncio.create_task(self._beat(), name="tank-heartbeat")
+
+    async def on_close(self) -> None:
+        self._release_parked()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+
+    async def _beat(self) -> None:
+        beating = (t.ConnectionState.AWAITING_REQUEST, t.ConnectionState.OPEN)
+        while True:
+            await asyncio.sleep(self._heartbeat_interval_s)
+            if self._conn.state not in beating:
+                return
+            self._conn.send(t.Ping())
+            self.wake_writer()
+
+    def _release_parked(self) -> None:
+        """The peer is gone: parked consumes answer now instead of holding the connection."""
+        for waiter in self._parked:
+            waiter.closed = True
+            waiter.event.set()
+
+    # ------------------------------------------------------------------ produce
+
+    async def produce(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.Produce | t.ProduceWithSeqnum)
+        broker = self._broker
+        topics: list[t.ProduceTopicResult] = []
+        counts: list[int] = []
+        jobs: list[Awaitable[t.ProduceError]] = []
+        for topic in request.topics:
+            count = broker.partitions_count(topic.name)
+            if count is None or broker.is_read_only(topic.name):
+                error = t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
+                topics.append(t.ProduceTopicResult(topic.name, (), error))
+                counts.append(0)
+                continue
+            topics.append(t.ProduceTopicResult(topic.name, ()))
+            counts.append(count)
+            for p in topic.partitions:
+                if p.partition_id < count:
+                    bundle, first = p.bundle, p.first_seq_num
+                    jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
+        errors = iter(await asyncio.gather(*jobs))
+        results = []
+        for topic, result, count in zip(request.topics, topics, counts, strict=True):
+            if result.error is not t.ProduceError.OK:
+                results.append(result)
+                continue
+            partitions = tuple(
+                t.ProducePartitionResult(
+                    p.partition_id,
+                    next(errors) if p.partition_id < count else t.ProduceError.UNKNOWN_PARTITION,
+                )
+                for p in topic.partitions
+            )
+            results.append(t.ProduceTopicResult(topic.name, partitions))
+        return t.ProduceResponse(request.request_id, tuple(results))
+
+    # ------------------------------------------------------------------ consume
+
+    async def consume(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.Consume)
+        broker = self._broker
+        while True:
+            budget = MAX_RESPONSE_CHUNK_BYTES
+            topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
+            at_end: dict[tuple[int, int], tuple[_Partition, int, int]] = {}
+            answer_now = request.max_wait_ms == 0
+            for ti, topic in enumerate(request.topics):
+                count = broker.partitions_count(topic.name)
+                if count is None:
+                    topics.append(t.ConsumeUnknownTopic(topic.name, len(topic.partitions)))
+                    answer_now = True
+                    continue
+                partitions: list[t.ConsumePartitionResult] = []
+                for pi, wanted in enumerate(topic.partitions):
+                    pid = wanted.partition_id
+                    if pid >= count:
+                        partitions.append(
+                            t.ConsumePartitionResult(pid, t.ConsumeError.UNKNOWN_PARTITION)
+                        )
+                        answer_now = True
+                        continue
+                    part = await broker.partition(topic.name, pid)
+                    result = await self._read(part, wanted, budget)
+                    if result is None:  # at the end: an empty entry unless it parks
+                        at_end[(ti, pi)] = (part, part.length, part.hwm)
+                        result = t.ConsumePartitionResult(
+                            pid, base_seq_num=part.first_seq, high_water_mark=part.hwm
+                        )
+                    else:
+                        budget -= len(result.chunk)
+                        answer_now = True
+                    partitions.append(result)
+                topics.append(t.ConsumeTopicResult(topic.name, tuple(partitions)))
+            if answer_now or not at_end:
+                return t.ConsumeResponse(request.request_id, tuple(topics))
+            # Every partition is at its end. Nothing may have arrived while we
+            # looked at the others; if something did, look again.
+            if any(part.length != length for part, length, _ in at_end.values()):
+                continue
+            return await self._park(request, at_end)
+
+    async def _read(
+        self, part: _Partition, wanted: t.ConsumePartition, budget: int
+    ) -> t.ConsumePartitionResult | None:
+        """The partition's entry if it has data or an error; None if at its end (6.2)."""
+        first, last = part.first_seq, part.hwm
+        seq_num = wanted.seq_num
+        if seq_num == t.SEQ_NUM_TAIL or seq_num == last + 1 or (seq_num == 0 and not last):
+            return None
+        if seq_num == 0:
+            seq_num = first
+        if seq_num < first or seq_num > last + 1:
+            return t.ConsumePartitionResult(
+                wanted.partition_id,
+                t.ConsumeError.BOUNDARY_CHECK,
+                high_water_mark=last,
+                first_available_seq_num=first,
+            )
+        fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
+        chunk = await self._broker.read_chunk(
+            part, part.floor(seq_num), seq_num, fetch_size, budget
+        )
+        if chunk is None:
+            return None
+        return _chunk_result(wanted.partition_id, chunk, part.hwm)
+
+    async def _park(
+        self,
+        request: t.Consume,
+        at_end: dict[tuple[int, int], tuple[_Partition, int, int]],
+    ) -> t.ConsumeResponse:
+        waiter = _Waiter(min(request.min_bytes, t.MAX_MIN_BYTES))
+        for part, _, _ in at_end.values():
+            part.waiters.add(waiter)
+        self._parked.add(waiter)
+        timed_out = False
+        try:
+            async with asyncio.timeout(min(request.max_wait_ms, t.MAX_WAIT_MS) / 1000):
+                await waiter.event.wait()
+        except TimeoutError:
+            timed_out = True
+        finally:
+            self._parked.discard(waiter)
+            for part, _, _ in at_end.values():
+                part.waiters.discard(waiter)
+        budget = MAX_RESPONSE_CHUNK_BYTES
+        topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
+        for ti, topic in enumerate(request.topics):
+            partitions = []
+            for pi, wanted in enumerate(topic.partitions):
+                part, length, hwm = at_end[(ti, pi)]
+                chunk = None
+                if not timed_out and not waiter.closed and part.length > length:
+                    fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
+                    start = (length, hwm + 1 if hwm else part.origin_seq)
+                    chunk = await self._broker.read_chunk(part, start, start[1], fetch_size, budget)
+                if chunk is None:
+                    partitions.append(
+                        t.ConsumePartitionResult(wanted.partition_id, high_water_mark=part.hwm)
+                    )
+                else:
+                    budget -= len(chunk.data)
+                    partitions.append(_chunk_result(wanted.partition_id, chunk, part.hwm))
+            topics.append(t.ConsumeTopicResult(topic.name, tuple(partitions)))
+        return t.ConsumeResponse(request.request_id, tuple(topics))
+
+    # ------------------------------------------------------------------ administration
+
+    async def create_topic(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.CreateTopic)
+        result = await self._broker.create_topic(
+            request.topic, request.partitions_count, request.config
+        )
+        return t.CreateTopicResponse(request.request_id, request.topic, result)
+
+    async def discover_partitions(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.DiscoverPartitions)
+        broker = self._broker
+        count = broker.partitions_count(request.topic)
+        if count is None:
+            return t.DiscoverPartitionsResponse(request.request_id, request.topic, ())
+        ids = request.partition_ids or tuple(range(count))
+        entries = []
+        for pid in ids:
+            if pid >= count:  # only in the explicit-list form
+                entries.append(t.PartitionSeqNums(error=t.DiscoverPartitionsError.SYSTEM_ERROR))
+                continue
+            part = await broker.partition(request.topic, pid)
+            entries.append(t.PartitionSeqNums(part.first_seq, part.hwm))
+        return t.DiscoverPartitionsResponse(request.request_id, request.topic, tuple(entries))
+
+    async def reload_conf(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.ReloadConf)
+        count = self._broker.partitions_count(request.topic)
+        if count is None:
+            result = t.ReloadConfResult.UNKNOWN_TOPIC
+        elif request.partition_id >= count:
+            result = t.ReloadConfResult.UNKNOWN_PARTITION
+        else:
+            result = t.ReloadConfResult.RELOADED  # there are no config files to re-read
+        return t.ReloadConfResponse(request.request_id, request.topic, request.partition_id, result)
+
+    async def status(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.Status)
+        broker = self._broker
+        topics = broker.topics()
+        details = t.StatusDetails(
+            open_partitions=broker.open_partitions,
+            open_partitions_time_us=min(broker.open_time_us, 2**32 - 1),
+            startup_ts_s=broker.started_s,
+            version=BROKER_VERSION,
+        )
+        return t.StatusResponse(
+            request.request_id,
+            topics_count=len(topics),
+            partitions_count=sum(count for _, count, _ in topics),
+            details=details,
+        )
+
+    async def discover_topics(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.DiscoverTopics)
+        infos = tuple(
+            t.TopicInfo(name, enabled, count) for name, count, enabled in self._broker.topics()
+        )
+        return t.DiscoverTopicsResponse(request.request_id, infos)
+
+    async def discover_topology(self, request: t.Request) -> t.Response:
+        assert isinstance(request, t.DiscoverTopology)
+        return t.DiscoverTopologyResponse(request.request_id)  # standalone (spec 8.5)
+
+
+def _chunk_result(partition_id: int, chunk: _Chunk, hwm: int) -> t.ConsumePartitionResult:
+    if chunk.sparse:  # the first bundle carries its own seq nums (spec 6.5)
+        return t.ConsumePartitionResult(
+            partition_id, t.ConsumeError.SPARSE_BUNDLE, high_water_mark=hwm, chunk=chunk.data
+        )
+    return t.ConsumePartitionResult(
+        partition_id, base_seq_num=chunk.base, high_water_mark=hwm, chunk=chunk.data
+    )
+
+
+DISPATCH: dict[type, Handler] = {
+    t.Produce: TankHandler.produce,
+    t.ProduceWithSeqnum: TankHandler.produce,
+    t.Consume: TankHandler.consume,
+    t.CreateTopic: TankHandler.create_topic,
+    t.DiscoverPartitions: TankHandler.discover_partitions,
+    t.ReloadConf: TankHandler.reload_conf,
+    t.Status: TankHandler.status,
+    t.DiscoverTopics: TankHandler.discover_topics,
+    t.DiscoverTopology: TankHandler.discover_topology,
+}
+"""Request type -> the coroutine that answers it. Ping gets no reply (spec 3)."""
+
+
+async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
+    """Serve the TANK protocol on (host, port) over ``app.store``.
+
+    Raises:
+        OSError: the address could not be bound.
+    """
+    scope = getattr(app.config, "tank_scope", DEFAULT_SCOPE)
+    if not is_valid_name(scope):
+        raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
+    broker = TankBroker(app.store, app.controller, scope)
+    await broker.start()
+    return await start_tcp_listener("tank", host, port, lambda: TankHandler(broker))
+
+
+LISTENER_STARTERS["tank"] = start_tank
