@@ -380,6 +380,33 @@ class StoreContract:
         assert sum(not o.duplicate for o in outcomes) == 1
         assert await _read_all(store, "s") == b"event"
 
+    async def test_many_segments_keep_their_data(self, store: SegmentStore) -> None:
+        names = [f"scope/stream/{i}" for i in range(300)]  # more than a handful of open files
+        await asyncio.gather(*(store.create_segment(n) for n in names))
+        await asyncio.gather(*(store.append(n, n.encode()) for n in names))
+        await asyncio.gather(*(store.append(n, b"|2") for n in names[::7]))
+        for i, name in enumerate(names):
+            assert await _read_all(store, name) == name.encode() + (b"|2" if i % 7 == 0 else b"")
+        assert await store.list_segments() == sorted(names)
+
+    async def test_large_appends_read_back_at_any_offset(self, store: SegmentStore) -> None:
+        await store.create_segment("s")
+        pattern = bytes(range(251))  # a prime length: no two blocks look alike
+        sizes = [(1 << 20) - 3, 7, (1 << 20) + 11, 1 << 19]
+        data = (pattern * (sum(sizes) // len(pattern) + 1))[: sum(sizes)]
+        offset = 0
+        for size in sizes:
+            result = await store.append("s", data[offset : offset + size])
+            assert (result.offset, result.length) == (offset, offset + size)
+            offset += size
+        for start in (0, 1, (1 << 20) - 4, (1 << 20) - 3, (1 << 20) + 1, len(data) - 5):
+            result = await store.read("s", start, 1 << 20)
+            assert result.offset == start
+            assert result.data == data[start : start + len(result.data)]
+            assert len(result.data) == min(1 << 20, len(data) - start)
+        await store.truncate("s", (1 << 20) + 2)
+        assert await _read_all(store, "s", (1 << 20) + 2) == data[(1 << 20) + 2 :]
+
     # ================================================================== read
 
     async def test_read_starts_exactly_at_offset(self, store: SegmentStore) -> None:
@@ -805,6 +832,19 @@ class StoreContract:
         await store.append("txn", b"two")
         assert await store.merge("target", "txn") == 6
         assert await _read_all(store, "target") == b"onetwo"
+
+    async def test_merge_large_truncated_source(self, store: SegmentStore) -> None:
+        await store.create_segment("target")
+        await store.create_segment("txn")
+        await store.append("target", b"abc")
+        pattern = bytes(range(251))
+        source = (pattern * 12_000)[: (5 << 19) + 7]  # 2.5 MiB and a little
+        await store.append("txn", source[: 1 << 20])
+        await store.append("txn", source[1 << 20 :])
+        await store.truncate("txn", (1 << 20) + 5)
+        moved = source[(1 << 20) + 5 :]
+        assert await store.merge("target", "txn") == 3 + len(moved)
+        assert await _read_all(store, "target") == b"abc" + moved
 
     # ================================================================== attributes
 
@@ -1467,6 +1507,43 @@ class StoreContract:
         await store.update_table("t", [TableUpdate(b"key1", b"value1")])
         delta = await store.read_table_delta("t", -1, 10)
         assert delta == TableDelta([TableEntry(b"key1", b"value1", 0)], 27, True, True)
+
+    async def test_large_table_iterates_and_delta_reads_completely(
+        self, store: SegmentStore
+    ) -> None:
+        await store.create_table("t")
+        value = bytes(range(256)) * (MAX_TABLE_VALUE_BYTES // 256 - 1)
+        keys = [b"key-%02d" % i for i in range(7)]  # about 7 MiB of records
+        versions = {}
+        for key in keys:
+            [versions[key]] = await store.update_table("t", [TableUpdate(key, value + key)])
+        length = (await store.table_info("t")).length
+
+        entries: list[TableEntry] = []
+        token = b""
+        for _ in range(len(keys) + 1):
+            page = await store.iterate_table_entries("t", continuation_token=token, max_count=100)
+            if not page.items:
+                break
+            entries.extend(page.items)
+            token = page.continuation_token
+        else:
+            pytest.fail("iteration did not end with an empty page")
+        assert entries == [TableEntry(k, value + k, versions[k]) for k in keys]
+
+        seen: list[TableEntry] = []
+        position = 0
+        for _ in range(len(keys) + 1):
+            delta = await store.read_table_delta("t", position, 100)
+            if not delta.entries:
+                break
+            assert delta.last_position > position
+            seen.extend(delta.entries)
+            position = delta.last_position
+        else:
+            pytest.fail("delta reads did not end with an empty reply")
+        assert (delta.last_position, delta.reached_end) == (length, True)
+        assert seen == entries
 
     # ================================================================== tables: info
 
