@@ -53,15 +53,15 @@ class TestDiskStore(StoreContract):
 
 
 class CountingOps(FileOps):
-    """Counts appends' WAL writes next to the sync counters FileOps keeps."""
+    """Counts WAL writes (one per batch of records) next to the sync counters."""
 
     def __init__(self) -> None:
         super().__init__()
         self.wal_writes = 0
 
-    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
+    def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
         self.wal_writes += 1
-        super().write(fd, buffers)
+        super().write(fd, buffers, size_bytes)
 
 
 async def _read_all(store: DiskStore, name: str) -> bytes:
@@ -271,9 +271,9 @@ async def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
         results = await asyncio.gather(
             *(store.append(names[i % len(names)], b"e%d" % i) for i in range(count))
         )
-        assert ops.wal_writes - writes_before == count
         syncs = ops.wal_syncs - syncs_before
         assert 1 <= syncs <= 2 * store.container_count  # one or two rounds per container
+        assert ops.wal_writes - writes_before <= syncs  # and one write per round
         # Each segment's appends were acknowledged in issue order, at increasing offsets.
         for name in names:
             mine = [r.offset for i, r in enumerate(results) if names[i % len(names)] == name]

@@ -316,12 +316,12 @@ class TearingOps(FileOps):
         super().__init__()
         self.tear_next = False
 
-    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
+    def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
         if self.tear_next:
             joined = b"".join(buffers)
             os.write(fd, joined[: len(joined) // 2])
             raise OSError(28, "injected ENOSPC")
-        super().write(fd, buffers)
+        super().write(fd, buffers, size_bytes)
 
 
 async def test_torn_write_stops_the_store_and_recovers(tmp_path: Path) -> None:
@@ -342,13 +342,16 @@ async def test_torn_write_stops_the_store_and_recovers(tmp_path: Path) -> None:
 
 
 class FailDeleteOps(FileOps):
-    """Fails the WAL write of a merge's source deletion (record type 5, merged)."""
+    """Fails the WAL write of a merge's source deletion (record type 5, merged).
 
-    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
-        head = bytes(buffers[0])
-        if head[16] == 5 and head[25] == 1:
-            raise OSError(5, "injected EIO")
-        super().write(fd, buffers)
+    Buffers come in pairs per record: frame and fixed fields, then the tail.
+    """
+
+    def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
+        for head in buffers[::2]:
+            if len(head) > 25 and head[16] == 5 and head[25] == 1:
+                raise OSError(5, "injected EIO")
+        super().write(fd, buffers, size_bytes)
 
 
 async def test_merge_interrupted_after_commit_is_finished_on_open(tmp_path: Path) -> None:

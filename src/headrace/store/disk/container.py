@@ -1,23 +1,25 @@
 """A segment container: one WAL, one group-commit loop, the segments that hash to it.
 
 Theory of operation. A mutation is issued synchronously (``Container.write``):
-the record gets the next sequence number, is written to the WAL with one
-``writev``, is applied to the in-memory state, and the data it carries is
-``pwrite``n into the segment's data file. Nothing awaits in between, so
-records of one container are in the WAL in exactly the order their effects
-were applied, and an append's offset is fixed when it is issued. The caller
-then awaits ``durable(seq)``:
+the record gets the next sequence number, is applied to the in-memory state,
+and is queued with the data it carries. Nothing awaits in between, so records
+of one container reach the WAL in exactly the order their effects were
+applied, and an append's offset is fixed when it is issued. The caller then
+awaits ``durable(seq)``:
 
 * ``fsync=always``: the caller parks until the committer has synced the WAL
-  past ``seq``. The committer loop syncs whatever has been written when it
-  wakes; appends that arrive during a sync are covered by the next one, so
-  one sync serves every segment of the container (group commit). Durable
+  past ``seq``. Each round the committer writes every queued record with one
+  ``writev`` and their data with one ``pwritev`` per contiguous run, then
+  syncs the WAL in a worker thread; records queued during a sync are covered
+  by the next round, so one sync serves every segment of the container
+  (group commit). Durable
   effects (a longer ``durable_length``, a seal readers may see) are applied
   by the committer in sequence order, before the callers are woken, so they
   happen even if a caller was cancelled.
-* ``interval``: acknowledged at once; the committer syncs every
-  ``fsync_interval_s``.
-* ``never``: acknowledged at once; only checkpoints sync.
+* ``interval``: written before ``write`` returns and acknowledged at once;
+  the committer syncs every ``fsync_interval_s``.
+* ``never``: written before ``write`` returns and acknowledged at once; only
+  checkpoints sync.
 
 The committer also starts checkpoints (``_checkpoint``) when the WAL passes
 ``checkpoint_wal_bytes`` and at close: capture the state synchronously,
@@ -47,7 +49,7 @@ from headrace.store.disk.format import CreateRecord, Record, encode_record
 from headrace.store.disk.layout import ContainerPaths
 from headrace.store.disk.log import FileOps, WalWriter, fsync_dir
 from headrace.store.disk.recovery import create_segment_files, write_checkpoint
-from headrace.store.disk.segment import Captured, ContainerState
+from headrace.store.disk.segment import Captured, ContainerState, Write
 
 __all__ = ["CHECKPOINT_WAL_BYTES", "MAX_OPEN_DATA_FILES", "Container"]
 
@@ -56,6 +58,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """WAL size that triggers a checkpoint: bounds replay after a crash to about a
 second of disk bandwidth, while checkpoints (a few fsyncs each) stay rare."""
+
+MAX_PENDING_WAL_BYTES = 8 * 1024 * 1024
+"""Queued record bytes that make ``write`` flush at once instead of waiting for the
+committer: bounds the memory held by a burst between two event-loop turns."""
 
 MAX_OPEN_DATA_FILES = 256
 """Data files a container keeps open (least recently used closed first): with
@@ -141,6 +147,12 @@ class Container:
         self.failure: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._checkpointing: asyncio.Task[None] | None = None
+        self._batched = policy is FsyncPolicy.ALWAYS
+        self._pending: list[bytes | memoryview] = []
+        """Encoded records not yet written to the WAL (``always`` only)."""
+        self._pending_bytes = 0
+        self._pending_writes: list[Write] = []
+        """Their data, not yet written to the data files."""
 
     @property
     def container_id(self) -> int:
@@ -160,10 +172,14 @@ class Container:
             raise StoreClosed("the store is closed")
 
     def write(self, record: Record) -> int:
-        """Write one record, apply it, write its data; return its seq. Never awaits.
+        """Issue one record: apply it, queue it and its data; return its seq. Never awaits.
 
         The caller has validated the record against the state, so applying it
-        cannot fail. Raises StoreClosed / StorageFull, and then the store is failed.
+        cannot fail. Under ``always`` the record and its data are written by the
+        committer just before its next sync (one ``writev`` for the batch);
+        under the other policies they are written before this returns, since
+        the caller is acknowledged at once. Raises StoreClosed / StorageFull
+        (and then the store has failed).
         """
         self.check_writable()
         seq = self.state.last_seq + 1
@@ -172,21 +188,44 @@ class Container:
                 self.files.create(record.segment_id)  # before the record: nothing to undo
         except OSError as exc:
             raise _error_for(exc) from exc
-        try:
-            self._wal.append(encode_record(seq, record), self.ops)
-        except OSError as exc:
-            self.fail(exc)
-            raise _error_for(exc) from exc
-        writes = self.state.apply(seq, record)
-        try:
-            for segment_id, offset, data in writes:
-                self.ops.pwrite(self.files.fd(segment_id), data, offset)
-        except OSError as exc:
-            self.fail(exc)
-            raise _error_for(exc) from exc
-        if self._wal.size_bytes >= self.checkpoint_wal_bytes:
+        buffers = encode_record(seq, record)
+        self._pending += buffers
+        self._pending_bytes += len(buffers[0]) + len(buffers[1])
+        self._pending_writes += self.state.apply(seq, record)
+        if not self._batched or self._pending_bytes >= MAX_PENDING_WAL_BYTES:
+            self._flush()
+        if self._wal.size_bytes + self._pending_bytes >= self.checkpoint_wal_bytes:
             self._wake.set()
         return seq
+
+    def _flush(self) -> None:
+        """Write the queued records to the WAL and their data to the data files."""
+        if not self._pending:
+            return
+        buffers, size, writes = self._pending, self._pending_bytes, self._pending_writes
+        self._pending, self._pending_bytes, self._pending_writes = [], 0, []
+        try:
+            self._wal.append(buffers, size, self.ops)
+            by_segment: dict[int, list[tuple[int, bytes | memoryview]]] = {}
+            for segment_id, offset, data in writes:
+                by_segment.setdefault(segment_id, []).append((offset, data))
+            for segment_id, chunks in by_segment.items():  # contiguous runs: one pwritev each
+                fd = self.files.fd(segment_id)
+                run: list[bytes | memoryview] = []
+                run_offset = run_end = -1
+                for offset, data in chunks:
+                    if offset != run_end and run:
+                        self.ops.pwritev(fd, run, run_offset)
+                        run = []
+                    if not run:
+                        run_offset = run_end = offset
+                    run.append(data)
+                    run_end += len(data)
+                if run:
+                    self.ops.pwritev(fd, run, run_offset)
+        except OSError as exc:
+            self.fail(exc)
+            raise _error_for(exc) from exc
 
     async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
         """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
@@ -241,6 +280,7 @@ class Container:
                 return
             periodic = False
             target = self.state.last_seq
+            self._flush()
             if self.synced_seq < target:
                 await asyncio.to_thread(self.ops.sync_wal, self._wal.fd)
             self._mark_synced(target)
@@ -268,6 +308,7 @@ class Container:
             await self._checkpointing
         if self.failure is not None or self.state.last_seq < self._wal.first_seq:
             return  # failed, or nothing since the last checkpoint
+        self._flush()  # queued records belong in the file being closed
         captured = self.state.capture()
         seq = captured.snapshot.last_seq
         old_wal, old_paths = self._wal, self._wal_paths
@@ -306,7 +347,8 @@ class Container:
     # ------------------------------------------------------------------ failure and close
 
     def fail(self, exc: BaseException) -> None:
-        """Stop accepting writes and release every parked caller with StoreClosed."""
+        """Stop accepting writes and release every parked caller with StoreClosed
+        (StorageFull if the disk is full)."""
         if self.failure is not None:
             return
         self.failure = exc
@@ -314,7 +356,11 @@ class Container:
         while self._waiters:
             _, _, future = self._waiters.popleft()
             if future is not None and not future.done():
-                future.set_exception(StoreClosed(f"the store stopped after an I/O error: {exc}"))
+                future.set_exception(
+                    _error_for(exc)
+                    if isinstance(exc, OSError)
+                    else StoreClosed(f"the store stopped after an I/O error: {exc}")
+                )
         self._wake.set()
         self._on_failure(exc)
 

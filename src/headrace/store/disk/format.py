@@ -409,15 +409,36 @@ def _body(record: Record) -> tuple[RecordType, bytes, bytes | memoryview]:
     raise AssertionError(f"not a record: {record!r}")  # pragma: no cover
 
 
+_SIZE = struct.Struct(">I")
+_APPEND_HEAD = struct.Struct(">QBQQqB16sq")
+"""PAYLOAD_HEADER + APPEND_BODY in one pack, for the hot path."""
+assert _APPEND_HEAD.size == PAYLOAD_HEADER.size + APPEND_BODY.size
+_NO_WRITER = bytes(16)
+
+
 def encode_record(seq: int, record: Record) -> list[bytes | memoryview]:
     """The framed record as buffers for ``os.writev`` (the data is not copied)."""
-    kind, head, tail = _body(record)
-    payload_head = PAYLOAD_HEADER.pack(seq, kind) + head
+    if type(record) is AppendRecord:  # the hot path: same bytes as the general one
+        writer = record.writer
+        payload_head = _APPEND_HEAD.pack(
+            seq,
+            RecordType.APPEND,
+            record.segment_id,
+            record.offset,
+            record.modified_ms,
+            writer is not None,
+            _NO_WRITER if writer is None else writer.writer_id.bytes,
+            0 if writer is None else writer.event_number,
+        )
+        tail: bytes | memoryview = record.data
+    else:
+        kind, head, tail = _body(record)
+        payload_head = PAYLOAD_HEADER.pack(seq, kind) + head
     size = len(payload_head) + len(tail)
     assert size <= MAX_RECORD_PAYLOAD_BYTES, size
-    size_bytes = struct.pack(">I", size)
+    size_bytes = _SIZE.pack(size)
     crc = zlib.crc32(tail, zlib.crc32(payload_head, zlib.crc32(size_bytes)))
-    return [size_bytes + struct.pack(">I", crc) + payload_head, tail]
+    return [size_bytes + _SIZE.pack(crc) + payload_head, tail]
 
 
 def decode_record(payload: memoryview, path: str, position: int) -> tuple[int, Record]:

@@ -39,6 +39,9 @@ __all__ = ["FileOps", "WalScan", "WalWriter", "atomic_write", "fsync_dir", "scan
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
+_IOV_MAX = 1024
+"""Most buffers one ``writev`` takes (Linux ``IOV_MAX``); longer lists are joined first."""
+
 MIN_FRAME_BYTES = FRAME_HEADER.size + PAYLOAD_HEADER.size
 """Smallest possible record frame (a payload with no body), for bounding seq searches."""
 
@@ -65,15 +68,24 @@ class FileOps:
         self.file_syncs += 1
         os.fsync(fd)
 
-    def write(self, fd: int, buffers: list[bytes | memoryview]) -> None:
-        """Append ``buffers`` to a WAL file, retrying short writes."""
-        total = sum(len(b) for b in buffers)
-        written = os.writev(fd, buffers)
-        if written == total:
+    def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
+        """Append ``buffers`` (``size_bytes`` in all) to a WAL file, retrying short writes."""
+        written = os.writev(fd, buffers) if len(buffers) <= _IOV_MAX else 0
+        if written == size_bytes:
             return
         rest = memoryview(b"".join(buffers))[written:]
         while rest:
             rest = rest[os.write(fd, rest) :]
+
+    def pwritev(self, fd: int, buffers: list[bytes | memoryview], position: int) -> None:
+        """Write contiguous buffers at ``position`` of a data file."""
+        if len(buffers) == 1:
+            self.pwrite(fd, buffers[0], position)
+            return
+        size_bytes = sum(len(b) for b in buffers)
+        written = os.pwritev(fd, buffers, position) if len(buffers) <= _IOV_MAX else 0
+        if written != size_bytes:
+            self.pwrite(fd, memoryview(b"".join(buffers))[written:], position + written)
 
     def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> None:
         """Write segment bytes at ``position`` of a data file, retrying short writes."""
@@ -128,7 +140,7 @@ class WalWriter:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
             header = encode_wal_header(container_id, first_seq)
-            ops.write(fd, [header])
+            ops.write(fd, [header], len(header))
         except BaseException:
             os.close(fd)
             raise
@@ -140,9 +152,9 @@ class WalWriter:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, first_seq, os.fstat(fd).st_size)
 
-    def append(self, buffers: list[bytes | memoryview], ops: FileOps) -> None:
-        ops.write(self.fd, buffers)
-        self.size_bytes += sum(len(b) for b in buffers)
+    def append(self, buffers: list[bytes | memoryview], size_bytes: int, ops: FileOps) -> None:
+        ops.write(self.fd, buffers, size_bytes)
+        self.size_bytes += size_bytes
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -80,6 +80,12 @@ class Segment:
 
     def extend_checksum(self, offset: int, data: bytes | memoryview) -> None:
         assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
+        size = len(data)
+        if size and self.block_size + size <= SIDECAR_BLOCK_BYTES:  # the common case
+            self.block_crc = zlib.crc32(data, self.block_crc)
+            self.block_size += size
+            self.dirty = True
+            return
         view = memoryview(data)
         position = 0
         while position < len(view):
@@ -237,10 +243,30 @@ class ContainerState:
             raise ReplayError(f"record seq {seq} does not follow {self.last_seq}")
         if self.pending_merge and not isinstance(record, MergeDataRecord | MergeCommitRecord):
             raise ReplayError("a merge's data records are not followed by its commit")
-        writes = self._apply(record)
+        # Appends are the hot path: dispatched ahead of the match in _apply.
+        if isinstance(record, AppendRecord):
+            writes = self._apply_append(record)
+        else:
+            writes = self._apply(record)
         self.last_seq = seq
         self.changed = True
         return writes
+
+    def _apply_append(self, record: AppendRecord) -> list[Write]:
+        seg = self.by_id.get(record.segment_id)
+        if seg is None:
+            raise ReplayError(f"record for unknown segment id {record.segment_id}")
+        if record.offset != seg.length:
+            raise ReplayError(f"append at {record.offset}, segment length {seg.length}")
+        if seg.sealed:
+            raise ReplayError(f"append to sealed segment {record.segment_id}")
+        data = record.data
+        seg.extend_checksum(record.offset, data)
+        seg.length += len(data)
+        if record.writer is not None:
+            seg.attributes[record.writer.writer_id] = record.writer.event_number
+        seg.modified_ms = record.modified_ms
+        return [(record.segment_id, record.offset, data)] if len(data) else []
 
     def apply_unlogged(self, record: Record) -> list[Write]:
         """Apply a change recovery derives itself (no WAL record, no seq); the
@@ -257,18 +283,8 @@ class ContainerState:
                 self.by_id[sid] = self.by_name[name] = seg
                 self.next_segment_id = max(self.next_segment_id, sid + 1)
                 self.merged.pop(name, None)
-            case AppendRecord(sid, offset, ms, writer, data):
-                seg = self._segment(sid)
-                if offset != seg.length:
-                    raise ReplayError(f"append at {offset}, segment {sid} length {seg.length}")
-                if seg.sealed:
-                    raise ReplayError(f"append to sealed segment {sid}")
-                seg.extend_checksum(offset, data)
-                seg.length += len(data)
-                if writer is not None:
-                    seg.attributes[writer.writer_id] = writer.event_number
-                seg.modified_ms = ms
-                return [(sid, offset, data)] if len(data) else []
+            case AppendRecord():
+                return self._apply_append(record)
             case SealRecord(sid, ms):
                 seg = self._segment(sid)
                 seg.sealed = True
