@@ -546,6 +546,7 @@ class TankBroker:
         end, hwm = part.length, part.hwm
         out = bytearray()
         chunk: _Chunk | None = None
+        previous_last = 0
         async for bundle in self._walk(part, start[0], start[1], end):
             part.note(bundle.offset, bundle.first)
             if chunk is None:
@@ -554,8 +555,14 @@ class TankBroker:
                 chunk = _Chunk(bundle.first, bundle.sparse, b"")
             elif len(out) >= fetch_size:
                 break
+            elif not bundle.sparse and bundle.first != previous_last + 1:
+                # An anchored bundle (ProduceWithSeqnum) after a gap: a client numbers
+                # a chunk's ordinary bundles consecutively, so it starts the next chunk
+                # (as a new segment file would in TANK).
+                break
             if bundle.first > hwm:
                 break
+            previous_last = bundle.last
             entry = encode_varint(len(bundle.payload))
             if out and len(out) + len(entry) + len(bundle.payload) > budget:
                 break
