@@ -40,6 +40,7 @@ from headrace.store.api import (
     MAX_TABLE_BATCH_BYTES,
     MAX_TABLE_KEY_BYTES,
     MAX_TABLE_VALUE_BYTES,
+    MAX_WAIT_S,
     SegmentStore,
 )
 from headrace.types import (
@@ -553,6 +554,18 @@ class StoreContract:
         await store.merge("t", "src")
         with pytest.raises(SegmentNotFound):
             await asyncio.wait_for(waiter, WAIT_LIMIT_S)
+
+    async def test_wait_raises_store_closed_when_closed_while_waiting(
+        self, store: SegmentStore
+    ) -> None:
+        await store.create_segment("s")
+        waiter = asyncio.create_task(store.wait_for_data("s", 0, MAX_WAIT_S))
+        await _park(waiter)
+        await store.close()
+        done, _ = await asyncio.wait({waiter}, timeout=WAIT_LIMIT_S)
+        assert waiter in done, "close left a long-poll wait parked"
+        with pytest.raises(StoreClosed):
+            waiter.result()
 
     async def test_wait_on_missing_raises_not_found(self, store: SegmentStore) -> None:
         with pytest.raises(SegmentNotFound):

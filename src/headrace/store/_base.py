@@ -159,6 +159,14 @@ class BaseStore(abc.ABC):
         if event is not None:
             event.set()
 
+    def _wake_all(self) -> None:
+        """Wake every ``wait_for_data`` on every segment: call when the store
+        closes, so parked waits raise ``StoreClosed`` at once instead of holding
+        shutdown for up to ``MAX_WAIT_S``."""
+        events, self._change_events = self._change_events, {}
+        for event in events.values():
+            event.set()
+
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(timeout_s, 0.0), MAX_WAIT_S)

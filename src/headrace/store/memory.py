@@ -219,3 +219,4 @@ class MemoryStore(BaseStore):
 
     async def close(self) -> None:
         self._closed = True
+        self._wake_all()
