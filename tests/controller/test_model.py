@@ -6,6 +6,7 @@ import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -26,6 +27,8 @@ from headrace.controller.errors import (
     TxnNotOpen,
 )
 from headrace.controller.model import (
+    AUTO_SCALE_COLD_SAMPLES,
+    AUTO_SCALE_HOT_SAMPLES,
     COMPLETED_TXN_KEEP_MS,
     LEASE_SLACK_FACTOR,
     MAX_RETENTION_CUTS,
@@ -46,6 +49,7 @@ from headrace.errors import SegmentNotFound
 from headrace.store.api import FsyncPolicy, SegmentStore
 from headrace.store.disk import DiskStore
 from headrace.store.memory import MemoryStore
+from headrace.types import WriterAppend
 
 
 class Clock:
@@ -705,3 +709,83 @@ async def test_restart_finishes_an_interrupted_truncation(env: Env) -> None:
     assert (await env.store.info("sc/st/0.#epoch.0")).start_offset == 6
     [head] = await env.model.head_segments("sc", "st")
     assert head.offset == 6
+
+
+# --------------------------------------------------------------------------- auto-scaling
+
+
+async def make_auto_stream(env: Env, kind: ScalingType, target: int, count: int = 1) -> None:
+    await env.model.create_scope("sc")
+    policy = ScalingPolicy(kind, target, 2, count)
+    await env.model.create_stream("sc", "st", StreamConfig(scaling=policy))
+
+
+async def sample(env: Env) -> int:
+    env.clock.now_ms += 1000
+    return await env.model.auto_scale()
+
+
+async def test_data_rate_above_target_splits_after_sustained_load(env: Env) -> None:
+    await make_auto_stream(env, ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 1)  # 1 KiB/s
+    assert await sample(env) == 0  # the baseline
+    for _ in range(AUTO_SCALE_HOT_SAMPLES - 1):
+        await env.store.append("sc/st/0.#epoch.0", b"x" * 4096)
+        assert await sample(env) == 0
+    assert env.model.segment_loads("sc", "st") == {0: 4096.0}
+    await env.store.append("sc/st/0.#epoch.0", b"x" * 4096)
+    assert await sample(env) == 1
+    segs = env.model.current_segments("sc", "st")
+    assert [(s.min_key, s.max_key) for s in segs] == [(0.0, 0.5), (0.5, 1.0)]
+
+
+async def test_event_rate_counts_writer_event_numbers(env: Env) -> None:
+    await make_auto_stream(env, ScalingType.BY_RATE_IN_EVENTS_PER_SEC, 5)
+    writer = uuid4()
+    number = 0
+    await sample(env)
+    for _ in range(AUTO_SCALE_HOT_SAMPLES):
+        number += 10  # ten events a second, over the target of five
+        await env.store.append(
+            "sc/st/0.#epoch.0", b"e", writer=WriterAppend(writer, event_number=number)
+        )
+        scaled = await sample(env)
+    assert scaled == 1
+    assert len(env.model.current_segments("sc", "st")) == 2
+
+
+async def test_a_burst_does_not_split(env: Env) -> None:
+    await make_auto_stream(env, ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 1)
+    await sample(env)
+    await env.store.append("sc/st/0.#epoch.0", b"x" * 100_000)
+    for _ in range(AUTO_SCALE_HOT_SAMPLES + 2):
+        assert await sample(env) == 0
+    assert len(env.model.current_segments("sc", "st")) == 1
+
+
+async def test_cold_neighbours_merge_but_not_below_the_minimum(env: Env) -> None:
+    await make_auto_stream(env, ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 1, count=3)
+    policy = ScalingPolicy(ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 1, 2, 2)
+    await env.model.update_stream("sc", "st", StreamConfig(scaling=policy))
+    scaled = 0
+    for _ in range(3 * AUTO_SCALE_COLD_SAMPLES):
+        scaled += await sample(env)
+    assert scaled == 1
+    segs = env.model.current_segments("sc", "st")
+    assert len(segs) == 2
+    assert segs[0].min_key == 0.0 and segs[-1].max_key == 1.0
+
+
+async def test_open_transaction_blocks_auto_scaling(env: Env) -> None:
+    await make_auto_stream(env, ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 1)
+    await env.model.create_txn("sc", "st", 90_000)
+    await sample(env)
+    for _ in range(AUTO_SCALE_HOT_SAMPLES + 1):
+        await env.store.append("sc/st/0.#epoch.0", b"x" * 4096)
+        assert await sample(env) == 0
+
+
+async def test_fixed_streams_are_not_sampled(env: Env) -> None:
+    await make_stream(env, 1)
+    await env.store.append("sc/st/0.#epoch.0", b"x" * 100_000)
+    await sample(env)
+    assert env.model.segment_loads("sc", "st") == {}

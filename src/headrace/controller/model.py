@@ -40,6 +40,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from uuid import UUID
 
 from headrace.controller.errors import (
     InvalidArgument,
@@ -97,6 +98,8 @@ from headrace.store.api import SegmentStore
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
+    "AUTO_SCALE_COLD_SAMPLES",
+    "AUTO_SCALE_HOT_SAMPLES",
     "COMPLETED_TXN_KEEP_MS",
     "LEASE_SLACK_FACTOR",
     "MAX_OPEN_TXNS_PER_STREAM",
@@ -154,6 +157,14 @@ RETENTION_CUTS_PER_WINDOW = 20
 """Cuts recorded per time-retention window: truncation lands within 5 % of the
 asked-for age."""
 
+AUTO_SCALE_HOT_SAMPLES = 3
+"""Consecutive samples above the target rate before a segment is split: a burst
+is not a trend (with the 10 s default period, 30 s of sustained load)."""
+
+AUTO_SCALE_COLD_SAMPLES = 30
+"""Consecutive samples under half the target before two neighbours merge: merging
+is cheap to get wrong and slow to undo, so it waits longer (5 minutes)."""
+
 TABLE_PAGE_COUNT = 1_000
 """Entries read per page while loading the metadata tables."""
 
@@ -181,6 +192,18 @@ class Successor:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class _Load:
+    """One load sample of a segment (memory only: a restart starts sampling anew)."""
+
+    time_ms: int
+    length: int
+    writers: Mapping[UUID, int]
+    rate: float
+    hot: int
+    cold: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SweepResult:
     aborted: int
     purged: int
@@ -204,6 +227,7 @@ class ControllerModel:
         self._txns: dict[StreamKey, dict[TxnId, tuple[TxnRecord, int]]] = {}
         self._deadlines: dict[tuple[str, str, TxnId], int] = {}
         self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
+        self._loads: dict[StreamKey, dict[int, _Load]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
 
@@ -636,6 +660,108 @@ class ControllerModel:
     def retention_cuts(self, scope: str, stream: str) -> list[RetentionCut]:
         """The recorded retention cuts, oldest first (for tests and tools)."""
         return [c for c, _ in self._cuts.get((scope, stream), [])]
+
+    # ------------------------------------------------------------------ auto-scaling
+
+    async def auto_scale(self) -> int:
+        """Sample the load of every auto-scaling stream once and scale where the
+        policy says so; returns how many scales were done. Run periodically.
+
+        The rate of a segment is measured between two calls: bytes from its
+        length, events from its writers' last event numbers (the attributes the
+        append path keeps). A segment above ``targetRate`` (KiB/s or events/s)
+        for ``AUTO_SCALE_HOT_SAMPLES`` calls in a row is split into
+        ``max(2, scaleFactor)`` equal parts; two neighbours both under half
+        the target for ``AUTO_SCALE_COLD_SAMPLES`` calls in a row are merged,
+        never below ``minNumSegments``. At most one scale per stream per call,
+        none while the stream has open transactions.
+        """
+        scaled = 0
+        for key in list(self._streams):
+            entry = self._streams.get(key)
+            if (
+                entry is None
+                or entry[0].config.scaling.scale_type is ScalingType.FIXED_NUM_SEGMENTS
+            ):
+                self._loads.pop(key, None)
+                continue
+            async with self._stream_lock(*key):
+                entry = self._streams.get(key)
+                if entry is not None and await self._auto_scale(entry[0]):
+                    scaled += 1
+        return scaled
+
+    async def _auto_scale(self, rec: StreamRecord) -> bool:
+        key = (rec.scope, rec.stream)
+        if rec.state is not StreamState.ACTIVE:
+            self._loads.pop(key, None)
+            return False
+        policy = rec.config.scaling
+        target = max(1, policy.target_rate)
+        if policy.scale_type is ScalingType.BY_RATE_IN_KBYTES_PER_SEC:
+            target *= 1024
+        now = self._clock_ms()
+        previous = self._loads.get(key, {})
+        loads: dict[int, _Load] = {}
+        for seg in rec.active_segments():
+            loads[seg.id] = await self._sample(rec, seg, now, previous.get(seg.id), target)
+        self._loads[key] = loads
+        if any(t.state is TxnState.OPEN for t, _ in self._txns.get(key, {}).values()):
+            return False
+        active = rec.active_segments()
+        hot = [s for s in active if loads[s.id].hot >= AUTO_SCALE_HOT_SAMPLES]
+        parts = max(2, policy.scale_factor)
+        if hot and len(active) - 1 + parts <= MAX_SEGMENTS_PER_EPOCH:
+            seg = max(hot, key=lambda s: loads[s.id].rate)
+            width = seg.max_key - seg.min_key
+            bounds = [seg.min_key + width * i / parts for i in range(parts)] + [seg.max_key]
+            ranges = list(itertools.pairwise(bounds))
+            log.info("auto-scale: splitting %s/%s segment %d in %d", *key, seg.id, parts)
+            await self._scale(rec, [seg.id], ranges)
+            self._loads.pop(key, None)
+            return True
+        if len(active) > policy.min_num_segments:
+            for a, b in itertools.pairwise(active):
+                if min(loads[a.id].cold, loads[b.id].cold) >= AUTO_SCALE_COLD_SAMPLES:
+                    log.info("auto-scale: merging %s/%s segments %d and %d", *key, a.id, b.id)
+                    await self._scale(rec, [a.id, b.id], [(a.min_key, b.max_key)])
+                    self._loads.pop(key, None)
+                    return True
+        return False
+
+    async def _sample(
+        self,
+        rec: StreamRecord,
+        seg: SegmentRecord,
+        now: int,
+        before: _Load | None,
+        target: int,
+    ) -> _Load:
+        try:
+            info = await self._store.info(segment_name(rec.scope, rec.stream, seg.id))
+        except SegmentNotFound:
+            return _Load(now, 0, {}, 0.0, 0, 0)
+        writers = {w: n for w, n in info.attributes.items() if n >= 0}
+        if before is None or now <= before.time_ms:
+            return _Load(now, info.length, writers, 0.0, 0, 0)
+        seconds = (now - before.time_ms) / 1000
+        if rec.config.scaling.scale_type is ScalingType.BY_RATE_IN_KBYTES_PER_SEC:
+            amount = info.length - before.length
+        else:
+            amount = sum(n - before.writers.get(w, 0) for w, n in writers.items())
+        rate = max(0, amount) / seconds
+        return _Load(
+            now,
+            info.length,
+            writers,
+            rate,
+            before.hot + 1 if rate > target else 0,
+            before.cold + 1 if rate < target / 2 else 0,
+        )
+
+    def segment_loads(self, scope: str, stream: str) -> dict[int, float]:
+        """The last sampled rate of each active segment (for tests and tools)."""
+        return {sid: load.rate for sid, load in self._loads.get((scope, stream), {}).items()}
 
     # ------------------------------------------------------------------ transactions
 

@@ -69,6 +69,7 @@ from headrace.errors import StoreClosed
 from headrace.store.api import SegmentStore
 
 __all__ = [
+    "AUTO_SCALE_INTERVAL_S",
     "GRPC_CODES",
     "LIST_PAGE_COUNT",
     "MAX_CONCURRENT_RPCS",
@@ -101,6 +102,10 @@ RETENTION_INTERVAL_S = 60.0
 """How often retention cuts are recorded and retention policies applied. Java's
 default is 30 minutes; a cut costs one table write per stream, so a minute keeps
 truncation close to the policy at little cost."""
+
+AUTO_SCALE_INTERVAL_S = 10.0
+"""How often auto-scaling streams are sampled (see ``ControllerModel.auto_scale``
+for how many samples make a decision)."""
 
 TXN_SWEEP_INTERVAL_S = 10.0
 """How often expired transactions are aborted; leases are 90 s, so 10 s of
@@ -599,8 +604,8 @@ def _bind_address(host: str, port: int) -> str:
 
 
 class ControllerServer:
-    """The controller on a port: a ``grpc.aio`` server plus two periodic jobs,
-    the transaction sweep (lease expiry) and retention.
+    """The controller on a port: a ``grpc.aio`` server plus three periodic jobs,
+    the transaction sweep (lease expiry), retention and auto-scaling.
 
     Start it with ``await ControllerServer.start(...)``; stop it with ``aclose``.
     """
@@ -623,6 +628,7 @@ class ControllerServer:
         sweep_interval_s: float = TXN_SWEEP_INTERVAL_S,
         retention_interval_s: float = RETENTION_INTERVAL_S,
         model: ControllerModel | None = None,
+        auto_scale_interval_s: float = AUTO_SCALE_INTERVAL_S,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -633,6 +639,7 @@ class ControllerServer:
                 wildcard host is replaced by this machine's name.
             sweep_interval_s: period of the lease-expiry sweep.
             retention_interval_s: period of the retention job.
+            auto_scale_interval_s: period of the auto-scaling job.
             model: the metadata model to serve, when the caller shares one with
                 other front doors (the server app does); opened from ``store``
                 otherwise.
@@ -668,6 +675,9 @@ class ControllerServer:
         self._jobs = [
             asyncio.create_task(self._every(sweep_interval_s, "transaction sweep", self._sweep)),
             asyncio.create_task(self._every(retention_interval_s, "retention", self._retention)),
+            asyncio.create_task(
+                self._every(auto_scale_interval_s, "auto-scaling", self._auto_scale)
+            ),
         ]
         return self
 
@@ -684,6 +694,11 @@ class ControllerServer:
         truncated = await self.model.enforce_retention()
         if truncated:
             log.info("retention: %d streams truncated", truncated)
+
+    async def _auto_scale(self) -> None:
+        scaled = await self.model.auto_scale()
+        if scaled:
+            log.info("auto-scaling: %d streams scaled", scaled)
 
     async def _every(
         self, interval_s: float, name: str, job: Callable[[], Awaitable[None]]
