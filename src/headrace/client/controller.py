@@ -18,6 +18,7 @@ errors).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from google.protobuf.message_factory import GetMessageClass
 from headrace.controller._proto import controller_pb2 as pb
 from headrace.errors import ConnectionLost, RequestTimeout, ServerError
 
+from ._conn import DEFAULT_RETRY, RetryPolicy
 from .errors import ControllerError
 
 __all__ = [
@@ -55,6 +57,14 @@ DEFAULT_TXN_LEASE_MS = 90_000
 """Transaction lease the Rust client asks for (controller spec §4)."""
 
 _MAX_I64 = 2**63 - 1
+
+_CHANNEL_OPTIONS = [
+    # grpc's defaults back off reconnects from 1 s up to 120 s; a restarted
+    # controller should be found again within a fraction of a second.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["ControllerService"]
 _METHODS: dict[str, tuple[str, type[Message]]] = {
@@ -212,11 +222,18 @@ class ControllerClient:
         timeout_s: deadline of each call.
     """
 
-    def __init__(self, uri: str, *, timeout_s: float = CONTROLLER_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        timeout_s: float = CONTROLLER_TIMEOUT_S,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
         self.uri = uri
         self._target = parse_controller_uri(uri)
         self._timeout_s = timeout_s
-        self._channel = grpc.aio.insecure_channel(self._target)
+        self._retry = retry
+        self._channel = grpc.aio.insecure_channel(self._target, options=_CHANNEL_OPTIONS)
 
     async def aclose(self) -> None:
         await self._channel.close()
@@ -234,16 +251,30 @@ class ControllerClient:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response_class.FromString,
         )
-        try:
-            response = await call(request, timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            code = exc.code()
-            if code == grpc.StatusCode.UNAVAILABLE:
-                raise ConnectionLost(f"controller {self._target}: {exc.details()}") from exc
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise RequestTimeout(f"controller {self._target}: {name} timed out") from exc
-            raise ServerError(code.name, f"{name}: {exc.details()}") from exc
+        delays = self._retry.delays()
+        while True:
+            try:
+                response = await call(request, timeout=self._timeout_s)
+                break
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code != grpc.StatusCode.UNAVAILABLE:
+                    raise self._error(name, exc) from exc
+                # No connection (a controller restarting): grpc reports UNAVAILABLE
+                # when the request could not be sent, so sending it again is safe.
+                delay = next(delays, None)
+                if delay is None:
+                    raise self._error(name, exc) from exc
+                await asyncio.sleep(delay)
         return cast(_M, response)
+
+    def _error(self, name: str, exc: grpc.aio.AioRpcError) -> Exception:
+        code = exc.code()
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return ConnectionLost(f"controller {self._target}: {exc.details()}")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return RequestTimeout(f"controller {self._target}: {name} timed out")
+        return ServerError(code.name, f"{name}: {exc.details()}")
 
     @staticmethod
     def _info(scope: str, stream: str) -> pb.StreamInfo:

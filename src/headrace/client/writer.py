@@ -158,6 +158,7 @@ class _SegmentWriter:
         self._conn: SegmentStoreConnection | None = None
         self._setup: asyncio.Future[p.Command] | None = None
         self._lost: asyncio.Event = asyncio.Event()
+        self._set_up_before = False
         self._task = asyncio.create_task(self._run(), name=f"writer {segment.name}")
 
     # ------------------------------------------------------------------ producer side
@@ -300,8 +301,9 @@ class _SegmentWriter:
             raise error_for_reply(reply)
         # Everything the store holds is acknowledged; the rest goes out again.
         resend = [e for block in self.in_flight for e in block.events]
-        if resend:
+        if self._set_up_before:
             self.owner._stats.reconnects += 1
+        self._set_up_before = True
         self.in_flight.clear()
         stored = reply.last_event_number
         acked = [e for e in resend if e.number <= stored]
@@ -498,6 +500,9 @@ class EventWriter:
 
     async def aclose(self) -> None:
         """Flush, then stop the segment writers. The controller and pool stay open.
+
+        After a fatal error (already raised by ``write``) nothing is flushed
+        and nothing is raised.
 
         Raises:
             ClientError: as :meth:`flush`.

@@ -1,0 +1,277 @@
+"""The record reader: any stream, whatever protocol wrote it, as :class:`Record` s.
+
+This is the one generic read path (DESIGN.md section 2, "Records"): the CLI,
+Reactive Streams IO and the Spark source read through it.
+
+What a record is
+----------------
+``Record(stream, segment, offset, key, value, timestamp_ms, index)``:
+
+* ``stream`` is ``scope/stream``; ``segment`` the qualified segment name;
+* ``offset`` the segment offset of the stored event's 8-byte header (the
+  position a reader resumes from; Pravega's event offset);
+* an ordinary Pravega event (written by a Pravega client, Lumberjack, RS-IO)
+  is one record: ``key`` is ``None`` (Pravega does not store routing keys),
+  ``value`` the event bytes, ``timestamp_ms`` ``None``;
+* in a TANK topic (scope ``tank`` by default, ``tank_scope`` to change) each
+  stored event is one TANK bundle as produced; it is unpacked with
+  ``headrace.protocols.tank.codec.decode_bundle`` into one record per
+  message, with the message's key (``None`` when empty), value and
+  timestamp, all with the bundle's ``offset`` and ``index`` 0, 1, 2... within
+  it. ``(segment, offset, index)`` identifies a record.
+
+How segments are walked
+-----------------------
+Reading starts at the stream's head segments (``getSegments`` at time 0, at
+their start offsets) or at explicit ``{segment: offset}`` positions. Each
+segment is read with ``ReadSegment`` in 2 MiB steps; events split between
+replies are reassembled. A sealed segment ends with ``end_of_segment``; the
+reader then asks the controller for its successors and starts each once all
+of its predecessors it knows of are finished (so per-key order holds across
+scaling). Without ``follow`` a segment is read up to the length it had when
+the reader reached it (a snapshot: reading ends); with ``follow`` reads at the
+tail are long-polled (the server holds them) and reading never ends by itself.
+Segments are read concurrently; records of one segment come in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+
+from headrace.errors import RemoteProtocolError
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega.codec import FRAME_HEADER, HEADER_SIZE_BYTES
+from headrace.protocols.tank.codec import decode_bundle
+
+from .controller import Segment
+from .errors import NoSuchSegmentError, SegmentIsTruncatedError
+from .pravega import PravegaClient
+
+__all__ = [
+    "DEFAULT_TANK_SCOPE",
+    "MAX_QUEUED_BATCHES",
+    "Record",
+    "RecordReader",
+    "iter_events",
+    "records_from_events",
+]
+
+DEFAULT_TANK_SCOPE = "tank"
+"""Scope holding TANK topics (the server's ``--tank-scope`` default)."""
+
+MAX_QUEUED_BATCHES = 16
+"""Read replies (each up to 2 MiB) decoded and waiting for the consumer; bounds
+memory when the consumer is slower than the segments."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a stream; see the module docstring for each field's meaning."""
+
+    stream: str
+    segment: str
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int | None
+    index: int = 0
+
+
+_Batch = tuple[Segment, int, list[Record]]
+"""Records decoded from one read reply, with the segment and the offset after them."""
+
+
+class _EventBuffer:
+    """Reassembles Event frames (spec §5.3) from consecutive read replies of one segment."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset  # segment offset of buffer[0]
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+        """``(offset, payload)`` of every event completed by ``data``.
+
+        Raises:
+            RemoteProtocolError: the segment holds something else than Event frames.
+        """
+        buf = self.buffer
+        buf += data
+        pos = 0
+        end = len(buf)
+        while end - pos >= HEADER_SIZE_BYTES:
+            type_code, length = FRAME_HEADER.unpack_from(buf, pos)
+            if type_code != p.CommandType.EVENT or length < 0:
+                raise RemoteProtocolError(
+                    f"not an event at offset {self.offset + pos}: type {type_code}"
+                )
+            stop = pos + HEADER_SIZE_BYTES + length
+            if stop > end:
+                break
+            yield self.offset + pos, bytes(buf[pos + HEADER_SIZE_BYTES : stop])
+            pos = stop
+        del buf[:pos]
+        self.offset += pos
+
+
+def iter_events(data: bytes, base_offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """``(offset, payload)`` of each whole Event frame in ``data`` read at ``base_offset``."""
+    yield from _EventBuffer(base_offset).feed(data)
+
+
+def records_from_events(
+    stream: str, segment: str, events: Iterator[tuple[int, bytes]], *, tank: bool
+) -> Iterator[Record]:
+    """Turn a segment's events into records (TANK bundles unpacked when ``tank``)."""
+    for offset, payload in events:
+        if not tank:
+            yield Record(stream, segment, offset, None, payload, None)
+            continue
+        # Seq nums are not needed for records; 1 stands in for a non-sparse bundle's.
+        for i, msg in enumerate(decode_bundle(payload, 1)):
+            yield Record(stream, segment, offset, msg.key or None, msg.content, msg.timestamp_ms, i)
+
+
+class RecordReader:
+    """Reads one stream as records. Iterate with ``async for``; close with :meth:`aclose`.
+
+    Args:
+        client: the client to read through (not closed by the reader).
+        scope, stream: the stream.
+        start: ``{segment: offset}`` to start from; default the stream's head.
+        follow: keep reading at the tail (never ends); default read what is
+            there when each segment is reached, then end.
+        tank_scope: the scope whose streams hold TANK bundles.
+    """
+
+    def __init__(
+        self,
+        client: PravegaClient,
+        scope: str,
+        stream: str,
+        *,
+        start: Mapping[Segment, int] | None = None,
+        follow: bool = False,
+        tank_scope: str = DEFAULT_TANK_SCOPE,
+    ) -> None:
+        self._client = client
+        self.scope = scope
+        self.stream = stream
+        self._start = dict(start) if start is not None else None
+        self.follow = follow
+        self.tank = scope == tank_scope
+        self._queue: asyncio.Queue[_Batch | BaseException | None] = asyncio.Queue(
+            MAX_QUEUED_BATCHES
+        )
+        self._tasks: dict[Segment, asyncio.Task[None]] = {}
+        self._started: set[int] = set()
+        self._finished: set[int] = set()
+        self._waiting: dict[Segment, set[int]] = {}
+        self._running = 0
+        self.positions: dict[Segment, int] = {}
+        """Where each segment's reading stands: the offset after the last record handed out."""
+        self._opened = False
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.scope}/{self.stream}"
+
+    async def _open(self) -> None:
+        self._opened = True
+        start = self._start
+        if start is None:
+            start = await self._client.controller.get_head_segments(self.scope, self.stream)
+        if not start:
+            await self._queue.put(None)
+            return
+        for segment, offset in sorted(start.items()):
+            self._launch(segment, offset)
+
+    def _launch(self, segment: Segment, offset: int) -> None:
+        self._started.add(segment.segment_id)
+        self._running += 1
+        self.positions.setdefault(segment, offset)
+        self._tasks[segment] = asyncio.create_task(
+            self._read_segment(segment, offset), name=f"records {segment.name}"
+        )
+
+    async def _read_segment(self, segment: Segment, offset: int) -> None:
+        segments = self._client.segments
+        try:
+            limit: int | None = None
+            if not self.follow:
+                limit = (await segments.stat(segment)).length
+            buf = _EventBuffer(offset)
+            sealed_end = False
+            while limit is None or offset < limit:
+                try:
+                    got = await segments.read(segment, offset)
+                except (SegmentIsTruncatedError, NoSuchSegmentError):
+                    sealed_end = True  # gone or truncated away: like the Rust reader, move on
+                    break
+                offset += len(got.data)
+                records = list(
+                    records_from_events(self.name, segment.name, buf.feed(got.data), tank=self.tank)
+                )
+                if records:
+                    await self._queue.put((segment, buf.offset, records))
+                if got.end_of_segment:
+                    sealed_end = True
+                    break
+            if sealed_end:
+                await self._segment_finished(segment)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            await self._queue.put(exc)
+        finally:
+            self._running -= 1
+            if self._running == 0 and not self._closed:
+                await self._queue.put(None)
+
+    async def _segment_finished(self, segment: Segment) -> None:
+        self._finished.add(segment.segment_id)
+        successors = await self._client.controller.get_successors(segment)
+        for rng, pred_ids in successors.items():
+            nxt = rng.segment
+            if nxt.segment_id in self._started:
+                continue
+            self._waiting[nxt] = {pid for pid in pred_ids if pid in self._started}
+        for nxt, waits_for in list(self._waiting.items()):
+            if waits_for <= self._finished:
+                del self._waiting[nxt]
+                self._launch(nxt, 0)
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Record]:
+        if not self._opened:
+            await self._open()
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            segment, end, records = item
+            for record in records:
+                yield record
+            self.positions[segment] = end
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def __aenter__(self) -> RecordReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
