@@ -1,0 +1,82 @@
+"""Broker behaviour that needs the broker's own knobs: heartbeats, and parked
+consumes let go when their connection goes. In-process, over a MemoryStore."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from headrace.client.tank import TankClient
+from headrace.controller.model import ControllerModel
+from headrace.errors import ConnectionLost
+from headrace.protocols.tank import SEQ_NUM_TAIL, CreateTopicResult
+from headrace.server._listen import start_tcp_listener
+from headrace.server.app import Listener
+from headrace.server.tank import TankBroker, TankHandler
+from headrace.store.memory import MemoryStore
+
+HEARTBEAT_S = 0.05
+WAIT_S = 10.0
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[TankBroker]:
+    store = MemoryStore()
+    broker = TankBroker(store, await ControllerModel.open(store))
+    await broker.start()
+    yield broker
+    await store.close()
+
+
+@pytest.fixture
+async def listener(broker: TankBroker) -> AsyncIterator[Listener]:
+    listener = await start_tcp_listener(
+        "tank", "127.0.0.1", 0, lambda: TankHandler(broker, heartbeat_interval_s=HEARTBEAT_S)
+    )
+    yield listener
+    await listener.aclose()
+
+
+async def test_heartbeat_pings_arrive(listener: Listener) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    try:
+        frames = await asyncio.wait_for(reader.readexactly(15), WAIT_S)
+        assert frames == b"\x03\x00\x00\x00\x00" * 3  # the greeting, then two heartbeats
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+class _WatchedSet(set[object]):
+    """A set that says when something leaves it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emptied = asyncio.Event()
+
+    def discard(self, item: object) -> None:
+        super().discard(item)
+        if not self:
+            self.emptied.set()
+
+
+async def test_parked_consume_is_released_when_its_client_goes(
+    broker: TankBroker, listener: Listener
+) -> None:
+    async with await TankClient.connect("127.0.0.1", listener.port) as client:
+        assert await client.create_topic("parked", 1) is CreateTopicResult.CREATED
+        part = await broker.partition("parked", 0)
+        watched = _WatchedSet()
+        part.waiters = watched  # type: ignore[assignment]
+        parked = asyncio.create_task(client.consume("parked", 0, SEQ_NUM_TAIL, max_wait_ms=600_000))
+        # Requests run in arrival order and a consume at the tail parks before its
+        # first pause, so once this later request is answered the consume is parked.
+        await client.status()
+        assert len(watched) == 1
+    with pytest.raises(ConnectionLost):
+        await parked
+    # The broker saw the close and let the consume go (not its hour-long timer).
+    await asyncio.wait_for(watched.emptied.wait(), WAIT_S)
+    assert not part.waiters
