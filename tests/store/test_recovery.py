@@ -5,26 +5,33 @@ holds exactly what the OS holds for the files at that moment (what a
 ``kill -9`` leaves), and every append acknowledged before the copy is in it.
 Faults are then applied to the copy: cutting the last WAL file anywhere,
 appending garbage, flipping bits in each kind of file. A ``FileOps`` subclass
-injects write failures into a live store.
+injects write failures into a live store. Random histories, replayed on
+``MemoryStore`` as the model, check that any cut of the log recovers exactly
+the state after some prefix of the history.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
 from headrace.errors import CorruptionError, SegmentNotFound, StoreClosed
+from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore, FileOps
 from headrace.store.disk.format import WAL_HEADER, encode_wal_header
 from headrace.store.disk.layout import ContainerPaths, container_of
 from headrace.store.disk.log import scan_wal
 from headrace.store.disk.verify import verify_data_dir
+from headrace.store.memory import MemoryStore
+from headrace.types import SegmentKind, TableUpdate, WriterAppend
 
 CONTAINERS = 2
 SEGMENT = "stream/0"
@@ -394,3 +401,138 @@ async def test_damage_anywhere_means_no_repair_anywhere(tmp_path: Path) -> None:
     _flip(wal, _frames(wal)[3].start + 20)  # damage in the other container
     await _assert_refused(crashed, "valid records follow")
     assert _backups(_last_wal(crashed, other)) == []
+
+
+# ---------------------------------------------------------------------- random histories
+
+
+async def _model_dump(store: SegmentStore) -> dict[str, object]:
+    """Everything observable, but the clock."""
+    out: dict[str, object] = {}
+    for name in await store.list_segments():
+        info = await store.info(name)
+        data = (await store.read(name, info.start_offset, 1 << 24)).data
+        entry: list[object] = [info.kind, info.start_offset, info.length, info.sealed]
+        entry += [dict(info.attributes), data]
+        if info.kind is SegmentKind.TABLE:
+            entry.append((await store.iterate_table_entries(name, max_count=10_000)).items)
+        out[name] = entry
+    return out
+
+
+Op = Callable[[SegmentStore], Awaitable[object]]
+
+
+def _random_history(rng: random.Random, count: int) -> list[Op]:
+    """Operations that each write one WAL record (a merge is preceded by its seal),
+    so every cut of a one-container WAL is the history of some prefix of them."""
+    names = ["a", "b", "../c", "d\x00", "t"]
+    ops: list[Op] = [lambda s: s.create_segment("a"), lambda s: s.create_table("t")]
+    live = {"a"}
+    sealed: set[str] = set()
+    lengths = {"a": 0}
+    while len(ops) < count:
+        choice = rng.random()
+        name = rng.choice(sorted(live))
+        if choice < 0.15 and len(live) < len(names) - 1:
+            new = rng.choice([n for n in names if n not in live and n != "t"])
+            live.add(new)
+            lengths[new] = 0
+            ops.append(lambda s, n=new: s.create_segment(n))
+        elif choice < 0.55 and name not in sealed:
+            data = rng.randbytes(rng.choice([1, 7, 300, 5000]))
+            writer = WriterAppend(UUID(int=rng.randrange(3) + 1), len(ops) + 1)
+            lengths[name] += len(data)
+            ops.append(lambda s, n=name, d=data, w=writer: s.append(n, d, writer=w))
+        elif choice < 0.62:
+            sealed.add(name)
+            ops.append(lambda s, n=name: s.seal(n))
+        elif choice < 0.70 and lengths[name]:
+            offset = rng.randrange(lengths[name] + 1)
+            ops.append(lambda s, n=name, o=offset: _truncate_up_to(s, n, o))
+        elif choice < 0.78:
+            value = rng.randrange(1000)
+            ops.append(lambda s, n=name, v=value: _set_attribute(s, n, v))
+        elif choice < 0.86:
+            key, value = rng.randbytes(3), rng.randbytes(rng.randrange(20))
+            ops.append(lambda s, k=key, v=value: s.update_table("t", [TableUpdate(k, v)]))
+        elif choice < 0.93 and len(live) > 1:
+            target = rng.choice(sorted(live - {name} - sealed) or [None])
+            if target is None:
+                continue
+            if name not in sealed:
+                ops.append(lambda s, n=name: s.seal(n))
+            ops.append(lambda s, t=target, n=name: s.merge(t, n))
+            lengths[target] += lengths[name]
+            live.discard(name)
+            sealed.discard(name)
+        elif len(live) > 1:
+            live.discard(name)
+            sealed.discard(name)
+            ops.append(lambda s, n=name: s.delete(n))
+    return ops
+
+
+async def _truncate_up_to(store: SegmentStore, name: str, offset: int) -> None:
+    info = await store.info(name)
+    await store.truncate(name, max(offset, info.start_offset))
+
+
+async def _set_attribute(store: SegmentStore, name: str, value: int) -> None:
+    current = await store.get_attribute(name, A_ID)
+    await store.update_attribute(name, A_ID, value, current)
+
+
+A_ID = UUID(int=0xA77)
+
+
+@pytest.mark.parametrize("checkpoint_wal_bytes", [1 << 30, 4096])
+@pytest.mark.parametrize("seed", range(6))
+async def test_any_cut_of_the_log_recovers_a_prefix_of_the_history(
+    tmp_path: Path, seed: int, checkpoint_wal_bytes: int
+) -> None:
+    rng = random.Random(seed)
+    history = _random_history(rng, 40)
+    model = MemoryStore()
+    prefixes = [await _model_dump(model)]
+    for op in history:
+        await op(model)
+        prefixes.append(await _model_dump(model))
+    await model.close()
+
+    live = tmp_path / "live"
+    store = await DiskStore.open(live, container_count=1, checkpoint_wal_bytes=checkpoint_wal_bytes)
+    try:
+        for op in history:
+            await op(store)
+        # copytree is not atomic like a crash: let a running checkpoint end, then
+        # copy without yielding to the loop, so no other checkpoint can start.
+        await store.flush()
+        crashed = tmp_path / "crashed"
+        shutil.copytree(live, crashed)
+    finally:
+        await store.close()
+    wal = ContainerPaths(crashed, 0).wal_files()[-1][1]
+    size = wal.stat().st_size
+    cuts = {
+        size,
+        *(rng.randrange(WAL_HEADER.size, size) for _ in range(4) if size > WAL_HEADER.size),
+    }
+    seen: set[int] = set()
+    for cut in sorted(cuts):
+        root = await asyncio.to_thread(_fresh, crashed, tmp_path / "cut")
+        os.truncate(ContainerPaths(root, 0).wal_files()[-1][1], cut)
+        assert (await asyncio.to_thread(verify_data_dir, root)).ok
+        store = await DiskStore.open(root)
+        try:
+            dump = await _model_dump(store)
+        finally:
+            await store.close()
+        assert dump in prefixes, (seed, cut)
+        seen.add(prefixes.index(dump))
+        if cut == size:
+            assert dump == prefixes[-1]
+        report = await asyncio.to_thread(verify_data_dir, root)
+        assert report.ok, report.lines()
+    if size > WAL_HEADER.size:  # (else a checkpoint had just started a new WAL file)
+        assert len(seen) > 1  # the cuts really landed at different points of the history

@@ -246,14 +246,15 @@ class Container:
             await self.durable(self.state.last_seq)
 
     async def flush(self) -> None:
-        """Sync the WAL now, whatever the policy."""
+        """Sync the WAL now, whatever the policy, and let a running checkpoint finish."""
         self.check_writable()
-        if self.synced_seq >= self.state.last_seq:
-            return
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.append((self.state.last_seq, None, future))
-        self._wake.set()
-        await future
+        if self.synced_seq < self.state.last_seq:
+            future = asyncio.get_running_loop().create_future()
+            self._waiters.append((self.state.last_seq, None, future))
+            self._wake.set()
+            await future
+        if self._checkpointing is not None:
+            await asyncio.shield(self._checkpointing)
 
     # ------------------------------------------------------------------ committing
 
