@@ -12,9 +12,16 @@ every writer and reader made from it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from ._conn import DEFAULT_RETRY, ConnectionPool, RetryPolicy
-from .controller import ControllerClient
+from .bytestream import ByteStream
+from .controller import DEFAULT_TXN_LEASE_MS, ControllerClient, Segment
+from .kvtable import KeyValueTable
+from .reader import ReaderGroup
+from .records import DEFAULT_TANK_SCOPE, RecordReader
 from .segments import SegmentClient
+from .transactions import Transaction
 from .writer import EventWriter
 
 __all__ = ["PravegaClient"]
@@ -58,6 +65,38 @@ class PravegaClient:
             writer.max_blocks_in_flight = max_blocks_in_flight
         await writer._load_segments()
         return writer
+
+    async def begin_transaction(
+        self, scope: str, stream: str, *, lease_ms: int = DEFAULT_TXN_LEASE_MS
+    ) -> Transaction:
+        """Open a :class:`Transaction` on ``scope/stream``."""
+        return await Transaction.begin(self.controller, self.pool, scope, stream, lease_ms=lease_ms)
+
+    def record_reader(
+        self,
+        scope: str,
+        stream: str,
+        *,
+        start: Mapping[Segment, int] | None = None,
+        follow: bool = False,
+        tank_scope: str = DEFAULT_TANK_SCOPE,
+    ) -> RecordReader:
+        """A :class:`RecordReader` of ``scope/stream`` (iterate it with ``async for``)."""
+        return RecordReader(self, scope, stream, start=start, follow=follow, tank_scope=tank_scope)
+
+    async def reader_group(
+        self, scope: str, name: str, streams: Sequence[str], *, from_tail: bool = False
+    ) -> ReaderGroup:
+        """Create (or open) reader group ``name`` over ``streams``."""
+        return await ReaderGroup.create(self, scope, name, streams, from_tail=from_tail)
+
+    async def byte_stream(self, scope: str, stream: str) -> ByteStream:
+        """Open a one-segment stream as a :class:`ByteStream`."""
+        return await ByteStream.open(self, scope, stream)
+
+    async def kv_table(self, scope: str, name: str) -> KeyValueTable:
+        """Open (creating if needed) key-value table ``name``."""
+        return await KeyValueTable.open(self, scope, name)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -54,14 +54,16 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headrace.protocols import pravega as p
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError, TableKeyVersionError
-from .pravega import PravegaClient
 from .records import _EventBuffer
+
+if TYPE_CHECKING:
+    from .pravega import PravegaClient
 
 __all__ = [
     "READER_TIMEOUT_S",

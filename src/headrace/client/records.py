@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from headrace.errors import RemoteProtocolError
 from headrace.protocols import pravega as p
@@ -48,7 +49,9 @@ from headrace.protocols.tank.codec import decode_bundle
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError
-from .pravega import PravegaClient
+
+if TYPE_CHECKING:
+    from .pravega import PravegaClient
 
 __all__ = [
     "DEFAULT_TANK_SCOPE",

@@ -145,9 +145,10 @@ class _Stats:
 class _SegmentWriter:
     """Appends to one segment on behalf of an ``EventWriter``; see the module docstring."""
 
-    def __init__(self, owner: EventWriter, segment: Segment) -> None:
+    def __init__(self, owner: EventWriter, segment: Segment, name: str) -> None:
         self.owner = owner
         self.segment = segment
+        self.name = name  # the segment appended to: ``segment.name`` or a transaction's
         self.writer_id: UUID = uuid4()
         self.next_number = 1
         self.queued: deque[_Pending] = deque()
@@ -159,7 +160,7 @@ class _SegmentWriter:
         self._setup: asyncio.Future[p.Command] | None = None
         self._lost: asyncio.Event = asyncio.Event()
         self._set_up_before = False
-        self._task = asyncio.create_task(self._run(), name=f"writer {segment.name}")
+        self._task = asyncio.create_task(self._run(), name=f"writer {name}")
 
     # ------------------------------------------------------------------ producer side
 
@@ -189,7 +190,7 @@ class _SegmentWriter:
                 self._setup.set_result(cmd)
             self._mark_sealed()
         elif isinstance(cmd, p.WrongHost | p.InvalidEventNumber):
-            log.warning("%s for %s: reconnecting", type(cmd).__name__, self.segment.name)
+            log.warning("%s for %s: reconnecting", type(cmd).__name__, self.name)
             self._drop_connection()
         else:
             # An error reply we cannot recover from on this segment.
@@ -267,7 +268,7 @@ class _SegmentWriter:
                 if not self.in_flight and not self.queued:
                     continue
         except Exception as exc:  # a bug: surface it instead of hanging flush()
-            log.exception("segment writer %s failed", self.segment.name)
+            log.exception("segment writer %s failed", self.name)
             self.owner._fail_events(self.unacked(), exc)
             self.owner._set_error(exc)
         finally:
@@ -283,13 +284,13 @@ class _SegmentWriter:
         self._setup = asyncio.get_running_loop().create_future()
         conn.attach_writer(self.writer_id, self)
         self._conn = conn
-        conn.send_append(self.writer_id, rid, p.SetupAppend(rid, self.writer_id, self.segment.name))
+        conn.send_append(self.writer_id, rid, p.SetupAppend(rid, self.writer_id, self.name))
         try:
             async with asyncio.timeout(SETUP_TIMEOUT_S):
                 reply = await self._setup
         except TimeoutError as exc:
             self._drop_connection()
-            raise RequestTimeout(f"SetupAppend {self.segment.name} timed out") from exc
+            raise RequestTimeout(f"SetupAppend {self.name} timed out") from exc
         except ConnectionLost:
             self._conn = None
             raise
@@ -410,10 +411,14 @@ class EventWriter:
         for r in ranges:
             w = self._writers.get(r.segment)
             if w is None or w.sealed:
-                w = _SegmentWriter(self, r.segment)
+                w = _SegmentWriter(self, r.segment, self._append_target(r.segment))
                 self._writers[r.segment] = w
             triples.append((w, r.min_key, r.max_key))
         self._ranges = KeyRanges.from_ranges(triples)
+
+    def _append_target(self, segment: Segment) -> str:
+        """The name of the segment events for ``segment`` are appended to."""
+        return segment.name
 
     # ------------------------------------------------------------------ writing
 

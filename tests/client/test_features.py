@@ -1,0 +1,152 @@
+"""Transactions, byte streams, key-value tables, TANK records, admin calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.client import (
+    PravegaClient,
+    RetentionPolicy,
+    ScalingPolicy,
+    StreamConfig,
+    TxnState,
+    WriterClosedError,
+)
+from headrace.client.controller import RetentionType
+from headrace.client.errors import (
+    ConditionalCheckFailedError,
+    ControllerError,
+    TableKeyVersionError,
+)
+from headrace.client.kvtable import NOT_EXISTS
+from headrace.protocols.tank.codec import encode_bundle
+from headrace.protocols.tank.commands import BundleMessage
+
+from .conftest import Server
+
+
+async def _values(client: PravegaClient, scope: str, stream: str) -> list[bytes]:
+    async with client.record_reader(scope, stream) as reader:
+        return [r.value async for r in reader]
+
+
+async def test_admin_scopes_and_streams(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        c = client.controller
+        assert await c.create_scope("adm")
+        assert not await c.create_scope("adm")
+        config = StreamConfig(
+            ScalingPolicy.fixed(2), RetentionPolicy(RetentionType.SIZE, 1 << 20), ("t1", "t2")
+        )
+        assert await c.create_stream("adm", "a", config)
+        assert not await c.create_stream("adm", "a", config)
+        got = await c.get_stream_config("adm", "a")
+        assert got.scaling.min_num_segments == 2
+        assert got.retention.retention_type is RetentionType.SIZE
+        assert got.tags == ("t1", "t2")
+        await c.update_stream("adm", "a", StreamConfig(ScalingPolicy.fixed(2), tags=("t3",)))
+        assert (await c.get_stream_config("adm", "a")).tags == ("t3",)
+        assert await c.stream_exists("adm", "a")
+        assert [s async for s in c.list_streams("adm")] == ["a"]
+        assert "adm" in [s async for s in c.list_scopes()]
+        with pytest.raises(ControllerError):
+            await c.delete_scope("adm")  # not empty
+        await c.seal_stream("adm", "a")
+        assert await c.get_current_segments("adm", "a") == []
+        assert await c.delete_stream("adm", "a")
+        assert not await c.delete_stream("adm", "a")
+        assert await c.delete_scope("adm")
+        assert not await c.scope_exists("adm")
+
+
+async def test_transaction_commit_and_abort(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("tx")
+        await client.controller.create_stream("tx", "st", StreamConfig(ScalingPolicy.fixed(2)))
+        committed = await client.begin_transaction("tx", "st")
+        aborted = await client.begin_transaction("tx", "st")
+        assert committed.txn_id != aborted.txn_id
+        for i in range(100):
+            await committed.write(f"c{i}".encode(), routing_key=f"k{i % 4}")
+            await aborted.write(f"a{i}".encode(), routing_key=f"k{i % 4}")
+        assert await _values(client, "tx", "st") == []  # nothing visible before commit
+        assert await committed.state() is TxnState.OPEN
+        await committed.commit()
+        await aborted.abort()
+        with pytest.raises(WriterClosedError):
+            await committed.write(b"late")
+        values = await _values(client, "tx", "st")
+    assert sorted(values) == sorted(f"c{i}".encode() for i in range(100))
+
+
+async def test_byte_stream_write_read_seek_truncate(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("bs")
+        await client.controller.create_stream("bs", "st")
+        bs = await client.byte_stream("bs", "st")
+        await bs.write(b"hello ")
+        await bs.write(b"world")
+        assert await bs.read() == b"hello world"
+        bs.seek(6)
+        assert await bs.read(3) == b"wor"
+        assert bs.tell() == 9
+        other = await client.byte_stream("bs", "st")  # starts at the current tail
+        await other.write(b"!")
+        with pytest.raises(ConditionalCheckFailedError):
+            await bs.write(b"?")  # its idea of the tail is stale
+        assert await bs.tail_offset() == 12
+        await bs.truncate(6)
+        assert await bs.head_offset() == 6
+        bs.seek(6)
+        assert await bs.read() == b"world!"
+        await bs.aclose()
+        await other.aclose()
+
+
+async def test_key_value_table(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("kv")
+        table = await client.kv_table("kv", "t")
+        v1 = await table.put(b"a", b"1")
+        assert await table.get(b"a") == (b"1", v1)
+        assert await table.get(b"missing") is None
+        with pytest.raises(TableKeyVersionError):
+            await table.put(b"a", b"x", version=NOT_EXISTS)
+        v2 = await table.put(b"a", b"2", version=v1)
+        assert v2 > v1
+        with pytest.raises(TableKeyVersionError):
+            await table.put(b"a", b"3", version=v1)
+        await table.put_all([(b"b", b"B", NOT_EXISTS), (b"c", b"C", NOT_EXISTS)])
+        assert sorted((k, v) for k, v, _ in await table.items()) == [
+            (b"a", b"2"),
+            (b"b", b"B"),
+            (b"c", b"C"),
+        ]
+        await table.remove(b"b")
+        assert await table.get(b"b") is None
+        assert await table.delete()
+
+
+async def test_tank_bundles_become_records_with_keys_and_timestamps(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("tank")
+        await client.controller.create_stream("tank", "topic", StreamConfig(ScalingPolicy.fixed(1)))
+        bundle = encode_bundle(
+            [
+                BundleMessage(b"v1", 1_700_000_000_000, b"k1"),
+                BundleMessage(b"v2", 1_700_000_000_005, b""),
+            ]
+        )
+        async with await client.create_writer("tank", "topic") as writer:
+            await writer.write(bundle)
+            await writer.write(encode_bundle([BundleMessage(b"v3", 1_700_000_000_009, b"k3")]))
+        async with client.record_reader("tank", "topic") as reader:
+            records = [r async for r in reader]
+    assert [(r.key, r.value, r.timestamp_ms, r.index) for r in records] == [
+        (b"k1", b"v1", 1_700_000_000_000, 0),
+        (None, b"v2", 1_700_000_000_005, 1),
+        (b"k3", b"v3", 1_700_000_000_009, 0),
+    ]
+    assert records[0].offset == records[1].offset == 0
+    assert records[2].offset == 8 + len(bundle)
+    assert records[0].stream == "tank/topic"
