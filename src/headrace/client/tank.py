@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from headrace.errors import (
     ConnectionLost,
@@ -173,18 +174,32 @@ class TankClient:
             request_id = 1
         return request_id
 
-    async def request(self, request: t.Request, *, timeout_s: float | None = None) -> t.Response:
-        """Send ``request`` and wait for its response.
+    def send(self, request: t.Request) -> asyncio.Future[t.Response]:
+        """Write ``request`` now and return a future for its response.
+
+        Requests are on the wire in the order ``send`` was called. Await the
+        future through :meth:`response` (which applies the timeout).
 
         Raises:
-            ConnectionLost, RequestTimeout.
+            ConnectionLost: the connection has failed.
+            LocalProtocolError: a field the wire cannot carry, or an id in flight.
         """
         if self._failure is not None:
             raise self._failure
         future: asyncio.Future[t.Response] = asyncio.get_running_loop().create_future()
-        self._conn.send(request)  # LocalProtocolError for a value the wire cannot carry
+        self._conn.send(request)
         self._waiting[request.request_id] = future
         self._writer.write(self._conn.data_to_send())
+        return future
+
+    async def response(
+        self, request_id: int, future: asyncio.Future[t.Response], *, timeout_s: float | None = None
+    ) -> t.Response:
+        """Wait for the response to a request made with :meth:`send`.
+
+        Raises:
+            ConnectionLost, RequestTimeout.
+        """
         try:
             await self._writer.drain()
         except ConnectionError as exc:
@@ -192,10 +207,19 @@ class TankClient:
         try:
             return await asyncio.wait_for(future, timeout_s or self._request_timeout_s)
         except TimeoutError:
-            self._waiting.pop(request.request_id, None)
+            self._waiting.pop(request_id, None)
             with contextlib.suppress(LocalProtocolError):
-                self._conn.abandon(request.request_id)
-            raise RequestTimeout(f"no response to request {request.request_id}") from None
+                self._conn.abandon(request_id)
+            raise RequestTimeout(f"no response to request {request_id}") from None
+
+    async def request(self, request: t.Request, *, timeout_s: float | None = None) -> t.Response:
+        """Send ``request`` and wait for its response.
+
+        Raises:
+            ConnectionLost, RequestTimeout.
+        """
+        future = self.send(request)
+        return await self.response(request.request_id, future, timeout_s=timeout_s)
 
     async def _read_loop(self) -> None:
         try:
@@ -285,13 +309,56 @@ class TankClient:
         With ``max_wait_ms`` > 0 the broker holds the request until data
         arrives or the time is up (long poll).
         """
+        return await self.start_consume(
+            topic,
+            partition,
+            seq_num,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            fetch_size=fetch_size,
+        )
+
+    def start_consume(
+        self,
+        topic: str,
+        partition: int,
+        seq_num: int,
+        *,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        fetch_size: int = DEFAULT_FETCH_SIZE_BYTES,
+    ) -> Coroutine[Any, Any, ConsumeResult]:
+        """Like :meth:`consume`, but the request is written before this returns, so
+        a long poll is on the wire ahead of anything sent after; await the result."""
+        request = self._consume_request(
+            topic, partition, seq_num, max_wait_ms, min_bytes, fetch_size
+        )
+        future = self.send(request)
+        return self._consume(request, future)
+
+    def _consume_request(
+        self,
+        topic: str,
+        partition: int,
+        seq_num: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        fetch_size: int,
+    ) -> t.Consume:
+        wanted = (t.ConsumePartition(partition, seq_num, fetch_size),)
+        return t.Consume(
+            self.next_request_id(), (t.ConsumeTopic(topic, wanted),), max_wait_ms, min_bytes
+        )
+
+    async def _consume(
+        self, request: t.Consume, future: asyncio.Future[t.Response]
+    ) -> ConsumeResult:
+        topic = request.topics[0].name
+        wanted = request.topics[0].partitions[0]
+        seq_num, fetch_size = wanted.seq_num, wanted.fetch_size
+        timeout_s = self._request_timeout_s + min(request.max_wait_ms, t.MAX_WAIT_MS) / 1000
         for _ in range(MAX_FETCH_SIZE_GROWTHS):
-            wanted = (t.ConsumePartition(partition, seq_num, fetch_size),)
-            request = t.Consume(
-                self.next_request_id(), (t.ConsumeTopic(topic, wanted),), max_wait_ms, min_bytes
-            )
-            timeout_s = self._request_timeout_s + min(max_wait_ms, t.MAX_WAIT_MS) / 1000
-            response = await self.request(request, timeout_s=timeout_s)
+            response = await self.response(request.request_id, future, timeout_s=timeout_s)
             assert isinstance(response, t.ConsumeResponse)
             entry = response.topics[0]
             if isinstance(entry, t.ConsumeUnknownTopic):
@@ -316,7 +383,12 @@ class TankClient:
                     next_seq = max(next_seq, seq_num)
                 return ConsumeResult(decoded.messages, result.high_water_mark, next_seq)
             if decoded.truncated_entry_bytes is not None and result.chunk:
+                # An older broker cut the chunk inside a bundle: ask for more.
                 fetch_size = max(fetch_size * 2, decoded.truncated_entry_bytes)
+                request = self._consume_request(
+                    topic, wanted.partition_id, seq_num, request.max_wait_ms, 0, fetch_size
+                )
+                future = self.send(request)
                 continue
             next_seq = seq_num
             if seq_num == t.SEQ_NUM_TAIL:
