@@ -433,6 +433,7 @@ class DiskStore(BaseStore):
         if self._closed:
             return
         self._closed = True
+        self._wake_all()  # parked long-polls raise StoreClosed now
         await asyncio.gather(*self._background, return_exceptions=True)
         errors: list[BaseException] = []
         for c in self._containers:
