@@ -70,7 +70,9 @@ async def test_parked_consume_is_released_when_its_client_goes(
         part = await broker.partition("parked", 0)
         watched = _WatchedSet()
         part.waiters = watched  # type: ignore[assignment]
-        parked = asyncio.create_task(client.consume("parked", 0, SEQ_NUM_TAIL, max_wait_ms=600_000))
+        parked = asyncio.ensure_future(
+            client.start_consume("parked", 0, SEQ_NUM_TAIL, max_wait_ms=600_000)
+        )
         # Requests run in arrival order and a consume at the tail parks before its
         # first pause, so once this later request is answered the consume is parked.
         await client.status()

@@ -129,7 +129,9 @@ async def test_long_poll_at_the_next_seq_num_is_woken_by_a_produce(client: TankC
     assert await client.create_topic("poll-next", 1) is CreateTopicResult.CREATED
     await produce_some(client, "poll-next", 1, 10)
     began = time.monotonic()
-    waiting = asyncio.create_task(client.consume("poll-next", 0, 11, max_wait_ms=LONG_WAIT_MS))
+    waiting = asyncio.ensure_future(
+        client.start_consume("poll-next", 0, 11, max_wait_ms=LONG_WAIT_MS)
+    )
     await produce_some(client, "poll-next", 11, 5)
     result = await asyncio.wait_for(waiting, LONG_WAIT_MS / 1000)
     assert time.monotonic() - began < WOKEN_WITHIN_S
@@ -142,9 +144,10 @@ async def test_long_poll_at_the_tail_is_woken_by_a_produce(client: TankClient) -
     assert await client.create_topic("poll-tail", 1) is CreateTopicResult.CREATED
     await produce_some(client, "poll-tail", 1, 3)
     began = time.monotonic()
-    # Same connection: the consume is on the wire, and parked, before the produce.
-    waiting = asyncio.create_task(
-        client.consume("poll-tail", 0, SEQ_NUM_TAIL, max_wait_ms=LONG_WAIT_MS)
+    # The consume is on the wire before the produce, on the same connection, so
+    # it parks at the old tail.
+    waiting = asyncio.ensure_future(
+        client.start_consume("poll-tail", 0, SEQ_NUM_TAIL, max_wait_ms=LONG_WAIT_MS)
     )
     await produce_some(client, "poll-tail", 4, 2)
     result = await asyncio.wait_for(waiting, LONG_WAIT_MS / 1000)
@@ -154,7 +157,9 @@ async def test_long_poll_at_the_tail_is_woken_by_a_produce(client: TankClient) -
 
 async def test_long_poll_on_an_empty_partition_from_zero(client: TankClient) -> None:
     assert await client.create_topic("poll-empty", 1) is CreateTopicResult.CREATED
-    waiting = asyncio.create_task(client.consume("poll-empty", 0, 0, max_wait_ms=LONG_WAIT_MS))
+    waiting = asyncio.ensure_future(
+        client.start_consume("poll-empty", 0, 0, max_wait_ms=LONG_WAIT_MS)
+    )
     began = time.monotonic()
     await produce_some(client, "poll-empty", 1, 1)
     result = await asyncio.wait_for(waiting, LONG_WAIT_MS / 1000)
@@ -167,8 +172,10 @@ async def test_long_poll_waits_for_min_bytes(client: TankClient) -> None:
     first = encode_bundle([message(1, keyed=False)], compress=False)
     second = encode_bundle([message(2, keyed=False)], compress=False)
     min_bytes = len(first) + 2  # more than the first bundle's entry, less than both
-    waiting = asyncio.create_task(
-        client.consume("poll-min", 0, SEQ_NUM_TAIL, max_wait_ms=LONG_WAIT_MS, min_bytes=min_bytes)
+    waiting = asyncio.ensure_future(
+        client.start_consume(
+            "poll-min", 0, SEQ_NUM_TAIL, max_wait_ms=LONG_WAIT_MS, min_bytes=min_bytes
+        )
     )
     assert await client.produce_bundle("poll-min", 0, first) is ProduceError.OK
     assert await client.produce_bundle("poll-min", 0, second) is ProduceError.OK

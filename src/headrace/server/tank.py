@@ -591,11 +591,9 @@ def _validate_bundle(bundle: bytes) -> t.BundleHeader | None:
     if not 0 < len(bundle) <= MAX_BUNDLE_BYTES:
         return None
     try:
-        header = t.decode_bundle_header(bundle)
-        t.decode_bundle(bundle, 1)  # every message, decompressed: nothing malformed is stored
+        return t.validate_bundle(bundle)  # every message, decompressed: nothing malformed is stored
     except RemoteProtocolError:
         return None
-    return header
 
 
 _SIZE_SUFFIXES = {"b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30}

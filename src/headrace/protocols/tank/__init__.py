@@ -19,6 +19,7 @@ from headrace.protocols.tank.codec import (
     encode,
     encode_bundle,
     encode_chunk_entry,
+    validate_bundle,
 )
 from headrace.protocols.tank.commands import (
     DEFAULT_PORT,
@@ -148,4 +149,5 @@ __all__ = [
     "encode",
     "encode_bundle",
     "encode_chunk_entry",
+    "validate_bundle",
 ]
