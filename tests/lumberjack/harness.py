@@ -1,0 +1,404 @@
+"""Test harness for the Lumberjack front door: a real ``headrace serve``, our own
+blocking Lumberjack client, throwaway TLS certificates, and offline read-back.
+
+Every wait here has a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headrace.errors import RemoteProtocolError
+from headrace.protocols.lumberjack import (
+    Ack,
+    ConnectionClosed,
+    Frame,
+    LumberjackConnection,
+    ProtocolVersion,
+    Role,
+    encode_frame,
+)
+from headrace.store import DiskStore
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+IO_TIMEOUT_S = 15.0
+"""Bound on every socket operation and every wait for an ack or a close."""
+
+STREAM = "logs/beats"
+EVENT_HEADER = struct.Struct(">ii")
+
+OTHER_LISTENERS_OFF = [
+    "--controller-port",
+    "0",
+    "--segment-store-port",
+    "0",
+    "--tank-port",
+    "0",
+    "--rsio-port",
+    "0",
+    "--http-port",
+    "0",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert: Path
+    key: Path
+
+
+def make_certificate(directory: Path, name: str) -> TlsFiles:
+    """A throwaway self-signed certificate for localhost/127.0.0.1 (openssl CLI)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return TlsFiles(cert, key)
+
+
+def client_context(server: TlsFiles, client: TlsFiles | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=server.cert)
+    if client is not None:
+        context.load_cert_chain(client.cert, client.key)
+    return context
+
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclass
+class Server:
+    """A running ``python -m headrace serve`` child process."""
+
+    process: subprocess.Popen[str]
+    data_dir: Path
+    port: int
+    tls_port: int
+    lines: list[str] = field(default_factory=list)
+    _queue: queue.Queue[str] = field(default_factory=queue.Queue)
+    _pump: threading.Thread | None = None
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_line(self, needle: str, timeout_s: float = IO_TIMEOUT_S) -> str:
+        """Take stderr lines until one contains ``needle``; AssertionError after the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            for line in self.lines:
+                if needle in line:
+                    return line
+            try:
+                line = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if not line:
+                break
+            self.lines.append(line)
+        for line in self.lines:
+            if needle in line:
+                return line
+        raise AssertionError(f"no {needle!r} from headrace serve; stderr: {self.stderr}")
+
+    def drain(self) -> None:
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if line:
+                self.lines.append(line)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Stop the server and wait for it; returns its exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            code = self.process.wait(timeout=STOP_TIMEOUT_S)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            if self._pump is not None:
+                self._pump.join(timeout=STOP_TIMEOUT_S)
+            assert self.process.stderr is not None
+            self.process.stderr.close()
+            self.drain()
+        return code
+
+
+def start_server(
+    data_dir: Path,
+    *args: str,
+    tls: TlsFiles | None = None,
+    tls_ca: Path | None = None,
+    port: int | None = None,
+) -> Server:
+    """Start ``headrace serve`` with only the Lumberjack listeners on free ports."""
+    port = free_port() if port is None else port
+    tls_port = free_port() if tls is not None else 0
+    command = [
+        sys.executable,
+        "-m",
+        "headrace",
+        "-v",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--lumberjack-port",
+        str(port),
+        "--lumberjack-tls-port",
+        str(tls_port),
+        *OTHER_LISTENERS_OFF,
+        *args,
+    ]
+    if tls is not None:
+        command += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+    if tls_ca is not None:
+        command += ["--tls-ca", str(tls_ca)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+    )
+    server = Server(process, data_dir, port, tls_port)
+
+    def pump() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            server._queue.put(line)
+        server._queue.put("")
+
+    server._pump = threading.Thread(target=pump, daemon=True)
+    server._pump.start()
+    try:
+        server.wait_for_line("headrace ready", START_TIMEOUT_S)
+    except BaseException:
+        server.stop(signal.SIGKILL)
+        raise
+    return server
+
+
+# --------------------------------------------------------------------------- read back
+
+
+def stored_events(data_dir: Path, stream: str = STREAM) -> dict[str, list[bytes]]:
+    """Every event payload of ``stream``'s segments, per segment, in stored order.
+
+    Opens the data directory with ``DiskStore`` (the server must be stopped).
+    """
+
+    async def read_all() -> dict[str, list[bytes]]:
+        store = await DiskStore.open(data_dir)
+        try:
+            out: dict[str, list[bytes]] = {}
+            for name in await store.list_segments():
+                if not name.startswith(stream + "/"):
+                    continue
+                info = await store.info(name)
+                data = bytearray()
+                offset = info.start_offset
+                while offset < info.length:
+                    result = await store.read(name, offset, info.length - offset)
+                    assert result.data, f"{name}: no data at {offset} below {info.length}"
+                    data += result.data
+                    offset += len(result.data)
+                events: list[bytes] = []
+                position = 0
+                while position < len(data):
+                    kind, size = EVENT_HEADER.unpack_from(data, position)
+                    assert kind == 0, f"{name}: event type {kind} at {position}"
+                    start = position + EVENT_HEADER.size
+                    assert start + size <= len(data), f"{name}: torn event at {position}"
+                    events.append(bytes(data[start : start + size]))
+                    position = start + size
+                out[name] = events
+            return out
+        finally:
+            await store.close()
+
+    return asyncio.run(read_all())
+
+
+def stored_documents(data_dir: Path, stream: str = STREAM) -> dict[str, list[dict[str, object]]]:
+    """``stored_events`` decoded as JSON objects."""
+    return {
+        name: [json.loads(payload) for payload in payloads]
+        for name, payloads in stored_events(data_dir, stream).items()
+    }
+
+
+# --------------------------------------------------------------------------- client
+
+
+class Closed(Exception):
+    """The server closed the connection."""
+
+
+class LumberjackClient:
+    """A blocking Lumberjack client on the sans-I/O client role, for tests.
+
+    ``send`` goes through ``LumberjackConnection`` (which checks that our
+    frames follow the protocol); ``send_raw`` writes any bytes, for "W once"
+    clients and bad input.
+    """
+
+    def __init__(
+        self,
+        port: int,
+        version: ProtocolVersion,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        compress_level: int = 6,
+    ) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname="localhost")
+        self.sock = sock
+        self.version = version
+        self.conn = LumberjackConnection(
+            Role.CLIENT, version=version, compress_level=compress_level
+        )
+        self.acks: list[int] = []
+        self.ack_times: list[float] = []
+        self.closed = False
+
+    def __enter__(self) -> LumberjackClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, *frames: Frame) -> None:
+        for frame in frames:
+            self.conn.send(frame)
+        self.sock.sendall(self.conn.data_to_send())
+
+    def send_raw(self, *frames: Frame | bytes) -> None:
+        data = b"".join(
+            f if isinstance(f, bytes) else encode_frame(self.version, f) for f in frames
+        )
+        self.sock.sendall(data)
+
+    def _receive(self, timeout_s: float) -> bool:
+        """One read into the connection; False on timeout. Raises ``Closed`` at EOF."""
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return False
+        except (ConnectionResetError, ssl.SSLError, BrokenPipeError) as exc:
+            self.closed = True
+            raise Closed(str(exc)) from exc
+        finally:
+            self.sock.settimeout(IO_TIMEOUT_S)
+        try:
+            self.conn.receive_data(data)
+            for event in self.conn.events():
+                if isinstance(event, Ack):
+                    self.acks.append(event.seq)
+                    self.ack_times.append(time.monotonic())
+                elif isinstance(event, ConnectionClosed):
+                    self.closed = True
+        except RemoteProtocolError as exc:
+            raise AssertionError(f"server sent bad frames: {exc}") from exc
+        if self.closed:
+            raise Closed("EOF")
+        return True
+
+    def wait_for_ack(self, seq: int, timeout_s: float = IO_TIMEOUT_S) -> list[int]:
+        """Read until an ack with ``seq`` arrives; returns the acks read so far."""
+        deadline = time.monotonic() + timeout_s
+        while seq not in self.acks:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no Ack({seq}) within {timeout_s} s; got {self.acks}")
+            self._receive(remaining)
+        return self.acks
+
+    def wait_for_acks(self, count: int, timeout_s: float = IO_TIMEOUT_S) -> list[int]:
+        """Read until ``count`` acks (keepalives included) have arrived."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.acks) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"{count} acks not within {timeout_s} s; got {self.acks}")
+            self._receive(remaining)
+        return self.acks
+
+    def quiet_for(self, timeout_s: float) -> list[int]:
+        """Read for ``timeout_s`` expecting nothing; returns any acks that came."""
+        deadline = time.monotonic() + timeout_s
+        before = len(self.acks)
+        while (remaining := deadline - time.monotonic()) > 0:
+            self._receive(remaining)
+        return self.acks[before:]
+
+    def wait_closed(self, timeout_s: float = IO_TIMEOUT_S) -> list[int]:
+        """Read until the server closes the connection; returns every ack received."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                self._receive(remaining)
+        except Closed:
+            return self.acks
+        raise AssertionError(f"the server kept the connection open for {timeout_s} s")
+
+
+def json_events(start_seq: int, docs: Iterable[dict[str, object]]) -> list[tuple[int, bytes]]:
+    """``(seq, payload)`` pairs numbered from ``start_seq``."""
+    return [
+        (start_seq + i, json.dumps(doc, separators=(",", ":")).encode())
+        for i, doc in enumerate(docs)
+    ]
