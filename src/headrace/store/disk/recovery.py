@@ -463,6 +463,7 @@ def write_checkpoint(
     for segment_id in captured.dirty_ids:
         if segment_id not in deleted:
             sync_path(paths.data(segment_id), ops)
+    fsync_dir(paths.segments_dir, ops)  # files created since the last checkpoint
     atomic_write(paths.snapshot, paths.snapshot_tmp, encode_snapshot(captured.snapshot), ops)
     for path in old_wals:
         path.unlink(missing_ok=True)
