@@ -1,0 +1,271 @@
+"""Test-only: real ``pravega_client`` scenarios against ``headrace serve``, one per process.
+
+Usage: ``python scenarios.py SCENARIO CONTROLLER_URI [ARG ...]``. Prints one
+JSON object (the last line of stdout) with what the client saw; the parent
+test asserts on it. Run only in a child process with a hard timeout: the
+real client's calls block, hold the GIL, and retry for about a minute
+against a dead server.
+
+Events are text ``<key>:<sequence>`` so the parent can check exactly-once
+delivery and per-key order without shipping every payload back.
+
+Readers are not put offline at the end: the process exits instead. The
+client's blocking ``reader_offline()`` sometimes stalls for its 30 s request
+timeout after asyncio reads (a client-side stall: the server answered the
+table read it waits for within a millisecond).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pravega_client as pc
+
+READ_DEADLINE_S = 120.0
+"""Longest a scenario keeps reading before it reports what it has."""
+
+IDLE_SLICES = 3
+"""Empty slices in a row (each waits up to 1 s) after which a drained reader
+group is taken to hold nothing more."""
+
+INFLIGHT = 1000
+"""``max_inflight_events`` for bulk writers: the writer batches while acks
+are outstanding instead of waiting for each one."""
+
+
+def _manager(uri: str) -> Any:
+    return pc.StreamManager(uri, False, False)
+
+
+async def _drain(readers: list[Any], want: int | None, *, extra: bool = False) -> list[bytes]:
+    """Read from ``readers`` in turn (one process must not run two readers of
+    a group concurrently) until ``want`` events arrived, or, with ``want``
+    None, until every reader came back empty ``IDLE_SLICES`` times in a row.
+    With ``extra``, go on after ``want`` until every reader came back empty
+    once, so that events beyond ``want`` (duplicates) would be seen too."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + READ_DEADLINE_S
+    idle = 0
+    while time.monotonic() < deadline:
+        if want is not None and len(got) >= want and (not extra or idle >= len(readers)):
+            break
+        if want is None and idle >= IDLE_SLICES * len(readers):
+            break
+        for reader in readers:
+            slice_ = await reader.get_segment_slice_async()
+            events = [event.data() for event in slice_]
+            reader.release_segment(slice_)
+            got += events
+            idle = 0 if events else idle + 1
+    return got
+
+
+def _sequence_check(events: list[bytes]) -> dict[str, Any]:
+    """Exactly-once and per-key order of ``<key>:<n>`` events, in read order."""
+    last: dict[str, int] = {}
+    out_of_order = 0
+    seen: set[bytes] = set()
+    duplicates = 0
+    for raw in events:
+        if raw in seen:
+            duplicates += 1
+        seen.add(raw)
+        key, _, n = raw.decode().partition(":")
+        if int(n) <= last.get(key, -1):
+            out_of_order += 1
+        last[key] = int(n)
+    return {
+        "read": len(events),
+        "distinct": len(seen),
+        "duplicates": duplicates,
+        "out_of_order": out_of_order,
+        "keys": len(last),
+    }
+
+
+def _write_keyed(m: Any, scope: str, stream: str, count: int, keys: int, first: int = 0) -> float:
+    writer = m.create_writer(scope, stream, INFLIGHT)
+    start = time.monotonic()
+    for i in range(first, first + count):
+        key = f"k{i % keys:03d}"
+        writer.write_event(f"{key}:{i}", routing_key=key)
+    writer.flush()
+    return time.monotonic() - start
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def many_events(uri: str, count: str, scope: str = "many") -> dict[str, Any]:
+    """(2) ``count`` events, 100 keys, 4 segments; a group of 2 readers reads them."""
+    m = _manager(uri)
+    m.create_scope(scope)
+    m.create_stream(scope, "st", 4)
+    write_s = _write_keyed(m, scope, "st", int(count), 100)
+    rg = m.create_reader_group("rg", scope, "st")
+    readers = [rg.create_reader("r1"), rg.create_reader("r2")]
+    start = time.monotonic()
+    events = asyncio.run(_drain(readers, int(count), extra=True))
+    read_s = time.monotonic() - start
+    return {**_sequence_check(events), "write_s": write_s, "read_s": read_s}
+
+
+def write_only(uri: str, count: str, scope: str) -> dict[str, Any]:
+    """(4, first half) write and flush; every event returned here was acknowledged."""
+    m = _manager(uri)
+    m.create_scope(scope)
+    m.create_stream(scope, "st", 4)
+    write_s = _write_keyed(m, scope, "st", int(count), 100)
+    return {"acknowledged": int(count), "write_s": write_s}
+
+
+def write_more(uri: str, first: str, count: str, scope: str) -> dict[str, Any]:
+    """(4, after the restart) a new writer appends to the existing stream."""
+    m = _manager(uri)
+    _write_keyed(m, scope, "st", int(count), 100, first=int(first))
+    return {"acknowledged": int(count)}
+
+
+def read_all(uri: str, scope: str, count: str) -> dict[str, Any]:
+    """(4, second half) a new reader group reads everything the stream holds:
+    ``count`` events are expected, and reading goes on until the readers are
+    idle, so that any event beyond them shows."""
+    m = _manager(uri)
+    rg = m.create_reader_group(f"rg{int(time.time() * 1000)}", scope, "st")
+    readers = [rg.create_reader("r1"), rg.create_reader("r2")]
+    events = asyncio.run(_drain(readers, int(count), extra=True))
+    return {**_sequence_check(events), "max": max(int(e.split(b":")[1]) for e in events)}
+
+
+def from_tail(uri: str) -> dict[str, Any]:
+    """(3) a reader group created at the tail sees only later events."""
+    m = _manager(uri)
+    m.create_scope("tail")
+    m.create_stream("tail", "st", 2)
+    writer = m.create_writer("tail", "st")
+    for i in range(20):
+        writer.write_event(f"before:{i}", routing_key=f"k{i % 4}")
+    writer.flush()
+    rg = m.create_reader_group("rg", "tail", "st", True)
+    reader = rg.create_reader("r1")
+    for i in range(20):
+        writer.write_event(f"after:{i}", routing_key=f"k{i % 4}")
+    writer.flush()
+    events = asyncio.run(_drain([reader], 20, extra=True))
+    return {"events": sorted(e.decode() for e in events)}
+
+
+def sizes(uri: str) -> dict[str, Any]:
+    """(8) events of 1 byte, 1 MiB and 9 MiB (the transient-segment path) round-trip."""
+    m = _manager(uri)
+    m.create_scope("sizes")
+    m.create_stream("sizes", "st", 1)
+    writer = m.create_writer("sizes", "st")
+    payloads = [b"x", bytes(range(256)) * 4096, bytes(reversed(range(256))) * (9 * 4096)]
+    for payload in payloads:
+        writer.write_event_bytes(payload)
+    writer.write_event_bytes(b"last")
+    writer.flush()
+    rg = m.create_reader_group("rg", "sizes", "st")
+    reader = rg.create_reader("r1")
+    events = asyncio.run(_drain([reader], 4))
+    return {
+        "sent": [[len(x), hashlib.sha256(x).hexdigest()] for x in [*payloads, b"last"]],
+        "read": [[len(x), hashlib.sha256(x).hexdigest()] for x in events],
+    }
+
+
+def byte_stream(uri: str) -> dict[str, Any]:
+    """(5) write, flush, seek, readinto, truncate, head and tail offsets."""
+    m = _manager(uri)
+    m.create_scope("bytes")
+    m.create_stream("bytes", "st", 1)
+    bs = m.create_byte_stream("bytes", "st")
+    r: dict[str, Any] = {}
+    bs.write(b"hello ")
+    bs.write(b"byte world")
+    bs.flush()
+    r["tail"] = bs.current_tail_offset()
+    r["head"] = bs.current_head_offset()
+    r["seek_end"] = bs.seek(0, 2)
+    bs.seek(0, 0)
+    buf = bytearray(16)
+    r["read_all"] = bytes(buf[: bs.readinto(buf)]).decode()
+    r["tell"] = bs.tell()
+    bs.seek(6, 0)
+    buf = bytearray(4)
+    r["read_at_6"] = bytes(buf[: bs.readinto(buf)]).decode()
+    bs.truncate(6)
+    r["head_after_truncate"] = bs.current_head_offset()
+    bs.seek(11, 0)
+    buf = bytearray(16)
+    r["read_after_truncate"] = bytes(buf[: bs.readinto(buf)]).decode()
+    bs.write(b"!")
+    bs.flush()
+    r["tail_after_append"] = bs.current_tail_offset()
+    # A second ByteStream starts its writes at offset 0: the conditional append fails.
+    other = m.create_byte_stream("bytes", "st")
+    other.write(b"clash")
+    r["second_writer"] = _outcome(other.flush)
+    return r
+
+
+def transactions(uri: str) -> dict[str, Any]:
+    """(6) a committed transaction's events appear together; an aborted one's never."""
+    m = _manager(uri)
+    m.create_scope("txn")
+    m.create_stream("txn", "st", 1)
+    writer = m.create_writer("txn", "st")
+    txw = m.create_transaction_writer("txn", "st", 42)
+    for i in range(5):
+        writer.write_event(f"plain:{i}")
+    txn = txw.begin_txn()
+    for i in range(5):
+        txn.write_event(f"txn:{i}")
+    for i in range(5, 10):
+        writer.write_event(f"plain:{i}")
+    writer.flush()
+    r: dict[str, Any] = {"open_before_commit": txn.is_open()}
+    txn.commit()
+    r["open_after_commit"] = txn.is_open()
+    aborted = txw.begin_txn()
+    for i in range(3):
+        aborted.write_event(f"aborted:{i}")
+    aborted.abort()
+    writer.write_event("plain:10")
+    writer.flush()
+    rg = m.create_reader_group("rg", "txn", "st")
+    reader = rg.create_reader("r1")
+    events = asyncio.run(_drain([reader], None))
+    r["events"] = [e.decode() for e in events]
+    return r
+
+
+def _outcome(fn: Callable[[], Any]) -> str:
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc).__name__
+    return "ok"
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "many_events": many_events,
+    "write_only": write_only,
+    "write_more": write_more,
+    "read_all": read_all,
+    "from_tail": from_tail,
+    "sizes": sizes,
+    "byte_stream": byte_stream,
+    "transactions": transactions,
+}
+
+if __name__ == "__main__":
+    name, uri, *args = sys.argv[1:]
+    print(json.dumps(SCENARIOS[name](uri, *args)), flush=True)

@@ -1,0 +1,192 @@
+"""Acceptance: the real ``pravega`` 0.3.8 client against a real ``headrace serve``.
+
+The server runs as ``python -m headrace serve`` on free ports (controller and
+segment store; every other listener off), and each scenario of
+``scenarios.py`` runs in its own child process with a hard timeout, because
+the client's blocking calls hold the GIL and retry for about a minute
+against a dead server. The child prints JSON; these tests assert on it.
+
+``HEADRACE_PRAVEGA_EVENTS`` sets the event count of the bulk scenario (the
+issue's full run is 100000; the default keeps CI fast).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = HERE / "scenarios.py"
+ROOT = HERE.parent.parent
+
+EVENT_COUNT = int(os.environ.get("HEADRACE_PRAVEGA_EVENTS", "20000"))
+STARTUP_TIMEOUT_S = 30.0
+SCENARIO_TIMEOUT_S = 240.0  # a healthy scenario takes seconds; a retried failure ~61 s per call
+STOP_TIMEOUT_S = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Headrace:
+    """``python -m headrace serve`` with the controller and the segment store on
+    free ports and the disk store in ``data_dir``; restartable on the same ports."""
+
+    def __init__(self, data_dir: Path, *, fsync: str = "always") -> None:
+        self.data_dir = data_dir
+        self.fsync = fsync
+        self.controller_port = _free_port()
+        self.segment_store_port = _free_port()
+        self.uri = f"tcp://127.0.0.1:{self.controller_port}"
+        self.stderr_text = ""
+        self._start()
+
+    def _start(self) -> None:
+        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
+        args += ["--fsync", self.fsync]
+        args += ["--controller-port", str(self.controller_port)]
+        args += ["--segment-store-port", str(self.segment_store_port)]
+        for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
+            args += [f"--{name}-port", "0"]
+        # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+        )
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for port in (self.controller_port, self.segment_store_port):
+            self._wait_connectable(port, deadline)
+
+    def _wait_connectable(self, port: int, deadline: float) -> None:
+        while self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                    return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)  # polling a port under a deadline, not synchronisation
+        self.stop()
+        raise AssertionError(f"headrace serve did not listen on {port}:\n{self.stderr_text}")
+
+    def run(self, scenario: str, *args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, str(SCENARIOS), scenario, self.uri, *args],
+            capture_output=True,
+            timeout=SCENARIO_TIMEOUT_S,
+            text=True,
+        )
+        assert done.returncode == 0, f"{scenario} failed:\n{done.stderr[-5000:]}"
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Stop with ``sig`` (SIGKILL if SIGTERM takes too long); return the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        if not self._stderr.closed:
+            self._stderr.seek(0)
+            self.stderr_text += self._stderr.read().decode(errors="replace")
+            self._stderr.close()
+        code: int = self.proc.returncode
+        return code
+
+    def restart(self, sig: signal.Signals) -> int:
+        code = self.stop(sig)
+        self._start()
+        return code
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Headrace]:
+    srv = Headrace(tmp_path_factory.mktemp("pravega") / "data")
+    yield srv
+    assert srv.stop() == 0, srv.stderr_text
+    assert "Traceback" not in srv.stderr_text, srv.stderr_text
+
+
+def test_many_events_read_exactly_once_in_key_order(server: Headrace) -> None:
+    r = server.run("many_events", str(EVENT_COUNT))
+    assert r["read"] == EVENT_COUNT
+    assert r["distinct"] == EVENT_COUNT
+    assert r["duplicates"] == 0
+    assert r["out_of_order"] == 0
+    assert r["keys"] == 100
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_restart_between_write_and_read_loses_and_duplicates_nothing(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    count = max(EVENT_COUNT // 4, 1000)
+    srv = Headrace(tmp_path / "data")
+    try:
+        written = srv.run("write_only", str(count), "restart")
+        assert written["acknowledged"] == count
+        code = srv.restart(sig)
+        assert code == (0 if sig is signal.SIGTERM else -signal.SIGKILL)
+        first = srv.run("read_all", "restart", str(count))
+        assert (first["read"], first["distinct"], first["duplicates"]) == (count, count, 0)
+        assert first["out_of_order"] == 0 and first["max"] == count - 1
+        # The stream takes new writes after the restart and keeps them in order too.
+        srv.run("write_more", str(count), "100", "restart")
+        second = srv.run("read_all", "restart", str(count + 100))
+        assert (second["read"], second["duplicates"], second["out_of_order"]) == (count + 100, 0, 0)
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.stderr_text, srv.stderr_text
+
+
+def test_reader_group_from_tail_sees_only_later_events(server: Headrace) -> None:
+    r = server.run("from_tail")
+    assert r["events"] == sorted(f"after:{i}" for i in range(20))
+
+
+def test_events_of_one_byte_one_mib_and_nine_mib(server: Headrace) -> None:
+    r = server.run("sizes")
+    assert r["read"] == r["sent"]
+    assert [size for size, _ in r["read"]] == [1, 1 << 20, 9 << 20, 4]
+
+
+def test_byte_stream(server: Headrace) -> None:
+    r = server.run("byte_stream")
+    assert r["tail"] == 16 and r["head"] == 0 and r["seek_end"] == 16
+    assert r["read_all"] == "hello byte world" and r["tell"] == 16
+    assert r["read_at_6"] == "byte"
+    assert r["head_after_truncate"] == 6
+    assert r["read_after_truncate"] == "world"
+    assert r["tail_after_append"] == 17
+    assert r["second_writer"] == "OSError"  # ConditionalCheckFailed, surfaced at flush
+
+
+def test_transactions_commit_together_and_abort_vanishes(server: Headrace) -> None:
+    r = server.run("transactions")
+    assert r["open_before_commit"] is True and r["open_after_commit"] is False
+    events = r["events"]
+    txn = [f"txn:{i}" for i in range(5)]
+    assert sorted(events) == sorted([f"plain:{i}" for i in range(11)] + txn)
+    start = events.index("txn:0")
+    assert events[start : start + 5] == txn  # contiguous, in order
+    assert [e for e in events if e.startswith("plain")] == [f"plain:{i}" for i in range(11)]
+    assert events.index("plain:9") < start < events.index("plain:10")
