@@ -33,9 +33,11 @@ def free_port() -> int:
 class TankServer:
     """One ``python -m headrace serve`` process serving TANK on ``port``."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, pravega: bool = False) -> None:
         self.data_dir = data_dir
+        self.pravega = pravega  # also serve the controller and segment store
         self.port = 0
+        self.controller_port = 0
         self.process: subprocess.Popen[str] | None = None
         self.stderr: list[str] = []
         self._lines: queue.Queue[str] = queue.Queue()
@@ -45,8 +47,12 @@ class TankServer:
         self.port = free_port()
         command = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
         command += ["--tank-port", str(self.port)]
-        for name in OTHER_LISTENERS:
-            command += [f"--{name}-port", "0"]
+        others = dict.fromkeys(OTHER_LISTENERS, 0)
+        if self.pravega:
+            self.controller_port = others["controller"] = free_port()
+            others["segment-store"] = free_port()
+        for name, port in others.items():
+            command += [f"--{name}-port", str(port)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
             command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
@@ -102,8 +108,8 @@ class TankServer:
 
 
 @contextlib.contextmanager
-def running_server(data_dir: Path) -> Iterator[TankServer]:
-    server = TankServer(data_dir)
+def running_server(data_dir: Path, *, pravega: bool = False) -> Iterator[TankServer]:
+    server = TankServer(data_dir, pravega=pravega)
     server.start()
     try:
         yield server

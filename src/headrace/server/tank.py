@@ -344,7 +344,9 @@ class TankBroker:
         """Rebuild a partition's numbering from the store and the anchors table."""
         began = time.perf_counter()
         info = await self.store.info(part.segment)
-        stored = self._stored_anchors.pop(part.segment, {})
+        stored = self._stored_anchors.pop(part.segment, None)
+        if stored is None:  # a reload: the anchors we already had
+            stored = dict(part.anchors)
         stale = [o for o in stored if o >= info.length]
         if stale:  # anchors written for appends that never became durable
             await self.store.remove_table_keys(
@@ -468,13 +470,19 @@ class TankBroker:
         """Validate one produced bundle, store it durably and number its messages."""
         part = await self.partition(topic, partition_id)
         async with part.lock:
-            if not part.loaded:
-                await self._load(part)
-            return await self._append_locked(part, bundle, explicit_first)
+            for _ in range(2):  # once more after someone else appended to the segment
+                if not part.loaded:
+                    await self._load(part)
+                error = await self._append_locked(part, bundle, explicit_first)
+                if error is not None:
+                    return error
+            return t.ProduceError.IO_FAULT
 
     async def _append_locked(
         self, part: _Partition, bundle: bytes, explicit_first: int
-    ) -> t.ProduceError:
+    ) -> t.ProduceError | None:
+        """Append under the partition lock; None if the segment had grown behind
+        our back (another front door appended): reload and try again."""
         header = _validate_bundle(bundle)
         if header is None:
             return t.ProduceError.INVALID_SEQ_NUMS  # the C++ client's "invalid request"
@@ -501,11 +509,15 @@ class TankBroker:
         try:
             result = await self.store.append(part.segment, frame, expected_offset=offset)
         except StoreError as exc:
-            if isinstance(exc, BadOffset):
-                log.warning("tank: %s was appended to by someone else; reloading", part.segment)
-            else:
-                log.warning("tank: appending to %s failed: %s", part.segment, exc)
             part.loaded = False  # the next use rebuilds the numbering from the store
+            if anchored:
+                with contextlib.suppress(StoreError):
+                    key = TableKey(_anchor_key(part.segment, offset))
+                    await self.store.remove_table_keys(self.table, [key])
+            if isinstance(exc, BadOffset):
+                log.info("tank: %s was appended to through another protocol", part.segment)
+                return None
+            log.warning("tank: appending to %s failed: %s", part.segment, exc)
             return t.ProduceError.IO_FAULT
         # Durable: only now do the numbers move and parked consumes wake.
         if anchored:
