@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
+import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -102,8 +104,20 @@ MAX_OUTSTANDING_EVENTS = 200_000
 MAX_OUTSTANDING_BYTES = 64 * 1024 * 1024
 """Event bytes written and not yet acknowledged, per writer, before ``write`` waits."""
 
+YIELD_EVERY_EVENTS = 1000
+"""A producer that never awaits anything else yields to the loop this often, so
+segment writers send (and acks are processed) while it loops: pipelining."""
+
+_EVENT_HEADER = struct.Struct(">ii")  # Event frame: type 0, payload length (spec §5.3)
+
 SETUP_TIMEOUT_S = 30.0
 """Most time for ``SetupAppend`` to be answered (the request timeout)."""
+
+
+@functools.lru_cache(maxsize=65_536)
+def _cached_position(routing_key: str) -> float:
+    """Routing keys repeat: hash each once (Java hashing; bounded cache)."""
+    return routing_key_position(routing_key)
 
 
 class StreamSealedError(ClientError):
@@ -130,6 +144,7 @@ class _Block:
     last_number: int
     request_id: int
     size_bytes: int
+    has_futures: bool
 
 
 @dataclass(slots=True)
@@ -212,14 +227,17 @@ class _SegmentWriter:
             self.connection_lost(ConnectionLost("dropped by the writer"))
 
     def _ack_through(self, number: int) -> None:
+        in_flight = self.in_flight
+        owner = self.owner
+        while in_flight and in_flight[0].last_number <= number:
+            owner._acked_block(in_flight.popleft())
         acked: list[_Pending] = []
-        while self.in_flight and self.in_flight[0].last_number <= number:
-            acked.extend(self.in_flight.popleft().events)
         if self.in_flight and self.in_flight[0].events[0].number <= number:
             # Part of a block is stored (possible only after a reconnect).
             block = self.in_flight[0]
             done = [e for e in block.events if e.number <= number]
             block.events = [e for e in block.events if e.number > number]
+            block.size_bytes -= sum(len(e.framed) for e in done)
             acked.extend(done)
         # After a reconnect, queued events may be at or below the stored number too.
         while self.queued and self.queued[0].number <= number:
@@ -319,22 +337,27 @@ class _SegmentWriter:
     def _send_blocks(self) -> None:
         conn = self._conn
         limit = self.owner.max_blocks_in_flight
-        while conn is not None and self.queued and len(self.in_flight) < limit and not self.sealed:
+        queued = self.queued
+        while conn is not None and queued and len(self.in_flight) < limit and not self.sealed:
             events: list[_Pending] = []
+            append = events.append
+            popleft = queued.popleft
             size = 0
-            queued = self.queued
+            has_futures = False
             while queued and len(events) < MAX_BLOCK_EVENTS:
                 nxt = queued[0]
-                if events and size + len(nxt.framed) > MAX_BLOCK_BYTES:
+                n = len(nxt.framed)
+                if size + n > MAX_BLOCK_BYTES and events:
                     break
-                events.append(queued.popleft())
-                size += len(nxt.framed)
-            data = b"".join(e.framed for e in events)
+                append(popleft())
+                size += n
+                if nxt.future is not None:
+                    has_futures = True
+            data = b"".join([e.framed for e in events])
             rid = next_request_id()
             last = events[-1].number
-            block = _Block(events, last, rid, size)
-            self.in_flight.append(block)
-            cmd = p.AppendBlockEnd(self.writer_id, len(data), data, len(events), last, rid)
+            self.in_flight.append(_Block(events, last, rid, size, has_futures))
+            cmd = p.AppendBlockEnd(self.writer_id, size, data, len(events), last, rid)
             try:
                 conn.send_append(self.writer_id, rid, cmd)
             except ConnectionLost:
@@ -399,6 +422,7 @@ class EventWriter:
         self._closed = False
         self._rerouting: set[asyncio.Task[None]] = set()
         self._stats = _Stats()
+        self._since_yield = 0
 
     async def _load_segments(self) -> None:
         ranges = await self._controller.get_current_segments(self.scope, self.stream)
@@ -435,16 +459,13 @@ class EventWriter:
             "sealed_segments": s.sealed_segments,
         }
 
-    def _position(self, routing_key: str | None) -> float:
-        if routing_key is None:
-            return random.random()
-        return routing_key_position(routing_key, rust_client_compat=self._rust_compat)
-
     async def write(self, event: bytes, routing_key: str | None = None) -> None:
         """Queue one event; returns once it is queued (not stored).
 
         Waits while the writer holds ``max_outstanding_*`` unacknowledged
-        events or bytes. A failure shows at the next :meth:`flush`.
+        events or bytes, and yields to the event loop every
+        ``YIELD_EVERY_EVENTS`` writes so that the segment writers send while a
+        producer loops. A failure shows at the next :meth:`flush`.
 
         Raises:
             ValueError: the event is larger than ``MAX_EVENT_BYTES``.
@@ -452,45 +473,74 @@ class EventWriter:
             ClientError: a fatal error happened earlier (the stream is sealed,
                 the server stayed unreachable past the retry policy).
         """
-        await self._enqueue(event, routing_key, None)
+        self._put(event, routing_key, None)
+        self._since_yield += 1
+        if self._since_yield >= YIELD_EVERY_EVENTS or self._full():
+            await self._pace()
 
     async def write_future(
         self, event: bytes, routing_key: str | None = None
     ) -> asyncio.Future[None]:
         """Queue one event and return a future resolved when it is stored (or failed)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._enqueue(event, routing_key, fut)
+        self._put(event, routing_key, fut)
+        self._since_yield += 1
+        if self._since_yield >= YIELD_EVERY_EVENTS or self._full():
+            await self._pace()
         return fut
 
     async def write_and_wait(self, event: bytes, routing_key: str | None = None) -> None:
         """Write one event and wait until it is stored."""
         await (await self.write_future(event, routing_key))
 
-    async def _enqueue(
-        self, event: bytes, routing_key: str | None, fut: asyncio.Future[None] | None
-    ) -> None:
+    def _put(self, event: bytes, routing_key: str | None, fut: asyncio.Future[None] | None) -> None:
         if self._closed:
             raise WriterClosedError("the writer is closed")
         if self._fatal is not None:
             raise self._fatal
-        if len(event) > MAX_EVENT_BYTES:
-            raise ValueError(f"event of {len(event)} bytes exceeds {MAX_EVENT_BYTES}")
-        framed = p.encode_event(event)
-        while (
-            self._outstanding_events >= self.max_outstanding_events
-            or self._outstanding_bytes >= self.max_outstanding_bytes
-        ):
-            self._room.clear()
-            await self._room.wait()
-            if self._fatal is not None:
-                raise self._fatal
-        pending = _Pending(framed, self._position(routing_key), 0, fut)
+        size = len(event)
+        if size > MAX_EVENT_BYTES:
+            raise ValueError(f"event of {size} bytes exceeds {MAX_EVENT_BYTES}")
+        framed = _EVENT_HEADER.pack(0, size) + event
+        if routing_key is None:
+            position = random.random()
+        elif self._rust_compat:
+            position = routing_key_position(routing_key, rust_client_compat=True)
+        else:
+            position = _cached_position(routing_key)
+        pending = _Pending(framed, position, 0, fut)
         self._outstanding_events += 1
-        self._outstanding_bytes += len(framed)
-        self._idle.clear()
+        self._outstanding_bytes += size + 8
+        idle = self._idle
+        if idle.is_set():
+            idle.clear()
         ranges = self._ranges
         assert ranges is not None
-        ranges.segment_for_position(pending.position).enqueue(pending)
+        segments = ranges.segments
+        w = segments[0] if len(segments) == 1 else ranges.segment_for_position(position)
+        # _SegmentWriter.enqueue, inlined: this is the per-event hot path.
+        pending.number = w.next_number
+        w.next_number += 1
+        w.queued.append(pending)
+        wake = w._wake
+        if not wake.is_set():
+            wake.set()
+
+    def _full(self) -> bool:
+        return (
+            self._outstanding_events >= self.max_outstanding_events
+            or self._outstanding_bytes >= self.max_outstanding_bytes
+        )
+
+    async def _pace(self) -> None:
+        """Yield to the loop, then wait while the writer is full (back-pressure)."""
+        self._since_yield = 0
+        await asyncio.sleep(0)
+        while self._full():
+            if self._fatal is not None:
+                raise self._fatal
+            self._room.clear()
+            await self._room.wait()
 
     async def flush(self) -> None:
         """Wait until every event written so far is stored.
@@ -533,12 +583,23 @@ class EventWriter:
     # ------------------------------------------------------------------ bookkeeping
 
     def _release(self, events: list[_Pending]) -> None:
-        self._outstanding_events -= len(events)
-        self._outstanding_bytes -= sum(len(e.framed) for e in events)
+        self._release_counts(len(events), sum(len(e.framed) for e in events))
+
+    def _release_counts(self, count: int, size_bytes: int) -> None:
+        self._outstanding_events -= count
+        self._outstanding_bytes -= size_bytes
         if not self._room.is_set():
             self._room.set()
         if self._outstanding_events == 0:
             self._idle.set()
+
+    def _acked_block(self, block: _Block) -> None:
+        self._stats.events_acked += len(block.events)
+        if block.has_futures:
+            for e in block.events:
+                if e.future is not None and not e.future.done():
+                    e.future.set_result(None)
+        self._release_counts(len(block.events), block.size_bytes)
 
     def _acked(self, events: list[_Pending]) -> None:
         self._stats.events_acked += len(events)
