@@ -1,9 +1,10 @@
 """Child process of the kill -9 crash test (``test_crash.py``); also its record codec.
 
 Run as ``python crash_appender.py DATA_DIR STATE_JSON``. It opens a
-``DiskStore`` under ``fsync=always`` (with the state's ``checkpoint_wal_bytes``
-if given, so that checkpoints run, and get killed, often), creates the crash-test segments if they
-are missing, and runs ``APPENDERS_PER_SEGMENT`` concurrent appenders on each
+``DiskStore`` under the state's ``fsync`` policy (default ``always``) and
+``checkpoint_wal_bytes`` (if given: small WALs checkpoint, and get killed
+while checkpointing, often), creates the crash-test segments if they are
+missing, and runs ``APPENDERS_PER_SEGMENT`` concurrent appenders on each
 segment until it is killed. Every append is made of self-describing records
 (below), so whatever ends up in a segment can be parsed and checked.
 
@@ -243,7 +244,8 @@ async def _run(data_dir: Path, state: dict[str, object]) -> None:
         # Small WALs checkpoint often, so kills also land inside checkpoints.
         options["checkpoint_wal_bytes"] = int(str(state["checkpoint_wal_bytes"]))
     _emit("START")
-    store = await DiskStore.open(data_dir, fsync=FsyncPolicy.ALWAYS, **options)
+    policy = FsyncPolicy(str(state.get("fsync", FsyncPolicy.ALWAYS.value)))
+    store = await DiskStore.open(data_dir, fsync=policy, **options)
     _emit("OPEN")
     for name in SEGMENT_NAMES:
         with contextlib.suppress(SegmentExists):
@@ -294,6 +296,9 @@ async def _run(data_dir: Path, state: dict[str, object]) -> None:
                     report(segment, appender, seq, count, len(data), again, "r")
             resend = False
             seq += count
+            # Under interval/never an append returns without suspending, so
+            # yield to let the other appenders (and the committer) run.
+            await asyncio.sleep(0)
 
     async with asyncio.TaskGroup() as group:
         for segment in range(len(SEGMENT_NAMES)):
