@@ -125,6 +125,24 @@ def write_only(uri: str, count: str, scope: str) -> dict[str, Any]:
     return {"acknowledged": int(count), "write_s": write_s}
 
 
+def write_through_restart(uri: str, count: str, scope: str) -> dict[str, Any]:
+    """(4, harder) write while the parent kills and restarts the server: prints
+    ``progress <n>`` lines so the parent knows when to strike; the writer
+    reconnects, SetupAppend tells it what was stored, and it resends the rest."""
+    m = _manager(uri)
+    m.create_scope(scope)
+    m.create_stream(scope, "st", 4)
+    writer = m.create_writer(scope, "st", INFLIGHT)
+    start = time.monotonic()
+    for i in range(int(count)):
+        key = f"k{i % 100:03d}"
+        writer.write_event(f"{key}:{i}", routing_key=key)
+        if i % 1000 == 999:
+            print(f"progress {i + 1}", flush=True)
+    writer.flush()
+    return {"acknowledged": int(count), "write_s": time.monotonic() - start}
+
+
 def write_more(uri: str, first: str, count: str, scope: str) -> dict[str, Any]:
     """(4, after the restart) a new writer appends to the existing stream."""
     m = _manager(uri)
@@ -259,6 +277,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "many_events": many_events,
     "write_only": write_only,
     "write_more": write_more,
+    "write_through_restart": write_through_restart,
     "read_all": read_all,
     "from_tail": from_tail,
     "sizes": sizes,

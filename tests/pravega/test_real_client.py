@@ -158,6 +158,39 @@ def test_restart_between_write_and_read_loses_and_duplicates_nothing(
     assert "Traceback" not in srv.stderr_text, srv.stderr_text
 
 
+def test_kill_during_writes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    count = max(EVENT_COUNT, 6000)
+    srv = Headrace(tmp_path / "data")
+    try:
+        writer = subprocess.Popen(
+            [sys.executable, str(SCENARIOS), "write_through_restart", srv.uri, str(count), "kill"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert writer.stdout is not None
+            # Strike once a third is written (the writer blocks on acks, so
+            # its progress lines follow the server's pace).
+            for line in writer.stdout:
+                if line.startswith("progress") and int(line.split()[1]) >= count // 3:
+                    break
+            assert writer.poll() is None  # the kill lands before the writer's flush returned
+            assert srv.restart(signal.SIGKILL) == -signal.SIGKILL
+            out, _ = writer.communicate(timeout=SCENARIO_TIMEOUT_S)
+        finally:
+            writer.kill()
+            writer.wait()
+        assert writer.returncode == 0
+        assert json.loads(out.strip().splitlines()[-1])["acknowledged"] == count
+        r = srv.run("read_all", "kill", str(count))
+        assert (r["read"], r["distinct"], r["duplicates"]) == (count, count, 0)
+        assert r["out_of_order"] == 0 and r["max"] == count - 1
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.stderr_text, srv.stderr_text
+
+
 def test_reader_group_from_tail_sees_only_later_events(server: Headrace) -> None:
     r = server.run("from_tail")
     assert r["events"] == sorted(f"after:{i}" for i in range(20))
