@@ -468,15 +468,18 @@ class TankBroker:
         self, topic: str, partition_id: int, bundle: bytes, explicit_first: int
     ) -> t.ProduceError:
         """Validate one produced bundle, store it durably and number its messages."""
-        part = await self.partition(topic, partition_id)
-        async with part.lock:
-            for _ in range(2):  # once more after someone else appended to the segment
-                if not part.loaded:
-                    await self._load(part)
-                error = await self._append_locked(part, bundle, explicit_first)
-                if error is not None:
-                    return error
-            return t.ProduceError.IO_FAULT
+        try:
+            part = await self.partition(topic, partition_id)
+            async with part.lock:
+                for _ in range(2):  # once more after someone else appended to the segment
+                    if not part.loaded:
+                        await self._load(part)
+                    error = await self._append_locked(part, bundle, explicit_first)
+                    if error is not None:
+                        return error
+        except StoreError as exc:  # the segment could not be read (or is gone)
+            log.warning("tank: producing to %s/%d failed: %s", topic, partition_id, exc)
+        return t.ProduceError.IO_FAULT
 
     async def _append_locked(
         self, part: _Partition, bundle: bytes, explicit_first: int
@@ -800,15 +803,21 @@ class TankHandler(ConnectionHandler):
                         )
                         answer_now = True
                         continue
-                    part = await broker.partition(topic.name, pid)
-                    result = await self._read(part, wanted, budget)
+                    try:
+                        part = await broker.partition(topic.name, pid)
+                        result = await self._read(part, wanted, budget)
+                    except StoreError as exc:
+                        log.warning("tank: reading %s/%d failed: %s", topic.name, pid, exc)
+                        result = t.ConsumePartitionResult(pid, t.ConsumeError.SYSTEM_ERROR)
+                        answer_now = True
+                    else:
+                        budget -= len(result.chunk) if result is not None else 0
                     if result is None:  # at the end: an empty entry unless it parks
                         at_end[(ti, pi)] = (part, part.length, part.hwm)
                         result = t.ConsumePartitionResult(
                             pid, base_seq_num=part.first_seq, high_water_mark=part.hwm
                         )
                     else:
-                        budget -= len(result.chunk)
                         answer_now = True
                     partitions.append(result)
                 topics.append(t.ConsumeTopicResult(topic.name, tuple(partitions)))
@@ -874,7 +883,12 @@ class TankHandler(ConnectionHandler):
                 if not timed_out and not waiter.closed and part.length > length:
                     fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
                     start = (length, hwm + 1 if hwm else part.origin_seq)
-                    chunk = await self._broker.read_chunk(part, start, start[1], fetch_size, budget)
+                    try:
+                        chunk = await self._broker.read_chunk(
+                            part, start, start[1], fetch_size, budget
+                        )
+                    except StoreError as exc:  # the client asks again
+                        log.warning("tank: reading %s failed: %s", part.segment, exc)
                 if chunk is None:
                     partitions.append(
                         t.ConsumePartitionResult(wanted.partition_id, high_water_mark=part.hwm)
@@ -906,7 +920,12 @@ class TankHandler(ConnectionHandler):
             if pid >= count:  # only in the explicit-list form
                 entries.append(t.PartitionSeqNums(error=t.DiscoverPartitionsError.SYSTEM_ERROR))
                 continue
-            part = await broker.partition(request.topic, pid)
+            try:
+                part = await broker.partition(request.topic, pid)
+            except StoreError as exc:
+                log.warning("tank: loading %s/%d failed: %s", request.topic, pid, exc)
+                entries.append(t.PartitionSeqNums(error=t.DiscoverPartitionsError.SYSTEM_ERROR))
+                continue
             entries.append(t.PartitionSeqNums(part.first_seq, part.hwm))
         return t.DiscoverPartitionsResponse(request.request_id, request.topic, tuple(entries))
 
