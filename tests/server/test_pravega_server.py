@@ -21,7 +21,12 @@ import pytest
 from headrace.protocols import pravega as p
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
-from headrace.server.pravega import MAX_READ_REPLY_BYTES, serve_segment_store, start_segment_store
+from headrace.server.pravega import (
+    MAX_READ_REPLY_BYTES,
+    READ_HOLD_S,
+    serve_segment_store,
+    start_segment_store,
+)
 from headrace.store.api import SegmentStore
 from headrace.store.memory import MemoryStore
 from headrace.types import NULL_ATTRIBUTE_VALUE
@@ -424,6 +429,17 @@ async def test_tail_read_gets_an_empty_reply_after_the_hold(
     await raw.send(p.ReadSegment(SEG, 3, 100, "", 2))
     await store.append(SEG, b"abcdef")
     assert await raw.recv() == p.SegmentRead(SEG, 3, True, False, b"def", 2)
+    await raw.aclose()
+
+
+async def test_client_leaving_releases_its_parked_reads(server: Server) -> None:
+    await server.store.create_segment(SEG)
+    raw = await Raw.connect(server.port)
+    await raw.send(p.ReadSegment(SEG, 0, 100, "", 1))
+    assert await raw.request(p.KeepAlive()) == p.KeepAlive()  # the read is parked
+    raw.writer.write_eof()
+    # The server closes at once, not after the rest of the 10 s hold.
+    assert await asyncio.wait_for(raw.reader.read(), READ_HOLD_S / 3) == b""
     await raw.aclose()
 
 

@@ -126,6 +126,7 @@ class PravegaHandler(ConnectionHandler):
         # (DataAppended.previous_event_number), and the ack the next one waits for.
         self._last_acked: dict[UUID, int] = {}
         self._ack_tail: dict[UUID, asyncio.Future[None]] = {}
+        self._parked: set[asyncio.Task[object]] = set()  # tasks of reads parked at the tail
 
     # ------------------------------------------------------------------ loop interface
 
@@ -137,8 +138,14 @@ class PravegaHandler(ConnectionHandler):
         if isinstance(event, p.AppendData):
             await self._append(event)
             return
-        if isinstance(event, p.ConnectionClosed | p.Hello | p.KeepAlive):
-            return  # the connection answered Hello / KeepAlive itself
+        if isinstance(event, p.ConnectionClosed):
+            # Nobody will read the replies of parked reads: stop waiting now
+            # rather than hold the connection open for the rest of the hold.
+            for task in self._parked:
+                task.cancel()
+            return
+        if isinstance(event, p.Hello | p.KeepAlive):
+            return  # the connection answered them itself
         assert isinstance(event, p.Command)
         action = DISPATCH.get(type(event))
         try:
@@ -241,7 +248,16 @@ class PravegaHandler(ConnectionHandler):
         except BadOffset:  # beyond the tail: wait for the segment to get there
             ready = False
         if not ready:
-            if not await self._store.wait_for_data(cmd.segment, cmd.offset, self._read_hold_s):
+            task = asyncio.current_task()
+            assert task is not None
+            self._parked.add(task)
+            try:
+                arrived = await self._store.wait_for_data(
+                    cmd.segment, cmd.offset, self._read_hold_s
+                )
+            finally:
+                self._parked.discard(task)
+            if not arrived:
                 self._reply(
                     p.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
                 )
