@@ -509,6 +509,33 @@ class ControllerClient:
         r = await self._rpc("getURI", req, pb.NodeUri)
         return r.endpoint, r.port
 
+    async def scale_stream(
+        self,
+        scope: str,
+        stream: str,
+        sealed_segment_ids: Sequence[int],
+        new_ranges: Sequence[tuple[float, float]],
+    ) -> list[SegmentRange]:
+        """Replace open segments by new ones covering the same key ranges.
+
+        Returns the new segments. Writers see the old ones sealed and move to
+        the new ones; readers finish the old ones before starting these.
+
+        Raises:
+            ControllerError: the request was refused (ranges do not match...).
+        """
+        req = pb.ScaleRequest(
+            streamInfo=self._info(scope, stream),
+            sealedSegments=list(sealed_segment_ids),
+            newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in new_ranges],
+        )
+        r = await self._rpc("scale", req, pb.ScaleResponse)
+        if r.status != pb.ScaleResponse.STARTED:
+            raise ControllerError(
+                f"scale {scope}/{stream}", pb.ScaleResponse.ScaleStreamStatus.Name(r.status)
+            )
+        return self._ranges(r.segments)
+
     # ------------------------------------------------------------------ transactions
 
     async def create_transaction(

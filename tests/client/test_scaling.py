@@ -1,0 +1,65 @@
+"""Scaling: writers move to the new segments, readers follow successors in order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+
+from .conftest import Server
+
+KEYS = [f"k{i}" for i in range(8)]
+
+
+def _check_per_key_order(values: list[bytes], count_per_key: int) -> None:
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for v in values:
+        key, seq = v.decode().split(":")
+        by_key[key].append(int(seq))
+    assert set(by_key) == set(KEYS)
+    for key, seqs in by_key.items():
+        assert seqs == list(range(count_per_key)), key
+
+
+async def test_writer_and_readers_across_a_scale(server: Server) -> None:
+    per_key = 2000
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("sc1")
+        await client.controller.create_stream("sc1", "st", StreamConfig(ScalingPolicy.fixed(1)))
+        writer = await client.create_writer("sc1", "st")
+        scaled = None
+        for seq in range(per_key):
+            for key in KEYS:
+                await writer.write(f"{key}:{seq}".encode(), routing_key=key)
+            if seq == per_key // 2:
+                await asyncio.sleep(0)  # let half of it be sent to segment 0
+                (old,) = await client.controller.get_current_segments("sc1", "st")
+                scaled = await client.controller.scale_stream(
+                    "sc1", "st", [old.segment.segment_id], [(0.0, 0.5), (0.5, 1.0)]
+                )
+        await writer.flush()
+        stats = writer.stats
+        await writer.aclose()
+        assert scaled is not None and len(scaled) == 2
+        assert stats["sealed_segments"] == 1
+        current = await client.controller.get_current_segments("sc1", "st")
+        assert [r.segment for r in current] == [r.segment for r in scaled]
+
+        async with client.record_reader("sc1", "st") as reader:
+            records = [r async for r in reader]
+        assert {r.segment for r in records} == {"sc1/st/0.#epoch.0"} | {
+            r.segment.name for r in scaled
+        }
+        _check_per_key_order([r.value for r in records], per_key)
+
+        group = await client.reader_group("sc1", "grp", ["st"])
+        got: list[bytes] = []
+        async with await group.create_reader("r") as reader:
+            deadline = time.monotonic() + 30
+            while len(got) < len(records) and time.monotonic() < deadline:
+                event = await reader.read_next(timeout_s=0.5)
+                if event is not None:
+                    got.append(event.data)
+        _check_per_key_order(got, per_key)
