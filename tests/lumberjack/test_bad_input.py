@@ -147,3 +147,25 @@ def test_acknowledged_events_survive_kill_9_and_restart(tmp_path: Path) -> None:
     assert before == Counter(acked), "an acknowledged event was lost or doubled"
     assert sorted(int(str(d["i"])) for d in docs if d["tag"] == "after") == list(range(5))
     assert not [d for d in docs if d["tag"] == "unacked"], "an incomplete window was stored"
+
+
+def test_windows_completed_before_a_refused_window_are_still_acked(tmp_path: Path) -> None:
+    """A window over the pending-bytes limit right behind a whole one: the whole
+    one is stored and acked (also when both arrive in one read), then the close."""
+    server = start_server(tmp_path / "data", *LIMIT_FLAGS)
+    try:
+        with LumberjackClient(server.port, V2) as client:
+            client.send_raw(
+                WindowSize(2),
+                JsonData(1, _doc("whole", 0)),
+                JsonData(2, _doc("whole", 1)),
+                WindowSize(20),
+                *(JsonData(3 + i, _doc("broken", 2 + i, 8000)) for i in range(20)),
+            )
+            assert client.wait_closed() == [2]
+            server.wait_for_line("max_pending_bytes")
+    finally:
+        assert server.stop() == 0, server.stderr
+    assert "Traceback" not in server.stderr, server.stderr
+    stored = stored_documents(tmp_path / "data")
+    assert sorted(int(str(d["i"])) for docs in stored.values() for d in docs) == [0, 1]

@@ -62,6 +62,7 @@ from headrace.protocols.lumberjack import (
     LumberjackConnection,
     ProtocolVersion,
     Role,
+    encode_frame,
 )
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._listen import start_tcp_listener
@@ -253,6 +254,8 @@ class LumberjackHandler(ConnectionHandler):
         self._last_issued: asyncio.Future[None] | None = None
         self._last_write_s = 0.0
         self._keepalive: asyncio.Task[None] | None = None
+        self._failed = False  # a protocol error: the connection is closing
+        self._late_acks = b""  # acks encoded after the failure
 
     # ------------------------------------------------------------------ receiving
 
@@ -266,13 +269,17 @@ class LumberjackHandler(ConnectionHandler):
         chunks = [
             view[i : i + RECEIVE_SLACK_BYTES] for i in range(0, len(view), RECEIVE_SLACK_BYTES)
         ]
-        for chunk in chunks or [view]:
-            self._conn.receive_data(chunk)
-            for event in self._conn.events():
-                if isinstance(event, Batch):
-                    window = self._take(event)
-                    if window is not None:
-                        yield window
+        try:
+            for chunk in chunks or [view]:
+                self._conn.receive_data(chunk)
+                for event in self._conn.events():
+                    if isinstance(event, Batch):
+                        window = self._take(event)
+                        if window is not None:
+                            yield window
+        except RemoteProtocolError:
+            self._failed = True
+            raise
 
     def _take(self, batch: Batch) -> _Window | None:
         for event in batch.events:
@@ -398,12 +405,21 @@ class LumberjackHandler(ConnectionHandler):
         """Queue the acks of every durable window at the head of the FIFO."""
         while self._windows and self._windows[0].durable:
             window = self._windows.popleft()
-            self._conn.send(Ack(window.ack_seq))
+            if self._failed:
+                # The windows that closed before the bad input are whole and
+                # stored: ack them before closing (fewer resends). The failed
+                # connection object refuses sends, so encode the frame here.
+                assert self._conn.version is not None
+                self._late_acks += encode_frame(self._conn.version, Ack(window.ack_seq))
+            else:
+                self._conn.send(Ack(window.ack_seq))
             self._pending_bytes -= window.size_bytes
             self._last_write_s = asyncio.get_running_loop().time()
 
     def data_to_send(self) -> bytes:
-        return self._conn.data_to_send()
+        data = self._conn.data_to_send() + self._late_acks
+        self._late_acks = b""
+        return data
 
     def on_start(self) -> None:
         self._last_write_s = asyncio.get_running_loop().time()
@@ -418,7 +434,11 @@ class LumberjackHandler(ConnectionHandler):
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
-            if self._conn.version is ProtocolVersion.V2 and self._conn.awaiting_ack:
+            if (
+                self._conn.version is ProtocolVersion.V2
+                and self._conn.awaiting_ack
+                and not self._failed
+            ):
                 self._conn.send(Ack(0))
                 self.wake_writer()
             self._last_write_s = loop.time()
