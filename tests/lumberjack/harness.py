@@ -122,6 +122,7 @@ class Server:
     data_dir: Path
     port: int
     tls_port: int
+    controller_port: int = 0
     lines: list[str] = field(default_factory=list)
     _queue: queue.Queue[str] = field(default_factory=queue.Queue)
     _pump: threading.Thread | None = None
@@ -182,10 +183,17 @@ def start_server(
     tls: TlsFiles | None = None,
     tls_ca: Path | None = None,
     port: int | None = None,
+    pravega: bool = False,
 ) -> Server:
-    """Start ``headrace serve`` with only the Lumberjack listeners on free ports."""
+    """Start ``headrace serve`` with the Lumberjack listeners on free ports (and,
+    with ``pravega``, the controller and segment store too)."""
     port = free_port() if port is None else port
     tls_port = free_port() if tls is not None else 0
+    others = list(OTHER_LISTENERS_OFF)
+    controller_port = 0
+    if pravega:
+        controller_port = free_port()
+        others[1], others[3] = str(controller_port), str(free_port())
     command = [
         sys.executable,
         "-m",
@@ -198,7 +206,7 @@ def start_server(
         str(port),
         "--lumberjack-tls-port",
         str(tls_port),
-        *OTHER_LISTENERS_OFF,
+        *others,
         *args,
     ]
     if tls is not None:
@@ -209,7 +217,7 @@ def start_server(
     process = subprocess.Popen(
         command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
     )
-    server = Server(process, data_dir, port, tls_port)
+    server = Server(process, data_dir, port, tls_port, controller_port)
 
     def pump() -> None:
         assert process.stderr is not None

@@ -1,0 +1,44 @@
+"""Read a stream with the real ``pravega`` client (``pravega_client``), in a child process.
+
+Usage: ``python pravega_read.py CONTROLLER_URI SCOPE STREAM COUNT``; prints one
+JSON line ``{"events": [...payloads as latin-1...]}``. The client's blocking
+calls hold the GIL and retry for a long time when something is wrong, so the
+test runs this under a hard timeout instead of in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import pravega_client
+
+READ_DEADLINE_S = 30.0
+
+
+def main(uri: str, scope: str, stream: str, count: str) -> None:
+    manager = pravega_client.StreamManager(uri)
+    group = manager.create_reader_group(f"lj{int(time.time() * 1000)}", scope, stream)
+    reader = group.create_reader("r1")
+    want = int(count)
+
+    async def run() -> list[str]:
+        got: list[str] = []
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while len(got) < want and time.monotonic() < deadline:
+            piece = await reader.get_segment_slice_async()
+            got.extend(event.data().decode("latin-1") for event in piece)
+            reader.release_segment(piece)
+        return got
+
+    try:
+        events = asyncio.run(run())
+    finally:
+        reader.reader_offline()
+    print(json.dumps({"events": events}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
