@@ -205,8 +205,10 @@ class RecordReader:
         segments = self._client.segments
         try:
             limit: int | None = None
+            sealed_at_start = False
             if not self.follow:
-                limit = (await segments.stat(segment)).length
+                stat = await segments.stat(segment)
+                limit, sealed_at_start = stat.length, stat.sealed
             buf = _EventBuffer(offset)
             sealed_end = False
             while limit is None or offset < limit:
@@ -224,7 +226,7 @@ class RecordReader:
                 if got.end_of_segment:
                     sealed_end = True
                     break
-            if sealed_end:
+            if sealed_end or (sealed_at_start and limit is not None and offset >= limit):
                 await self._segment_finished(segment)
         except asyncio.CancelledError:
             raise
