@@ -265,6 +265,56 @@ def transactions(uri: str) -> dict[str, Any]:
     return r
 
 
+def retention_by_size(uri: str) -> dict[str, Any]:
+    """(7) size retention truncates old data at event boundaries while a reader
+    that keeps up reads on, and a reader group created later starts at the head.
+
+    Events are 100 bytes framed as 108: ``ev<5 digits>`` padded with dots.
+    The policy keeps 2000 bytes; rounds of 30 events are written until the
+    head has moved twice (polled through a byte stream on the same stream)."""
+    m = _manager(uri)
+    m.create_scope("ret")
+    m.create_stream_with_policy(
+        "ret",
+        "st",
+        pc.StreamScalingPolicy.fixed_scaling_policy(1),
+        pc.StreamRetentionPolicy.by_size(2000),
+        None,
+    )
+    writer = m.create_writer("ret", "st")
+    live = m.create_reader_group("live", "ret", "st").create_reader("r1")
+    probe = m.create_byte_stream("ret", "st")
+    heads: list[int] = []
+    live_events: list[bytes] = []
+    written = 0
+    deadline = time.monotonic() + READ_DEADLINE_S
+    while len(heads) < 2 and time.monotonic() < deadline:
+        for _ in range(30):
+            writer.write_event(f"ev{written:05d}".ljust(100, "."))
+            written += 1
+        writer.flush()
+        live_events += asyncio.run(_drain([live], written - len(live_events)))
+        head = probe.current_head_offset()
+        wait_until = time.monotonic() + 1.0
+        while head == (heads[-1] if heads else 0) and time.monotonic() < wait_until:
+            time.sleep(0.05)  # polling the head under a deadline, not synchronisation
+            head = probe.current_head_offset()
+        if head != (heads[-1] if heads else 0):
+            heads.append(head)
+    late = m.create_reader_group("late", "ret", "st").create_reader("r1")
+    late_events = asyncio.run(_drain([late], None))
+    expected = [f"ev{i:05d}".ljust(100, ".").encode() for i in range(written)]
+    return {
+        "written": written,
+        "heads": heads,
+        "tail": probe.current_tail_offset(),
+        "live_complete": live_events == expected,
+        "late_first": late_events[0][:7].decode() if late_events else None,
+        "late_is_suffix": late_events == expected[len(expected) - len(late_events) :],
+        "late_count": len(late_events),
+    }
+
+
 def _outcome(fn: Callable[[], Any]) -> str:
     try:
         fn()
@@ -283,6 +333,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "sizes": sizes,
     "byte_stream": byte_stream,
     "transactions": transactions,
+    "retention_by_size": retention_by_size,
 }
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios.py"
+FAST_RETENTION_SERVER = HERE / "fast_retention_server.py"
 ROOT = HERE.parent.parent
 
 EVENT_COUNT = int(os.environ.get("HEADRACE_PRAVEGA_EVENTS", "20000"))
@@ -47,9 +48,14 @@ class Headrace:
     """``python -m headrace serve`` with the controller and the segment store on
     free ports and the disk store in ``data_dir``; restartable on the same ports."""
 
-    def __init__(self, data_dir: Path, *, fsync: str = "always") -> None:
+    def __init__(
+        self, data_dir: Path, *, fsync: str = "always", fast_retention: bool = False
+    ) -> None:
+        """``fast_retention`` runs ``fast_retention_server.py`` instead: the same
+        server with retention applied every 0.2 s instead of every minute."""
         self.data_dir = data_dir
         self.fsync = fsync
+        self.fast_retention = fast_retention
         self.controller_port = _free_port()
         self.segment_store_port = _free_port()
         self.uri = f"tcp://127.0.0.1:{self.controller_port}"
@@ -57,12 +63,15 @@ class Headrace:
         self._start()
 
     def _start(self) -> None:
-        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
-        args += ["--fsync", self.fsync]
-        args += ["--controller-port", str(self.controller_port)]
-        args += ["--segment-store-port", str(self.segment_store_port)]
-        for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
-            args += [f"--{name}-port", "0"]
+        ports = [str(self.controller_port), str(self.segment_store_port)]
+        if self.fast_retention:
+            args = [sys.executable, str(FAST_RETENTION_SERVER), str(self.data_dir), *ports]
+        else:
+            args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
+            args += ["--fsync", self.fsync]
+            args += ["--controller-port", ports[0], "--segment-store-port", ports[1]]
+            for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
+                args += [f"--{name}-port", "0"]
         # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -223,3 +232,19 @@ def test_transactions_commit_together_and_abort_vanishes(server: Headrace) -> No
     assert events[start : start + 5] == txn  # contiguous, in order
     assert [e for e in events if e.startswith("plain")] == [f"plain:{i}" for i in range(11)]
     assert events.index("plain:9") < start < events.index("plain:10")
+
+
+def test_size_retention_truncates_and_readers_go_on(tmp_path: Path) -> None:
+    srv = Headrace(tmp_path / "data", fast_retention=True)
+    try:
+        r = srv.run("retention_by_size")
+    finally:
+        srv.stop()
+    assert len(r["heads"]) == 2 and 0 < r["heads"][0] < r["heads"][1]
+    assert all(head % 108 == 0 for head in r["heads"])  # at event boundaries
+    assert r["tail"] - r["heads"][-1] >= 2000  # the policy's minimum is kept
+    assert r["live_complete"] is True  # a reader that keeps up loses nothing
+    # A group created later starts at the head, with whole events.
+    assert r["late_is_suffix"] is True
+    assert r["late_first"] == f"ev{r['heads'][-1] // 108:05d}"
+    assert r["late_count"] == r["written"] - r["heads"][-1] // 108
