@@ -139,3 +139,37 @@ async def test_exactly_once_across_server_kill(tmp_path: Path) -> None:
         _check_per_key_order([r.value for r in records], total // len(KEYS))
     finally:
         srv.stop()
+
+
+async def test_following_reader_survives_server_restart(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "data")
+    try:
+        async with PravegaClient(srv.uri) as client:
+            await _make_stream(client, "x2", "st", 1)
+            async with await client.create_writer("x2", "st") as writer:
+                for i in range(10):
+                    await writer.write(f"a{i}".encode())
+            got: list[bytes] = []
+            first_ten = asyncio.Event()
+
+            async def follow() -> None:
+                async with client.record_reader("x2", "st", follow=True) as reader:
+                    async for record in reader:
+                        got.append(record.value)
+                        if len(got) == 10:
+                            first_ten.set()
+                        if len(got) == 20:
+                            return
+
+            task = asyncio.create_task(follow())
+            async with asyncio.timeout(30):
+                await first_ten.wait()  # the reader now waits at the tail
+                await asyncio.to_thread(srv.kill)
+                await asyncio.to_thread(srv.start)
+                async with await client.create_writer("x2", "st") as writer:
+                    for i in range(10):
+                        await writer.write(f"b{i}".encode())
+                await task
+        assert got == [f"a{i}".encode() for i in range(10)] + [f"b{i}".encode() for i in range(10)]
+    finally:
+        srv.stop()

@@ -374,7 +374,7 @@ class ConnectionPool:
     """
 
     def __init__(self, retry: RetryPolicy = DEFAULT_RETRY) -> None:
-        self._retry = retry
+        self.retry = retry
         self._conns: dict[tuple[str, int], SegmentStoreConnection] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._closed = False
@@ -395,7 +395,7 @@ class ConnectionPool:
             conn = self._conns.get(endpoint)
             if conn is not None and not conn.is_closed:
                 return conn
-            conn = await connect_with_retry(endpoint, self._retry)
+            conn = await connect_with_retry(endpoint, self.retry)
             self._conns[endpoint] = conn
             return conn
 

@@ -8,12 +8,20 @@ metadata calls all go through it; appends go through the writers.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from headrace.errors import ConnectionLost, RequestTimeout
 from headrace.protocols import pravega as p
 
-from ._conn import READ_TIMEOUT_S, ConnectionPool, SegmentStoreConnection, next_request_id
+from ._conn import (
+    READ_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    ConnectionPool,
+    SegmentStoreConnection,
+    next_request_id,
+)
 from .controller import ControllerClient, Segment
 from .errors import error_for_reply
 
@@ -64,10 +72,32 @@ class SegmentClient:
         return await self._pool.get(endpoint)
 
     async def _call(
-        self, segment: Segment, cmd: p.Command, expect: type[p.Command], timeout_s: float = 30.0
+        self,
+        segment: Segment,
+        cmd: p.Command,
+        expect: type[p.Command],
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        *,
+        idempotent: bool = False,
     ) -> p.Command:
-        conn = await self.connection(segment)
-        reply = await conn.request(cmd, timeout_s=timeout_s)
+        """Send ``cmd``; the reply if it is an ``expect``, else its error.
+
+        An ``idempotent`` request (reads, info) is sent again, on a new
+        connection, when the connection is lost or the request times out,
+        as the pool's retry policy allows (a server restart is invisible).
+        """
+        delays = self._pool.retry.delays()
+        while True:
+            try:
+                conn = await self.connection(segment)
+                reply = await conn.request(cmd, timeout_s=timeout_s)
+                break
+            except (ConnectionLost, RequestTimeout):
+                delay = next(delays, None) if idempotent else None
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+                cmd = replace(cmd, request_id=next_request_id())  # type: ignore[type-var]
         if not isinstance(reply, expect):
             raise error_for_reply(reply)
         return reply
@@ -76,7 +106,10 @@ class SegmentClient:
         """``GetStreamSegmentInfo`` of ``segment`` (or of ``name``, a segment of its stream)."""
         seg_name = name or segment.name
         reply = await self._call(
-            segment, p.GetStreamSegmentInfo(next_request_id(), seg_name), p.StreamSegmentInfo
+            segment,
+            p.GetStreamSegmentInfo(next_request_id(), seg_name),
+            p.StreamSegmentInfo,
+            idempotent=True,
         )
         assert isinstance(reply, p.StreamSegmentInfo)
         return SegmentStat(
@@ -106,7 +139,7 @@ class SegmentClient:
         """
         seg_name = name or segment.name
         cmd = p.ReadSegment(seg_name, offset, suggested_bytes, request_id=next_request_id())
-        reply = await self._call(segment, cmd, p.SegmentRead, timeout_s)
+        reply = await self._call(segment, cmd, p.SegmentRead, timeout_s, idempotent=True)
         assert isinstance(reply, p.SegmentRead)
         if reply.offset != offset:
             raise error_for_reply(reply)
