@@ -452,17 +452,18 @@ def write_checkpoint(
     and be synced before this runs. Order: sidecars, data files, snapshot
     (atomic), then deletions; a crash anywhere leaves a recoverable directory.
     """
+    deleted = set(captured.deleted_ids)
     for segment_id, position, raw in captured.sidecar_writes:
         fd = os.open(paths.sidecar(segment_id), os.O_WRONLY)
         try:
             ops.pwrite(fd, raw, position)
-            ops.sync_file(fd)
         finally:
             os.close(fd)
-    deleted = set(captured.deleted_ids)
+    # Dirty: new data, new sidecar entries, or created since the last checkpoint.
     for segment_id in captured.dirty_ids:
         if segment_id not in deleted:
             sync_path(paths.data(segment_id), ops)
+            sync_path(paths.sidecar(segment_id), ops)
     fsync_dir(paths.segments_dir, ops)  # files created since the last checkpoint
     atomic_write(paths.snapshot, paths.snapshot_tmp, encode_snapshot(captured.snapshot), ops)
     for path in old_wals:

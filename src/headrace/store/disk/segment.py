@@ -279,7 +279,7 @@ class ContainerState:
             case CreateRecord(sid, kind, ms, name):
                 if sid in self.by_id or name in self.by_name:
                     raise ReplayError(f"segment id {sid} or its name already exists")
-                seg = Segment(sid, name, kind, ms)
+                seg = Segment(sid, name, kind, ms, dirty=True)  # its files are not synced yet
                 self.by_id[sid] = self.by_name[name] = seg
                 self.next_segment_id = max(self.next_segment_id, sid + 1)
                 self.merged.pop(name, None)
