@@ -191,8 +191,22 @@ class _Window:
     durable: bool = False
 
 
-def _routing_key(payload: bytes, paths: tuple[tuple[str, ...], ...]) -> str | None:
-    """The event's routing key: the first configured field present, as text."""
+def _routing_key(
+    payload: bytes, paths: tuple[tuple[str, ...], ...], needles: tuple[bytes, ...]
+) -> str | None:
+    """The event's routing key: the first configured field present, as text.
+
+    A string is the key as is. An object with a string ``name`` (the ECS
+    ``host`` object of Beats 6.3 and later) gives that name. Any other value
+    gives its compact JSON text with sorted keys. ``null`` counts as absent.
+
+    ``needles`` are the top-level field names as JSON strings: a document
+    that contains none of them is not parsed (most of the cost). A name
+    written with ``\\u`` escapes is therefore not seen: the event goes without
+    a key, which changes only its segment.
+    """
+    if not any(needle in payload for needle in needles):
+        return None
     try:
         document = json.loads(payload)
     except ValueError:  # D payloads are built by us, J payloads checked by the codec
@@ -208,6 +222,8 @@ def _routing_key(payload: bytes, paths: tuple[tuple[str, ...], ...]) -> str | No
                 continue
             if isinstance(value, str):
                 return value
+            if isinstance(value, dict) and isinstance(value.get("name"), str):
+                return str(value["name"])
             return json.dumps(value, sort_keys=True, separators=(",", ":"))
     return None
 
@@ -238,6 +254,7 @@ class LumberjackHandler(ConnectionHandler):
         self._target = target
         self._config = config
         self._paths = tuple(parse_field_path(spec) for spec in config.routing_key_fields)
+        self._needles = tuple(json.dumps(p[0], ensure_ascii=False).encode() for p in self._paths)
         self._conn = LumberjackConnection(
             Role.SERVER,
             limits=Limits(
@@ -296,9 +313,7 @@ class LumberjackHandler(ConnectionHandler):
                     "on this connection (window too large for max_pending_bytes)"
                 )
             self._open_payloads.append(event.payload)
-            self._open_keys.append(
-                _routing_key(event.payload, self._paths) if self._paths else None
-            )
+            self._open_keys.append(_routing_key(event.payload, self._paths, self._needles))
             self._open_bytes += size
         if batch.ack_seq is None:
             return None
