@@ -17,6 +17,7 @@ from typing import Any
 import pylogbeat
 import pytest
 
+from headrace.protocols.pravega.routing import segment_for_key
 from tests.lumberjack.harness import (
     IO_TIMEOUT_S,
     TlsFiles,
@@ -89,6 +90,10 @@ def _check_stored_once(data_dir: Path) -> None:
     hosts_segments = {str(doc["host"]): name for name, docs in per_segment.items() for doc in docs}
     assert len(hosts_segments) == len(HOSTS)
     assert len(set(hosts_segments.values())) > 1, "routing keys should spread over segments"
+    # The segment is the one a Pravega writer would pick for the same routing key.
+    ranges = [(f"logs/beats/{i}.#epoch.0", i / 4, 1.0 if i == 3 else (i + 1) / 4) for i in range(4)]
+    for host, name in hosts_segments.items():
+        assert name == segment_for_key(ranges, host), host
 
 
 @pytest.mark.parametrize("use_tls", [False, True], ids=["plain", "tls"])
