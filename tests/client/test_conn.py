@@ -1,0 +1,226 @@
+"""SegmentStoreConnection against a scripted in-process server (no headrace serve).
+
+The fake server speaks the protocol through ``PravegaConnection(Role.SERVER)``
+and answers each request with what the test's ``answer`` function returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from uuid import uuid4
+
+import pytest
+
+from headrace.client._conn import (
+    ConnectionPool,
+    RetryPolicy,
+    SegmentStoreConnection,
+    connect_with_retry,
+    map_exceptions,
+    next_request_id,
+)
+from headrace.errors import ConnectionLost, RequestTimeout
+from headrace.protocols import pravega as p
+
+Answer = Callable[[object], list[p.Command] | None]
+
+
+class FakeServer:
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.received: list[object] = []
+        self.got_request = asyncio.Event()  # set on each request received
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return host, port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        conn = p.PravegaConnection(p.Role.SERVER)
+        try:
+            while data := await reader.read(65536):
+                conn.receive_data(data)
+                for event in conn.events():
+                    self.received.append(event)
+                    self.got_request.set()
+                    for reply in self.answer(event) or []:
+                        conn.send(reply)
+                writer.write(conn.data_to_send())
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def drop_connections(self) -> None:
+        for w in self.writers:
+            w.close()
+        self.writers.clear()
+
+    async def aclose(self) -> None:
+        await self.drop_connections()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeServer]:
+    server = FakeServer(lambda e: None)
+    yield server
+    await server.aclose()
+
+
+def _info_reply(event: object) -> list[p.Command] | None:
+    if isinstance(event, p.GetStreamSegmentInfo):
+        return [p.StreamSegmentInfo(event.request_id, event.segment_name, True, False, False, 0, 7)]
+    return None
+
+
+async def test_replies_matched_by_request_id_out_of_order(fake: FakeServer) -> None:
+    held: list[p.GetStreamSegmentInfo] = []
+
+    def answer(event: object) -> list[p.Command] | None:
+        if isinstance(event, p.GetStreamSegmentInfo):
+            held.append(event)
+            if len(held) == 2:  # answer the second first
+                return [
+                    p.StreamSegmentInfo(e.request_id, e.segment_name, True, False, False, 0, i)
+                    for i, e in reversed(list(enumerate(held)))
+                ]
+        return None
+
+    fake.answer = answer
+    conn = await SegmentStoreConnection.connect(*await fake.start())
+    a = asyncio.create_task(conn.request(p.GetStreamSegmentInfo(next_request_id(), "a")))
+    b = asyncio.create_task(conn.request(p.GetStreamSegmentInfo(next_request_id(), "b")))
+    ra, rb = await a, await b
+    assert isinstance(ra, p.StreamSegmentInfo) and ra.segment_name == "a" and ra.write_offset == 0
+    assert isinstance(rb, p.StreamSegmentInfo) and rb.segment_name == "b" and rb.write_offset == 1
+    await conn.aclose()
+
+
+async def test_request_timeout_keeps_connection_and_drops_late_reply(fake: FakeServer) -> None:
+    conn = await SegmentStoreConnection.connect(*await fake.start())  # never answers
+    with pytest.raises(RequestTimeout):
+        await conn.request(p.GetStreamSegmentInfo(next_request_id(), "x"), timeout_s=0.05)
+    assert not conn.is_closed
+    fake.answer = _info_reply
+    reply = await conn.request(p.GetStreamSegmentInfo(next_request_id(), "y"))
+    assert isinstance(reply, p.StreamSegmentInfo) and reply.segment_name == "y"
+    await conn.aclose()
+
+
+async def test_connection_lost_fails_pending_requests_and_tells_writers(fake: FakeServer) -> None:
+    conn = await SegmentStoreConnection.connect(*await fake.start())
+    lost: list[BaseException] = []
+
+    class Listener:
+        def reply(self, cmd: p.Command) -> None:
+            raise AssertionError("no reply expected")
+
+        def connection_lost(self, exc: BaseException) -> None:
+            lost.append(exc)
+
+    conn.attach_writer(uuid4(), Listener())
+    fake.got_request.clear()  # (the Hello set it)
+    pending = asyncio.create_task(conn.request(p.GetStreamSegmentInfo(next_request_id(), "x")))
+    await fake.got_request.wait()  # the server holds the request (and never answers)
+    await fake.drop_connections()
+    with pytest.raises(ConnectionLost):
+        await pending
+    await conn.wait_closed()
+    assert conn.is_closed and len(lost) == 1
+    with pytest.raises(ConnectionLost):
+        await conn.request(p.GetStreamSegmentInfo(next_request_id(), "again"))
+    await conn.aclose()
+
+
+async def test_writer_replies_routed_by_writer_id_and_append_request_id(fake: FakeServer) -> None:
+    writer_id = uuid4()
+
+    def answer(event: object) -> list[p.Command] | None:
+        if isinstance(event, p.SetupAppend):
+            return [p.AppendSetup(event.request_id, event.segment, event.writer_id, 41)]
+        if isinstance(event, p.AppendData):
+            return [p.SegmentIsSealed(event.request_id, event.segment)]
+        return None
+
+    fake.answer = answer
+    conn = await SegmentStoreConnection.connect(*await fake.start())
+    got: asyncio.Queue[p.Command] = asyncio.Queue()
+
+    class Listener:
+        def reply(self, cmd: p.Command) -> None:
+            got.put_nowait(cmd)
+
+        def connection_lost(self, exc: BaseException) -> None:
+            pass
+
+    conn.attach_writer(writer_id, Listener())
+    rid = next_request_id()
+    conn.send_append(writer_id, rid, p.SetupAppend(rid, writer_id, "sc/st/0.#epoch.0"))
+    setup = await got.get()
+    assert isinstance(setup, p.AppendSetup) and setup.last_event_number == 41
+    rid = next_request_id()
+    data = p.encode_event(b"x")
+    conn.send_append(writer_id, rid, p.AppendBlockEnd(writer_id, len(data), data, 1, 42, rid))
+    sealed = await got.get()  # no writer id in it: routed by the append's request id
+    assert isinstance(sealed, p.SegmentIsSealed) and sealed.request_id == rid
+    conn.detach_writer(writer_id)
+    await conn.aclose()
+
+
+async def test_hello_with_incompatible_version_is_connection_lost() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(p.encode_command(p.Hello(2, 1)))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    with pytest.raises(ConnectionLost):
+        await SegmentStoreConnection.connect("127.0.0.1", port)
+    server.close()
+    await server.wait_closed()
+
+
+async def test_connect_refused_retries_then_gives_up() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()  # nothing listens there now
+    policy = RetryPolicy(initial_delay_s=0.001, max_delay_s=0.002, max_attempts=3)
+    with pytest.raises(ConnectionLost):
+        await connect_with_retry(("127.0.0.1", port), policy)
+    assert len(list(policy.delays())) == 2
+
+
+async def test_pool_reuses_and_reopens(fake: FakeServer) -> None:
+    fake.answer = _info_reply
+    endpoint = await fake.start()
+    pool = ConnectionPool()
+    first = await pool.get(endpoint)
+    assert await pool.get(endpoint) is first
+    await fake.drop_connections()
+    await first.wait_closed()
+    second = await pool.get(endpoint)
+    assert second is not first
+    reply = await second.request(p.GetStreamSegmentInfo(next_request_id(), "z"))
+    assert isinstance(reply, p.StreamSegmentInfo)
+    await pool.aclose()
+    with pytest.raises(ConnectionLost):
+        await pool.get(endpoint)
+
+
+def test_map_exceptions_translates_os_errors_and_timeouts() -> None:
+    with pytest.raises(ConnectionLost), map_exceptions("op"):
+        raise ConnectionResetError("reset")
+    with pytest.raises(RequestTimeout), map_exceptions("op"):
+        raise TimeoutError
+    assert ConnectionLost.retriable and RequestTimeout.retriable
