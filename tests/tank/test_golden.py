@@ -114,6 +114,18 @@ def test_worked_example_byte_for_byte(server: TankServer) -> None:
             )
         )
         assert conn.exchange(two_topics) == h("01 07000000 0d000000 ff 00 01")
+        # spec 8.4: discover topics (only "logs" exists on this server)
+        assert conn.exchange(h("0b 05000000 01000000 00")) == h(
+            "0b 11000000 01000000 01000000 00 04 6c6f6773 01 0100"
+        )
+        # spec 8.3: status; the last four fields vary (open time, start time)
+        status = conn.exchange(h("0a 04000000 1e000000"))
+        assert status[:19] == h("0a 1e000000 1e000000 00 00 01000000 01000000")
+        assert status[-4:] == h("90010000"), "version 400"
+        # spec 8.2: reload conf of logs/0
+        assert conn.exchange(h("08 0b000000 01000000 04 6c6f6773 0000")) == h(
+            "08 0c000000 01000000 04 6c6f6773 0000 00"
+        )
         # spec 8.5: standalone topology
         assert conn.exchange(h("0c 05000000 01000000 00")) == h("0c 06000000 01000000 ffff")
     finally:
