@@ -33,7 +33,7 @@ from headrace.store.disk.layout import ContainerPaths, container_of
 from headrace.store.disk.log import scan_wal
 from headrace.store.disk.verify import verify_data_dir
 from headrace.store.memory import MemoryStore
-from headrace.types import SegmentKind, TableUpdate, WriterAppend
+from headrace.types import NULL_ATTRIBUTE_VALUE, SegmentKind, TableUpdate, WriterAppend
 
 CONTAINERS = 2
 SEGMENT = "stream/0"
@@ -582,6 +582,16 @@ class PowerLossOps(FileOps):
             with self._lock:
                 self.contents[(st.st_ino, self._final(path))] = data
 
+    def baseline(self, root: Path) -> None:
+        """Count everything already under ``root`` as durable."""
+        for dirpath, _, filenames in os.walk(root):
+            for path in [dirpath, *(os.path.join(dirpath, f) for f in filenames)]:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    self._record(fd)
+                finally:
+                    os.close(fd)
+
     def sync_wal(self, fd: int) -> None:
         self._record(fd)
         super().sync_wal(fd)
@@ -606,59 +616,150 @@ class PowerLossOps(FileOps):
         build(root.stat().st_ino, os.path.realpath(root), dest)
 
 
+@dataclass
+class Acknowledged:
+    """What a power-cut workload has been told is durable."""
+
+    data: dict[str, bytearray]
+    empties: set[str]
+    sealed: set[str]
+    starts: dict[str, int]
+    attributes: dict[str, int]
+    table: dict[bytes, bytes]
+
+    def copy(self) -> Acknowledged:
+        return Acknowledged(
+            {n: bytearray(d) for n, d in self.data.items()},
+            set(self.empties),
+            set(self.sealed),
+            dict(self.starts),
+            dict(self.attributes),
+            dict(self.table),
+        )
+
+
+MAINS = [f"main-{i}" for i in range(3)]
+
+
+async def _power_workload(
+    store: DiskStore,
+    ops: PowerLossOps,
+    live: Path,
+    acked: Acknowledged,
+    rng: random.Random,
+    steps: int,
+    cuts: list[tuple[Path, Acknowledged]],
+) -> None:
+    """Random operations; every 20, the image of a power cut at that moment."""
+    for step in range(steps):
+        choice = rng.random()
+        open_mains = [n for n in MAINS if n not in acked.sealed]
+        name = rng.choice(open_mains)
+        if choice < 0.45:
+            data = rng.randbytes(rng.choice([5, 200, 3000]))
+            result = await store.append(name, data)
+            assert result.offset == len(acked.data[name])
+            acked.data[name] += data
+        elif choice < 0.55:
+            empty = f"empty-{len(cuts)}-{step}"
+            await store.create_segment(empty)
+            acked.empties.add(empty)
+        elif choice < 0.62 and acked.empties:
+            gone = rng.choice(sorted(acked.empties))
+            await store.delete(gone)
+            acked.empties.discard(gone)
+        elif choice < 0.70:
+            start = rng.randrange(acked.starts[name], len(acked.data[name]) + 1)
+            await store.truncate(name, start)
+            acked.starts[name] = start
+        elif choice < 0.76:
+            value = rng.randrange(1 << 40)
+            assert await store.update_attribute(name, A_ID, value, acked.attributes[name])
+            acked.attributes[name] = value
+        elif choice < 0.84:
+            key, value = rng.randbytes(2), rng.randbytes(rng.randrange(50))
+            await store.update_table("table", [TableUpdate(key, value)])
+            acked.table[key] = value
+        elif choice < 0.86 and len(open_mains) > 1:
+            await store.seal(name)
+            acked.sealed.add(name)
+        else:
+            txn = f"txn-{len(cuts)}-{step}"
+            data = rng.randbytes(rng.choice([10, 2000]))
+            await store.create_segment(txn)
+            await store.append(txn, data)
+            assert await store.merge(name, txn) == len(acked.data[name]) + len(data)
+            acked.data[name] += data
+        if step % 20 == 19:
+            dest = live.parent / f"cut-{len(cuts)}"
+            ops.image(live, dest)  # no await: the loop stands still meanwhile
+            cuts.append((dest, acked.copy()))
+
+
+async def _check_cut(dest: Path, acked: Acknowledged) -> None:
+    store = await DiskStore.open(dest)
+    try:
+        names = set(MAINS) | acked.empties | {"table"}
+        assert set(await store.list_segments()) == names, dest.name
+        for name in MAINS:
+            info = await store.info(name)
+            start = acked.starts[name]
+            assert (info.start_offset, info.length) == (start, len(acked.data[name]))
+            assert info.sealed == (name in acked.sealed)
+            assert info.attributes.get(A_ID, NULL_ATTRIBUTE_VALUE) == acked.attributes[name]
+            data = (await store.read(name, start, 1 << 22)).data
+            assert data == bytes(acked.data[name][start:]), dest.name
+        entries = await store.iterate_table_entries("table", max_count=10_000)
+        assert {e.key: e.value for e in entries.items} == acked.table
+    finally:
+        await store.close()
+    report = await asyncio.to_thread(verify_data_dir, dest)
+    assert report.ok, report.lines()
+
+
 async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(tmp_path: Path) -> None:
     rng = random.Random(7)
     ops = PowerLossOps()
     live = tmp_path / "live"
+    acked = Acknowledged(
+        {n: bytearray() for n in MAINS},
+        set(),
+        set(),
+        dict.fromkeys(MAINS, 0),
+        dict.fromkeys(MAINS, NULL_ATTRIBUTE_VALUE),
+        {},
+    )
+    cuts: list[tuple[Path, Acknowledged]] = []
     store = await DiskStore.open(
         live, file_ops=ops, container_count=CONTAINERS, checkpoint_wal_bytes=8192
     )
-    mains = [f"main-{i}" for i in range(3)]
-    expected = {name: bytearray() for name in mains}
-    empties: set[str] = set()
-    images: list[tuple[Path, dict[str, bytes], set[str]]] = []
     try:
-        for name in mains:
+        for name in MAINS:
             await store.create_segment(name)
-        for step in range(240):
-            choice = rng.random()
-            if choice < 0.6:
-                name = rng.choice(mains)
-                data = rng.randbytes(rng.choice([5, 200, 3000]))
-                result = await store.append(name, data)
-                assert result.offset == len(expected[name])
-                expected[name] += data
-            elif choice < 0.75:
-                empty = f"empty-{step}"
-                await store.create_segment(empty)
-                empties.add(empty)
-            elif choice < 0.85 and empties:
-                gone = rng.choice(sorted(empties))
-                await store.delete(gone)
-                empties.discard(gone)
-            else:
-                txn = f"txn-{step}"
-                data = rng.randbytes(rng.choice([10, 2000]))
-                await store.create_segment(txn)
-                await store.append(txn, data)
-                target = rng.choice(mains)
-                assert await store.merge(target, txn) == len(expected[target]) + len(data)
-                expected[target] += data
-            if step % 20 == 19:
-                dest = tmp_path / f"cut-{step}"
-                ops.image(live, dest)  # no await: the loop stands still meanwhile
-                contents = {name: bytes(data) for name, data in expected.items()}
-                images.append((dest, contents, set(empties)))
+        await store.create_table("table")
+        ops.image(live, tmp_path / "cut-fresh")
+        cuts.append((tmp_path / "cut-fresh", acked.copy()))
+        await _power_workload(store, ops, live, acked, rng, 120, cuts)
     finally:
         await store.close()
-    assert len(images) == 12
-    for dest, contents, alive in images:
-        recovered = await DiskStore.open(dest)
-        try:
-            for name, data in contents.items():
-                assert (await recovered.read(name, 0, 1 << 20)).data == data, dest.name
-            assert set(await recovered.list_segments()) == set(mains) | alive, dest.name
-        finally:
-            await recovered.close()
-        report = await asyncio.to_thread(verify_data_dir, dest)
-        assert report.ok, report.lines()
+    # A clean close and reopen, then more work: the reopen's own writes must be safe too.
+    store = await DiskStore.open(live, file_ops=ops, checkpoint_wal_bytes=8192)
+    try:
+        await _power_workload(store, ops, live, acked, rng, 60, cuts)
+    finally:
+        await store.close()
+    # Recover a power-cut image, and cut the power again while working on it.
+    crashed, state = cuts[4]
+    again = tmp_path / "again"
+    shutil.copytree(crashed, again)
+    ops2 = PowerLossOps()
+    ops2.baseline(again)
+    store = await DiskStore.open(again, file_ops=ops2, checkpoint_wal_bytes=8192)
+    try:
+        acked = state.copy()
+        await _power_workload(store, ops2, again, acked, rng, 60, cuts)
+    finally:
+        await store.close()
+    assert len(cuts) == 13
+    for dest, state in cuts:
+        await _check_cut(dest, state)
