@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.reader import ReaderGroup
@@ -13,6 +16,7 @@ from headrace.client.reader import ReaderGroup
 from .conftest import Server
 
 DEADLINE_S = 60.0
+HERE = Path(__file__).resolve().parent
 
 
 async def _make_stream(client: PravegaClient, scope: str, stream: str, segments: int) -> None:
@@ -111,3 +115,31 @@ async def test_reopened_group_continues_after_stored_positions(server: Server) -
             assert await reader.read_next(timeout_s=0.2) is None
     assert [e.data for e in first if e] == [b"e0", b"e1", b"e2", b"e3"]
     assert [e.data for e in rest if e] == [f"e{i}".encode() for i in range(4, 10)]
+
+
+async def test_dead_reader_segments_taken_over_from_stored_positions(server: Server) -> None:
+    """A reader that dies without leaving: after the timeout its segment is taken
+    over from its last stored position (the events after it come again)."""
+    async with PravegaClient(server.uri) as client:
+        await _make_stream(client, "g4", "st", 1)
+        async with await client.create_writer("g4", "st") as writer:
+            for i in range(20):
+                await writer.write(f"e{i}".encode())
+        group = await ReaderGroup.create(client, "g4", "grp", ["st"], reader_timeout_s=0.5)
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(HERE / "our_client.py"), "read_then_die", server.uri, "g4",
+             "grp", "5", "3"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        theirs = json.loads(done.stdout.strip().splitlines()[-1])["events"]
+        assert theirs == [f"e{i}" for i in range(8)]
+        got: list[str] = []
+        async with await group.create_reader("heir") as reader:
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 15 and time.monotonic() < deadline:
+                event = await reader.read_next(timeout_s=0.5)
+                if event is not None:
+                    got.append(event.data.decode())
+    assert got == [f"e{i}" for i in range(5, 20)]

@@ -109,10 +109,21 @@ class EventRead:
 class ReaderGroup:
     """A named group of readers sharing the segments of one or more streams."""
 
-    def __init__(self, client: PravegaClient, scope: str, name: str) -> None:
+    def __init__(
+        self,
+        client: PravegaClient,
+        scope: str,
+        name: str,
+        *,
+        reader_timeout_s: float = READER_TIMEOUT_S,
+        sync_interval_s: float = SYNC_INTERVAL_S,
+    ) -> None:
         self._client = client
         self.scope = scope
         self.name = name
+        self.reader_timeout_s = reader_timeout_s
+        """How long this process's readers wait before taking over a silent reader's segments."""
+        self.sync_interval_s = sync_interval_s
         self.table = group_table_name(scope, name)
         self._anchor = Segment(scope, f"{name}{_TABLE_STREAM_SUFFIX}", 0)
 
@@ -125,10 +136,18 @@ class ReaderGroup:
         streams: Sequence[str],
         *,
         from_tail: bool = False,
+        reader_timeout_s: float = READER_TIMEOUT_S,
+        sync_interval_s: float = SYNC_INTERVAL_S,
     ) -> ReaderGroup:
         """Create the group (or open it if it exists) over ``streams`` (``"stream"`` or
         ``"scope/stream"``), starting at their heads (or tails)."""
-        group = cls(client, scope, name)
+        group = cls(
+            client,
+            scope,
+            name,
+            reader_timeout_s=reader_timeout_s,
+            sync_interval_s=sync_interval_s,
+        )
         segs = client.segments
         await segs.create_table(group._anchor, group.table)
         qualified = [s if "/" in s else f"{scope}/{s}" for s in streams]
@@ -300,7 +319,7 @@ class EventReader:
 
     async def sync(self) -> None:
         """Heartbeat, store positions, and take or give segments for a fair share."""
-        self._next_sync = time.monotonic() + SYNC_INTERVAL_S
+        self._next_sync = time.monotonic() + self.group.sync_interval_s
         segs = self._client.segments
         await segs.table_update(
             self.group._anchor,
@@ -319,7 +338,7 @@ class EventReader:
         alive = {
             k.removeprefix("reader/")
             for k, (v, _) in state.items()
-            if k.startswith("reader/") and now - v["seen_ms"] < READER_TIMEOUT_S * 1000
+            if k.startswith("reader/") and now - v["seen_ms"] < self.group.reader_timeout_s * 1000
         }
         alive.add(self.name)
         unfinished = {
