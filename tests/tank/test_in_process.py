@@ -11,7 +11,15 @@ import pytest
 from headrace.client.tank import TankClient
 from headrace.controller.model import ControllerModel
 from headrace.errors import ConnectionLost
-from headrace.protocols.tank import SEQ_NUM_TAIL, CreateTopicResult
+from headrace.protocols.tank import (
+    SEQ_NUM_TAIL,
+    BundleMessage,
+    ConsumeError,
+    CreateTopicResult,
+    PartitionSeqNums,
+    ProduceError,
+    encode_bundle,
+)
 from headrace.server._listen import start_tcp_listener
 from headrace.server.app import Listener
 from headrace.server.tank import TankBroker, TankHandler
@@ -82,3 +90,48 @@ async def test_parked_consume_is_released_when_its_client_goes(
     # The broker saw the close and let the consume go (not its hour-long timer).
     await asyncio.wait_for(watched.emptied.wait(), WAIT_S)
     assert not part.waiters
+
+
+async def _three_bundles(client: TankClient, topic: str) -> list[int]:
+    """Bundles of 1, 2 and 3 messages (seq 1, 2-3, 4-6); their event offsets."""
+    assert await client.create_topic(topic, 1) is CreateTopicResult.CREATED
+    offsets, offset = [], 0
+    for count in (1, 2, 3):
+        bundle = encode_bundle([BundleMessage(b"m", 1)] * count)
+        assert await client.produce_bundle(topic, 0, bundle) is ProduceError.OK
+        offsets.append(offset)
+        offset += 8 + len(bundle)
+    return offsets
+
+
+async def test_truncated_head_keeps_the_numbering(broker: TankBroker, listener: Listener) -> None:
+    async with await TankClient.connect("127.0.0.1", listener.port) as client:
+        offsets = await _three_bundles(client, "cut")
+        assert [m.seq_num for m in (await client.consume("cut", 0, 0)).messages] == list(
+            range(1, 7)
+        )
+        # Retention (through the Pravega side) drops the first bundle.
+        await broker.store.truncate("tank/cut/0.#epoch.0", offsets[1])
+        result = await client.consume("cut", 0, 0)
+        assert [m.seq_num for m in result.messages] == [2, 3, 4, 5, 6]
+        assert (await client.consume("cut", 0, 1)).error is ConsumeError.BOUNDARY_CHECK
+        partitions = await client.discover_partitions("cut")
+        assert partitions == (PartitionSeqNums(2, 6),)
+
+
+async def test_truncated_head_keeps_the_numbering_across_a_restart(
+    broker: TankBroker, listener: Listener
+) -> None:
+    async with await TankClient.connect("127.0.0.1", listener.port) as client:
+        offsets = await _three_bundles(client, "cut-restart")
+    # A restart loads the partition (anchoring its tail), then, while the
+    # broker is down again, the head is truncated.
+    store = broker.store
+    restarted = TankBroker(store, await ControllerModel.open(store))
+    await restarted.start()
+    assert (await restarted.partition("cut-restart", 0)).hwm == 6
+    await store.truncate("tank/cut-restart/0.#epoch.0", offsets[2])
+    again = TankBroker(store, await ControllerModel.open(store))
+    await again.start()
+    part = await again.partition("cut-restart", 0)
+    assert (part.first_seq, part.hwm) == (4, 6)

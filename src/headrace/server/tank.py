@@ -67,6 +67,7 @@ from headrace.errors import (
     ConfigError,
     RemoteProtocolError,
     SegmentExists,
+    SegmentTruncated,
     StoreError,
 )
 from headrace.protocols import tank as t
@@ -345,6 +346,9 @@ class TankBroker:
         began = time.perf_counter()
         info = await self.store.info(part.segment)
         stored = self._stored_anchors.pop(part.segment, None)
+        # On a reload, the index we had also knows where bundles start.
+        indexed = dict(zip(part.index_offsets, part.index_seqs, strict=True))
+        previous_hwm = part.hwm if part.length else 0
         if stored is None:  # a reload: the anchors we already had
             stored = dict(part.anchors)
         stale = [o for o in stored if o >= info.length]
@@ -360,7 +364,8 @@ class TankBroker:
         if part.start == 0:
             part.origin_seq = 1
         else:
-            part.origin_seq = await self._origin_after_truncation(part)
+            known = {o: q for o, q in indexed.items() if o >= part.start} | part.anchors
+            part.origin_seq = await self._origin_after_truncation(part, known, previous_hwm)
         for offset in sorted(part.anchors):
             part.note(offset, part.anchors[offset])
         if part.anchors:
@@ -370,26 +375,40 @@ class TankBroker:
             part.first_seq = bundle.first
             part.note(bundle.offset, bundle.first)
             break
+        last: _Bundle | None = None
         if part.first_seq:
             offset, next_seq = part.floor(2**64)  # the last index entry
             async for bundle in self._walk(part, offset, next_seq, part.length):
                 part.note(bundle.offset, bundle.first)
-                part.hwm = bundle.last
+                last = bundle
+        if last is not None:
+            part.hwm = last.last
+            if last.offset > part.checkpoint_offset:
+                # Anchor the tail, so that a truncation while we are down still
+                # finds a known seq num after it.
+                part.checkpoint_offset = last.offset
+                await self._put_anchor(part, last.offset, last.first)
         part.loaded = True
         self.open_time_us += int((time.perf_counter() - began) * 1e6)
 
-    async def _origin_after_truncation(self, part: _Partition) -> int:
+    async def _origin_after_truncation(
+        self, part: _Partition, known_seqs: dict[int, int], previous_hwm: int
+    ) -> int:
         """The seq num the first ordinary bundle after a truncated head gets: counted
-        back from the first bundle whose seq num is known (an anchor or a sparse one)."""
+        back from the first bundle whose seq num is known (an anchor, an entry of the
+        index we had before a reload, or a sparse bundle), or else from the
+        high-water mark we had before a reload."""
         count = 0
         async for offset, _end, payload in self._events(part.segment, part.start, part.length):
             header = _header(payload)
             if header is None:
                 continue
-            known = header.first_seq_num if header.sparse else part.anchors.get(offset)
+            known = header.first_seq_num if header.sparse else known_seqs.get(offset)
             if known is not None:
                 return known - count
             count += header.msg_count
+        if previous_hwm >= count:
+            return previous_hwm - count + 1
         if count:
             log.warning(
                 "tank: %s was truncated and has no anchor; numbering its %d messages from 1",
@@ -558,6 +577,20 @@ class TankBroker:
         """Whole bundles from the one containing ``seq_num`` (or the next one after a
         gap), walking from ``start`` = (offset, next seq num); at least ``fetch_size``
         bytes if there are that many, within ``budget`` (but always one bundle)."""
+        try:
+            return await self._read_chunk(part, start, seq_num, fetch_size, budget)
+        except SegmentTruncated:
+            part.loaded = False  # truncated behind our back: the next use re-reads it
+            raise
+
+    async def _read_chunk(
+        self,
+        part: _Partition,
+        start: tuple[int, int],
+        seq_num: int,
+        fetch_size: int,
+        budget: int,
+    ) -> _Chunk | None:
         end, hwm = part.length, part.hwm
         out = bytearray()
         chunk: _Chunk | None = None
@@ -804,8 +837,7 @@ class TankHandler(ConnectionHandler):
                         answer_now = True
                         continue
                     try:
-                        part = await broker.partition(topic.name, pid)
-                        result = await self._read(part, wanted, budget)
+                        part, result = await self._read_partition(topic.name, wanted, budget)
                     except StoreError as exc:
                         log.warning("tank: reading %s/%d failed: %s", topic.name, pid, exc)
                         result = t.ConsumePartitionResult(pid, t.ConsumeError.SYSTEM_ERROR)
@@ -828,6 +860,17 @@ class TankHandler(ConnectionHandler):
             if any(part.length != length for part, length, _ in at_end.values()):
                 continue
             return await self._park(request, at_end)
+
+    async def _read_partition(
+        self, topic: str, wanted: t.ConsumePartition, budget: int
+    ) -> tuple[_Partition, t.ConsumePartitionResult | None]:
+        """``_read`` on the partition, once more if its head was truncated meanwhile."""
+        part = await self._broker.partition(topic, wanted.partition_id)
+        try:
+            return part, await self._read(part, wanted, budget)
+        except SegmentTruncated:
+            part = await self._broker.partition(topic, wanted.partition_id)  # reloads
+            return part, await self._read(part, wanted, budget)
 
     async def _read(
         self, part: _Partition, wanted: t.ConsumePartition, budget: int
