@@ -22,7 +22,12 @@ from .reader import ReaderGroup
 from .records import DEFAULT_TANK_SCOPE, RecordReader
 from .segments import SegmentClient
 from .transactions import Transaction
-from .writer import EventWriter
+from .writer import (
+    MAX_BLOCKS_IN_FLIGHT,
+    MAX_OUTSTANDING_BYTES,
+    MAX_OUTSTANDING_EVENTS,
+    EventWriter,
+)
 
 __all__ = ["PravegaClient"]
 
@@ -46,24 +51,24 @@ class PravegaClient:
         scope: str,
         stream: str,
         *,
-        max_outstanding_events: int | None = None,
-        max_blocks_in_flight: int | None = None,
+        max_outstanding_events: int = MAX_OUTSTANDING_EVENTS,
+        max_outstanding_bytes: int = MAX_OUTSTANDING_BYTES,
+        max_blocks_in_flight: int = MAX_BLOCKS_IN_FLIGHT,
         rust_client_compat: bool = False,
     ) -> EventWriter:
-        """An :class:`EventWriter` for ``scope/stream``."""
+        """An :class:`EventWriter` for ``scope/stream`` (see its arguments)."""
         writer = EventWriter(
             self.controller,
             self.pool,
             scope,
             stream,
+            max_outstanding_events=max_outstanding_events,
+            max_outstanding_bytes=max_outstanding_bytes,
+            max_blocks_in_flight=max_blocks_in_flight,
             retry=self._retry,
             rust_client_compat=rust_client_compat,
         )
-        if max_outstanding_events is not None:
-            writer.max_outstanding_events = max_outstanding_events
-        if max_blocks_in_flight is not None:
-            writer.max_blocks_in_flight = max_blocks_in_flight
-        await writer._load_segments()
+        await writer.open()
         return writer
 
     async def begin_transaction(

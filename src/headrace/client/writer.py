@@ -374,7 +374,8 @@ class _SegmentWriter:
 
 
 class EventWriter:
-    """Writes events to one stream. Build with :meth:`create`; finish with :meth:`aclose`.
+    """Writes events to one stream. Get one from ``PravegaClient.create_writer`` (or
+    construct it and ``await writer.open()``); finish with :meth:`aclose`.
 
     Args:
         controller: the controller client (not closed by the writer).
@@ -424,7 +425,12 @@ class EventWriter:
         self._stats = _Stats()
         self._since_yield = 0
 
-    async def _load_segments(self) -> None:
+    async def open(self) -> None:
+        """Fetch the stream's open segments (once, before the first write).
+
+        Raises:
+            StreamSealedError: the stream has no open segment.
+        """
         ranges = await self._controller.get_current_segments(self.scope, self.stream)
         if not ranges:
             raise StreamSealedError(f"stream {self.scope}/{self.stream} is sealed")
