@@ -18,6 +18,8 @@ from headrace.protocols.tank import (
     ConsumePartition,
     ConsumeResponse,
     ConsumeTopic,
+    ConsumeTopicResult,
+    ConsumeUnknownTopic,
     CreateTopicResult,
     ProduceError,
     decode_bundle_header,
@@ -248,3 +250,70 @@ async def test_explicit_and_sparse_seq_nums(client: TankClient) -> None:
     result = await client.consume("explicit", 0, 2001, fetch_size=1)
     assert [m.seq_num for m in result.messages] == [2001, 2005]
     assert result.messages[0].content == b"s2001"
+
+
+async def test_long_poll_over_several_partitions_and_topics(client: TankClient) -> None:
+    assert await client.create_topic("multi-a", 2) is CreateTopicResult.CREATED
+    assert await client.create_topic("multi-b", 1) is CreateTopicResult.CREATED
+    await produce_some(client, "multi-a", 1, 2)  # multi-a/0 holds 1..2
+    tail = SEQ_NUM_TAIL
+    request = Consume(
+        client.next_request_id(),
+        (
+            ConsumeTopic(
+                "multi-a", (ConsumePartition(0, 3, 65536), ConsumePartition(1, tail, 65536))
+            ),
+            ConsumeTopic("multi-b", (ConsumePartition(0, 0, 65536),)),
+        ),
+        max_wait_ms=LONG_WAIT_MS,
+    )
+    began = time.monotonic()
+    future = client.send(request)  # parked before the produce below is sent
+    await produce_some(client, "multi-b", 1, 3)
+    response = await client.response(request.request_id, future, timeout_s=LONG_WAIT_MS / 1000)
+    assert time.monotonic() - began < WOKEN_WITHIN_S
+    assert isinstance(response, ConsumeResponse)
+    a, b = response.topics
+    assert isinstance(a, ConsumeTopicResult) and isinstance(b, ConsumeTopicResult)
+    # the partitions without new data: empty, base 0, their high-water marks
+    assert [(p.partition_id, p.base_seq_num, p.high_water_mark, p.chunk) for p in a.partitions] == [
+        (0, 0, 2, b""),
+        (1, 0, 0, b""),
+    ]
+    (woken,) = b.partitions
+    assert (woken.base_seq_num, woken.high_water_mark) == (1, 3)
+    decoded = decode_chunk(woken.chunk, woken.base_seq_num, high_water_mark=3)
+    assert [m.seq_num for m in decoded.messages] == [1, 2, 3]
+
+
+async def test_consume_of_several_partitions_answers_at_once_when_one_has_data(
+    client: TankClient,
+) -> None:
+    assert await client.create_topic("some-data", 2) is CreateTopicResult.CREATED
+    await produce_some(client, "some-data", 1, 2)
+    request = Consume(
+        client.next_request_id(),
+        (
+            ConsumeTopic(
+                "some-data", (ConsumePartition(0, 1, 65536), ConsumePartition(1, 0, 65536))
+            ),
+            ConsumeTopic("absent", (ConsumePartition(0, 0, 65536),)),
+        ),
+        max_wait_ms=LONG_WAIT_MS,
+    )
+    began = time.monotonic()
+    response = await client.request(request)
+    assert time.monotonic() - began < WOKEN_WITHIN_S
+    assert isinstance(response, ConsumeResponse)
+    topic, absent = response.topics
+    assert isinstance(topic, ConsumeTopicResult)
+    assert absent == ConsumeUnknownTopic("absent", 1)
+    with_data, empty = topic.partitions
+    assert (with_data.base_seq_num, with_data.high_water_mark) == (1, 2) and with_data.chunk
+    # at its end, answered at once: base = first available (0: empty), its hwm
+    assert (empty.partition_id, empty.base_seq_num, empty.high_water_mark, empty.chunk) == (
+        1,
+        0,
+        0,
+        b"",
+    )
