@@ -19,7 +19,12 @@ from headrace.protocols.lumberjack import (
     MAX_WINDOW_COUNT,
 )
 from headrace.server.app import ServerApp
-from headrace.server.config import DEFAULT_PORTS, ServerConfig
+from headrace.server.config import (
+    DEFAULT_AUTO_SCALE_INTERVAL_S,
+    DEFAULT_PORTS,
+    DEFAULT_RETENTION_INTERVAL_S,
+    ServerConfig,
+)
 from headrace.server.lumberjack_config import (
     DEFAULT_ROUTING_KEY_FIELDS,
     DEFAULT_STREAM,
@@ -148,6 +153,20 @@ async def _run(config: ServerConfig) -> None:
     help="Largest Lumberjack frame.",
 )
 @click.option(
+    "--retention-interval",
+    type=click.FloatRange(min=0.001),
+    default=DEFAULT_RETENTION_INTERVAL_S,
+    envvar="HEADRACE_RETENTION_INTERVAL",
+    help="Seconds between enforcements of stream retention policies.",
+)
+@click.option(
+    "--auto-scale-interval",
+    type=click.FloatRange(min=0.001),
+    default=DEFAULT_AUTO_SCALE_INTERVAL_S,
+    envvar="HEADRACE_AUTO_SCALE_INTERVAL",
+    help="Seconds between checks of auto-scaling stream policies.",
+)
+@click.option(
     "--tank-scope",
     default="tank",
     envvar="HEADRACE_TANK_SCOPE",
@@ -199,6 +218,8 @@ def serve(
         fsync=FsyncPolicy(fsync),
         fsync_interval_s=fsync_interval,
         tank_scope=str(options.pop("tank_scope")),
+        retention_interval_s=float(options.pop("retention_interval")),
+        auto_scale_interval_s=float(options.pop("auto_scale_interval")),
         ports={name: int(options[f"{name}_port"]) for name in DEFAULT_PORTS},
         tls=None if tls_cert is None or tls_key is None else TlsConfig(tls_cert, tls_key, tls_ca),
         lumberjack=lumberjack,

@@ -11,13 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
 from headrace.server.lumberjack_config import LumberjackConfig
 from headrace.server.tls import TlsConfig
 from headrace.store.api import FsyncPolicy
 
-__all__ = ["DEFAULT_PORTS", "LISTENER_NAMES", "ServerConfig"]
+__all__ = [
+    "DEFAULT_AUTO_SCALE_INTERVAL_S",
+    "DEFAULT_PORTS",
+    "DEFAULT_RETENTION_INTERVAL_S",
+    "LISTENER_NAMES",
+    "ServerConfig",
+]
 
 DEFAULT_PORTS: dict[str, int] = {
     "controller": 9090,  # Pravega controller (gRPC)
@@ -49,6 +56,7 @@ class ServerConfig:
     fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
     container_count: int = DEFAULT_CONTAINER_COUNT
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
+    auto_scale_interval_s: float = DEFAULT_AUTO_SCALE_INTERVAL_S
     tank_scope: str = "tank"  # the scope holding TANK topics (DESIGN.md section 2)
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     tls: TlsConfig | None = None
@@ -65,7 +73,9 @@ class ServerConfig:
         if self.fsync_interval_s <= 0:
             raise ConfigError("fsync interval must be positive")
         if self.retention_interval_s <= 0:
-            raise ConfigError("retention interval must be positive")
+            raise ConfigError("--retention-interval must be positive")
+        if self.auto_scale_interval_s <= 0:
+            raise ConfigError("--auto-scale-interval must be positive")
         if self.container_count < 1:
             raise ConfigError("container count must be at least 1")
         self.lumberjack.validate()

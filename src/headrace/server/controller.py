@@ -31,6 +31,7 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
         port=port,
         segment_store=segment_store,
         retention_interval_s=retention_interval_s,
+        auto_scale_interval_s=app.config.auto_scale_interval_s,
         model=app.controller,
     )
     return Listener("controller", server.port, server.aclose)
