@@ -23,7 +23,9 @@ from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
 from headrace.server.pravega import (
     MAX_READ_REPLY_BYTES,
+    MAX_UNSENT_REPLY_BYTES,
     READ_HOLD_S,
+    PravegaHandler,
     serve_segment_store,
     start_segment_store,
 )
@@ -370,6 +372,30 @@ async def test_read_reply_is_capped(server: Server) -> None:
     assert isinstance(reply, p.SegmentRead)
     assert len(reply.data) == MAX_READ_REPLY_BYTES and reply.offset == 0 and not reply.at_tail
     await raw.aclose()
+
+
+async def test_replies_a_client_does_not_read_are_bounded() -> None:
+    store = MemoryStore()
+    await store.create_segment(SEG)
+    await store.append(SEG, b"x" * MAX_READ_REPLY_BYTES)
+    handler = PravegaHandler(store)
+    reads = [p.ReadSegment(SEG, 0, MAX_READ_REPLY_BYTES, "", rid) for rid in range(10)]
+    frames = p.encode_command(p.Hello(15, 5)) + b"".join(map(p.encode_command, reads))
+    events = list(handler.feed(frames))[1:]
+    handler.data_to_send()  # our Hello
+    tasks = {asyncio.create_task(handler.handle(e)) for e in events}
+    fits = MAX_UNSENT_REPLY_BYTES // MAX_READ_REPLY_BYTES
+    # Nothing is taken by a writer: only what fits is queued, the rest waits.
+    done, waiting = await asyncio.wait(tasks, timeout=0.5)
+    assert len(done) == fits and len(waiting) == len(reads) - fits
+    queued = handler.data_to_send()
+    assert MAX_UNSENT_REPLY_BYTES <= len(queued) < MAX_UNSENT_REPLY_BYTES + 4096
+    # Taking the bytes lets the next ones in, still bounded.
+    while waiting:
+        done, waiting = await asyncio.wait(waiting, timeout=WAIT_S, return_when="FIRST_COMPLETED")
+        assert done
+        assert len(handler.data_to_send()) < MAX_UNSENT_REPLY_BYTES + 4096
+    await store.close()
 
 
 async def test_read_errors_and_end_of_segment(server: Server) -> None:

@@ -102,6 +102,13 @@ MAX_TABLE_ITEMS_PER_REPLY = 10_000
 """Most keys or entries one table iteration or delta reply carries, whatever
 the client suggests; the store also caps a reply at about 2 MiB (§9.3)."""
 
+MAX_UNSENT_REPLY_BYTES = 8 * 1024 * 1024
+"""Bytes of read replies a connection may have queued that the writer has not
+taken yet. A client that sends reads but does not read the replies would
+otherwise make the server buffer without bound (each reply may be 2 MiB);
+beyond this, read handlers wait for the writer, whose drain waits for the
+client. Four full replies keep a fast reader's pipe full."""
+
 TRANSIENT_INFIX = "#transient."
 """Transient segment names: ``<parent>#transient.<writer hex>.<random hex>`` (Java's, §5.5)."""
 
@@ -127,6 +134,8 @@ class PravegaHandler(ConnectionHandler):
         self._last_acked: dict[UUID, int] = {}
         self._ack_tail: dict[UUID, asyncio.Future[None]] = {}
         self._parked: set[asyncio.Task[object]] = set()  # tasks of reads parked at the tail
+        self._unsent_bytes = 0  # data of read replies queued since the writer last took them
+        self._taken = asyncio.Event()  # set when the writer takes the queued bytes
 
     # ------------------------------------------------------------------ loop interface
 
@@ -159,10 +168,21 @@ class PravegaHandler(ConnectionHandler):
             self._reply(_error_reply(exc, event, event.segment_or_none or ""))
 
     def data_to_send(self) -> bytes:
+        self._unsent_bytes = 0
+        self._taken.set()
         if self._failed:
             data, self._closing_reply = self._closing_reply, b""
             return data
         return self._conn.data_to_send()
+
+    async def _room_for(self, size_bytes: int) -> None:
+        """Wait until a read reply of ``size_bytes`` fits under ``MAX_UNSENT_REPLY_BYTES``
+        (one reply always fits when nothing is waiting to be taken)."""
+        while self._unsent_bytes and self._unsent_bytes + size_bytes > MAX_UNSENT_REPLY_BYTES:
+            self._taken.clear()
+            self.wake_writer()
+            await self._taken.wait()
+        self._unsent_bytes += size_bytes
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # What was queued before the bad frame still goes out, then the hint.
@@ -263,6 +283,7 @@ class PravegaHandler(ConnectionHandler):
                 )
                 return
             result = await self._store.read(cmd.segment, cmd.offset, size)
+        await self._room_for(len(result.data))
         self._reply(
             p.SegmentRead(
                 cmd.segment,
@@ -375,6 +396,7 @@ class PravegaHandler(ConnectionHandler):
 
     async def _read_table(self, cmd: p.ReadTable) -> None:
         found = await self._store.get_table_entries(cmd.segment, [k.key for k in cmd.keys])
+        await self._room_for(_size_of([e for e in found if e is not None]))
         entries = tuple(
             (p.TableKey(k.key, p.NOT_EXISTS), p.TableValue(b""))  # absent: version -1, empty
             if entry is None
@@ -398,6 +420,7 @@ class PravegaHandler(ConnectionHandler):
             continuation_token=cmd.args.continuation_token,
             max_count=_item_count(cmd.suggested_entry_count),
         )
+        await self._room_for(_size_of(page.items))
         self._reply(
             p.TableEntriesRead(
                 cmd.request_id, cmd.segment, _entries(page.items), page.continuation_token
@@ -408,6 +431,7 @@ class PravegaHandler(ConnectionHandler):
         delta = await self._store.read_table_delta(
             cmd.segment, cmd.from_position, _item_count(cmd.suggested_entry_count)
         )
+        await self._room_for(_size_of(delta.entries))
         self._reply(
             p.TableEntriesDeltaRead(
                 cmd.request_id,
@@ -439,6 +463,10 @@ def _table_offset(table_segment_offset: int) -> int | None:
 
 def _item_count(suggested: int) -> int:
     return min(max(suggested, 1), MAX_TABLE_ITEMS_PER_REPLY)
+
+
+def _size_of(entries: Sequence[TableEntry]) -> int:
+    return sum(len(e.key) + len(e.value) for e in entries)
 
 
 def _entries(items: Sequence[TableEntry]) -> p.TableEntries:
