@@ -487,13 +487,16 @@ class TankBroker:
         self, topic: str, partition_id: int, bundle: bytes, explicit_first: int
     ) -> t.ProduceError:
         """Validate one produced bundle, store it durably and number its messages."""
+        header = _validate_bundle(bundle)
+        if header is None:
+            return t.ProduceError.INVALID_SEQ_NUMS  # the C++ client's "invalid request"
         try:
             part = await self.partition(topic, partition_id)
             async with part.lock:
                 for _ in range(2):  # once more after someone else appended to the segment
                     if not part.loaded:
                         await self._load(part)
-                    error = await self._append_locked(part, bundle, explicit_first)
+                    error = await self._append_locked(part, bundle, header, explicit_first)
                     if error is not None:
                         return error
         except StoreError as exc:  # the segment could not be read (or is gone)
@@ -501,13 +504,10 @@ class TankBroker:
         return t.ProduceError.IO_FAULT
 
     async def _append_locked(
-        self, part: _Partition, bundle: bytes, explicit_first: int
+        self, part: _Partition, bundle: bytes, header: t.BundleHeader, explicit_first: int
     ) -> t.ProduceError | None:
-        """Append under the partition lock; None if the segment had grown behind
-        our back (another front door appended): reload and try again."""
-        header = _validate_bundle(bundle)
-        if header is None:
-            return t.ProduceError.INVALID_SEQ_NUMS  # the C++ client's "invalid request"
+        """Append a valid bundle under the partition lock; None if the segment had
+        grown behind our back (another front door appended): reload and try again."""
         if header.sparse:
             assert header.first_seq_num is not None and header.last_seq_num is not None
             first, last = header.first_seq_num, header.last_seq_num
