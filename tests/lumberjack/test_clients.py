@@ -6,6 +6,7 @@ windows with keepalives, client-certificate verification.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -246,3 +247,57 @@ def test_tls_listener_not_started_without_a_certificate(tmp_path: Path) -> None:
             client.wait_for_ack(1)
     finally:
         assert server.stop() == 0, server.stderr
+
+
+# --------------------------------------------------------------------------- spec captures
+
+CAPTURES = {
+    # spec §6.2: logstash-forwarder framing (v1, Go zlib level 3 with a sync flush)
+    "logstash-forwarder v1": (
+        "315700000002"
+        "314300000068"
+        "785e3274616060606460606001e1b4cc9c5406060601fdb2c422fd9cfc74fdc48202bd9cfc74"
+        "905c467e71090303035386210303035b7e5a5a712a88cf680092ccc9cc036964cd48cdc9c907"
+        "9bc944899966c86696e717e5a400000000ffff010000ffffa84921ca",
+        "314100000002",
+    ),
+    # spec §6.3: pylogbeat 2.1.0, send([{"message":"hello"},{"message":"world"}])
+    "pylogbeat v2": (
+        "325700000002"
+        "324300000031"
+        "789c33f2626060600462916aa5dcd4e2e2c4f454252b05a58cd49c9c7ca55a23902c13866c79"
+        "7e514e8a522d00900e0ede",
+        "324100000002",
+    ),
+    # spec §6.4: go-lumber's v2 client (libbeat's), compression level 0
+    "go-lumber v2": (
+        "325700000002"
+        "324a00000001000000137b226d657373616765223a2268656c6c6f227d"
+        "324a00000002000000137b226d657373616765223a22776f726c64227d",
+        "324100000002",
+    ),
+}
+
+
+@pytest.mark.parametrize("client_name", list(CAPTURES))
+def test_captured_client_bytes_get_the_exact_ack_bytes(tmp_path: Path, client_name: str) -> None:
+    sent, expected = (bytes.fromhex(h) for h in CAPTURES[client_name])
+    server = start_server(tmp_path / "data")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=IO_TIMEOUT_S) as sock:
+            sock.sendall(sent)
+            reply = b""
+            while len(reply) < len(expected):
+                chunk = sock.recv(64)
+                assert chunk, f"closed after {reply.hex()}; {server.stderr}"
+                reply += chunk
+            assert reply == expected
+    finally:
+        assert server.stop() == 0, server.stderr
+    docs = _all_docs(tmp_path / "data")
+    assert len(docs) == 2
+    if client_name.startswith("logstash"):
+        assert {str(d["line"]) for d in docs} == {"hello", "world"}
+        assert all(list(d) == ["file", "host", "offset", "line"] for d in docs)
+    else:
+        assert {str(d["message"]) for d in docs} == {"hello", "world"}
