@@ -1,28 +1,52 @@
-"""The ``headrace`` command. The only place that configures logging or reads the terminal."""
+"""The ``headrace`` command. The only place that configures logging or reads the terminal.
+
+Subcommands are imported only when they run (``LazyGroup``): ``headrace verify``
+must not pay for importing the server, gRPC and the client.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import click
 
 from headrace import __version__
-from headrace.cli.demo import demo
-from headrace.cli.serve import serve
-from headrace.cli.verify import verify
 
 __all__ = ["main"]
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("headrace.cli.serve", "serve"),
+    "verify": ("headrace.cli.verify", "verify"),
+    "demo": ("headrace.cli.demo", "demo"),
+    "stream": ("headrace.cli.stream", "stream"),
+    "write": ("headrace.cli.events", "write"),
+    "read": ("headrace.cli.events", "read"),
+    "tail": ("headrace.cli.events", "tail"),
+}
+"""Command name -> (module, attribute) of its click command."""
 
-@click.group()
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module when it is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attribute = target
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command), (module, attribute)
+        return command
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="headrace")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """headrace: a durable streaming storage service."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-main.add_command(serve)
-main.add_command(demo)
-main.add_command(verify)
