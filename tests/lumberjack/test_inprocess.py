@@ -26,6 +26,7 @@ from headrace.protocols.lumberjack import (
 from headrace.server.app import ServerApp
 from headrace.server.config import ServerConfig
 from headrace.server.lumberjack_config import LumberjackConfig
+from headrace.store.api import MAX_APPEND_BYTES
 from headrace.store.memory import MemoryStore
 from headrace.types import AppendResult, WriterAppend
 from tests.lumberjack.harness import EVENT_HEADER, free_port
@@ -127,7 +128,10 @@ async def _stored(store: MemoryStore) -> dict[str, list[dict[str, object]]]:
     for name in await store.list_segments():
         if name.startswith("logs/beats/"):
             info = await store.info(name)
-            out[name] = _events((await store.read(name, 0, info.length)).data)
+            data = b""
+            while len(data) < info.length:  # a read returns at most MAX_READ_BYTES
+                data += (await store.read(name, len(data), info.length - len(data))).data
+            out[name] = _events(data)
     return out
 
 
@@ -210,3 +214,31 @@ async def test_events_without_a_routing_key_go_together_round_robin(
             placement[window] = name
     assert sorted(placement) == [0, 1, 2, 3]
     assert len(set(placement.values())) == 4
+
+
+async def test_a_window_larger_than_one_append_is_split_at_event_boundaries(
+    tmp_path: Path, store: GatedStore
+) -> None:
+    appended: list[int] = []
+    original = store.append
+
+    async def counting_append(name: str, data: bytes, **kwargs: object) -> AppendResult:
+        if name.startswith("logs/beats/"):
+            appended.append(len(data))
+        return await original(name, data, **kwargs)  # type: ignore[arg-type]
+
+    store.append = counting_append  # type: ignore[method-assign]
+    app = await _start(tmp_path, store)
+    big = 7 * 1024 * 1024  # three of them exceed the store's 16 MiB append limit
+    try:
+        client = await Client.connect(app.ports["lumberjack"])
+        await client.send_window(1, [{"i": i, "pad": str(i) * big} for i in range(3)])
+        assert await client.next_ack() == 3
+        await client.aclose()
+        stored = await _stored(store)
+    finally:
+        await app.aclose()
+    assert len(appended) == 2 and max(appended) <= MAX_APPEND_BYTES
+    docs = [d for docs in stored.values() for d in docs]
+    assert [d["i"] for d in docs] == [0, 1, 2]  # keyless: one segment, wire order
+    assert all(d["pad"] == str(d["i"]) * big for d in docs)
