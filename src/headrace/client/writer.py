@@ -109,6 +109,7 @@ YIELD_EVERY_EVENTS = 1000
 segment writers send (and acks are processed) while it loops: pipelining."""
 
 _EVENT_HEADER = struct.Struct(">ii")  # Event frame: type 0, payload length (spec §5.3)
+_EVENT_SIZE = struct.Struct(">i")  # the length field, 4 bytes into an Event frame
 
 SETUP_TIMEOUT_S = 30.0
 """Most time for ``SetupAppend`` to be answered (the request timeout)."""
@@ -140,11 +141,50 @@ class _Pending:
 
 @dataclass(slots=True)
 class _Block:
-    events: list[_Pending]
+    """Consecutive events of one segment writer, framed back to back: one append.
+
+    Events are added to the open block (the last queued one) as they are
+    written, so sending a block costs one frame, not one step per event.
+    """
+
+    data: bytearray
+    first_number: int
     last_number: int
-    request_id: int
-    size_bytes: int
-    has_futures: bool
+    positions: list[float]  # routing position of each event (to move them after a seal)
+    futures: dict[int, asyncio.Future[None]] | None = None  # event number -> future
+
+    def events(self) -> list[_Pending]:
+        """The block's events one by one (the rare paths: resplitting, moving, failing)."""
+        out: list[_Pending] = []
+        pos = 0
+        data = self.data
+        futures = self.futures or {}
+        for i, position in enumerate(self.positions):
+            (size,) = _EVENT_SIZE.unpack_from(data, pos + 4)
+            end = pos + 8 + size
+            number = self.first_number + i
+            out.append(_Pending(bytes(data[pos:end]), position, number, futures.get(number)))
+            pos = end
+        return out
+
+    def split(self, number: int) -> _Block:
+        """Cut off the events numbered up to ``number`` (inclusive) and return them."""
+        count = number - self.first_number + 1
+        pos = 0
+        for _ in range(count):
+            (size,) = _EVENT_SIZE.unpack_from(self.data, pos + 4)
+            pos += 8 + size
+        head_futures = None
+        if self.futures:
+            head_futures = {n: f for n, f in self.futures.items() if n <= number}
+            self.futures = {n: f for n, f in self.futures.items() if n > number}
+        head = _Block(
+            self.data[:pos], self.first_number, number, self.positions[:count], head_futures
+        )
+        del self.data[:pos]
+        self.first_number = number + 1
+        self.positions = self.positions[count:]
+        return head
 
 
 @dataclass(slots=True)
@@ -166,30 +206,54 @@ class _SegmentWriter:
         self.name = name  # the segment appended to: ``segment.name`` or a transaction's
         self.writer_id: UUID = uuid4()
         self.next_number = 1
-        self.queued: deque[_Pending] = deque()
+        self.queued: deque[_Block] = deque()  # not sent yet; the last one may be open
         self.in_flight: deque[_Block] = deque()
+        self._open: _Block | None = None
         self.sealed = False
         self.closed = False
         self._wake = asyncio.Event()
         self._conn: SegmentStoreConnection | None = None
         self._setup: asyncio.Future[p.Command] | None = None
-        self._lost: asyncio.Event = asyncio.Event()
         self._set_up_before = False
         self._task = asyncio.create_task(self._run(), name=f"writer {name}")
 
     # ------------------------------------------------------------------ producer side
 
-    def enqueue(self, event: _Pending) -> None:
-        event.number = self.next_number
-        self.next_number += 1
-        self.queued.append(event)
-        if not self._wake.is_set():
-            self._wake.set()
+    def add(self, event: bytes, position: float, future: asyncio.Future[None] | None) -> None:
+        """Append one event to the open block (a new block when it is full)."""
+        size = len(event)
+        blk = self._open
+        if blk is None or (
+            blk.positions
+            and (
+                len(blk.positions) >= MAX_BLOCK_EVENTS or len(blk.data) + size + 8 > MAX_BLOCK_BYTES
+            )
+        ):
+            blk = _Block(bytearray(), self.next_number, 0, [])
+            self.queued.append(blk)
+            self._open = blk
+        number = self.next_number
+        self.next_number = number + 1
+        data = blk.data
+        data += _EVENT_HEADER.pack(0, size)
+        data += event
+        blk.last_number = number
+        blk.positions.append(position)
+        if future is not None:
+            if blk.futures is None:
+                blk.futures = {}
+            blk.futures[number] = future
+        wake = self._wake
+        if not wake.is_set():
+            wake.set()
 
-    def unacked(self) -> list[_Pending]:
-        """Every event not acknowledged, in order (in-flight first, then queued)."""
-        out = [e for block in self.in_flight for e in block.events]
-        out.extend(self.queued)
+    def take_unacked(self) -> list[_Pending]:
+        """Remove and return every event not acknowledged, in order."""
+        out = [e for blk in self.in_flight for e in blk.events()]
+        out.extend(e for blk in self.queued for e in blk.events())
+        self.in_flight.clear()
+        self.queued.clear()
+        self._open = None
         return out
 
     # ------------------------------------------------------------------ listener side
@@ -209,15 +273,12 @@ class _SegmentWriter:
             self._drop_connection()
         else:
             # An error reply we cannot recover from on this segment.
-            self.owner._fail_events(self.unacked(), error_for_reply(cmd))
-            self.in_flight.clear()
-            self.queued.clear()
+            self.owner._fail_events(self.take_unacked(), error_for_reply(cmd))
 
     def connection_lost(self, exc: BaseException) -> None:
         self._conn = None
         if self._setup is not None and not self._setup.done():
             self._setup.set_exception(ConnectionLost(str(exc)))
-        self._lost.set()
         self._wake.set()
 
     def _drop_connection(self) -> None:
@@ -227,23 +288,17 @@ class _SegmentWriter:
             self.connection_lost(ConnectionLost("dropped by the writer"))
 
     def _ack_through(self, number: int) -> None:
-        in_flight = self.in_flight
+        """Everything numbered up to ``number`` is stored (acks come in order)."""
         owner = self.owner
-        while in_flight and in_flight[0].last_number <= number:
-            owner._acked_block(in_flight.popleft())
-        acked: list[_Pending] = []
-        if self.in_flight and self.in_flight[0].events[0].number <= number:
-            # Part of a block is stored (possible only after a reconnect).
-            block = self.in_flight[0]
-            done = [e for e in block.events if e.number <= number]
-            block.events = [e for e in block.events if e.number > number]
-            block.size_bytes -= sum(len(e.framed) for e in done)
-            acked.extend(done)
-        # After a reconnect, queued events may be at or below the stored number too.
-        while self.queued and self.queued[0].number <= number:
-            acked.append(self.queued.popleft())
-        if acked:
-            self.owner._acked(acked)
+        # Queued blocks can hold stored events only after a reconnect (resent blocks).
+        for blocks in (self.in_flight, self.queued):
+            while blocks and blocks[0].last_number <= number:
+                blk = blocks.popleft()
+                if blk is self._open:
+                    self._open = None
+                owner._acked_block(blk)
+            if blocks and blocks[0].first_number <= number:
+                owner._acked_block(blocks[0].split(number))  # part of a block is stored
         self._wake.set()
 
     def _mark_sealed(self) -> None:
@@ -267,13 +322,10 @@ class _SegmentWriter:
                     except (ConnectionLost, RequestTimeout) as exc:
                         delay = next(retry_delays, None)
                         if delay is None:
-                            self.owner._fail_events(self.unacked(), exc)
-                            self.in_flight.clear()
-                            self.queued.clear()
+                            self.owner._fail_events(self.take_unacked(), exc)
                             self.owner._set_error(exc)
                             return
                         await asyncio.sleep(delay)
-                        continue
                     continue
                 self._send_blocks()
                 self._wake.clear()
@@ -283,11 +335,9 @@ class _SegmentWriter:
                     await asyncio.sleep(0)  # room again: let acks and writes interleave
                     continue
                 await self._wake.wait()
-                if not self.in_flight and not self.queued:
-                    continue
         except Exception as exc:  # a bug: surface it instead of hanging flush()
             log.exception("segment writer %s failed", self.name)
-            self.owner._fail_events(self.unacked(), exc)
+            self.owner._fail_events(self.take_unacked(), exc)
             self.owner._set_error(exc)
         finally:
             conn = self._conn
@@ -297,7 +347,6 @@ class _SegmentWriter:
     async def _connect(self) -> None:
         endpoint = await self.owner._controller.get_uri(self.segment)
         conn = await self.owner._pool.get(endpoint)
-        self._lost = asyncio.Event()
         rid = next_request_id()
         self._setup = asyncio.get_running_loop().create_future()
         conn.attach_writer(self.writer_id, self)
@@ -318,46 +367,36 @@ class _SegmentWriter:
             self._conn = None
             conn.detach_writer(self.writer_id)
             raise error_for_reply(reply)
-        # Everything the store holds is acknowledged; the rest goes out again.
-        resend = [e for block in self.in_flight for e in block.events]
         if self._set_up_before:
             self.owner._stats.reconnects += 1
         self._set_up_before = True
-        self.in_flight.clear()
+        # What the store holds is acknowledged; the rest goes out again, same numbers.
         stored = reply.last_event_number
-        acked = [e for e in resend if e.number <= stored]
-        rest = [e for e in resend if e.number > stored]
-        self.owner._stats.dedup_acked += len(acked)
-        self.owner._stats.resent_events += len(rest)
-        self.queued.extendleft(reversed(rest))
-        if acked:
-            self.owner._acked(acked)
+        resend = list(self.in_flight)
+        self.in_flight.clear()
+        self.queued.extendleft(reversed(resend))
+        for blk in resend:
+            count = len(blk.positions)
+            dup = min(count, max(0, stored - blk.first_number + 1))
+            self.owner._stats.dedup_acked += dup
+            self.owner._stats.resent_events += count - dup
         self._ack_through(stored)
 
     def _send_blocks(self) -> None:
         conn = self._conn
         limit = self.owner.max_blocks_in_flight
         queued = self.queued
-        while conn is not None and queued and len(self.in_flight) < limit and not self.sealed:
-            events: list[_Pending] = []
-            append = events.append
-            popleft = queued.popleft
-            size = 0
-            has_futures = False
-            while queued and len(events) < MAX_BLOCK_EVENTS:
-                nxt = queued[0]
-                n = len(nxt.framed)
-                if size + n > MAX_BLOCK_BYTES and events:
-                    break
-                append(popleft())
-                size += n
-                if nxt.future is not None:
-                    has_futures = True
-            data = b"".join([e.framed for e in events])
+        in_flight = self.in_flight
+        while conn is not None and queued and len(in_flight) < limit and not self.sealed:
+            blk = queued.popleft()
+            if blk is self._open:
+                self._open = None  # sent: no more events go into it
+            in_flight.append(blk)
+            data = bytes(blk.data)
             rid = next_request_id()
-            last = events[-1].number
-            self.in_flight.append(_Block(events, last, rid, size, has_futures))
-            cmd = p.AppendBlockEnd(self.writer_id, size, data, len(events), last, rid)
+            cmd = p.AppendBlockEnd(
+                self.writer_id, len(data), data, len(blk.positions), blk.last_number, rid
+            )
             try:
                 conn.send_append(self.writer_id, rid, cmd)
             except ConnectionLost:
@@ -507,14 +546,12 @@ class EventWriter:
         size = len(event)
         if size > MAX_EVENT_BYTES:
             raise ValueError(f"event of {size} bytes exceeds {MAX_EVENT_BYTES}")
-        framed = _EVENT_HEADER.pack(0, size) + event
         if routing_key is None:
             position = random.random()
         elif self._rust_compat:
             position = routing_key_position(routing_key, rust_client_compat=True)
         else:
             position = _cached_position(routing_key)
-        pending = _Pending(framed, position, 0, fut)
         self._outstanding_events += 1
         self._outstanding_bytes += size + 8
         idle = self._idle
@@ -524,13 +561,7 @@ class EventWriter:
         assert ranges is not None
         segments = ranges.segments
         w = segments[0] if len(segments) == 1 else ranges.segment_for_position(position)
-        # _SegmentWriter.enqueue, inlined: this is the per-event hot path.
-        pending.number = w.next_number
-        w.next_number += 1
-        w.queued.append(pending)
-        wake = w._wake
-        if not wake.is_set():
-            wake.set()
+        w.add(event, position, fut)
 
     def _full(self) -> bool:
         return (
@@ -600,12 +631,13 @@ class EventWriter:
             self._idle.set()
 
     def _acked_block(self, block: _Block) -> None:
-        self._stats.events_acked += len(block.events)
-        if block.has_futures:
-            for e in block.events:
-                if e.future is not None and not e.future.done():
-                    e.future.set_result(None)
-        self._release_counts(len(block.events), block.size_bytes)
+        count = len(block.positions)
+        self._stats.events_acked += count
+        if block.futures:
+            for fut in block.futures.values():
+                if not fut.done():
+                    fut.set_result(None)
+        self._release_counts(count, len(block.data))
 
     def _acked(self, events: list[_Pending]) -> None:
         self._stats.events_acked += len(events)
@@ -659,22 +691,18 @@ class EventWriter:
                 return
             await asyncio.sleep(delay)
         # Synchronous from here: no write can slip in between the swap and the move.
-        events = sealed.unacked()
-        sealed.in_flight.clear()
-        sealed.queued.clear()
+        events = sealed.take_unacked()
         self._install(ranges)
         assert self._ranges is not None
         for e in events:
-            self._ranges.segment_for_position(e.position).enqueue(e)
+            target = self._ranges.segment_for_position(e.position)
+            target.add(e.framed[8:], e.position, e.future)
         old = self._writers.pop(sealed.segment, None)
         if old is not None:
             await old.aclose()
 
     def _abandon(self, sealed: _SegmentWriter, exc: ClientError) -> None:
-        events = sealed.unacked()
-        sealed.in_flight.clear()
-        sealed.queued.clear()
-        self._fail_events(events, exc)
+        self._fail_events(sealed.take_unacked(), exc)
         self._set_error(exc)
 
     def _is_sealed_writer(self, segment: Segment) -> bool:
