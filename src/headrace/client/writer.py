@@ -17,9 +17,11 @@ Each segment writer has a random 128-bit **writer id** and one sender task:
    the ``AppendSetup`` reply carries the last event number the store holds for
    this writer id. Every queued or in-flight event numbered at or below it is
    already stored: it is acknowledged, not sent again.
-2. While events are queued and fewer than ``max_blocks_in_flight`` blocks are
-   unacknowledged, the queue's head (up to ``MAX_BLOCK_EVENTS`` events /
-   ``MAX_BLOCK_BYTES`` bytes) goes out as one ``AppendBlockEnd`` carrying
+2. ``write`` appends the framed event to the segment writer's open block
+   (a new block once it holds ``MAX_BLOCK_EVENTS`` events or
+   ``MAX_BLOCK_BYTES`` bytes). While fewer than ``max_blocks_in_flight``
+   blocks are unacknowledged, the sender takes the next block (closing it if
+   it was open) and sends it as one ``AppendBlockEnd`` carrying
    ``num_events`` and ``last_event_number``. Several blocks are in flight at
    once (the Rust client keeps one), which hides the round trip.
 3. ``DataAppended(E)`` acknowledges every in-flight event numbered ``<= E``
