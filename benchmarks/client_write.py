@@ -13,6 +13,8 @@ Starts ``python -m headrace serve`` (a temporary data dir, free ports), then,
   then ``flush()``, in a child process (its calls hold the GIL).
 
 Each figure is events / (time from the first write to the end of the flush).
+The client processes' CPU time per event is reported too: on a busy shared
+machine it is steadier than wall-clock rates.
 Rounds alternate so that both clients see the same drift of a shared machine;
 the best round of each is reported, with the median.
 
@@ -56,11 +58,11 @@ event = b"x" * 100
 w.write_event_bytes(event)  # connection set up before timing
 w.flush()
 n = int(count)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 for _ in range(n):
     w.write_event_bytes(event)
 w.flush()
-print(json.dumps({"seconds": time.perf_counter() - start}))
+print(json.dumps({"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu}))
 """
 
 
@@ -94,23 +96,23 @@ def _start_server(data_dir: Path, fsync: str) -> tuple[subprocess.Popen[bytes], 
     return proc, f"tcp://127.0.0.1:{ports['controller']}"
 
 
-async def _headrace_round(uri: str, stream: str, count: int) -> float:
+async def _headrace_round(uri: str, stream: str, count: int) -> tuple[float, float]:
     event = b"x" * EVENT_BYTES
     async with PravegaClient(uri) as client:
         await client.controller.create_scope("bench")
         await client.controller.create_stream("bench", stream, StreamConfig(ScalingPolicy.fixed(1)))
         writer = await client.create_writer("bench", stream)
         await writer.write_and_wait(event)  # connection set up before timing
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(count):
             await writer.write(event)
         await writer.flush()
-        seconds = time.perf_counter() - start
+        seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         await writer.aclose()
-    return seconds
+    return seconds, cpu_s
 
 
-def _rust_round(uri: str, stream: str, count: int, inflight: int) -> float:
+def _rust_round(uri: str, stream: str, count: int, inflight: int) -> tuple[float, float]:
     done = subprocess.run(
         [sys.executable, "-c", RUST_CHILD, uri, "bench", stream, str(count), str(inflight)],
         capture_output=True,
@@ -119,8 +121,8 @@ def _rust_round(uri: str, stream: str, count: int, inflight: int) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"rust client failed:\n{done.stderr[-2000:]}")
-    seconds: float = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
-    return seconds
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(figures["seconds"]), float(figures["cpu_s"])
 
 
 def main() -> None:
@@ -133,15 +135,19 @@ def main() -> None:
 
     ours: list[float] = []
     theirs: list[float] = []
+    ours_cpu: list[float] = []
+    theirs_cpu: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         proc, uri = _start_server(Path(tmp) / "data", args.fsync)
         try:
             for i in range(args.rounds):
-                secs = asyncio.run(_headrace_round(uri, f"ours{i}", args.events))
+                secs, cpu_s = asyncio.run(_headrace_round(uri, f"ours{i}", args.events))
                 ours.append(args.events / secs)
+                ours_cpu.append(cpu_s * 1e6 / args.events)
                 print(f"round {i}: headrace {ours[-1]:,.0f} events/s", flush=True)
-                secs = _rust_round(uri, f"rust{i}", args.events, args.rust_inflight)
+                secs, cpu_s = _rust_round(uri, f"rust{i}", args.events, args.rust_inflight)
                 theirs.append(args.events / secs)
+                theirs_cpu.append(cpu_s * 1e6 / args.events)
                 print(f"round {i}: rust     {theirs[-1]:,.0f} events/s", flush=True)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -165,6 +171,8 @@ def main() -> None:
         "headrace_median_events_per_s": round(statistics.median(ours)),
         "rust_median_events_per_s": round(statistics.median(theirs)),
         "ratio": round(best_ours / best_theirs, 3),
+        "headrace_cpu_us_per_event": round(min(ours_cpu), 2),
+        "rust_cpu_us_per_event": round(min(theirs_cpu), 2),
         "goal_ratio": 1.0,
         "goal_headrace_events_per_s": 300_000,
     }
