@@ -184,3 +184,47 @@ async def test_closing_the_listener_ends_parked_connections(
     assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
     assert closed == ["closed"]
     await _close(writer)
+
+
+class BusyHandler(LineHandler):
+    """``hold`` makes the connection busy, ``release`` makes it idle again."""
+
+    def __init__(self, asked: asyncio.Event) -> None:
+        super().__init__({}, [])
+        self.holding = False
+        self.asked_count = 0
+        self._asked = asked
+
+    async def handle(self, event: object) -> None:
+        if event == "hold":
+            self.holding = True
+        elif event == "release":
+            self.holding = False
+        await super().handle(event)
+
+    def busy(self) -> bool:
+        self.asked_count += 1
+        if self.asked_count >= 3:
+            self._asked.set()
+        return self.holding
+
+
+async def test_busy_connection_outlives_the_idle_timeout() -> None:
+    asked = asyncio.Event()
+    listener = await start_tcp_listener(
+        "lines", "127.0.0.1", 0, lambda: BusyHandler(asked), idle_timeout_s=0.05
+    )
+    try:
+        reader, writer = await _connect(listener.port)
+        writer.write(b"hold\n")
+        assert await _line(reader) == "echo "
+        await asyncio.wait_for(asked.wait(), WAIT_S)  # three idle periods went by
+        writer.write(b"echo still open\n")
+        assert await _line(reader) == "echo still open"
+        writer.write(b"release\n")
+        assert await _line(reader) == "echo "
+        # Idle and not busy: the next timeout closes it.
+        assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
+        await _close(writer)
+    finally:
+        await listener.aclose()

@@ -54,8 +54,9 @@ A Pravega connection multiplexes many writers and readers, each with a few
 requests in flight; 256 covers that while bounding the memory one peer holds."""
 
 IDLE_TIMEOUT_S = 600.0
-"""A connection that sends nothing for this long is closed. Every protocol we
-speak has keep-alives far more frequent (Pravega 20 s, TANK pings, Beats acks)."""
+"""A connection that sends nothing for this long is closed, unless its handler
+says it is ``busy``. Every protocol we speak but RS-IO has keep-alives far more
+frequent (Pravega 20 s, TANK pings, Beats acks)."""
 
 CLOSE_FLUSH_TIMEOUT_S = 10.0
 """How long closing waits for queued replies to reach a peer that is not reading."""
@@ -101,6 +102,15 @@ class ConnectionHandler(abc.ABC):
     def on_start(self) -> None:
         """Called once, before any data is read (e.g. to queue a greeting)."""
         return None
+
+    def busy(self) -> bool:
+        """Whether the connection is in use although the peer sends nothing.
+
+        Checked when the idle timeout runs out: a busy connection is kept
+        open (e.g. it holds open subscriptions in a protocol without
+        keep-alives, where a subscriber may legitimately wait for days).
+        """
+        return False
 
     async def on_close(self) -> None:
         """Release what the connection holds (sessions, subscriptions)."""
@@ -160,6 +170,8 @@ async def run_connection(
             try:
                 data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), idle_timeout_s)
             except TimeoutError:
+                if handler.busy():
+                    continue
                 log.info("%s %s: idle for %.0f s; closing", handler.name, peer, idle_timeout_s)
                 break
             except ConnectionError:
