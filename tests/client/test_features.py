@@ -19,6 +19,7 @@ from headrace.client.errors import (
     TableKeyVersionError,
 )
 from headrace.client.kvtable import NOT_EXISTS
+from headrace.client.writer import MAX_EVENT_BYTES
 from headrace.protocols.tank.codec import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
@@ -150,3 +151,15 @@ async def test_tank_bundles_become_records_with_keys_and_timestamps(server: Serv
     assert records[0].offset == records[1].offset == 0
     assert records[2].offset == 8 + len(bundle)
     assert records[0].stream == "tank/topic"
+
+
+async def test_event_over_the_inline_limit_is_refused(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("big")
+        await client.controller.create_stream("big", "st")
+        async with await client.create_writer("big", "st") as writer:
+            with pytest.raises(ValueError):
+                await writer.write(b"x" * (MAX_EVENT_BYTES + 1))
+            await writer.write_and_wait(b"y" * MAX_EVENT_BYTES)  # the largest inline event
+        values = await _values(client, "big", "st")
+    assert [len(v) for v in values] == [MAX_EVENT_BYTES]

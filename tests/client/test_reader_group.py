@@ -143,3 +143,23 @@ async def test_dead_reader_segments_taken_over_from_stored_positions(server: Ser
                 if event is not None:
                     got.append(event.data.decode())
     assert got == [f"e{i}" for i in range(5, 20)]
+
+
+async def test_group_from_tail_sees_only_new_events(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await _make_stream(client, "g5", "st", 2)
+        async with await client.create_writer("g5", "st") as writer:
+            for i in range(10):
+                await writer.write(f"old{i}".encode(), routing_key=f"k{i}")
+        group = await client.reader_group("g5", "grp", ["st"], from_tail=True)
+        async with await group.create_reader("r") as reader:
+            async with await client.create_writer("g5", "st") as writer:
+                for i in range(10):
+                    await writer.write(f"new{i}".encode(), routing_key=f"k{i}")
+            got: list[str] = []
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 10 and time.monotonic() < deadline:
+                event = await reader.read_next(timeout_s=0.5)
+                if event is not None:
+                    got.append(event.data.decode())
+    assert sorted(got) == sorted(f"new{i}" for i in range(10))
