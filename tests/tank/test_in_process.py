@@ -14,15 +14,19 @@ from headrace.errors import ConnectionLost
 from headrace.protocols.tank import (
     SEQ_NUM_TAIL,
     BundleMessage,
+    Consume,
     ConsumeError,
+    ConsumePartition,
+    ConsumeTopic,
     CreateTopicResult,
     PartitionSeqNums,
     ProduceError,
+    encode,
     encode_bundle,
 )
 from headrace.server._listen import start_tcp_listener
 from headrace.server.app import Listener
-from headrace.server.tank import TankBroker, TankHandler
+from headrace.server.tank import MAX_QUEUED_CHUNK_BYTES, TankBroker, TankHandler
 from headrace.store.memory import MemoryStore
 
 HEARTBEAT_S = 0.05
@@ -135,3 +139,23 @@ async def test_truncated_head_keeps_the_numbering_across_a_restart(
     await again.start()
     part = await again.partition("cut-restart", 0)
     assert (part.first_seq, part.hwm) == (4, 6)
+
+
+async def test_no_chunks_are_built_while_queued_responses_wait(broker: TankBroker) -> None:
+    """A client that does not read: once queued consume responses pass the limit,
+    the next consume waits until the writer takes them."""
+    handler = TankHandler(broker)
+    handler.data_to_send()  # the greeting
+    assert await broker.create_topic("slow-reader", 1, b"") is CreateTopicResult.CREATED
+    consume = Consume(1, (ConsumeTopic("slow-reader", (ConsumePartition(0, 0, 1024),)),))
+    for event in handler.feed(encode(consume)):
+        await handler.handle(event)  # answered: queued, not yet taken
+    handler._queued_bytes = MAX_QUEUED_CHUNK_BYTES + 1  # as if that response were huge
+    second = Consume(2, consume.topics)
+    (event,) = list(handler.feed(encode(second)))
+    waiting = asyncio.ensure_future(handler.handle(event))
+    await asyncio.sleep(0)  # let it run up to its first pause
+    assert not waiting.done()
+    assert handler.data_to_send()  # the writer takes what was queued...
+    await asyncio.wait_for(waiting, WAIT_S)  # ...and the consume goes on
+    assert handler.data_to_send().startswith(b"\x02")

@@ -114,10 +114,21 @@ a partition's tail, at the cost of one table update per 16 MiB produced."""
 SCAN_READ_BYTES = 1024 * 1024
 """Bytes asked of the store per read while walking bundles."""
 
-MAX_RESPONSE_CHUNK_BYTES = 128 * 1024 * 1024
-"""Chunk bytes in one consume response, all partitions together: half the 256 MiB
-frame limit TANK clients accept (spec 2). Partitions past it get an empty chunk
-(the client asks again); each partition with data gets at least one bundle."""
+MAX_RESPONSE_CHUNK_BYTES = 64 * 1024 * 1024
+"""Chunk bytes in one consume response, all partitions together: one partition's
+largest fetch (spec 6.1), a quarter of the 256 MiB frame limit. Partitions past it
+get an empty chunk (the client asks again); a partition with data gets at least
+one bundle."""
+
+MAX_CONSUME_READS_PER_CONNECTION = 2
+"""Consume responses one connection may have in the making at once (parked
+consumes do not count): with ``MAX_QUEUED_CHUNK_BYTES`` this bounds what one
+client's consumes hold in memory to a few hundred MiB, however many it pipelines."""
+
+MAX_QUEUED_CHUNK_BYTES = 64 * 1024 * 1024
+"""Consume responses queued for a connection but not yet taken by its writer; no
+further response is built past it (the writer takes more only once the socket
+drained, so a client that does not read stops getting chunks built)."""
 
 MAX_TOPIC_NAME_CHARS = 64
 """TANK's own limit on topic names (spec 7)."""
@@ -714,6 +725,11 @@ class TankHandler(ConnectionHandler):
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat: asyncio.Task[None] | None = None
         self._parked: set[_Waiter] = set()
+        # Bounded memory for consume responses: few built at once, and none
+        # built while the writer has not taken what is already queued.
+        self._reading = asyncio.Semaphore(MAX_CONSUME_READS_PER_CONNECTION)
+        self._queued_bytes = 0
+        self._taken = asyncio.Event()
 
     # ------------------------------------------------------------------ loop interface
 
@@ -741,9 +757,20 @@ class TankHandler(ConnectionHandler):
         response = await handler(self, event)
         if self._conn.state is not t.ConnectionState.ERROR:
             self._conn.send(response)
+            if isinstance(response, t.ConsumeResponse):
+                self._queued_bytes += _chunk_bytes(response)
 
     def data_to_send(self) -> bytes:
+        self._queued_bytes = 0
+        self._taken.set()
         return self._conn.data_to_send()
+
+    async def _room_for_chunks(self) -> None:
+        """Wait until the writer took the consume responses already queued (a client
+        that does not read gets no more chunks built for it)."""
+        while self._queued_bytes > MAX_QUEUED_CHUNK_BYTES:
+            self._taken.clear()
+            await self._taken.wait()
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # TANK has no error reply for a malformed request: the broker closes (spec 2).
@@ -815,6 +842,17 @@ class TankHandler(ConnectionHandler):
 
     async def consume(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.Consume)
+        async with self._reading:
+            await self._room_for_chunks()
+            outcome = await self._consume_now(request)
+        if isinstance(outcome, t.ConsumeResponse):
+            return outcome
+        return await self._park(request, outcome)  # parks before its first pause
+
+    async def _consume_now(
+        self, request: t.Consume
+    ) -> t.ConsumeResponse | dict[tuple[int, int], tuple[_Partition, int, int]]:
+        """The response if it can be answered now, else the partitions to park on."""
         broker = self._broker
         while True:
             budget = MAX_RESPONSE_CHUNK_BYTES
@@ -859,7 +897,7 @@ class TankHandler(ConnectionHandler):
             # looked at the others; if something did, look again.
             if any(part.length != length for part, length, _ in at_end.values()):
                 continue
-            return await self._park(request, at_end)
+            return at_end
 
     async def _read_partition(
         self, topic: str, wanted: t.ConsumePartition, budget: int
@@ -916,6 +954,18 @@ class TankHandler(ConnectionHandler):
             self._parked.discard(waiter)
             for part, _, _ in at_end.values():
                 part.waiters.discard(waiter)
+        if timed_out or waiter.closed:  # every partition empty, base 0 (spec 6.3)
+            return await self._woken_response(request, at_end, empty=True)
+        async with self._reading:
+            await self._room_for_chunks()
+            return await self._woken_response(request, at_end, empty=False)
+
+    async def _woken_response(
+        self,
+        request: t.Consume,
+        at_end: dict[tuple[int, int], tuple[_Partition, int, int]],
+        empty: bool,
+    ) -> t.ConsumeResponse:
         budget = MAX_RESPONSE_CHUNK_BYTES
         topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
         for ti, topic in enumerate(request.topics):
@@ -923,7 +973,7 @@ class TankHandler(ConnectionHandler):
             for pi, wanted in enumerate(topic.partitions):
                 part, length, hwm = at_end[(ti, pi)]
                 chunk = None
-                if not timed_out and not waiter.closed and part.length > length:
+                if not empty and part.length > length:
                     fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
                     start = (length, hwm + 1 if hwm else part.origin_seq)
                     try:
@@ -1010,6 +1060,15 @@ class TankHandler(ConnectionHandler):
     async def discover_topology(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.DiscoverTopology)
         return t.DiscoverTopologyResponse(request.request_id)  # standalone (spec 8.5)
+
+
+def _chunk_bytes(response: t.ConsumeResponse) -> int:
+    return sum(
+        len(p.chunk)
+        for topic in response.topics
+        if isinstance(topic, t.ConsumeTopicResult)
+        for p in topic.partitions
+    )
 
 
 def _chunk_result(partition_id: int, chunk: _Chunk, hwm: int) -> t.ConsumePartitionResult:
