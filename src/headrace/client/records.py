@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
-from headrace.errors import RemoteProtocolError
-from headrace.protocols import pravega as p
-from headrace.protocols.pravega.codec import FRAME_HEADER, HEADER_SIZE_BYTES
-from headrace.protocols.tank.codec import decode_bundle
+# The pure part (what a record is, unframing events, unpacking TANK bundles) is
+# shared with the server's RS-IO publisher, which reads the store directly.
+from headrace.protocols.records import EventBuffer as _EventBuffer
+from headrace.protocols.records import Record, iter_events, records_from_events
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError
@@ -70,71 +69,8 @@ MAX_QUEUED_BATCHES = 16
 memory when the consumer is slower than the segments."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record of a stream; see the module docstring for each field's meaning."""
-
-    stream: str
-    segment: str
-    offset: int
-    key: bytes | None
-    value: bytes
-    timestamp_ms: int | None
-    index: int = 0
-
-
 _Batch = tuple[Segment, int, list[Record]]
 """Records decoded from one read reply, with the segment and the offset after them."""
-
-
-class _EventBuffer:
-    """Reassembles Event frames (spec §5.3) from consecutive read replies of one segment."""
-
-    def __init__(self, offset: int) -> None:
-        self.offset = offset  # segment offset of buffer[0]
-        self.buffer = bytearray()
-
-    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
-        """``(offset, payload)`` of every event completed by ``data``.
-
-        Raises:
-            RemoteProtocolError: the segment holds something else than Event frames.
-        """
-        buf = self.buffer
-        buf += data
-        pos = 0
-        end = len(buf)
-        while end - pos >= HEADER_SIZE_BYTES:
-            type_code, length = FRAME_HEADER.unpack_from(buf, pos)
-            if type_code != p.CommandType.EVENT or length < 0:
-                raise RemoteProtocolError(
-                    f"not an event at offset {self.offset + pos}: type {type_code}"
-                )
-            stop = pos + HEADER_SIZE_BYTES + length
-            if stop > end:
-                break
-            yield self.offset + pos, bytes(buf[pos + HEADER_SIZE_BYTES : stop])
-            pos = stop
-        del buf[:pos]
-        self.offset += pos
-
-
-def iter_events(data: bytes, base_offset: int = 0) -> Iterator[tuple[int, bytes]]:
-    """``(offset, payload)`` of each whole Event frame in ``data`` read at ``base_offset``."""
-    yield from _EventBuffer(base_offset).feed(data)
-
-
-def records_from_events(
-    stream: str, segment: str, events: Iterator[tuple[int, bytes]], *, tank: bool
-) -> Iterator[Record]:
-    """Turn a segment's events into records (TANK bundles unpacked when ``tank``)."""
-    for offset, payload in events:
-        if not tank:
-            yield Record(stream, segment, offset, None, payload, None)
-            continue
-        # Seq nums are not needed for records; 1 stands in for a non-sparse bundle's.
-        for i, msg in enumerate(decode_bundle(payload, 1)):
-            yield Record(stream, segment, offset, msg.key or None, msg.content, msg.timestamp_ms, i)
 
 
 class RecordReader:

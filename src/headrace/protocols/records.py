@@ -1,0 +1,104 @@
+"""Stored events as records, sans-I/O: the part of the record reader that needs no network.
+
+DESIGN.md section 2: one reader layer turns any stream into records whatever
+protocol wrote it. Walking segments is I/O and lives with each reader (the
+client's ``RecordReader`` reads over the segment-store protocol, the RS-IO
+server straight from the store); turning a segment's bytes into records is
+pure and lives here, so that every reader agrees on what a record is.
+
+* a segment holds Pravega Event frames (``int32 type 0, int32 length,
+  payload``); :class:`EventBuffer` cuts them out of consecutive reads;
+* an ordinary event is one record: ``key`` None, ``value`` the payload,
+  ``timestamp_ms`` None;
+* in a TANK topic each event is one bundle as produced, unpacked into one
+  record per message (key, value, timestamp), all with the bundle's offset and
+  ``index`` 0, 1, 2... ``(segment, offset, index)`` identifies a record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from headrace.errors import RemoteProtocolError
+from headrace.protocols.pravega.codec import FRAME_HEADER, HEADER_SIZE_BYTES
+from headrace.protocols.pravega.commands import CommandType
+from headrace.protocols.tank.codec import decode_bundle
+
+__all__ = ["EventBuffer", "Record", "iter_events", "records_from_events"]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a stream.
+
+    ``stream`` is ``scope/stream``, ``segment`` the qualified segment name,
+    ``offset`` the segment offset of the stored event's 8-byte header (where a
+    reader resumes), ``index`` the message's place in a TANK bundle (0 for
+    ordinary events).
+    """
+
+    stream: str
+    segment: str
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int | None
+    index: int = 0
+
+
+class EventBuffer:
+    """Reassembles Event frames (Pravega wire spec §5.3) from consecutive reads of one segment."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset  # segment offset of buffer[0]
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+        """``(offset, payload)`` of every event completed by ``data``.
+
+        Raises:
+            RemoteProtocolError: the segment holds something else than Event frames.
+        """
+        buf = self.buffer
+        buf += data
+        pos = 0
+        end = len(buf)
+        while end - pos >= HEADER_SIZE_BYTES:
+            type_code, length = FRAME_HEADER.unpack_from(buf, pos)
+            if type_code != CommandType.EVENT or length < 0:
+                raise RemoteProtocolError(
+                    f"not an event at offset {self.offset + pos}: type {type_code}"
+                )
+            stop = pos + HEADER_SIZE_BYTES + length
+            if stop > end:
+                break
+            yield self.offset + pos, bytes(buf[pos + HEADER_SIZE_BYTES : stop])
+            pos = stop
+        del buf[:pos]
+        self.offset += pos
+
+    def missing_bytes(self) -> int:
+        """Bytes still needed to complete the event at the front (0 if none is started)."""
+        if len(self.buffer) < HEADER_SIZE_BYTES:
+            return HEADER_SIZE_BYTES - len(self.buffer) if self.buffer else 0
+        length: int = FRAME_HEADER.unpack_from(self.buffer, 0)[1]
+        return max(0, HEADER_SIZE_BYTES + length - len(self.buffer))
+
+
+def iter_events(data: bytes, base_offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """``(offset, payload)`` of each whole Event frame in ``data`` read at ``base_offset``."""
+    yield from EventBuffer(base_offset).feed(data)
+
+
+def records_from_events(
+    stream: str, segment: str, events: Iterator[tuple[int, bytes]], *, tank: bool
+) -> Iterator[Record]:
+    """Turn a segment's events into records (TANK bundles unpacked when ``tank``)."""
+    for offset, payload in events:
+        if not tank:
+            yield Record(stream, segment, offset, None, payload, None)
+            continue
+        # Seq nums are not needed for records; 1 stands in for a non-sparse bundle's.
+        for i, msg in enumerate(decode_bundle(payload, 1)):
+            yield Record(stream, segment, offset, msg.key or None, msg.content, msg.timestamp_ms, i)
