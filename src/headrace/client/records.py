@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING
 
 # The pure part (what a record is, unframing events, unpacking TANK bundles) is
 # shared with the server's RS-IO publisher, which reads the store directly.
-from headrace.protocols.records import EventBuffer as _EventBuffer
-from headrace.protocols.records import Record, iter_events, records_from_events
+from headrace.protocols.records import EventBuffer, Record, iter_events, records_from_events
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError
@@ -68,6 +67,8 @@ MAX_QUEUED_BATCHES = 16
 """Read replies (each up to 2 MiB) decoded and waiting for the consumer; bounds
 memory when the consumer is slower than the segments."""
 
+
+_EventBuffer = EventBuffer  # the name client.reader and the tests use
 
 _Batch = tuple[Segment, int, list[Record]]
 """Records decoded from one read reply, with the segment and the offset after them."""
