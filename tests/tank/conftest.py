@@ -33,8 +33,11 @@ def free_port() -> int:
 class TankServer:
     """One ``python -m headrace serve`` process serving TANK on ``port``."""
 
-    def __init__(self, data_dir: Path, *, pravega: bool = False) -> None:
+    def __init__(
+        self, data_dir: Path, *, pravega: bool = False, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.data_dir = data_dir
+        self.extra_args = extra_args
         self.pravega = pravega  # also serve the controller and segment store
         self.port = 0
         self.controller_port = 0
@@ -53,6 +56,7 @@ class TankServer:
             others["segment-store"] = free_port()
         for name, port in others.items():
             command += [f"--{name}-port", str(port)]
+        command += self.extra_args
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
             command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
@@ -108,8 +112,10 @@ class TankServer:
 
 
 @contextlib.contextmanager
-def running_server(data_dir: Path, *, pravega: bool = False) -> Iterator[TankServer]:
-    server = TankServer(data_dir, pravega=pravega)
+def running_server(
+    data_dir: Path, *, pravega: bool = False, extra_args: tuple[str, ...] = ()
+) -> Iterator[TankServer]:
+    server = TankServer(data_dir, pravega=pravega, extra_args=extra_args)
     server.start()
     try:
         yield server

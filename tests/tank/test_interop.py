@@ -59,3 +59,16 @@ async def test_bundles_written_through_pravega_join_the_numbering(tmp_path: Path
         (3, b"p3", b"pk"),
         (4, b"t4", b""),
     ]
+
+
+async def test_tank_scope_option_moves_the_topics(tmp_path: Path) -> None:
+    args = ("--tank-scope", "elsewhere")
+    with running_server(tmp_path / "data", pravega=True, extra_args=args) as server:
+        async with await TankClient.connect("127.0.0.1", server.port) as tank:
+            assert await tank.create_topic("moved", 1) is CreateTopicResult.CREATED
+            await tank.produce("moved", 0, [BundleMessage(b"here", 1)])
+        uri = f"tcp://127.0.0.1:{server.controller_port}"
+        async with PravegaClient(uri) as client:
+            assert [s async for s in client.controller.list_streams("elsewhere")] == ["moved"]
+            async with client.record_reader("elsewhere", "moved", tank_scope="elsewhere") as r:
+                assert [rec.value async for rec in r] == [b"here"]

@@ -1101,7 +1101,7 @@ async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
     Raises:
         OSError: the address could not be bound.
     """
-    scope = getattr(app.config, "tank_scope", DEFAULT_SCOPE)
+    scope = app.config.tank_scope
     if not is_valid_name(scope):
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
     broker = TankBroker(app.store, app.controller, scope)
