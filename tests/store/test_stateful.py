@@ -195,6 +195,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.path = Path(self.tmp.name) / "data"
         self.copies = 0
         self.checkpoint_wal_bytes = CHECKPOINT_WAL_BYTES
+        self.merges: list[tuple[str, str]] = []
+        """(target, source) of every successful merge, for retries."""
         self.history: list[Op] = []
         """Every operation applied to the model, in order (to rebuild it)."""
         self.model: SegmentStore = MemoryStore()
@@ -406,6 +408,15 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(into=stream_st, source=stream_st)
     def merge(self, into: str, source: str) -> None:
+        if self._both(lambda s: s.merge(into, source))[0] == "ok":
+            self.merges.append((into, source))
+
+    @precondition(lambda self: self.merges)
+    @rule(data=st.data())
+    def retry_merge(self, data: st.DataObject) -> None:
+        """Repeat an earlier successful merge, as a client retrying after a lost reply
+        (perhaps across a restart) would: it succeeds with the target's length."""
+        into, source = data.draw(st.sampled_from(self.merges))
         self._both(lambda s: s.merge(into, source))
 
     @rule(name=stream_st, attribute_id=st.sampled_from(ATTRIBUTE_IDS))
