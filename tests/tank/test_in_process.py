@@ -26,7 +26,14 @@ from headrace.protocols.tank import (
 )
 from headrace.server._listen import start_tcp_listener
 from headrace.server.app import Listener
-from headrace.server.tank import MAX_QUEUED_CHUNK_BYTES, TankBroker, TankHandler
+from headrace.server.tank import (
+    INDEX_INTERVAL_BYTES,
+    MAX_INDEX_ENTRIES,
+    MAX_QUEUED_CHUNK_BYTES,
+    TankBroker,
+    TankHandler,
+    _Partition,
+)
 from headrace.store.memory import MemoryStore
 
 HEARTBEAT_S = 0.05
@@ -159,3 +166,16 @@ async def test_no_chunks_are_built_while_queued_responses_wait(broker: TankBroke
     assert handler.data_to_send()  # the writer takes what was queued...
     await asyncio.wait_for(waiting, WAIT_S)  # ...and the consume goes on
     assert handler.data_to_send().startswith(b"\x02")
+
+
+def test_partition_index_is_thinned_past_its_limit() -> None:
+    part = _Partition("tank/t/0.#epoch.0")
+    for i in range(MAX_INDEX_ENTRIES + 1):
+        part.note(i * INDEX_INTERVAL_BYTES, 1 + 10 * i)
+    assert len(part.index_offsets) == MAX_INDEX_ENTRIES // 2 + 1
+    # lookups still start at or before the wanted seq num, on a real entry
+    offset, seq = part.floor(10 * 12345 + 5)
+    assert seq <= 10 * 12345 + 5 and offset == (seq - 1) // 10 * INDEX_INTERVAL_BYTES
+    # entries closer than the interval are not added
+    part.note(1, 2)
+    assert 1 not in part.index_offsets

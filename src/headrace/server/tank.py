@@ -107,6 +107,10 @@ INDEX_INTERVAL_BYTES = 64 * 1024
 partition beyond the entry it starts from (TANK's default is 4 KiB of file; our
 walk reads a whole block at once, so a coarser index costs little)."""
 
+MAX_INDEX_ENTRIES = 65536
+"""In-memory index entries per partition (about 5 MiB): past it every other entry is
+dropped, so a very large partition gets a coarser index rather than more memory."""
+
 CHECKPOINT_INTERVAL_BYTES = 16 * 1024 * 1024
 """A persisted anchor every this many bytes: a restart scans at most this much of
 a partition's tail, at the cost of one table update per 16 MiB produced."""
@@ -227,6 +231,9 @@ class _Partition:
             return
         self.index_offsets.insert(i, offset)
         self.index_seqs.insert(i, first)
+        if len(self.index_offsets) > MAX_INDEX_ENTRIES:  # thin out: twice as coarse
+            self.index_offsets = self.index_offsets[::2]
+            self.index_seqs = self.index_seqs[::2]
 
     def floor(self, seq_num: int) -> tuple[int, int]:
         """Where to start walking to find ``seq_num``: (offset, next seq num)."""
