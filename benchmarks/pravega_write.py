@@ -99,6 +99,8 @@ def _child(uri: str, scope: str, stream: str, size: int, count: int, inflight: i
     start, end = asyncio.run(run())
     latencies.sort()
     print(json.dumps({"start": start, "end": end, "events": count, "latencies": latencies}))
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown, where the client sometimes crashes
 
 
 # --------------------------------------------------------------------------- parent
