@@ -763,3 +763,29 @@ async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(tmp_path:
     assert len(cuts) == 13
     for dest, state in cuts:
         await _check_cut(dest, state)
+
+
+async def test_interrupted_first_open_is_redone(tmp_path: Path) -> None:
+    # Killed inside the first open: before the containers were in place ...
+    (tmp_path / "containers.tmp").mkdir()
+    (tmp_path / "lock").touch()
+    report = await asyncio.to_thread(verify_data_dir, tmp_path)
+    assert report.ok
+    assert "not initialised" in report.lines()[1]
+    # ... or after, but before the manifest was written.
+    store = await DiskStore.open(tmp_path, container_count=CONTAINERS)
+    await store.close()
+    (tmp_path / "manifest").unlink()
+    assert (await asyncio.to_thread(verify_data_dir, tmp_path)).ok
+    store = await DiskStore.open(tmp_path, container_count=3)
+    try:
+        assert store.container_count == 3
+        await store.create_segment("s")
+        await store.append("s", b"x")
+    finally:
+        await store.close()
+    # With data present, a missing manifest is damage, not a fresh start.
+    (tmp_path / "manifest").unlink()
+    assert not (await asyncio.to_thread(verify_data_dir, tmp_path)).ok
+    with pytest.raises(CorruptionError, match="manifest missing"):
+        await DiskStore.open(tmp_path)

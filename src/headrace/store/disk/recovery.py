@@ -82,6 +82,7 @@ from headrace.store.disk.segment import Captured, ContainerState, ReplayError
 __all__ = [
     "analyse_container",
     "backup_torn_tail",
+    "check_abandoned_init",
     "check_sidecar",
     "create_segment_files",
     "init_or_load_manifest",
@@ -146,7 +147,7 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
         raise ValueError(f"container count must be in 1..{MAX_CONTAINER_COUNT}")
     containers = containers_path(root)
     if containers.exists():
-        _check_abandoned_init(root)
+        check_abandoned_init(root)
         shutil.rmtree(containers)
     staging = root / "containers.tmp"
     shutil.rmtree(staging, ignore_errors=True)
@@ -177,7 +178,7 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
     return manifest
 
 
-def _check_abandoned_init(root: Path) -> None:
+def check_abandoned_init(root: Path) -> None:
     """``containers/`` without a manifest is only safe to redo if it holds nothing."""
     for cdir in containers_path(root).iterdir():
         paths = ContainerPaths(root, int(cdir.name)) if cdir.name.isdigit() else None

@@ -12,8 +12,9 @@ What counts as damage (``report.ok`` is False): anything ``DiskStore.open``
 would refuse (``CorruptionError``), and any data block whose bytes fail the
 sidecar checksum (open does not read data files, so only verify finds those).
 What is only a note: a torn WAL tail (open backs it up and cuts it off),
-``.broken-*`` backups of earlier torn tails, and orphan segment files
-(creations that never became durable; open removes them).
+``.broken-*`` backups of earlier torn tails, orphan segment files
+(creations that never became durable; open removes them), and a directory
+whose first open never finished (no manifest and no data; open starts afresh).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from headrace.errors import CorruptionError
 from headrace.store.disk.format import SnapshotSegment, decode_manifest, decode_sidecar
 from headrace.store.disk.layout import ContainerPaths, containers_path, manifest_path
 from headrace.store.disk.log import scan_wal
-from headrace.store.disk.recovery import finish_interrupted_merges, load_snapshot
+from headrace.store.disk.recovery import (
+    check_abandoned_init,
+    finish_interrupted_merges,
+    load_snapshot,
+)
 from headrace.store.disk.segment import ContainerState, ReplayError
 from headrace.types import SegmentKind
 
@@ -106,7 +111,15 @@ def verify_data_dir(path: str | os.PathLike[str]) -> VerifyReport:
     try:
         report.container_count = decode_manifest(mpath.read_bytes(), str(mpath)).container_count
     except FileNotFoundError:
-        report.damage.append(Damage(str(mpath), 0, "manifest is missing"))
+        try:
+            if containers_path(root).exists():
+                check_abandoned_init(root)
+        except CorruptionError as exc:
+            report.damage.append(Damage(exc.path, exc.position, exc.reason))
+        else:
+            # A first open that never finished: the next open starts afresh.
+            report.notes.append(f"{root}: not initialised yet (no manifest, no data)")
+            return report
     except CorruptionError as exc:
         report.damage.append(Damage(exc.path, exc.position, exc.reason))
     if not report.container_count:
