@@ -164,24 +164,23 @@ def test_v2_pipelined_windows_get_keepalives_then_acks_in_order(tmp_path: Path) 
         with LumberjackClient(server.port, V2) as client:
             # libbeat: seq restarts at 1 per window; two windows pipelined
             # before any ack, the second one only half sent.
+            started = time.monotonic()
             client.send(WindowSize(4), Compressed(tuple(_v2_window(1, 4, "first"))))
             client.send(WindowSize(4), *list(_v2_window(1, 4, "second"))[:2])
-            client.wait_for_ack(4)
-            started = time.monotonic()
+            client.wait_for_ack(4)  # the first window, stored, while the second is open
             # The second window is pending: keepalives (Ack 0) must come.
             client.wait_for_acks(client.acks.index(4) + 4, timeout_s=20 * KEEPALIVE_S + 5)
-            waited = time.monotonic() - started
-            keepalives = client.acks[client.acks.index(4) + 1 :]
-            assert keepalives == [0, 0, 0]
-            gaps = [b - a for a, b in zip(client.ack_times, client.ack_times[1:], strict=False)]
-            assert min(gaps[-2:]) >= KEEPALIVE_S * 0.8, gaps  # not more often than the interval
-            assert waited >= 2 * KEEPALIVE_S * 0.8
+            assert set(client.acks) == {0, 4} and client.acks.count(4) == 1
             client.send(*list(_v2_window(1, 4, "second"))[2:])
             client.wait_for_acks(len(client.acks) + 1)
-            # the real ack after (possibly) more keepalives
-            while client.acks[-1] == 0:
+            while client.acks[-1] == 0:  # the real ack, maybe after more keepalives
                 client.wait_for_acks(len(client.acks) + 1)
-            assert client.acks[-1] == 4
+            elapsed = time.monotonic() - started
+            assert client.acks[-1] == 4 and client.acks.count(4) == 2
+            keepalives = client.acks.count(0)
+            assert keepalives >= 3
+            # never more often than the interval (however the reads were batched)
+            assert keepalives <= elapsed / KEEPALIVE_S + 1, (keepalives, elapsed)
             assert client.conn.unacked_windows == 0
             # Nothing pending: no more keepalives.
             assert client.quiet_for(5 * KEEPALIVE_S) == []

@@ -99,7 +99,10 @@ class Client:
                 return self.acks.pop(0)
             if self.closed:
                 return None
-            data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
+            try:
+                data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
+            except ConnectionResetError:  # an aborted connection may end with a reset
+                data = b""
             self.conn.receive_data(data)
             for event in self.conn.events():
                 if isinstance(event, Ack):
