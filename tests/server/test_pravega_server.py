@@ -398,6 +398,23 @@ async def test_replies_a_client_does_not_read_are_bounded() -> None:
     await store.close()
 
 
+async def test_a_client_that_takes_no_replies_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("headrace.server.pravega.MAX_REPLY_WAIT_S", 0.2)
+    store = MemoryStore()
+    await store.create_segment(SEG)
+    await store.append(SEG, b"x" * MAX_READ_REPLY_BYTES)
+    handler = PravegaHandler(store)
+    fits = MAX_UNSENT_REPLY_BYTES // MAX_READ_REPLY_BYTES
+    reads = [p.ReadSegment(SEG, 0, MAX_READ_REPLY_BYTES, "", rid) for rid in range(fits + 1)]
+    frames = p.encode_command(p.Hello(15, 5)) + b"".join(map(p.encode_command, reads))
+    events = list(handler.feed(frames))[1:]
+    for event in events[:fits]:
+        await handler.handle(event)
+    with pytest.raises(TimeoutError, match="took no replies"):
+        await asyncio.wait_for(handler.handle(events[-1]), WAIT_S)
+    await store.close()
+
+
 async def test_read_errors_and_end_of_segment(server: Server) -> None:
     await server.store.create_segment(SEG)
     await server.store.append(SEG, b"0123456789")

@@ -109,6 +109,11 @@ otherwise make the server buffer without bound (each reply may be 2 MiB);
 beyond this, read handlers wait for the writer, whose drain waits for the
 client. Four full replies keep a fast reader's pipe full."""
 
+MAX_REPLY_WAIT_S = 60.0
+"""Longest a read reply waits for room under ``MAX_UNSENT_REPLY_BYTES``. A
+client that takes none of its replies for this long is disconnected (any
+live reader takes a reply within its 30 s request timeout)."""
+
 TRANSIENT_INFIX = "#transient."
 """Transient segment names: ``<parent>#transient.<writer hex>.<random hex>`` (Java's, §5.5)."""
 
@@ -177,11 +182,21 @@ class PravegaHandler(ConnectionHandler):
 
     async def _room_for(self, size_bytes: int) -> None:
         """Wait until a read reply of ``size_bytes`` fits under ``MAX_UNSENT_REPLY_BYTES``
-        (one reply always fits when nothing is waiting to be taken)."""
+        (one reply always fits when nothing is waiting to be taken).
+
+        Raises:
+            TimeoutError: the client took no replies for ``MAX_REPLY_WAIT_S``;
+                the loop closes the connection.
+        """
         while self._unsent_bytes and self._unsent_bytes + size_bytes > MAX_UNSENT_REPLY_BYTES:
             self._taken.clear()
             self.wake_writer()
-            await self._taken.wait()
+            try:
+                await asyncio.wait_for(self._taken.wait(), MAX_REPLY_WAIT_S)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"the client took no replies for {MAX_REPLY_WAIT_S:.0f} s"
+                ) from None
         self._unsent_bytes += size_bytes
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
