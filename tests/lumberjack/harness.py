@@ -177,6 +177,11 @@ class Server:
         return code
 
 
+START_ATTEMPTS = 3
+"""Tries with fresh ports when a free port was taken by someone else before the
+server bound it (other test runs share the machine)."""
+
+
 def start_server(
     data_dir: Path,
     *args: str,
@@ -187,6 +192,27 @@ def start_server(
 ) -> Server:
     """Start ``headrace serve`` with the Lumberjack listeners on free ports (and,
     with ``pravega``, the controller and segment store too)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_server(data_dir, args, tls, tls_ca, port, pravega)
+        except _PortTaken:
+            if port is not None or attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(AssertionError):
+    pass
+
+
+def _start_server(
+    data_dir: Path,
+    args: tuple[str, ...],
+    tls: TlsFiles | None,
+    tls_ca: Path | None,
+    port: int | None,
+    pravega: bool,
+) -> Server:
     port = free_port() if port is None else port
     tls_port = free_port() if tls is not None else 0
     others = list(OTHER_LISTENERS_OFF)
@@ -229,6 +255,11 @@ def start_server(
     server._pump.start()
     try:
         server.wait_for_line("headrace ready", START_TIMEOUT_S)
+    except AssertionError as exc:
+        server.stop(signal.SIGKILL)
+        if "address already in use" in server.stderr.lower():
+            raise _PortTaken(str(exc)) from exc
+        raise
     except BaseException:
         server.stop(signal.SIGKILL)
         raise
