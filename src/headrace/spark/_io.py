@@ -1,0 +1,648 @@
+"""The data source's I/O, without pyspark: planning, range reads, transactions.
+
+Everything here is a blocking function built on the asyncio client
+(``asyncio.run`` on a fresh :class:`PravegaClient` per call): Spark calls the
+data source from plain threads and short-lived Python workers, so nothing is
+kept open between calls.
+
+Positions
+---------
+A *position* is ``{"scope/stream": {"<segment id>": offset}}``: the offset of
+the next event to read in each segment of each stream (string keys, because
+Spark stores offsets as JSON). Offsets are Pravega byte offsets, always on
+event boundaries. A segment that is sealed and read to its end is replaced by
+its successors once all of their predecessors are read (per-key order holds
+across scaling); a range ``[start, end)`` of one segment is what a Spark
+partition reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import struct
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from headrace.client import PravegaClient, Segment, TxnId
+from headrace.client.errors import (
+    ControllerError,
+    NoSuchSegmentError,
+    SegmentIsTruncatedError,
+    TableKeyVersionError,
+)
+from headrace.client.kvtable import NOT_EXISTS
+from headrace.client.records import records_from_events
+from headrace.errors import HeadraceError
+
+if TYPE_CHECKING:
+    from .options import ReadOptions, WriteOptions
+
+__all__ = [
+    "COMMIT_TABLE",
+    "DataLossError",
+    "Position",
+    "Range",
+    "TxnRef",
+    "abort_txns",
+    "commit_batch",
+    "earliest",
+    "latest",
+    "plan_ranges",
+    "read_range",
+    "resolve",
+    "split_range",
+    "write_txn",
+]
+
+Position = dict[str, dict[str, int]]
+"""``{"scope/stream": {"<segment id>": offset}}`` (module docstring)."""
+
+COMMIT_TABLE = "spark-commits"
+"""Key-value table (in the target stream's scope) holding each committed
+``(writer id, batch id)`` with the transactions it committed."""
+
+EVENT_HEADER = struct.Struct(">ii")
+"""Pravega event framing: int32 type (0), int32 payload length."""
+
+SCAN_READ_BYTES = 1024 * 1024
+"""Bytes per read while walking event headers on the driver (``minPartitions``,
+``maxEventsPerTrigger``, ``maxBytesPerTrigger``)."""
+
+T = TypeVar("T")
+
+
+class DataLossError(HeadraceError):
+    """Data the query needs is gone (truncated by retention, or deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Events of one segment whose offsets lie in ``[start, end)``."""
+
+    scope: str
+    stream: str
+    segment_id: int
+    start: int
+    end: int
+
+    @property
+    def segment(self) -> Segment:
+        return Segment(self.scope, self.stream, self.segment_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRef:
+    """An open transaction prepared by a task; the driver commits or aborts it."""
+
+    scope: str
+    stream: str
+    high_bits: int
+    low_bits: int
+
+    @property
+    def txn_id(self) -> TxnId:
+        return TxnId(self.high_bits, self.low_bits)
+
+    def to_json(self) -> list[Any]:
+        return [self.scope, self.stream, self.high_bits, self.low_bits]
+
+
+def _run(uri: str, work: Callable[[PravegaClient], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with PravegaClient(uri) as client:
+            return await work(client)
+
+    return asyncio.run(main())
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    scope, _, stream = name.partition("/")
+    return scope, stream
+
+
+# --------------------------------------------------------------------------- positions
+
+
+async def _earliest(client: PravegaClient, streams: Sequence[str]) -> Position:
+    out: Position = {}
+    for name in streams:
+        heads = await client.controller.get_head_segments(*_split_name(name))
+        out[name] = {str(s.segment_id): off for s, off in heads.items()}
+    return out
+
+
+async def _latest(client: PravegaClient, streams: Sequence[str]) -> Position:
+    """Every segment with data still to come, at its current length.
+
+    Open segments are what writers append to; segments of a sealed stream are
+    its last epoch (their length: nothing more will come).
+    """
+    out: Position = {}
+    for name in streams:
+        scope, stream = _split_name(name)
+        ranges = await client.controller.get_current_segments(scope, stream)
+        segments = [r.segment for r in ranges]
+        if not segments:  # sealed stream: walk to its last segments
+            segments = [s for s, _ in await _all_segments(client, scope, stream)]
+            segments = [s for s in segments if not await _successors(client, s)]
+        cur: dict[str, int] = {}
+        for seg in segments:
+            stat = await client.segments.stat(seg)
+            cur[str(seg.segment_id)] = stat.length
+        out[name] = cur
+    return out
+
+
+def earliest(uri: str, streams: Sequence[str]) -> Position:
+    return _run(uri, lambda c: _earliest(c, streams))
+
+
+def latest(uri: str, streams: Sequence[str]) -> Position:
+    return _run(uri, lambda c: _latest(c, streams))
+
+
+def resolve(uri: str, spec: str, streams: Sequence[str], default: str) -> Position:
+    """A starting or ending position from an option value.
+
+    ``earliest``, ``latest``, or JSON ``{"scope/stream": {"<segment id>": offset}}``
+    where -2 means the segment's start and -1 its current length; streams left
+    out of the JSON take ``default``.
+    """
+    if spec == "earliest":
+        return earliest(uri, streams)
+    if spec == "latest":
+        return latest(uri, streams)
+    given = json.loads(spec)
+
+    async def work(client: PravegaClient) -> Position:
+        fallback = await (_earliest if default == "earliest" else _latest)(client, streams)
+        out: Position = {}
+        for name in streams:
+            if name not in given:
+                out[name] = fallback[name]
+                continue
+            scope, stream = _split_name(name)
+            cur: dict[str, int] = {}
+            for seg_id, off in given[name].items():
+                if off < 0:
+                    stat = await client.segments.stat(Segment(scope, stream, int(seg_id)))
+                    off = stat.start_offset if off == -2 else stat.length
+                cur[str(int(seg_id))] = int(off)
+            out[name] = cur
+        return out
+
+    return _run(uri, work)
+
+
+async def _successors(client: PravegaClient, seg: Segment) -> dict[Segment, list[int]]:
+    found = await client.controller.get_successors(seg)
+    return {rng.segment: preds for rng, preds in found.items()}
+
+
+async def _all_segments(
+    client: PravegaClient, scope: str, stream: str
+) -> list[tuple[Segment, int]]:
+    """Every readable segment of a stream (heads, then successors), with its start."""
+    heads = await client.controller.get_head_segments(scope, stream)
+    seen: dict[Segment, int] = dict(heads)
+    todo = list(heads)
+    while todo:
+        seg = todo.pop()
+        for nxt in await _successors(client, seg):
+            if nxt not in seen:
+                seen[nxt] = 0
+                todo.append(nxt)
+    return sorted(seen.items())
+
+
+def advance(uri: str, start: Position, opts: ReadOptions) -> Position:
+    """The end of the next micro-batch from ``start``: every segment's current
+    length, segments that finished replaced by their successors, within the
+    trigger limits of ``opts``.
+
+    Raises:
+        DataLossError: a start lies before a segment's start (``failOnDataLoss``).
+    """
+
+    async def work(client: PravegaClient) -> Position:
+        end: Position = {}
+        for name in opts.streams:
+            scope, stream = _split_name(name)
+            cur = dict(start.get(name, {}))
+            if not cur:
+                cur = (await _earliest(client, [name]))[name]
+            out: dict[str, int] = {}
+            finished: set[int] = set()
+            candidates: dict[Segment, list[int]] = {}
+            for seg_id, off in cur.items():
+                seg = Segment(scope, stream, int(seg_id))
+                try:
+                    stat = await client.segments.stat(seg)
+                except NoSuchSegmentError:
+                    _lost(opts, f"segment {seg.name} no longer exists")
+                    finished.add(seg.segment_id)
+                    continue
+                if off < stat.start_offset:
+                    _lost(
+                        opts,
+                        f"{seg.name} was truncated to offset {stat.start_offset}; "
+                        f"the query was at {off}",
+                    )
+                out[seg_id] = max(stat.length, off)
+                if stat.sealed and off >= stat.length:
+                    finished.add(seg.segment_id)
+                    for nxt, preds in (await _successors(client, seg)).items():
+                        candidates[nxt] = preds
+            for nxt, preds in candidates.items():
+                key = str(nxt.segment_id)
+                known = [p for p in preds if str(p) in cur]
+                if key not in out and all(p in finished for p in known):
+                    out[key] = (await client.segments.stat(nxt)).length
+                    cur[key] = 0
+            # Segments read to the end whose successors are all in: no longer needed.
+            for seg_id in list(out):
+                if int(seg_id) in finished:
+                    succ = await _successors(client, Segment(scope, stream, int(seg_id)))
+                    if all(str(s.segment_id) in out for s in succ):
+                        del out[seg_id]
+                        cur.pop(seg_id, None)
+            start_here = {k: cur.get(k, 0) for k in out}
+            if opts.max_events is not None or opts.max_bytes is not None:
+                out = await _limit(client, scope, stream, start_here, out, opts)
+            end[name] = out
+        return end
+
+    return _run(opts.controller, work)
+
+
+def _lost(opts: ReadOptions, what: str) -> None:
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            f"data loss: {what}. Set failOnDataLoss=false to skip to the oldest data kept."
+        )
+
+
+async def _limit(
+    client: PravegaClient,
+    scope: str,
+    stream: str,
+    start: dict[str, int],
+    end: dict[str, int],
+    opts: ReadOptions,
+) -> dict[str, int]:
+    """Cut each segment's range so the batch holds at most ``max_events`` events
+    and ``max_bytes`` bytes, shared in proportion to each segment's backlog."""
+    lag = {k: end[k] - start[k] for k in end}
+    total = sum(lag.values())
+    if total == 0:
+        return end
+    out = dict(end)
+    streams_count = len(opts.streams)
+    for seg_id, backlog in lag.items():
+        if backlog == 0:
+            continue
+        share = backlog / total / streams_count
+        max_events = None if opts.max_events is None else max(1, int(opts.max_events * share))
+        max_bytes = None if opts.max_bytes is None else max(1, int(opts.max_bytes * share))
+        seg = Segment(scope, stream, int(seg_id))
+        out[seg_id] = await _walk(client, seg, start[seg_id], end[seg_id], max_events, max_bytes)
+    return out
+
+
+async def _walk(
+    client: PravegaClient,
+    seg: Segment,
+    start: int,
+    end: int,
+    max_events: int | None,
+    max_bytes: int | None,
+) -> int:
+    """The offset after at most ``max_events`` events / ``max_bytes`` bytes from
+    ``start`` (at least one event), not beyond ``end``; reads the event headers."""
+    offset = start  # always the offset of an event header
+    count = 0
+    while offset < end:
+        got = await client.segments.read(seg, offset, suggested_bytes=SCAN_READ_BYTES)
+        data = got.data
+        if len(data) < EVENT_HEADER.size:
+            break  # nothing more to read below ``end``
+        pos = 0
+        while pos + EVENT_HEADER.size <= len(data):
+            _, length = EVENT_HEADER.unpack_from(data, pos)
+            nxt = offset + pos + EVENT_HEADER.size + length
+            if nxt > end:
+                return offset + pos
+            if count > 0 and (
+                (max_events is not None and count >= max_events)
+                or (max_bytes is not None and nxt - start > max_bytes)
+            ):
+                return offset + pos
+            count += 1
+            pos += EVENT_HEADER.size + length
+        offset += pos  # the next header, maybe past this read (a long event)
+    return min(offset, end)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan_ranges(uri: str, start: Position, end: Position, min_partitions: int) -> list[Range]:
+    """The ranges between two positions, split so there are at least
+    ``min_partitions`` (splits fall on event boundaries)."""
+    ranges: list[Range] = []
+    for name, segs in end.items():
+        scope, stream = _split_name(name)
+        begin = start.get(name, {})
+        for seg_id, stop in sorted(segs.items(), key=lambda kv: int(kv[0])):
+            lo = begin.get(seg_id, 0)
+            if stop > lo:
+                ranges.append(Range(scope, stream, int(seg_id), lo, stop))
+    if 0 < len(ranges) < min_partitions:
+        ranges = _split_all(uri, ranges, min_partitions)
+    return ranges
+
+
+def batch_plan(opts: ReadOptions) -> list[Range]:
+    """Every range a batch read covers: each segment from its start to its end
+    (the ``startingOffsets``/``endingOffsets`` options, successors followed)."""
+
+    async def work(client: PravegaClient) -> list[Range]:
+        out: list[Range] = []
+        for name in opts.streams:
+            scope, stream = _split_name(name)
+            for seg, _ in await _all_segments(client, scope, stream):
+                try:
+                    stat = await client.segments.stat(seg)
+                except NoSuchSegmentError:
+                    continue
+                out.append(Range(scope, stream, seg.segment_id, stat.start_offset, stat.length))
+        return out
+
+    ranges = _run(opts.controller, work)
+    if opts.starting != "earliest":
+        lo = resolve(opts.controller, opts.starting, opts.streams, "earliest")
+        ranges = [_clip(r, lo, lower=True) for r in ranges]
+    if opts.ending != "latest":
+        hi = resolve(opts.controller, opts.ending, opts.streams, "latest")
+        ranges = [_clip(r, hi, lower=False) for r in ranges]
+    ranges = [r for r in ranges if r.end > r.start]
+    if 0 < len(ranges) < opts.min_partitions:
+        ranges = _split_all(opts.controller, ranges, opts.min_partitions)
+    return ranges
+
+
+def _clip(r: Range, pos: Position, *, lower: bool) -> Range:
+    off = pos.get(f"{r.scope}/{r.stream}", {}).get(str(r.segment_id))
+    if off is None:
+        return r
+    if lower:
+        return Range(r.scope, r.stream, r.segment_id, max(r.start, off), r.end)
+    return Range(r.scope, r.stream, r.segment_id, r.start, min(r.end, off))
+
+
+def _split_all(uri: str, ranges: list[Range], min_partitions: int) -> list[Range]:
+    total = sum(r.end - r.start for r in ranges)
+
+    async def work(client: PravegaClient) -> list[Range]:
+        out: list[Range] = []
+        for r in ranges:
+            parts = max(1, round(min_partitions * (r.end - r.start) / total))
+            out.extend(await _split(client, r, parts))
+        return out
+
+    return _run(uri, work)
+
+
+async def _split(client: PravegaClient, r: Range, parts: int) -> list[Range]:
+    if parts <= 1:
+        return [r]
+    step = (r.end - r.start) // parts
+    cuts = [r.start]
+    offset = r.start
+    for _ in range(parts - 1):
+        # The first event boundary at or after offset + step.
+        offset = await _walk(client, r.segment, offset, r.end, None, max(1, step))
+        if offset >= r.end or offset <= cuts[-1]:
+            break
+        cuts.append(offset)
+    cuts.append(r.end)
+    return [
+        Range(r.scope, r.stream, r.segment_id, a, b) for a, b in itertools.pairwise(cuts) if b > a
+    ]
+
+
+def split_range(uri: str, r: Range, parts: int) -> list[Range]:
+    return _run(uri, lambda c: _split(c, r, parts))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+Columns = tuple[list[bytes | None], list[bytes], list[int], list[int | None]]
+"""Records of one read reply as columns: keys, values, offsets, timestamps (ms)."""
+
+
+def read_range(
+    uri: str, r: Range, *, tank_scope: str, fail_on_data_loss: bool
+) -> Iterator[Columns]:
+    """The records of ``r`` as :data:`Columns`, one per read reply (up to 2 MiB).
+
+    Runs its own event loop, driven one reply at a time, so a range of any
+    size is read with bounded memory.
+
+    Raises:
+        DataLossError: part of the range was truncated away (and
+            ``fail_on_data_loss``).
+    """
+    loop = asyncio.new_event_loop()
+    client: PravegaClient | None = None
+    try:
+        client = loop.run_until_complete(_make_client(uri))
+        batches = _read_batches(client, r, tank_scope == r.scope, fail_on_data_loss)
+        while True:
+            try:
+                yield loop.run_until_complete(anext(batches))
+            except StopAsyncIteration:
+                return
+    finally:
+        if client is not None:
+            loop.run_until_complete(client.aclose())
+        loop.close()
+
+
+async def _make_client(uri: str) -> PravegaClient:
+    return PravegaClient(uri)  # built on the loop that uses it (grpc.aio binds to it)
+
+
+async def _read_batches(
+    client: PravegaClient, r: Range, tank: bool, fail_on_data_loss: bool
+) -> AsyncIterator[Columns]:
+    seg = r.segment
+    name = f"{r.scope}/{r.stream}"
+    unpack = EVENT_HEADER.unpack_from
+    offset = r.start  # next byte to read
+    buf = b""  # bytes from buf_offset not yet decoded (an event cut by a reply)
+    buf_offset = offset
+    while offset < r.end:
+        try:
+            got = await client.segments.read(seg, offset)
+        except (SegmentIsTruncatedError, NoSuchSegmentError) as exc:
+            if fail_on_data_loss:
+                raise DataLossError(
+                    f"data loss: {seg.name} lost the events from offset {offset} ({exc}). "
+                    "Set failOnDataLoss=false to skip them."
+                ) from exc
+            if isinstance(exc, NoSuchSegmentError):
+                return
+            offset = buf_offset = max(offset, exc.start_offset)
+            buf = b""
+            continue
+        data = got.data
+        if not data:
+            if got.end_of_segment:
+                return
+            continue
+        if offset + len(data) > r.end:
+            data = data[: r.end - offset]
+        offset += len(data)
+        buf = buf + data if buf else data
+        values: list[bytes] = []
+        offsets: list[int] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 8:  # 8: EVENT_HEADER.size
+            _, length = unpack(buf, pos)
+            stop = pos + 8 + length
+            if stop > end:
+                break
+            values.append(buf[pos + 8 : stop])
+            offsets.append(buf_offset + pos)
+            pos = stop
+        buf = buf[pos:]
+        buf_offset += pos
+        if not values:
+            continue
+        if not tank:
+            none: list[None] = [None] * len(values)
+            yield list(none), values, offsets, list(none)
+            continue
+        keys: list[bytes | None] = []
+        tvalues: list[bytes] = []
+        toffsets: list[int] = []
+        stamps: list[int | None] = []
+        events = zip(offsets, values, strict=True)
+        for rec in records_from_events(name, seg.name, events, tank=True):
+            keys.append(rec.key)
+            tvalues.append(rec.value)
+            toffsets.append(rec.offset)
+            stamps.append(rec.timestamp_ms)
+        yield keys, tvalues, toffsets, stamps
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _encode(value: object) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(f"column 'value' must be string or binary, got {type(value).__name__}")
+
+
+def _routing_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key).decode("utf-8", "replace")
+    raise TypeError(f"column 'key' must be string or binary, got {type(key).__name__}")
+
+
+def write_txn(opts: WriteOptions, rows: Iterator[tuple[object, object]]) -> tuple[TxnRef, int]:
+    """Write ``(key, value)`` rows into a new transaction on the target stream
+    and leave it open (flushed, lease no longer renewed) for the driver.
+
+    The transaction is aborted if anything fails; returns it and the row count.
+    """
+
+    async def work(client: PravegaClient) -> tuple[TxnRef, int]:
+        txn = await client.begin_transaction(opts.scope, opts.stream, lease_ms=opts.lease_ms)
+        count = 0
+        try:
+            for key, value in rows:
+                await txn.write(_encode(value), _routing_key(key))
+                count += 1
+            await txn.flush()
+            # Stop the lease pings and close the segment writers without
+            # committing: the driver commits (or aborts) the transaction.
+            await txn._stop()
+        except BaseException:
+            await txn.abort()
+            raise
+        ref = TxnRef(opts.scope, opts.stream, txn.txn_id.high_bits, txn.txn_id.low_bits)
+        return ref, count
+
+    return _run(opts.controller, work)
+
+
+async def _abort(client: PravegaClient, refs: Sequence[TxnRef]) -> None:
+    for ref in refs:
+        # Already gone (lease expired) or committed by an earlier attempt: fine.
+        with contextlib.suppress(ControllerError):
+            await client.controller.abort_transaction(ref.scope, ref.stream, ref.txn_id)
+
+
+def abort_txns(uri: str, refs: Sequence[TxnRef]) -> None:
+    """Abort transactions of tasks whose batch failed."""
+    _run(uri, lambda c: _abort(c, refs))
+
+
+def commit_batch(
+    uri: str, scope: str, writer_id: str, batch_id: int | None, refs: Sequence[TxnRef]
+) -> list[TxnRef]:
+    """Commit the transactions of one batch exactly once per ``(writer_id, batch_id)``.
+
+    The transaction list is first recorded under that key in the
+    ``COMMIT_TABLE`` key-value table (a conditional insert), then each
+    transaction is committed. If the key is already there, an earlier attempt
+    of this batch got that far: its transactions are committed (committing a
+    committed transaction succeeds) and the new ones are aborted. A replayed
+    batch therefore adds nothing twice. ``batch_id`` None (a one-shot batch
+    write) skips the record.
+
+    Returns the transactions that now hold the batch's data.
+    """
+
+    async def work(client: PravegaClient) -> list[TxnRef]:
+        chosen = list(refs)
+        if batch_id is not None:
+            table = await client.kv_table(scope, COMMIT_TABLE)
+            key = f"{writer_id}/{batch_id}".encode()
+            record = json.dumps([r.to_json() for r in refs]).encode()
+            try:
+                await table.put(key, record, version=NOT_EXISTS)
+            except TableKeyVersionError:
+                found = await table.get(key)
+                assert found is not None
+                chosen = [TxnRef(*item) for item in json.loads(found[0])]
+                await _abort(client, [r for r in refs if r not in chosen])
+        for ref in chosen:
+            await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+        return chosen
+
+    return _run(uri, work)
+
+
+def new_writer_id() -> str:
+    return uuid.uuid4().hex
+
+
+def positions_json(pos: Mapping[str, Mapping[str, int]]) -> str:
+    return json.dumps(pos, sort_keys=True)

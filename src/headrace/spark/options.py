@@ -1,0 +1,204 @@
+"""Options of the ``headrace`` data source, checked when Spark plans the query.
+
+Spark hands a data source its options as strings with case-insensitive
+names. :func:`read_options` and :func:`write_options` turn them into typed
+values; a missing or bad option raises :class:`OptionError` naming it, so
+the query fails at planning time instead of in a task. See ``docs/spark.md``
+for the table of options.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from headrace.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_LEASE_MS",
+    "MAX_LEASE_MS",
+    "OptionError",
+    "ReadOptions",
+    "WriteOptions",
+    "read_options",
+    "write_options",
+]
+
+DEFAULT_LEASE_MS = 120_000
+"""Transaction lease of the sink (Pravega connector's batch default): the
+server aborts a task's transaction this long (times two) after the task
+stopped renewing it, if the driver neither committed nor aborted it."""
+
+MAX_LEASE_MS = 600_000
+"""The controller's largest lease (``controller.model.MAX_TXN_LEASE_MS``)."""
+
+DEFAULT_TANK_SCOPE = "tank"
+"""Scope holding TANK topics, whose events are bundles to unpack."""
+
+
+class OptionError(ConfigError):
+    """A data source option is missing or has a bad value (the message names it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    controller: str
+    streams: tuple[str, ...]  # "scope/stream"
+    starting: str  # earliest | latest | JSON
+    ending: str  # latest | JSON (batch only)
+    max_events: int | None
+    max_bytes: int | None
+    min_partitions: int
+    fail_on_data_loss: bool
+    include_headers: bool
+    tank_scope: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    controller: str
+    scope: str
+    stream: str
+    lease_ms: int
+    writer_id: str | None
+    batch_id: int | None
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in options.items()}
+
+
+def _controller(opts: dict[str, str]) -> str:
+    uri = opts.get("controller") or opts.get("endpoint")
+    if not uri:
+        raise OptionError("option 'controller' is required: the controller URI, tcp://host:9090")
+    return uri if "://" in uri else f"tcp://{uri}"
+
+
+def _int(opts: dict[str, str], name: str, *, minimum: int) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"option '{name}' must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.lower() in {"true", "1", "yes"}:
+        return True
+    if raw.lower() in {"false", "0", "no"}:
+        return False
+    raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
+
+
+def _qualify(name: str, scope: str | None, option: str) -> str:
+    name = name.strip()
+    if "/" in name:
+        sc, _, st = name.partition("/")
+    elif scope:
+        sc, st = scope, name
+    else:
+        raise OptionError(f"option '{option}': stream {name!r} needs a scope (set 'scope')")
+    if not sc or not st or "/" in st:
+        raise OptionError(f"option '{option}': bad stream name {name!r}")
+    return f"{sc}/{st}"
+
+
+def _position(opts: dict[str, str], name: str, default: str, allowed: set[str]) -> str:
+    raw = opts.get(name.lower(), default).strip()
+    if raw in allowed:
+        return raw
+    try:
+        given = json.loads(raw)
+    except ValueError:
+        raise OptionError(
+            f"option '{name}' must be {' or '.join(sorted(allowed))} or JSON "
+            f'{{"scope/stream": {{"<segment id>": offset}}}}, got {raw!r}'
+        ) from None
+    ok = isinstance(given, dict) and all(
+        isinstance(v, dict)
+        and all(k.isdigit() and isinstance(o, int) and o >= -2 for k, o in v.items())
+        for v in given.values()
+    )
+    if not ok:
+        raise OptionError(
+            f"option '{name}': JSON must map 'scope/stream' to {{'<segment id>': offset}} "
+            f"(offset >= 0, -2 earliest, -1 latest), got {raw!r}"
+        )
+    return raw
+
+
+def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Check the reader's options.
+
+    Raises:
+        OptionError: a missing or bad option (named in the message).
+    """
+    opts = _lower(options)
+    controller = _controller(opts)
+    scope = opts.get("scope")
+    names: list[str] = []
+    if opts.get("stream"):
+        names.append(_qualify(opts["stream"], scope, "stream"))
+    if opts.get("streams"):
+        names += [_qualify(n, scope, "streams") for n in opts["streams"].split(",") if n.strip()]
+    if not names:
+        raise OptionError("option 'stream' (or 'streams') is required")
+    if "startingtimestamp" in opts:
+        raise OptionError(
+            "option 'startingTimestamp' is not supported: Pravega events carry no "
+            "timestamp to seek by; use startingOffsets"
+        )
+    starting = _position(
+        opts, "startingOffsets", "latest" if streaming else "earliest", {"earliest", "latest"}
+    )
+    ending = _position(opts, "endingOffsets", "latest", {"latest"})
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("option 'endingOffsets' applies to batch reads only")
+    if not streaming and starting == "latest":
+        raise OptionError("option 'startingOffsets' cannot be 'latest' for a batch read")
+    max_events = _int(opts, "maxEventsPerTrigger", minimum=1)
+    if max_events is None:
+        max_events = _int(opts, "maxOffsetsPerTrigger", minimum=1)  # Kafka's name
+    return ReadOptions(
+        controller=controller,
+        streams=tuple(dict.fromkeys(names)),
+        starting=starting,
+        ending=ending,
+        max_events=max_events,
+        max_bytes=_int(opts, "maxBytesPerTrigger", minimum=1),
+        min_partitions=_int(opts, "minPartitions", minimum=1) or 1,
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeHeaders", False),
+        tank_scope=opts.get("tankscope", DEFAULT_TANK_SCOPE),
+    )
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Check the writer's options.
+
+    Raises:
+        OptionError: a missing or bad option (named in the message).
+    """
+    opts = _lower(options)
+    controller = _controller(opts)
+    if not opts.get("stream"):
+        raise OptionError("option 'stream' is required: the target stream (scope/stream)")
+    scope, _, stream = _qualify(opts["stream"], opts.get("scope"), "stream").partition("/")
+    lease_ms = _int(opts, "transactionTimeoutMs", minimum=1000) or DEFAULT_LEASE_MS
+    if lease_ms > MAX_LEASE_MS:
+        raise OptionError(f"option 'transactionTimeoutMs' must be at most {MAX_LEASE_MS}")
+    writer_id = opts.get("writerid")
+    batch_id = _int(opts, "batchId", minimum=0)
+    if batch_id is not None and not writer_id:
+        raise OptionError("option 'batchId' needs option 'writerId' as well")
+    return WriteOptions(controller, scope, stream, lease_ms, writer_id, batch_id)

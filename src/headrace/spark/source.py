@@ -1,0 +1,331 @@
+"""The PySpark data source ``headrace``: batch and streaming reader, exactly-once writer.
+
+Where each method runs (``docs/spark.md``, "Where the code runs"):
+
+* ``HeadraceDataSource``, ``schema``, ``reader``/``streamReader``/``writer``/
+  ``streamWriter`` constructors: the driver, when the query is planned (the
+  options are checked here, so a bad one fails before any task);
+* ``partitions``, ``initialOffset``, ``latestOffset``, ``commit`` of the stream
+  reader: a long-lived Python process next to the driver;
+* ``read`` and ``write``: Python workers on the executors (each opens its own
+  client; nothing is shared between processes);
+* ``commit``/``abort`` of the writers: the driver.
+
+Reads go through the client's segment reads (Pravega events, Lumberjack
+events and TANK bundles, unpacked, all as records) and come back as Arrow
+record batches whose types match the schema exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+from . import _io
+from .options import ReadOptions, WriteOptions, read_options, write_options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Row
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "HEADERS_COLUMN",
+    "SCHEMA",
+    "HeadraceDataSource",
+    "RangePartition",
+    "TxnMessage",
+]
+
+SCHEMA = (
+    "key BINARY, value BINARY, scope STRING, stream STRING, partition BIGINT, "
+    "offset BIGINT, timestamp TIMESTAMP"
+)
+"""Kafka's column names: ``partition`` is the segment id (segments split and
+merge, so it is a 64-bit id), ``offset`` the event's byte offset in it."""
+
+HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+"""Added with ``includeHeaders=true`` (Kafka compatibility; always null: no
+protocol headrace speaks carries record headers)."""
+
+
+def _arrow_schema(headers: bool) -> pa.Schema:
+    import pyarrow as pa
+
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("scope", pa.string()),
+        pa.field("stream", pa.string()),
+        pa.field("partition", pa.int64()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+    if headers:
+        item = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(item)))
+    return pa.schema(fields)
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One Spark partition: the events of one segment in ``[start, end)``."""
+
+    scope: str
+    stream: str
+    segment_id: int
+    start: int
+    end: int
+
+    def to_range(self) -> _io.Range:
+        return _io.Range(self.scope, self.stream, self.segment_id, self.start, self.end)
+
+
+def _partitions(ranges: Sequence[_io.Range]) -> list[RangePartition]:
+    return [RangePartition(r.scope, r.stream, r.segment_id, r.start, r.end) for r in ranges]
+
+
+def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+
+    schema = _arrow_schema(opts.include_headers)
+    r = part.to_range()
+    for keys, values, offsets, stamps in _io.read_range(
+        opts.controller,
+        r,
+        tank_scope=opts.tank_scope,
+        fail_on_data_loss=opts.fail_on_data_loss,
+    ):
+        n = len(values)
+        columns = [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.repeat(pa.scalar(r.scope, pa.string()), n),
+            pa.repeat(pa.scalar(r.stream, pa.string()), n),
+            pa.repeat(pa.scalar(r.segment_id, pa.int64()), n),
+            pa.array(offsets, pa.int64()),
+            pa.array([None if t is None else t * 1000 for t in stamps], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+        ]
+        if opts.include_headers:
+            columns.append(pa.nulls(n, schema.field("headers").type))
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class HeadraceDataSource(DataSource):
+    """``spark.read.format("headrace")``: any headrace stream as records.
+
+    Registered automatically once the package is installed (the
+    ``pyspark_headrace`` module); :func:`headrace.spark.register` does it by hand.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace"
+
+    def schema(self) -> str:
+        if str(self.options.get("includeHeaders", "false")).lower() == "true":
+            return f"{SCHEMA}, {HEADERS_COLUMN}"
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return HeadraceReader(read_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return HeadraceStreamReader(read_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        _check_sink_schema(schema)
+        return HeadraceWriter(write_options(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        _check_sink_schema(schema)
+        return HeadraceStreamWriter(write_options(self.options))
+
+
+# --------------------------------------------------------------------------- readers
+
+
+class HeadraceReader(DataSourceReader):
+    """Batch read between ``startingOffsets`` (default earliest) and
+    ``endingOffsets`` (default latest), every segment the stream ever had."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = _io.batch_plan(self.opts)
+        return _partitions(ranges) or [RangePartition("", "", 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        if partition.end <= partition.start:
+            return iter(())
+        return _read(self.opts, partition)
+
+
+class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over the streams' segments; offsets as :data:`_io.Position`.
+
+    State on ``self`` lives in the driver-side runner process for the query's
+    lifetime (the ``availableNow`` target); everything else is in the offsets.
+    """
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.target: _io.Position | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        return _io.resolve(self.opts.controller, self.opts.starting, self.opts.streams, "latest")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = _io.latest(self.opts.controller, self.opts.streams)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        end = _io.advance(self.opts.controller, start, self.opts)
+        if self.target is not None:
+            end = _cap(start, end, self.target)
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        ranges = _io.plan_ranges(self.opts.controller, start, end, self.opts.min_partitions)
+        return _partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: positions live in Spark's checkpoint, not on the server."""
+
+
+def _cap(start: _io.Position, end: _io.Position, target: _io.Position) -> _io.Position:
+    """``end`` no further than the ``availableNow`` target: segments the target
+    knows stop at its offsets; segments born after it are left for later."""
+    out: _io.Position = {}
+    for name, segs in end.items():
+        tgt = target.get(name, {})
+        begin = start.get(name, {})
+        cur: dict[str, int] = {}
+        for seg_id, off in segs.items():
+            if seg_id in tgt:
+                cur[seg_id] = max(min(off, tgt[seg_id]), begin.get(seg_id, 0))
+            elif seg_id in begin or int(seg_id) < max((int(k) for k in tgt), default=0):
+                cur[seg_id] = off  # an older segment: sealed, read it to its end
+        out[name] = cur
+    return out
+
+
+# --------------------------------------------------------------------------- writers
+
+
+@dataclass
+class TxnMessage(WriterCommitMessage):
+    """What a task hands the driver: its open transaction and who wrote it."""
+
+    txn: tuple[str, str, int, int]  # _io.TxnRef fields
+    rows: int
+    query_id: str | None
+    batch_id: int | None
+
+
+def _check_sink_schema(schema: StructType) -> None:
+    from .options import OptionError
+
+    names = {f.name.lower() for f in schema.fields}
+    if "value" not in names:
+        raise OptionError("the headrace sink needs a 'value' column (string or binary)")
+
+
+def _write(opts: WriteOptions, rows: Iterator[Row]) -> TxnMessage:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    query_id = batch_id = None
+    if ctx is not None:
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
+        batch_id = int(raw_batch) if raw_batch is not None else None
+
+    def pairs() -> Iterator[tuple[object, object]]:
+        for row in rows:
+            d = row.asDict()
+            value = d.get("value")
+            if value is None:
+                raise ValueError("the headrace sink got a row whose 'value' is null")
+            yield d.get("key"), value
+
+    ref, count = _io.write_txn(opts, pairs())
+    return TxnMessage(
+        (ref.scope, ref.stream, ref.high_bits, ref.low_bits), count, query_id, batch_id
+    )
+
+
+def _refs(messages: Sequence[WriterCommitMessage | None]) -> list[_io.TxnRef]:
+    return [_io.TxnRef(*m.txn) for m in messages if isinstance(m, TxnMessage)]
+
+
+class HeadraceWriter(DataSourceWriter):
+    """Batch write: one transaction per task, all committed by the driver.
+
+    With options ``writerId`` and ``batchId`` (e.g. inside ``foreachBatch``)
+    the commit is idempotent per that pair, like the streaming writer's.
+    """
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        self.writer_id = opts.writer_id or _io.new_writer_id()
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return _write(self.opts, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _io.commit_batch(
+            self.opts.controller,
+            self.opts.scope,
+            self.writer_id,
+            self.opts.batch_id,
+            _refs(messages),
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _io.abort_txns(self.opts.controller, _refs(messages))
+
+
+class HeadraceStreamWriter(DataSourceStreamWriter):
+    """Streaming write, exactly once: a batch's transactions are committed
+    together, once per ``(query id, batch id)`` (``_io.commit_batch``)."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return _write(self.opts, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        refs = _refs(messages)
+        if not refs:
+            return  # an empty batch: no task wrote anything
+        writer_id = self.opts.writer_id
+        if writer_id is None:
+            ids = {m.query_id for m in messages if isinstance(m, TxnMessage) and m.query_id}
+            if len(ids) != 1:
+                raise RuntimeError(f"cannot tell the streaming query id from the tasks: {ids}")
+            writer_id = ids.pop()
+        _io.commit_batch(self.opts.controller, self.opts.scope, writer_id, batchId, refs)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _io.abort_txns(self.opts.controller, _refs(messages))

@@ -1,0 +1,160 @@
+"""One ``headrace serve`` and one Spark session for every Spark test.
+
+The server runs in its own process on free ports (controller, segment store,
+TANK, Lumberjack) on a temporary data directory, so Spark's Python workers,
+which are separate processes, reach it the way executors reach a real
+server. The Spark session is ``local[2,3]`` (two threads; a failed task is
+retried, up to 3 attempts) with 2 shuffle partitions, started once for the
+run: it costs seconds, every test after the first reuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+LUMBERJACK_STREAM = "logs/access"
+
+T = TypeVar("T")
+_names = itertools.count()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Server:
+    """``python -m headrace serve`` with the listeners the Spark tests use."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.ports = {
+            name: free_port() for name in ["controller", "segment-store", "tank", "lumberjack"]
+        }
+        self.uri = f"tcp://127.0.0.1:{self.ports['controller']}"
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
+        args += ["--fsync", "never", "--lumberjack-stream", LUMBERJACK_STREAM]
+        for name, port in self.ports.items():
+            args += [f"--{name}-port", str(port)]
+        for name in ["lumberjack-tls", "rsio", "http"]:
+            args += [f"--{name}-port", "0"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+        )
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for port in self.ports.values():
+            self._wait_connectable(port, deadline)
+
+    def _wait_connectable(self, port: int, deadline: float) -> None:
+        while self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                    return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)  # polling a port under a deadline, not synchronisation
+        self.stop()
+        raise AssertionError(f"server did not start: {self.stderr()}")
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self._stderr.close()
+
+    def run(self, work: Callable[[PravegaClient], Awaitable[T]]) -> T:
+        """Run ``work`` with a fresh client (closed afterwards) and return its result."""
+
+        async def main() -> T:
+            async with PravegaClient(self.uri) as client:
+                return await work(client)
+
+        return asyncio.run(main())
+
+    def create_stream(self, scope: str, stream: str, segments: int = 2) -> None:
+        async def work(client: PravegaClient) -> None:
+            await client.controller.create_scope(scope)
+            config = StreamConfig(ScalingPolicy.fixed(segments))
+            await client.controller.create_stream(scope, stream, config)
+
+        self.run(work)
+
+    def write(self, scope: str, stream: str, events: list[tuple[str | None, bytes]]) -> None:
+        """Write ``(routing key, event)`` pairs through the Pravega client and flush."""
+
+        async def work(client: PravegaClient) -> None:
+            async with await client.create_writer(scope, stream) as writer:
+                for key, event in events:
+                    await writer.write(event, key)
+                await writer.flush()
+
+        self.run(work)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    with tempfile.TemporaryDirectory(prefix="headrace-spark-") as tmp:
+        srv = Server(Path(tmp) / "data")
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("headrace-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def stream_name() -> str:
+    """A stream name no other test uses (one server serves the whole run)."""
+    return f"s{next(_names)}-{os.getpid()}"
