@@ -38,9 +38,6 @@ from headrace.types import SegmentKind
 
 __all__ = ["Damage", "SegmentReport", "VerifyReport", "verify_data_dir"]
 
-VERIFY_READ_BYTES = 1024 * 1024
-"""Data is checked one sidecar block (at most 1 MiB) at a time, so memory stays flat."""
-
 
 @dataclass(frozen=True, slots=True)
 class Damage:
@@ -198,7 +195,7 @@ def _verify_segment_files(
         size = os.fstat(fd).st_size
         if size < length:
             report.damage.append(Damage(str(data), size, f"data file shorter than {length}"))
-        for entry in entries:
+        for entry in entries:  # one block (at most 1 MiB) in memory at a time
             if entry.offset + entry.size_bytes <= seg.start_offset:
                 continue  # truncated away; checkpoints free these blocks
             block = os.pread(fd, entry.size_bytes, entry.offset)
