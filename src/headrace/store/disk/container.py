@@ -12,10 +12,9 @@ awaits ``durable(seq)``:
   ``writev`` and their data with one ``pwritev`` per contiguous run, then
   syncs the WAL in a worker thread; records queued during a sync are covered
   by the next round, so one sync serves every segment of the container
-  (group commit). Durable
-  effects (a longer ``durable_length``, a seal readers may see) are applied
-  by the committer in sequence order, before the callers are woken, so they
-  happen even if a caller was cancelled.
+  (group commit). Durable effects (a longer ``durable_length``, a seal
+  readers may see) are applied by the committer in sequence order, before
+  the callers are woken, so they happen even if a caller was cancelled.
 * ``interval``: written before ``write`` returns and acknowledged at once;
   the committer syncs every ``fsync_interval_s``.
 * ``never``: written before ``write`` returns and acknowledged at once; only
@@ -28,8 +27,9 @@ group commits go on, write sidecars, sync data files and replace the snapshot
 (``recovery.write_checkpoint``).
 
 A failed WAL write or sync fails the whole store: every parked caller gets
-``StoreClosed`` and nothing more is accepted (an fsync error may have lost
-written pages, so no later sync could vouch for them).
+``StoreClosed`` (``StorageFull`` if the disk was full) and no more writes are
+accepted (an fsync error may have lost written pages, so no later sync could
+vouch for them); reads of durable bytes go on.
 """
 
 from __future__ import annotations
