@@ -19,7 +19,7 @@ from headrace.client.errors import (
     TableKeyVersionError,
 )
 from headrace.client.kvtable import NOT_EXISTS
-from headrace.client.writer import MAX_EVENT_BYTES
+from headrace.client.writer import MAX_INLINE_EVENT_BYTES
 from headrace.protocols.tank.codec import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
@@ -153,13 +153,17 @@ async def test_tank_bundles_become_records_with_keys_and_timestamps(server: Serv
     assert records[0].stream == "tank/topic"
 
 
-async def test_event_over_the_inline_limit_is_refused(server: Server) -> None:
+async def test_large_events_go_through_transient_segments_in_order(server: Server) -> None:
+    big = bytes(range(256)) * (20 * 1024 * 1024 // 256 + 3)  # ~20 MiB: three chunks
     async with PravegaClient(server.uri) as client:
         await client.controller.create_scope("big")
         await client.controller.create_stream("big", "st")
         async with await client.create_writer("big", "st") as writer:
-            with pytest.raises(ValueError):
-                await writer.write(b"x" * (MAX_EVENT_BYTES + 1))
-            await writer.write_and_wait(b"y" * MAX_EVENT_BYTES)  # the largest inline event
+            await writer.write(b"before", routing_key="k")
+            fut = await writer.write_future(big, routing_key="k")
+            await writer.write(b"after", routing_key="k")
+            await writer.write_and_wait(b"y" * MAX_INLINE_EVENT_BYTES, routing_key="k")
+            await fut
         values = await _values(client, "big", "st")
-    assert [len(v) for v in values] == [MAX_EVENT_BYTES]
+    assert [len(v) for v in values] == [6, len(big), 5, MAX_INLINE_EVENT_BYTES]
+    assert values[1] == big

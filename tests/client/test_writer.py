@@ -173,3 +173,16 @@ async def test_following_reader_survives_server_restart(tmp_path: Path) -> None:
         assert got == [f"a{i}".encode() for i in range(10)] + [f"b{i}".encode() for i in range(10)]
     finally:
         srv.stop()
+
+
+async def test_our_large_event_read_by_real_reader_group(server: Server) -> None:
+    big = b"z" * (12 * 1024 * 1024)  # over the inline limit: a transient segment, merged
+    async with PravegaClient(server.uri) as client:
+        await _make_stream(client, "i3", "st", 1)
+        async with await client.create_writer("i3", "st") as writer:
+            await writer.write(b"a")
+            await writer.write(big)
+            await writer.write(b"b")
+    r = server.run_real_client("read_group", "i3", "st", "rg", "3")
+    assert [len(e) for e in r["events"]] == [1, len(big), 1]
+    assert r["events"][0] == "a" and r["events"][2] == "b"

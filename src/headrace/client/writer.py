@@ -31,7 +31,11 @@ Each segment writer has a random 128-bit **writer id** and one sender task:
    ``SetupAppend`` says exactly which events survived, so the rest is sent
    again with the *same* numbers and the store drops any it already has.
    Nothing is lost and nothing is stored twice.
-5. ``SegmentIsSealed`` / ``NoSuchSegment`` on an append: the segment was
+5. An event over ``MAX_INLINE_EVENT_BYTES`` travels alone, after every
+   earlier block is acknowledged: ``CreateTransientSegment``, the framed
+   event in ``LARGE_CHUNK_BYTES`` conditional appends, ``MergeSegments``
+   into the segment (spec §5.5).
+6. ``SegmentIsSealed`` / ``NoSuchSegment`` on an append: the segment was
    sealed (scaled or stream sealed). The writer stops sending; the
    ``EventWriter`` asks the controller for the current segments and moves the
    sealed writer's unacknowledged events, in order, to the writers of the new
@@ -75,6 +79,7 @@ __all__ = [
     "MAX_BLOCK_BYTES",
     "MAX_BLOCK_EVENTS",
     "MAX_EVENT_BYTES",
+    "MAX_INLINE_EVENT_BYTES",
     "MAX_OUTSTANDING_BYTES",
     "MAX_OUTSTANDING_EVENTS",
     "EventWriter",
@@ -84,9 +89,17 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_EVENT_BYTES = 8 * 1024 * 1024
-"""Largest event: the Rust client's limit for an inline append (spec §5.5; larger
-events take the transient-segment path, which this writer does not implement)."""
+MAX_INLINE_EVENT_BYTES = 8 * 1024 * 1024
+"""Largest event sent inside an ``AppendBlockEnd``: the Rust client's limit (spec
+§5.5). Larger events take the transient-segment path (see ``_send_large``)."""
+
+MAX_EVENT_BYTES = 1024 * 1024 * 1024
+"""Largest event at all: Pravega's 1 GiB large-event limit. Such an event is held
+in memory whole until it is stored."""
+
+LARGE_CHUNK_BYTES = 8 * 1024 * 1024
+"""Bytes per conditional append while filling a transient segment (the Rust
+client's chunk, spec §5.5)."""
 
 MAX_BLOCK_BYTES = 1024 * 1024
 """Most event bytes in one ``AppendBlockEnd``: the Java client's flush size. It
@@ -154,6 +167,7 @@ class _Block:
     last_number: int
     positions: list[float]  # routing position of each event (to move them after a seal)
     futures: dict[int, asyncio.Future[None]] | None = None  # event number -> future
+    large: bool = False  # one event over MAX_INLINE_EVENT_BYTES: the transient-segment path
 
     def events(self) -> list[_Pending]:
         """The block's events one by one (the rare paths: resplitting, moving, failing)."""
@@ -217,6 +231,7 @@ class _SegmentWriter:
         self._conn: SegmentStoreConnection | None = None
         self._setup: asyncio.Future[p.Command] | None = None
         self._set_up_before = False
+        self._large_task: asyncio.Task[None] | None = None
         self._task = asyncio.create_task(self._run(), name=f"writer {name}")
 
     # ------------------------------------------------------------------ producer side
@@ -225,7 +240,11 @@ class _SegmentWriter:
         """Append one event to the open block (a new block when it is full)."""
         size = len(event)
         blk = self._open
-        if blk is None or (
+        if size > MAX_INLINE_EVENT_BYTES:
+            blk = _Block(bytearray(), self.next_number, 0, [], large=True)
+            self.queued.append(blk)
+            self._open = None  # a large event travels alone; the next event opens a block
+        elif blk is None or (
             blk.positions
             and (
                 len(blk.positions) >= MAX_BLOCK_EVENTS or len(blk.data) + size + 8 > MAX_BLOCK_BYTES
@@ -245,6 +264,8 @@ class _SegmentWriter:
             if blk.futures is None:
                 blk.futures = {}
             blk.futures[number] = future
+        if blk.large:
+            self._open = None
         wake = self._wake
         if not wake.is_set():
             wake.set()
@@ -333,7 +354,7 @@ class _SegmentWriter:
                 self._wake.clear()
                 if self._conn is None or self.sealed or self.closed:
                     continue
-                if self.queued and len(self.in_flight) < self.owner.max_blocks_in_flight:
+                if self._can_send():
                     await asyncio.sleep(0)  # room again: let acks and writes interleave
                     continue
                 await self._wake.wait()
@@ -384,12 +405,32 @@ class _SegmentWriter:
             self.owner._stats.resent_events += count - dup
         self._ack_through(stored)
 
+    def _can_send(self) -> bool:
+        """Whether ``_send_blocks`` would send something now."""
+        queued, in_flight = self.queued, self.in_flight
+        if self._conn is None or not queued or self.sealed:
+            return False
+        if in_flight and (in_flight[-1].large or queued[0].large):
+            return False
+        return len(in_flight) < self.owner.max_blocks_in_flight
+
     def _send_blocks(self) -> None:
         conn = self._conn
         limit = self.owner.max_blocks_in_flight
         queued = self.queued
         in_flight = self.in_flight
         while conn is not None and queued and len(in_flight) < limit and not self.sealed:
+            if in_flight and in_flight[-1].large:
+                return  # nothing goes out while a large event is being stored
+            if queued[0].large:
+                if in_flight:
+                    return  # earlier appends first: the merge must come after them
+                blk = queued.popleft()
+                in_flight.append(blk)
+                self._large_task = asyncio.create_task(
+                    self._send_large(conn, blk), name=f"large event {self.name}"
+                )
+                return
             blk = queued.popleft()
             if blk is self._open:
                 self._open = None  # sent: no more events go into it
@@ -406,12 +447,100 @@ class _SegmentWriter:
             self.owner._stats.blocks_sent += 1
             conn = self._conn
 
+    async def _send_large(self, conn: SegmentStoreConnection, blk: _Block) -> None:
+        """Store one large event (spec §5.5): fill a transient segment in chunks with
+        conditional appends, then merge it into the segment in one step.
+
+        A connection lost on the way leaves the block in flight: the reconnect
+        sends it again from the start (a new transient segment). Only a loss
+        between the merge and its reply can store the event twice.
+        """
+        try:
+            rid = next_request_id()
+            created = await conn.request(p.CreateTransientSegment(rid, self.writer_id, self.name))
+            if isinstance(created, p.NoSuchSegment | p.SegmentIsSealed):
+                self._mark_sealed()
+                return
+            if not isinstance(created, p.SegmentCreated):
+                raise error_for_reply(created)
+            transient = created.segment
+            await _fill_transient(conn, transient, bytes(blk.data))
+            rid = next_request_id()
+            merged = await conn.request(p.MergeSegments(rid, self.name, transient))
+            if isinstance(merged, p.NoSuchSegment | p.SegmentIsSealed):
+                self._mark_sealed()
+                return
+            if not isinstance(merged, p.SegmentsMerged):
+                raise error_for_reply(merged)
+        except (ConnectionLost, RequestTimeout):
+            if self._conn is conn:
+                self._drop_connection()  # a timeout: start over on a fresh session
+            return  # the reconnect sends the block again
+        except ClientError as exc:
+            if blk in self.in_flight:
+                self.in_flight.remove(blk)
+                self.owner._fail_events(blk.events(), exc)
+            self._wake.set()
+            return
+        if blk in self.in_flight:
+            self.in_flight.remove(blk)
+            self.owner._acked_block(blk)
+        self._wake.set()
+
     async def aclose(self) -> None:
         self.closed = True
         self._wake.set()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        if self._large_task is not None:
+            self._large_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._large_task
+
+
+class _ReplyQueue:
+    """A writer listener that queues its replies (for the transient segment's writer)."""
+
+    def __init__(self) -> None:
+        self.replies: asyncio.Queue[p.Command | BaseException] = asyncio.Queue()
+
+    def reply(self, cmd: p.Command) -> None:
+        self.replies.put_nowait(cmd)
+
+    def connection_lost(self, exc: BaseException) -> None:
+        self.replies.put_nowait(ConnectionLost(str(exc)))
+
+    async def next(self) -> p.Command:
+        async with asyncio.timeout(SETUP_TIMEOUT_S):
+            item = await self.replies.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+async def _fill_transient(conn: SegmentStoreConnection, transient: str, data: bytes) -> None:
+    """Write ``data`` (one framed event) into a new transient segment, in chunks."""
+    writer_id = uuid4()
+    replies = _ReplyQueue()
+    conn.attach_writer(writer_id, replies)
+    try:
+        rid = next_request_id()
+        conn.send_append(writer_id, rid, p.SetupAppend(rid, writer_id, transient))
+        setup = await replies.next()
+        if not isinstance(setup, p.AppendSetup):
+            raise error_for_reply(setup)
+        for number, start in enumerate(range(0, len(data), LARGE_CHUNK_BYTES)):
+            rid = next_request_id()
+            chunk = data[start : start + LARGE_CHUNK_BYTES]
+            conn.send_append(
+                writer_id, rid, p.ConditionalBlockEnd(writer_id, number, start, chunk, rid)
+            )
+            ack = await replies.next()
+            if not isinstance(ack, p.DataAppended):
+                raise error_for_reply(ack)
+    finally:
+        conn.detach_writer(writer_id)
 
 
 class EventWriter:
