@@ -13,7 +13,16 @@ in a MERGE_COMMIT, which is the atomic point; only after that commit is
 durable is the source's DELETE written in its own container. A crash in
 between is finished by recovery, which deletes any source a durable commit
 names (``recovery.finish_interrupted_merges``). While the two steps run, the
-source is *hidden*: it no longer exists for the API.
+source is *hidden*: it no longer exists for the API, and a retried merge or a
+create of the same name waits for the merge to finish.
+
+Where durability shows (only while calls overlap): ``read``, ``info().length``,
+``info().sealed`` and long-poll waits see durable state, while offsets,
+``expected_offset`` and writer deduplication see everything issued; a
+duplicate append, ``info``, ``get_attribute`` and a failed compare-and-set
+first wait for what is in flight, so they never report a writer position or
+attribute a crash could undo; ``truncate`` never moves the start offset past
+what readers can see.
 """
 
 from __future__ import annotations
