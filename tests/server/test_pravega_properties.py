@@ -1,6 +1,7 @@
 """Property: pipelined appends from several writers on one connection are stored
 in wire order and acknowledged once each, in each writer's event-number order,
-however the store's completions are reordered.
+however the store's completions are reordered and however little append room
+(``max_append_bytes_in_flight``) the connection has.
 
 The handler is driven the way the connection loop drives it (one task per
 event, started in arrival order) over a store whose appends are issued at
@@ -30,6 +31,8 @@ class ReorderingStore(MemoryStore):
     def __init__(self, turns: list[int]) -> None:
         super().__init__()
         self.turns = turns
+        self.in_flight_bytes = 0
+        self.max_in_flight_bytes = 0
 
     async def append(
         self,
@@ -52,19 +55,23 @@ appends = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(plan=appends, turns=st.lists(st.integers(0, 8), max_size=30))
+@settings(max_examples=80, deadline=None)
+@given(
+    plan=appends,
+    turns=st.lists(st.integers(0, 8), min_size=30, max_size=30),
+    room=st.sampled_from([40, 100, 1 << 20]),  # bytes of appends in flight per connection
+)
 def test_pipelined_appends_keep_wire_order_and_ack_order(
-    plan: list[tuple[int, int, bytes]], turns: list[int]
+    plan: list[tuple[int, int, bytes]], turns: list[int], room: int
 ) -> None:
-    asyncio.run(_check(plan, turns))
+    asyncio.run(_check(plan, turns, room))
 
 
-async def _check(plan: list[tuple[int, int, bytes]], turns: list[int]) -> None:
+async def _check(plan: list[tuple[int, int, bytes]], turns: list[int], room: int) -> None:
     store = ReorderingStore(list(turns))
     for name in SEGMENTS:
         await store.create_segment(name)
-    handler = PravegaHandler(store)
+    handler = PravegaHandler(store, max_append_bytes_in_flight=room)
     writers = [uuid.UUID(int=i + 1) for i in range(4)]
     frames = [p.Hello(15, 5)]
     frames += [p.SetupAppend(i, w, SEGMENTS[i % 2]) for i, w in enumerate(writers)]
@@ -97,4 +104,6 @@ async def _check(plan: list[tuple[int, int, bytes]], turns: list[int]) -> None:
     for name in SEGMENTS:
         info = await store.info(name)
         assert (await store.read(name, 0, info.length)).data == expected_data[name]
+    biggest = max(len(f.data) for f in frames if isinstance(f, p.AppendBlockEnd))
+    assert store.max_in_flight_bytes <= max(room, biggest)
     await store.close()

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -109,6 +110,12 @@ otherwise make the server buffer without bound (each reply may be 2 MiB);
 beyond this, read handlers wait for the writer, whose drain waits for the
 client. Four full replies keep a fast reader's pipe full."""
 
+MAX_APPEND_BYTES_IN_FLIGHT = 64 * 1024 * 1024
+"""Append data one connection may have issued to the store and not yet seen
+durable: eight full Rust batches (8 MiB each). Beyond it appends wait their
+turn in arrival order (so the wire order is still the storage order), and a
+client pipelining large appends cannot make the server hold gigabytes."""
+
 MAX_REPLY_WAIT_S = 60.0
 """Longest a read reply waits for room under ``MAX_UNSENT_REPLY_BYTES``. A
 client that takes none of its replies for this long is disconnected (any
@@ -124,13 +131,26 @@ class PravegaHandler(ConnectionHandler):
     Args:
         store: the store every command is carried out against.
         read_hold_s: how long a tail read is parked (``READ_HOLD_S``).
+        max_append_bytes_in_flight: ``MAX_APPEND_BYTES_IN_FLIGHT``.
     """
 
     name = "pravega"
 
-    def __init__(self, store: SegmentStore, *, read_hold_s: float = READ_HOLD_S) -> None:
+    def __init__(
+        self,
+        store: SegmentStore,
+        *,
+        read_hold_s: float = READ_HOLD_S,
+        max_append_bytes_in_flight: int = MAX_APPEND_BYTES_IN_FLIGHT,
+    ) -> None:
         self._store = store
         self._read_hold_s = read_hold_s
+        # Append admission: room left, appends waiting in arrival order, and
+        # appends admitted from the queue that have not issued their store call yet.
+        self._append_room_max = max_append_bytes_in_flight
+        self._append_room = max_append_bytes_in_flight
+        self._admissions: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._admitted_waking = 0
         self._conn = p.PravegaConnection(p.Role.SERVER)
         self._closing_reply = b""  # a protocol error's reply, after which nothing else goes
         self._failed = False
@@ -225,10 +245,14 @@ class PravegaHandler(ConnectionHandler):
         before = self._ack_tail.get(ev.writer_id)
         mine: asyncio.Future[None] = loop.create_future()
         self._ack_tail[ev.writer_id] = mine
+        size = min(len(ev.data), self._append_room_max)
         try:
+            # Suspends only when other appends wait or the room is used up; then
+            # appends are let in in arrival order.
+            await self._admit(size)
             outcome: AppendResult | StoreError
             try:
-                # Our first await: the store fixes the offset as the call is issued.
+                # The store fixes the offset as the call is issued: wire order is kept.
                 outcome = await self._store.append(
                     ev.segment,
                     ev.data,
@@ -237,6 +261,8 @@ class PravegaHandler(ConnectionHandler):
                 )
             except StoreError as exc:
                 outcome = exc
+            finally:
+                self._release(size)
             if before is not None:
                 await before  # the writer's earlier acks go first
             self._reply_append(ev, outcome)
@@ -245,6 +271,37 @@ class PravegaHandler(ConnectionHandler):
                 mine.set_result(None)
             if self._ack_tail.get(ev.writer_id) is mine:
                 del self._ack_tail[ev.writer_id]
+
+    async def _admit(self, size: int) -> None:
+        """Take ``size`` bytes of append room, waiting in arrival order if needed.
+
+        Returns without suspending when there is room and nobody waits, so
+        the store call that follows is issued in wire order.
+        """
+        if not self._admissions and not self._admitted_waking and size <= self._append_room:
+            self._append_room -= size
+            return
+        admitted = asyncio.get_running_loop().create_future()
+        self._admissions.append((size, admitted))
+        try:
+            await admitted
+        except asyncio.CancelledError:
+            if admitted.done() and not admitted.cancelled():  # let in, then cancelled
+                self._admitted_waking -= 1
+                self._release(size)
+            raise
+        self._admitted_waking -= 1
+
+    def _release(self, size: int) -> None:
+        """Give back append room and let waiting appends in, first come first."""
+        self._append_room += size
+        while self._admissions and self._admissions[0][0] <= self._append_room:
+            wanted, admitted = self._admissions.popleft()
+            if admitted.done():  # cancelled while waiting
+                continue
+            self._append_room -= wanted
+            self._admitted_waking += 1
+            admitted.set_result(None)
 
     def _reply_append(self, ev: p.AppendData, outcome: AppendResult | StoreError) -> None:
         if isinstance(outcome, BadOffset):
