@@ -171,6 +171,10 @@ class ReactiveConnection:
             the most every peer must accept. Split larger elements (B.6).
         max_element_bytes: largest reassembled split element we accept.
         max_publications: most subscriptions the peer may hold open on us.
+        extensions: extension Ids our hello lists (A.4). The active set is
+            their intersection with the peer's list (the ``ClientHello`` /
+            ``ServerHello`` event); an extension that defines no message type
+            (headrace's ``offer``) needs nothing more from the connection.
 
     Raises:
         ConfigError: a limit below the spec's floor or not positive.
@@ -184,6 +188,7 @@ class ReactiveConnection:
         max_send_frame_bytes: int = MIN_MAX_FRAME_BYTES,
         max_element_bytes: int = DEFAULT_MAX_ELEMENT_BYTES,
         max_publications: int = DEFAULT_MAX_PUBLICATIONS,
+        extensions: tuple[int, ...] = (),
     ) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be at least {MIN_MAX_FRAME_BYTES}")
@@ -207,9 +212,9 @@ class ReactiveConnection:
         self._publications: dict[int, _Publication] = {}
         hello: Message
         if role is Role.CLIENT:
-            hello = ClientHello(PROTOCOL_VERSION)
+            hello = ClientHello(PROTOCOL_VERSION, extensions)
         else:
-            hello = ServerHello(PROTOCOL_VERSION)
+            hello = ServerHello(PROTOCOL_VERSION, extensions)
         self._queue(hello)
 
     # ----------------------------------------------------------------------- queries
@@ -359,7 +364,8 @@ class ReactiveConnection:
             raise _remote(f"{message_type.name} received by the {self._role.value}")
         if hello.version != PROTOCOL_VERSION:
             raise _remote("unsupported version")
-        # Extensions: the active set is the intersection with ours, which is empty.
+        # Extensions: the active set is the intersection with ours; none of the
+        # extensions we know defines a message type, so the codec is unchanged.
         self._events.append(hello)
 
     def _receive_goodbye(self, body: bytes) -> None:

@@ -1,0 +1,750 @@
+"""Reactive Streams IO front door (port 7070): subscriptions to streams, and offers into them.
+
+The wire is ``headrace.protocols.rsio`` (rsio-v0, ``docs/protocols/rsio.md``);
+this module is the thin adapter between it and the store:
+
+* **Dispatch table** (:meth:`RsioHandler.handle`): ``subscribe`` starts a
+  publication task, ``request`` wakes it, ``cancel`` stops it; ``subscribe``
+  to ``offer:<stream>`` starts an offer (the server subscribes back to the
+  client and appends what it publishes). ``handle`` never awaits, so events
+  take effect in wire order.
+* **Error table** (:data:`STORE_ERROR_REASONS`): a store or controller error
+  ends only the subscription it hit, with ``onError(id, reason)``.
+
+Theory of operation. Each subscription runs in its own task that reads the
+store through :class:`StreamCursor` (records, as every reader sees them) and
+sends an element only while the subscriber's demand allows; the
+subscription's only pace is its demand. A task with no demand waits on an
+event that ``request`` sets; a task at the tail long-polls the store
+(``wait_for_data``, woken by appends). Every task stops queueing while the
+connection has more than :data:`MAX_UNSENT_BYTES` that the writer has not
+taken, so a subscriber that does not read costs bounded memory (that, the
+socket buffer, and one read chunk per segment per subscription) and, as every
+connection and subscription has its own tasks, slows nobody else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs
+
+from headrace.controller.naming import segment_name
+from headrace.errors import (
+    HeadraceError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    SegmentNotFound,
+    SegmentSealed,
+    SegmentTruncated,
+    StoreError,
+)
+from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
+from headrace.protocols.records import EventBuffer, Record, records_from_events
+from headrace.protocols.rsio import (
+    SPLIT_THRESHOLD_BYTES,
+    Cancel,
+    ClientHello,
+    ConnectionClosed,
+    Goodbye,
+    IllegalDemand,
+    OnComplete,
+    OnError,
+    OnNext,
+    OnNextLastPart,
+    OnNextPart,
+    ReactiveConnection,
+    Request,
+    Role,
+    Subscribe,
+    Subscribed,
+    SubscriptionAborted,
+)
+from headrace.protocols.rsio.codec import (
+    MAX_VARINT_BYTES,
+    decode_message,
+    decode_varint,
+    encode_varint,
+)
+from headrace.protocols.rsio.states import PublisherState, SubscriberState
+from headrace.server._listen import start_tcp_listener
+from headrace.server._loop import ConnectionHandler
+from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.tls import server_ssl_context
+from headrace.store.api import MAX_APPEND_BYTES, MAX_WAIT_S
+
+__all__ = [
+    "MAX_UNSENT_BYTES",
+    "OFFER_EXTENSION",
+    "OFFER_WINDOW",
+    "READ_CHUNK_BYTES",
+    "PublisherQuery",
+    "RsioHandler",
+    "StreamCursor",
+    "encode_record",
+    "parse_publisher",
+    "start_rsio",
+]
+
+log = logging.getLogger(__name__)
+
+OFFER_EXTENSION = 1
+"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §10), listed in our hello."""
+
+MAX_UNSENT_BYTES = 1 << 20
+"""Bytes one connection may have queued that the writer has not yet taken.
+
+Publication tasks wait above it; the writer drains the socket before taking
+more. 1 MiB keeps a fast subscriber's pipe full (a few socket buffers) and
+bounds what a subscriber that stopped reading costs.
+"""
+
+READ_CHUNK_BYTES = 256 * 1024
+"""Bytes asked of the store per read: a few hundred small records, or one large one."""
+
+TAIL_WAIT_S = min(30.0, MAX_WAIT_S)
+"""One long-poll at the tail; the task simply polls again (woken by appends, not by time)."""
+
+OFFER_WINDOW = 4096
+"""Elements an offering client may have in flight: the ``initialDemand`` of the server's
+subscription to it. Each durable append grants as many as it stored, so storage
+paces the producer; 4096 small elements fill one group commit."""
+
+MAX_OFFER_BATCH_BYTES = 1 << 20
+"""Framed bytes per append of an offer; below ``MAX_APPEND_BYTES``."""
+
+assert MAX_OFFER_BATCH_BYTES <= MAX_APPEND_BYTES
+
+EVENT_HEADER_BYTES = 8
+"""Pravega Event frame header: int32 type 0, int32 length (wire spec §5.3)."""
+
+STORE_ERROR_REASONS: dict[type[HeadraceError], str] = {
+    SegmentNotFound: "stream segment not found (stream deleted?)",
+    SegmentSealed: "stream is sealed",
+    StoreError: "store error",
+}
+"""The onError reason for a store error (the error's text is appended)."""
+
+
+def _reason(exc: BaseException) -> str:
+    for kind, reason in STORE_ERROR_REASONS.items():
+        if isinstance(exc, kind):
+            return f"{reason}: {exc}"
+    return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- publisher strings
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherQuery:
+    """A parsed publisher string (``docs/protocols/rsio.md`` §9)."""
+
+    scope: str
+    stream: str
+    start: str | dict[int, int] = "earliest"
+    """``"earliest"``, ``"latest"`` or a stream cut ``{segment id: offset}``."""
+    until: dict[int, int] | None = None
+    fmt: str = "value"
+    offer: bool = False
+    key: str | None = None
+
+
+def _parse_cut(text: str, what: str) -> dict[int, int]:
+    cut: dict[int, int] = {}
+    for part in text.split(","):
+        sid, sep, offset = part.partition(":")
+        if not sep or not sid.isdigit() or not offset.isdigit():
+            raise ValueError(f"{what}={text!r}: a stream cut is <segment id>:<offset>,...")
+        cut[int(sid)] = int(offset)
+    return cut
+
+
+def parse_publisher(publisher: str) -> PublisherQuery:
+    """Parse ``[offer:]scope/stream[?from=...&until=...&format=...&key=...]``.
+
+    Raises:
+        ValueError: with a reason fit for ``onError``.
+    """
+    offer = publisher.startswith("offer:")
+    if offer:
+        publisher = publisher.removeprefix("offer:")
+    name, _, query = publisher.partition("?")
+    scope, sep, stream = name.partition("/")
+    if not sep or not scope or not stream or "/" in stream:
+        raise ValueError(f"bad publisher {name!r}: expected scope/stream")
+    try:
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ValueError(f"bad query {query!r}") from None
+    allowed = {"key"} if offer else {"from", "until", "format"}
+    for param, values in params.items():
+        if param not in allowed:
+            raise ValueError(f"unknown query parameter {param!r}")
+        if len(values) != 1:
+            raise ValueError(f"query parameter {param!r} given {len(values)} times")
+    one = {param: values[0] for param, values in params.items()}
+    if offer:
+        return PublisherQuery(scope, stream, offer=True, key=one.get("key"))
+    start: str | dict[int, int] = one.get("from", "earliest")
+    if start not in ("earliest", "latest"):
+        start = _parse_cut(str(start), "from")
+    until = _parse_cut(one["until"], "until") if "until" in one else None
+    fmt = one.get("format", "value")
+    if fmt not in ("value", "record"):
+        raise ValueError(f"format={fmt!r}: expected value or record")
+    return PublisherQuery(scope, stream, start, until, fmt)
+
+
+def encode_record(record: Record, segment_id: int) -> bytes:
+    """The ``format=record`` element (``docs/protocols/rsio.md`` §9.2).
+
+    ``segment_id · offset · index · flags · [key] · [timestamp_ms] · value``,
+    varints, ``key`` length-prefixed; ``flags`` bit 0 = key present, bit 1 =
+    timestamp present; the value is the rest of the element.
+    """
+    flags = (1 if record.key is not None else 0) | (2 if record.timestamp_ms is not None else 0)
+    parts = [
+        encode_varint(segment_id),
+        encode_varint(record.offset),
+        encode_varint(record.index),
+        bytes((flags,)),
+    ]
+    if record.key is not None:
+        parts += [encode_varint(len(record.key)), record.key]
+    if record.timestamp_ms is not None:
+        parts.append(encode_varint(max(0, record.timestamp_ms)))
+    parts.append(record.value)
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(slots=True, eq=False)
+class _SegmentRead:
+    sid: int
+    name: str
+    events: EventBuffer
+    until: int | None
+    records: deque[Record] = field(default_factory=deque)
+    finished: bool = False
+
+
+class StreamCursor:
+    """Reads one stream as records straight from the store, from a start to an end.
+
+    Segments are read in turns (one chunk each); a sealed segment that is read
+    to its end hands over to its successors once all their predecessors are
+    done, so per-key order holds across scaling. ``until`` stops each segment
+    of the cut at its offset and reads no successor of it. At the tail of every
+    segment, :meth:`fill` long-polls the store.
+    """
+
+    def __init__(self, app: ServerApp, query: PublisherQuery) -> None:
+        self._app = app
+        self.scope = query.scope
+        self.stream = query.stream
+        self._query = query
+        self.tank = query.scope == app.config.tank_scope
+        self._segments: list[_SegmentRead] = []
+        self._started: set[int] = set()
+        self._finished: set[int] = set()
+        self._turn = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.scope}/{self.stream}"
+
+    async def open(self) -> None:
+        """Resolve the start position.
+
+        Raises:
+            ValueError: unknown stream or an invalid stream cut.
+        """
+        controller = self._app.controller
+        query = self._query
+        if not controller.stream_exists(self.scope, self.stream):
+            raise ValueError(f"no such stream {self.name}")
+        for what, cut in (("from", query.start), ("until", query.until)):
+            if isinstance(cut, dict) and not controller.is_stream_cut_valid(
+                self.scope, self.stream, cut
+            ):
+                raise ValueError(f"{what}: not a stream cut of {self.name}")
+        start: dict[int, int] = {}
+        if query.start == "earliest":
+            for head in await controller.head_segments(self.scope, self.stream):
+                start[head.segment.id] = head.offset
+        elif query.start == "latest":
+            for seg in controller.current_segments(self.scope, self.stream):
+                info = await self._app.store.info(segment_name(self.scope, self.stream, seg.id))
+                start[seg.id] = info.length
+        else:
+            assert isinstance(query.start, dict)
+            start = dict(query.start)
+        for sid, offset in sorted(start.items()):
+            self._launch(sid, offset)
+
+    def _launch(self, sid: int, offset: int) -> None:
+        self._started.add(sid)
+        until = None if self._query.until is None else self._query.until.get(sid)
+        seg = _SegmentRead(
+            sid, segment_name(self.scope, self.stream, sid), EventBuffer(offset), until
+        )
+        if until is not None and offset >= until:
+            seg.finished = True  # at the cut already: nothing to read, no successors
+            self._finished.add(sid)
+        self._segments.append(seg)
+
+    @property
+    def done(self) -> bool:
+        """Every segment read to its end (sealed or ``until``) and nothing left to hand out."""
+        return all(seg.finished and not seg.records for seg in self._segments)
+
+    @property
+    def has_records(self) -> bool:
+        """Whether :meth:`pop` has a record to give."""
+        return any(seg.records for seg in self._segments)
+
+    def pop(self) -> Record | None:
+        """The next record ready to send, taking segments in turns; None if none is read yet."""
+        segments = self._segments
+        for _ in range(len(segments)):
+            seg = segments[self._turn % len(segments)]
+            self._turn += 1
+            if seg.records:
+                self.last_segment_id = seg.sid
+                return seg.records.popleft()
+        return None
+
+    last_segment_id = 0
+    """Segment id of the record :meth:`pop` returned last."""
+
+    async def fill(self) -> None:
+        """Read until some record is ready, a segment ends, or a long-poll at the tail ran out.
+
+        Raises:
+            StoreError: the store failed (a deleted stream: ``SegmentNotFound``).
+        """
+        store = self._app.store
+        self._segments = [seg for seg in self._segments if seg.records or not seg.finished]
+        reading = [seg for seg in self._segments if not seg.finished]
+        waiting: list[_SegmentRead] = []
+        for seg in reading:
+            if seg.records:
+                return
+            offset = seg.events.offset + len(seg.events.buffer)
+            want = max(READ_CHUNK_BYTES, seg.events.missing_bytes())
+            if seg.until is not None:
+                want = min(want, seg.until - offset)
+            try:
+                got = await store.read(seg.name, offset, want)
+            except SegmentTruncated:
+                info = await store.info(seg.name)  # retention moved the head: go on from there
+                seg.events = EventBuffer(info.start_offset)
+                return
+            if got.data:
+                records = records_from_events(
+                    self.name, seg.name, seg.events.feed(got.data), tank=self.tank
+                )
+                seg.records.extend(records)
+            reached_until = seg.until is not None and offset + len(got.data) >= seg.until
+            if got.end_of_segment or reached_until:
+                self._finish(seg, successors=not reached_until)
+                return
+            if seg.records:
+                return
+            if not got.data:
+                waiting.append(seg)
+        if waiting and len(waiting) == len(reading):
+            await self._wait_any(waiting)
+
+    async def _wait_any(self, segments: list[_SegmentRead]) -> None:
+        store = self._app.store
+        waits = [
+            asyncio.ensure_future(
+                store.wait_for_data(
+                    seg.name, seg.events.offset + len(seg.events.buffer), TAIL_WAIT_S
+                )
+            )
+            for seg in segments
+        ]
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a deleted segment raises here
+        finally:
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    def _finish(self, seg: _SegmentRead, *, successors: bool) -> None:
+        seg.finished = True  # its last records are still handed out
+        self._finished.add(seg.sid)
+        if not successors:
+            return
+        controller = self._app.controller
+        for succ in controller.successors(self.scope, self.stream, seg.sid):
+            sid = succ.segment.id
+            if sid in self._started:
+                continue
+            if all(p in self._finished or p not in self._started for p in succ.predecessors):
+                self._launch(sid, 0)
+
+
+# --------------------------------------------------------------------------- the handler
+
+
+@dataclass(slots=True, eq=False)
+class _Offer:
+    """A client's offer: we subscribed to its publisher and append what it sends."""
+
+    query: PublisherQuery
+    elements: deque[bytes] = field(default_factory=deque)
+    completed: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class RsioHandler(ConnectionHandler):
+    """One RS-IO connection: its subscriptions (we publish) and offers (we subscribe)."""
+
+    name = "rsio"
+
+    def __init__(self, app: ServerApp) -> None:
+        self._app = app
+        self._conn = ReactiveConnection(Role.SERVER)  # replaced once the clientHello is in
+        self._started = False
+        self._early = bytearray()
+        self._peer_extensions: frozenset[int] = frozenset()
+        self._publications: dict[int, tuple[asyncio.Task[None], asyncio.Event]] = {}
+        self._offers: dict[int, _Offer] = {}
+        self._unsent = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    # -- the loop's interface
+
+    def feed(self, data: bytes) -> Iterator[object]:
+        if self._started:
+            self._conn.receive_data(data)
+        else:
+            self._early += data
+            extensions = _offered_extensions(bytes(self._early), eof=not data)
+            if extensions is None:
+                return  # the clientHello is not complete yet
+            self._conn = ReactiveConnection(Role.SERVER, extensions=extensions)
+            self._started = True
+            early, self._early = bytes(self._early), bytearray()
+            if early:
+                self._conn.receive_data(early)
+            if not data:
+                self._conn.receive_data(b"")
+            self.wake_writer()  # our hello
+        yield from self._conn.events()
+
+    def data_to_send(self) -> bytes:
+        if not self._started:
+            return b""
+        data = self._conn.data_to_send()
+        self._unsent = 0
+        self._room.set()
+        return data
+
+    def on_protocol_error(self, exc: RemoteProtocolError) -> None:
+        if isinstance(exc.reply_hint, Goodbye):
+            with contextlib.suppress(LocalProtocolError):
+                self._conn.send(exc.reply_hint)
+
+    def busy(self) -> bool:
+        return bool(self._publications or self._offers)
+
+    async def on_close(self) -> None:
+        self._stop_all()
+
+    async def handle(self, event: object) -> None:
+        """Dispatch one event; never awaits, so every event acts in wire order."""
+        match event:
+            case ClientHello(_, extensions):
+                self._peer_extensions = frozenset(extensions)
+            case Subscribe(publisher, sid, _):
+                self._subscribe(publisher, sid)
+            case Request(sid, _):
+                entry = self._publications.get(sid)
+                if entry is not None:
+                    entry[1].set()
+            case Cancel(sid) | IllegalDemand(sid, _):
+                self._stop_publication(sid)
+            case OnNext(sid, element):
+                offer = self._offers.get(sid)
+                if offer is not None:
+                    offer.elements.append(element)
+                    offer.wake.set()
+            case OnComplete(sid):
+                offer = self._offers.get(sid)
+                if offer is not None:
+                    offer.completed = True
+                    offer.wake.set()
+            case OnError(sid, error):
+                self._end_offer(sid, f"publisher failed: {error}")
+            case SubscriptionAborted(sid, reason):
+                self._end_offer(sid, f"publisher broke the protocol: {reason}")
+            case Goodbye() | ConnectionClosed():
+                self._stop_all()
+        self.wake_writer()
+
+    # -- subscriptions to streams (we publish)
+
+    def _subscribe(self, publisher: str, sid: int) -> None:
+        conn = self._conn
+        try:
+            query = parse_publisher(publisher)
+        except ValueError as exc:
+            conn.send(Subscribed(sid, 0))
+            conn.send(OnError(sid, str(exc)))
+            return
+        if query.offer:
+            self._start_offer(sid, query)
+            return
+        conn.send(Subscribed(sid, 0))
+        wake = asyncio.Event()
+        task = asyncio.create_task(self._publish(sid, query, wake), name=f"rsio publish {sid}")
+        self._publications[sid] = (task, wake)
+
+    def _stop_publication(self, sid: int) -> None:
+        entry = self._publications.pop(sid, None)
+        if entry is not None:
+            entry[0].cancel()
+        offer = self._offers.pop(sid, None)
+        if offer is not None:
+            # The client cancelled its offer: stop subscribing to its publisher.
+            if offer.task is not None:
+                offer.task.cancel()
+            with contextlib.suppress(LocalProtocolError):
+                self._conn.send(Cancel(sid))
+
+    def _stop_all(self) -> None:
+        for task, _ in self._publications.values():
+            task.cancel()
+        self._publications.clear()
+        for offer in self._offers.values():
+            if offer.task is not None:
+                offer.task.cancel()
+        self._offers.clear()
+
+    def _live(self, sid: int) -> bool:
+        return self._conn.publication_state(sid) is not PublisherState.CLOSED
+
+    async def _publish(self, sid: int, query: PublisherQuery, wake: asyncio.Event) -> None:
+        conn = self._conn
+        cursor = StreamCursor(self._app, query)
+        element_id = 0
+        try:
+            await cursor.open()
+            while self._live(sid):
+                if cursor.done:
+                    conn.send(OnComplete(sid))  # needs no demand
+                    break
+                if not cursor.has_records:
+                    await cursor.fill()  # reads one chunk ahead at most; long-polls at the tail
+                    continue
+                if conn.publication_demand(sid) == 0:
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                if self._unsent >= MAX_UNSENT_BYTES:
+                    self._room.clear()
+                    await self._room.wait()
+                    continue
+                while conn.publication_demand(sid) and self._unsent < MAX_UNSENT_BYTES:
+                    record = cursor.pop()
+                    if record is None:
+                        break
+                    element = record.value
+                    if query.fmt == "record":
+                        element = encode_record(record, cursor.last_segment_id)
+                    element_id = self._send_element(sid, element, element_id)
+                self.wake_writer()
+                await asyncio.sleep(0)  # let other subscriptions and the writer run
+        except asyncio.CancelledError:
+            raise
+        except (ValueError, HeadraceError) as exc:
+            if self._live(sid):
+                conn.send(OnError(sid, _reason(exc)))
+        except Exception:
+            log.exception("rsio: subscription %d to %s failed", sid, cursor.name)
+            if self._live(sid):
+                conn.send(OnError(sid, "internal error"))
+        finally:
+            self._publications.pop(sid, None)
+            self.wake_writer()
+
+    def _send_element(self, sid: int, element: bytes, element_id: int) -> int:
+        """Send one element, split above ``SPLIT_THRESHOLD_BYTES`` (B.6); the next element Id."""
+        conn = self._conn
+        self._unsent += len(element) + 16
+        if len(element) <= SPLIT_THRESHOLD_BYTES:
+            conn.send(OnNext(sid, element))
+            return element_id
+        view = memoryview(element)
+        last = len(element) - SPLIT_THRESHOLD_BYTES
+        position = 0
+        while position < last:
+            conn.send(
+                OnNextPart(
+                    sid, element_id, bytes(view[position : position + SPLIT_THRESHOLD_BYTES])
+                )
+            )
+            position += SPLIT_THRESHOLD_BYTES
+        conn.send(OnNextLastPart(sid, element_id, bytes(view[position:])))
+        return (element_id + 1) % (1 << 64)
+
+    # -- offers (the client publishes, we append)
+
+    def _start_offer(self, sid: int, query: PublisherQuery) -> None:
+        conn = self._conn
+        controller = self._app.controller
+        conn.send(Subscribed(sid, 0))
+        if OFFER_EXTENSION not in self._peer_extensions:
+            conn.send(OnError(sid, "offer: extension not negotiated in the hellos"))
+            return
+        if not controller.stream_exists(query.scope, query.stream):
+            conn.send(OnError(sid, f"no such stream {query.scope}/{query.stream}"))
+            return
+        if controller.is_sealed(query.scope, query.stream):
+            conn.send(OnError(sid, f"stream {query.scope}/{query.stream} is sealed"))
+            return
+        if conn.subscription_state(sid) is not SubscriberState.CLOSED:
+            conn.send(OnError(sid, "offer: id still in use by an earlier offer"))
+            return
+        conn.send(Subscribe(f"{query.scope}/{query.stream}", sid, OFFER_WINDOW))
+        offer = _Offer(query)
+        self._offers[sid] = offer
+        offer.task = asyncio.create_task(self._store_offer(sid, offer), name=f"rsio offer {sid}")
+
+    def _end_offer(self, sid: int, reason: str) -> None:
+        offer = self._offers.pop(sid, None)
+        if offer is None:
+            return
+        if offer.task is not None:
+            offer.task.cancel()
+        if self._live(sid):
+            self._conn.send(OnError(sid, reason))
+
+    def _target(self, query: PublisherQuery) -> str:
+        segments = self._app.controller.current_segments(query.scope, query.stream)
+        if not segments:
+            raise ValueError(f"stream {query.scope}/{query.stream} is sealed")
+        ranges = KeyRanges.from_ranges(
+            (segment_name(query.scope, query.stream, seg.id), seg.min_key, seg.max_key)
+            for seg in segments
+        )
+        return ranges.segment_for_position(routing_key_position(query.key or ""))
+
+    async def _store_offer(self, sid: int, offer: _Offer) -> None:
+        """Append the offered elements in order, granting demand as each append is durable."""
+        conn = self._conn
+        store = self._app.store
+        try:
+            target = self._target(offer.query)
+            while True:
+                if not offer.elements:
+                    if offer.completed:
+                        break
+                    offer.wake.clear()
+                    await offer.wake.wait()
+                    continue
+                batch: list[bytes] = []
+                size = 0
+                while offer.elements:
+                    element = offer.elements[0]
+                    framed = EVENT_HEADER_BYTES + len(element)
+                    if batch and size + framed > MAX_OFFER_BATCH_BYTES:
+                        break
+                    offer.elements.popleft()
+                    batch.append(element)
+                    size += framed
+                data = _frame(batch)
+                for _attempt in range(3):
+                    try:
+                        await store.append(target, data)
+                        break
+                    except SegmentSealed:
+                        target = self._target(offer.query)  # scaled: nothing was written
+                else:
+                    raise ValueError(
+                        f"stream {offer.query.scope}/{offer.query.stream} keeps scaling"
+                    )
+                if conn.subscription_state(sid) is SubscriberState.ACTIVE or (
+                    conn.subscription_state(sid) is SubscriberState.RECEIVING_PARTS
+                ):
+                    conn.send(Request(sid, len(batch)))
+                self.wake_writer()
+            if self._live(sid):
+                conn.send(OnComplete(sid))
+        except asyncio.CancelledError:
+            raise
+        except (ValueError, HeadraceError) as exc:
+            with contextlib.suppress(LocalProtocolError):
+                conn.send(Cancel(sid))
+            if self._live(sid):
+                conn.send(OnError(sid, _reason(exc)))
+        finally:
+            if self._offers.get(sid) is offer:
+                del self._offers[sid]
+            self.wake_writer()
+
+
+MAX_EARLY_BYTES = 64 * 1024
+"""Bytes held before the first frame (the clientHello) is complete; a hello is a
+few bytes, so more than this is a bad peer, handed to the connection to refuse."""
+
+
+def _offered_extensions(data: bytes, *, eof: bool) -> tuple[int, ...] | None:
+    """The extensions our hello lists, given the client's first bytes; None: wait for more.
+
+    Our ``serverHello`` goes out once the ``clientHello`` is in, and lists the
+    extensions of ours that the client listed (A.4: a server may wait for the
+    ``clientHello``), so a client that lists none gets the plain ``02 00 00``
+    hello of Part C. Anything that is not a well-formed ``clientHello`` gets
+    an empty list; the connection then reports the error itself.
+    """
+    try:
+        length, position = decode_varint(data, 0)
+    except RemoteProtocolError:
+        if eof or len(data) > MAX_VARINT_BYTES:
+            return ()
+        return None
+    if len(data) < position + length:
+        return () if eof or len(data) > MAX_EARLY_BYTES else None
+    try:
+        hello = decode_message(data[position : position + length])
+    except RemoteProtocolError:
+        return ()
+    if not isinstance(hello, ClientHello):
+        return ()
+    return tuple(ext for ext in (OFFER_EXTENSION,) if ext in hello.extensions)
+
+
+def _frame(payloads: list[bytes]) -> bytes:
+    parts: list[bytes] = []
+    for payload in payloads:
+        parts.append(b"\x00\x00\x00\x00" + len(payload).to_bytes(4, "big"))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+async def start_rsio(app: ServerApp, host: str, port: int) -> Listener:
+    """Serve RS-IO on (host, port), over TLS when a certificate is configured."""
+    tls = app.config.tls
+    ssl_context = server_ssl_context(tls) if tls is not None else None
+    return await start_tcp_listener(
+        "rsio", host, port, lambda: RsioHandler(app), ssl_context=ssl_context
+    )
+
+
+LISTENER_STARTERS["rsio"] = start_rsio
