@@ -103,7 +103,8 @@ async def test_record_format_and_until_cut(server: Server, pravega: PravegaClien
         await sub.cancel()
         assert [r.value for r in records] == events
         assert {r.segment_id for r in records} == {0}
-        assert [r.offset for r in records] == [8 * i + sum(len(e) for e in events[:i]) for i in range(10)]
+        offsets = [8 * i + sum(len(e) for e in events[:i]) for i in range(10)]
+        assert [r.offset for r in records] == offsets
         assert all(r.key is None and r.timestamp_ms is None and r.index == 0 for r in records)
         # from the 3rd record's position until the 7th's: records 2..6, then onComplete.
         cut_from, cut_until = f"0:{records[2].offset}", f"0:{records[7].offset}"
@@ -143,7 +144,7 @@ async def test_unknown_stream_bytes_are_subscribed_then_on_error(server: Server)
     got = await _exchange(
         server.rsio_port, bytes.fromhex("03010000") + bytes([len(subscribe)]) + subscribe, 4 + 4 + 2
     )
-    assert got[:8] == bytes.fromhex("03020000" "03070500")
+    assert got[:8] == bytes.fromhex("0302000003070500")
     assert got[9:11] == bytes.fromhex("0d05")  # onError(5, ...)
     assert b"no such stream rsio/none" in got
 
