@@ -300,3 +300,26 @@ def test_captured_client_bytes_get_the_exact_ack_bytes(tmp_path: Path, client_na
         assert all(list(d) == ["file", "host", "offset", "line"] for d in docs)
     else:
         assert {str(d["message"]) for d in docs} == {"hello", "world"}
+
+
+@pytest.mark.parametrize("linger", [True, False], ids=["linger", "no-linger"])
+def test_w_once_client_idle_closed_mid_window_keeps_its_events_only_with_linger(
+    tmp_path: Path, linger: bool
+) -> None:
+    """npm lumberjack-protocol: W 1000 once, three events, then silence; it never resends."""
+    server = start_server(
+        tmp_path / "data",
+        "--lumberjack-window-linger",
+        "0.2" if linger else "0",
+        "--lumberjack-idle-timeout",
+        "1",
+    )
+    try:
+        with LumberjackClient(server.port, V1) as client:
+            client.send(WindowSize(1000), *(_lsf_event(seq, f"quiet {seq}") for seq in (1, 2, 3)))
+            assert client.wait_closed() == []  # the idle timeout; nothing acked on v1
+        server.wait_for_line("idle for")
+    finally:
+        assert server.stop() == 0, server.stderr
+    lines = sorted(str(d["line"]) for d in _all_docs(tmp_path / "data"))
+    assert lines == (["quiet 1", "quiet 2", "quiet 3"] if linger else [])

@@ -17,6 +17,8 @@ import pytest
 from headrace.protocols.lumberjack import (
     Ack,
     ConnectionClosed,
+    Data,
+    Frame,
     JsonData,
     LumberjackConnection,
     ProtocolVersion,
@@ -75,15 +77,26 @@ async def store() -> AsyncIterator[GatedStore]:
 class Client:
     """An asyncio v2 client on the sans-I/O client role."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        version: ProtocolVersion = ProtocolVersion.V2,
+    ) -> None:
         self.reader, self.writer = reader, writer
-        self.conn = LumberjackConnection(Role.CLIENT, version=ProtocolVersion.V2)
+        self.conn = LumberjackConnection(Role.CLIENT, version=version)
         self.acks: list[int] = []
         self.closed = False
 
     @classmethod
-    async def connect(cls, port: int) -> Client:
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
+    async def connect(cls, port: int, version: ProtocolVersion = ProtocolVersion.V2) -> Client:
+        return cls(*await asyncio.open_connection("127.0.0.1", port), version)
+
+    async def send(self, *frames: Frame) -> None:
+        for frame in frames:
+            self.conn.send(frame)
+        self.writer.write(self.conn.data_to_send())
+        await self.writer.drain()
 
     async def send_window(self, first_seq: int, docs: list[dict[str, object]]) -> None:
         self.conn.send(WindowSize(len(docs)))
@@ -245,3 +258,57 @@ async def test_a_window_larger_than_one_append_is_split_at_event_boundaries(
     docs = [d for docs in stored.values() for d in docs]
     assert [d["i"] for d in docs] == [0, 1, 2]  # keyless: one segment, wire order
     assert all(d["pad"] == str(d["i"]) * big for d in docs)
+
+
+async def _wait_stored(store: MemoryStore, count: int) -> list[dict[str, object]]:
+    """Poll the store (bounded) until ``count`` events are stored."""
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while True:
+        docs = [d for docs in (await _stored(store)).values() for d in docs]
+        if len(docs) >= count or asyncio.get_running_loop().time() > deadline:
+            return docs
+        await asyncio.sleep(0.02)
+
+
+def _line(seq: int) -> Data:
+    return Data(seq, ((b"line", f"line {seq}".encode()),))
+
+
+async def test_a_trickling_w_once_window_is_stored_after_the_linger_and_acked_when_whole(
+    tmp_path: Path, store: GatedStore
+) -> None:
+    app = await _start(tmp_path, store, window_linger_s=0.2)
+    try:
+        client = await Client.connect(app.ports["lumberjack"], ProtocolVersion.V1)
+        await client.send(WindowSize(10), *(_line(seq) for seq in range(1, 4)))
+        docs = await _wait_stored(store, 3)  # readable long before the window fills
+        assert [d["line"] for d in docs] == [f"line {seq}" for seq in range(1, 4)]
+        assert client.acks == [] and not client.closed  # v1: nothing partial is acked
+        await client.send(*(_line(seq) for seq in range(4, 11)))
+        assert await client.next_ack() == 10
+        docs = await _wait_stored(store, 10)
+        assert [d["line"] for d in docs] == [f"line {seq}" for seq in range(1, 11)]  # once
+        # The client goes away in the middle of the next (implicit) window:
+        # what lingered is kept.
+        await client.send(WindowSize(10), _line(11), _line(12))
+        assert len(await _wait_stored(store, 12)) == 12
+        await client.aclose()
+    finally:
+        await app.aclose()
+
+
+async def test_without_linger_an_incomplete_window_is_never_stored(
+    tmp_path: Path, store: GatedStore
+) -> None:
+    app = await _start(tmp_path, store, window_linger_s=0, keepalive_interval_s=0.05)
+    try:
+        client = await Client.connect(app.ports["lumberjack"])
+        await client.send_window(1, [{"i": 0}])
+        assert await client.next_ack() == 1
+        await client.send(WindowSize(5), JsonData(2, b'{"i":1}'))
+        for _ in range(5):  # keepalives: the server's clock ran well past any linger
+            assert await client.next_ack() == 0
+        assert [d["i"] for d in await _wait_stored(store, 1)] == [0]
+        await client.aclose()
+    finally:
+        await app.aclose()

@@ -31,6 +31,7 @@ from headrace.server.lumberjack_config import (
     IDLE_TIMEOUT_S,
     KEEPALIVE_INTERVAL_S,
     MAX_PENDING_BYTES,
+    WINDOW_LINGER_S,
     LumberjackConfig,
 )
 from headrace.server.tls import TlsConfig
@@ -132,6 +133,14 @@ async def _run(config: ServerConfig) -> None:
     help="v2: seconds without a write before an Ack(0) keepalive while a window waits.",
 )
 @click.option(
+    "--lumberjack-window-linger",
+    type=click.FloatRange(min=0),
+    default=WINDOW_LINGER_S,
+    envvar="HEADRACE_LUMBERJACK_WINDOW_LINGER",
+    help="Seconds an incomplete window may receive nothing before its events so far are "
+    "stored (for clients that send W once); 0: store windows only whole.",
+)
+@click.option(
     "--lumberjack-idle-timeout",
     type=click.FloatRange(min=0.001),
     default=IDLE_TIMEOUT_S,
@@ -206,6 +215,7 @@ def serve(
         stream=str(options.pop("lumberjack_stream")),
         routing_key_fields=tuple(f.strip() for f in fields.split(",") if f.strip()),
         keepalive_interval_s=float(options.pop("lumberjack_keepalive_interval")),
+        window_linger_s=float(options.pop("lumberjack_window_linger")),
         idle_timeout_s=float(options.pop("lumberjack_idle_timeout")),
         max_window_count=int(options.pop("lumberjack_max_window")),
         max_frame_bytes=int(options.pop("lumberjack_max_frame_bytes")),

@@ -177,9 +177,10 @@ class LumberjackTarget:
 
 @dataclass(slots=True, eq=False)
 class _Window:
-    """A closed window (or a ``W`` = 0 ack point) on its way to the store."""
+    """A closed window (or a ``W`` = 0 ack point) on its way to the store, or the
+    lingering part of an open window (``ack_seq`` None: stored, never acked)."""
 
-    ack_seq: int
+    ack_seq: int | None
     payloads: list[bytes]
     keys: list[str | None]
     size_bytes: int
@@ -273,6 +274,10 @@ class LumberjackHandler(ConnectionHandler):
         self._keepalive: asyncio.Task[None] | None = None
         self._failed = False  # a protocol error: the connection is closing
         self._late_acks = b""  # acks encoded after the failure
+        self._last_data_s = 0.0  # when bytes last arrived (for the window linger)
+        self._parts: set[asyncio.Task[None]] = set()  # lingering parts being stored
+        self._broken: Exception | None = None  # storing a lingering part failed
+        self._timer_wake = asyncio.Event()  # an open window got its first events
 
     # ------------------------------------------------------------------ receiving
 
@@ -282,6 +287,12 @@ class LumberjackHandler(ConnectionHandler):
         Raises:
             RemoteProtocolError: the peer broke the protocol or a limit.
         """
+        if self._broken is not None:
+            raise RemoteProtocolError(
+                f"storing part of an incomplete window failed ({self._broken}); closing"
+            )
+        if data:
+            self._last_data_s = asyncio.get_running_loop().time()
         view = memoryview(data)
         chunks = [
             view[i : i + RECEIVE_SLACK_BYTES] for i in range(0, len(view), RECEIVE_SLACK_BYTES)
@@ -299,6 +310,8 @@ class LumberjackHandler(ConnectionHandler):
             raise
 
     def _take(self, batch: Batch) -> _Window | None:
+        if batch.events and not self._open_payloads:
+            self._timer_wake.set()  # the linger clock starts
         for event in batch.events:
             size = len(event.payload)
             if size > MAX_EVENT_BYTES:
@@ -420,6 +433,9 @@ class LumberjackHandler(ConnectionHandler):
         """Queue the acks of every durable window at the head of the FIFO."""
         while self._windows and self._windows[0].durable:
             window = self._windows.popleft()
+            self._pending_bytes -= window.size_bytes
+            if window.ack_seq is None:
+                continue  # a lingering part: its window's ack comes later
             if self._failed:
                 # The windows that closed before the bad input are whole and
                 # stored: ack them before closing (fewer resends). The failed
@@ -428,7 +444,6 @@ class LumberjackHandler(ConnectionHandler):
                 self._late_acks += encode_frame(self._conn.version, Ack(window.ack_seq))
             else:
                 self._conn.send(Ack(window.ack_seq))
-            self._pending_bytes -= window.size_bytes
             self._last_write_s = asyncio.get_running_loop().time()
 
     def data_to_send(self) -> bytes:
@@ -437,32 +452,90 @@ class LumberjackHandler(ConnectionHandler):
         return data
 
     def on_start(self) -> None:
-        self._last_write_s = asyncio.get_running_loop().time()
-        self._keepalive = asyncio.create_task(self._keepalive_loop(), name=f"{self.name}-keepalive")
+        now = asyncio.get_running_loop().time()
+        self._last_write_s = self._last_data_s = now
+        self._keepalive = asyncio.create_task(self._timer_loop(), name=f"{self.name}-timer")
 
-    async def _keepalive_loop(self) -> None:
-        """v2: ``Ack(0)`` after ``keepalive_interval_s`` without a write while acks are due."""
+    async def _timer_loop(self) -> None:
+        """The connection's clock: v2 keepalives and the window linger.
+
+        * v2: ``Ack(0)`` after ``keepalive_interval_s`` without a write while
+          anything awaits an ack.
+        * An open window with events that received nothing for
+          ``window_linger_s`` has those events stored (``_linger``).
+        """
         loop = asyncio.get_running_loop()
         interval = self._config.keepalive_interval_s
+        linger_s = self._config.window_linger_s
         while True:
-            delay = self._last_write_s + interval - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            now = loop.time()
+            lingering = bool(linger_s and self._open_payloads and not self._failed)
+            deadline = self._last_write_s + interval
+            if lingering:
+                deadline = min(deadline, self._last_data_s + linger_s)
+            if deadline > now:
+                self._timer_wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._timer_wake.wait(), deadline - now)
                 continue
-            if (
-                self._conn.version is ProtocolVersion.V2
-                and self._conn.awaiting_ack
-                and not self._failed
-            ):
-                self._conn.send(Ack(0))
-                self.wake_writer()
-            self._last_write_s = loop.time()
+            if lingering and now >= self._last_data_s + linger_s:
+                self._linger()
+            if now >= self._last_write_s + interval:
+                if (
+                    self._conn.version is ProtocolVersion.V2
+                    and self._conn.awaiting_ack
+                    and not self._failed
+                    and self._broken is None
+                ):
+                    self._conn.send(Ack(0))
+                    self.wake_writer()
+                self._last_write_s = now
+
+    def _linger(self) -> None:
+        """Store the open window's events so far; its ack still waits for the rest."""
+        part = _Window(
+            None, self._open_payloads, self._open_keys, self._open_bytes, after=self._last_issued
+        )
+        self._last_issued = part.issued
+        self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
+        self._windows.append(part)
+        task = asyncio.create_task(self._store_part(part), name=f"{self.name}-linger")
+        self._parts.add(task)
+        task.add_done_callback(self._parts.discard)
+        log.debug("%s: storing %d events of an incomplete window", self.name, len(part.payloads))
+
+    async def _store_part(self, part: _Window) -> None:
+        try:
+            await asyncio.wait_for(self._store(part), self._config.max_ack_wait_s)
+        except Exception as exc:
+            # Never durable: no later window of this connection is acked, and
+            # the next bytes from the client close the connection.
+            log.warning(
+                "%s: storing %d events of an incomplete window failed: %r",
+                self.name,
+                len(part.payloads),
+                exc,
+            )
+            self._broken = exc
+            return
+        finally:
+            if not part.issued.done():
+                part.issued.set_result(None)
+        part.durable = True
+        self._ack_ready()
+        self.wake_writer()
 
     async def on_close(self) -> None:
         if self._keepalive is not None:
             self._keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keepalive
+        if self._parts:
+            # Lingering parts are kept even if the client went away: finish them.
+            _, late = await asyncio.wait(set(self._parts), timeout=self._config.max_ack_wait_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         for window in self._windows:
             if not window.issued.done():
                 window.issued.set_result(None)

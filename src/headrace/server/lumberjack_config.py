@@ -28,6 +28,7 @@ __all__ = [
     "MAX_PENDING_BYTES",
     "MAX_WINDOWS_IN_FLIGHT",
     "STREAM_SEGMENT_COUNT",
+    "WINDOW_LINGER_S",
     "LumberjackConfig",
     "parse_field_path",
 ]
@@ -55,6 +56,15 @@ IDLE_TIMEOUT_S: Final = 60.0
 ``client_inactivity_timeout`` default; Beats reconnect when they next have
 events. A client waiting for an ack is not idle from our side: the loop only
 times reads while it has room for more windows."""
+
+WINDOW_LINGER_S: Final = 10.0
+"""An incomplete window that receives nothing for this long has its events so
+far stored (not acked). Windows are otherwise stored whole when they close;
+this is for "W once" clients (npm lumberjack-protocol, the Ruby client) that
+trickle events into a window of 1000-5000 and never resend (spec §3.2 rule 2):
+their events are readable within seconds and survive the connection. Clients
+that send a window at once never pause 10 s inside it; one that stalls there
+and then reconnects gets the stored part twice (at-least-once). 0 disables."""
 
 MAX_ACK_WAIT_S: Final = 120.0
 """Longest a complete window may wait for the store before the connection is
@@ -108,6 +118,7 @@ class LumberjackConfig:
         keepalive_interval_s: ``KEEPALIVE_INTERVAL_S``.
         idle_timeout_s: ``IDLE_TIMEOUT_S``.
         max_ack_wait_s: ``MAX_ACK_WAIT_S``.
+        window_linger_s: ``WINDOW_LINGER_S``; 0 stores windows only whole.
         max_window_count: largest ``W`` count (``codec.MAX_WINDOW_COUNT``).
         max_frame_bytes: largest frame (``codec.MAX_FRAME_BYTES``).
         max_decompressed_bytes: inflated bytes per ``C`` frame
@@ -120,6 +131,7 @@ class LumberjackConfig:
     keepalive_interval_s: float = KEEPALIVE_INTERVAL_S
     idle_timeout_s: float = IDLE_TIMEOUT_S
     max_ack_wait_s: float = MAX_ACK_WAIT_S
+    window_linger_s: float = WINDOW_LINGER_S
     max_window_count: int = MAX_WINDOW_COUNT
     max_frame_bytes: int = MAX_FRAME_BYTES
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
@@ -143,6 +155,8 @@ class LumberjackConfig:
         for name in ("keepalive_interval_s", "idle_timeout_s", "max_ack_wait_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"lumberjack {name} must be positive")
+        if self.window_linger_s < 0:
+            raise ConfigError("lumberjack window linger must not be negative")
         if not 1 <= self.max_window_count <= 2**32 - 1:
             raise ConfigError("lumberjack max window count must be in 1..2**32-1")
         for name in ("max_frame_bytes", "max_decompressed_bytes", "max_pending_bytes"):
