@@ -54,6 +54,7 @@ def test_config_validation_refuses_bad_values() -> None:
         LumberjackConfig(routing_key_fields=("[a",)),
         LumberjackConfig(keepalive_interval_s=0),
         LumberjackConfig(max_pending_bytes=10),
+        LumberjackConfig(window_linger_s=-1),
     ):
         with pytest.raises(ConfigError):
             bad.validate()

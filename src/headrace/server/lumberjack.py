@@ -13,6 +13,9 @@ Theory of operation
   window in memory (bounded by ``max_pending_bytes``) and hands the window to
   ``handle`` only when it closes. A connection that breaks mid-window has
   stored nothing of that window, so the client's resend stores it once.
+  The one exception is the *window linger*: an open window that receives
+  nothing for ``window_linger_s`` has its events so far stored (unacked), for
+  "W once" clients that trickle events and never resend (``_linger``).
 * **One append per target segment.** ``handle`` routes each event of the
   window (routing key from the configured fields, Pravega's key hash; events
   without a key go together to one segment chosen round-robin per window),
