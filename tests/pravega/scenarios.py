@@ -46,13 +46,21 @@ def _manager(uri: str) -> Any:
     return pc.StreamManager(uri, False, False)
 
 
-async def _drain(readers: list[Any], want: int | None, *, extra: bool = False) -> list[bytes]:
+async def _drain(
+    readers: list[Any],
+    want: int | None,
+    *,
+    extra: bool = False,
+    counts: list[int] | None = None,
+) -> list[bytes]:
     """Read from ``readers`` in turn (one process must not run two readers of
     a group concurrently) until ``want`` events arrived, or, with ``want``
     None, until every reader came back empty ``IDLE_SLICES`` times in a row.
     With ``extra``, go on after ``want`` until every reader came back empty
-    once, so that events beyond ``want`` (duplicates) would be seen too."""
+    once, so that events beyond ``want`` (duplicates) would be seen too.
+    ``counts``, if given, receives the number of events each reader read."""
     got: list[bytes] = []
+    per_reader = [0] * len(readers)
     deadline = time.monotonic() + READ_DEADLINE_S
     idle = 0
     while time.monotonic() < deadline:
@@ -60,12 +68,15 @@ async def _drain(readers: list[Any], want: int | None, *, extra: bool = False) -
             break
         if want is None and idle >= IDLE_SLICES * len(readers):
             break
-        for reader in readers:
+        for i, reader in enumerate(readers):
             slice_ = await reader.get_segment_slice_async()
             events = [event.data() for event in slice_]
             reader.release_segment(slice_)
             got += events
+            per_reader[i] += len(events)
             idle = 0 if events else idle + 1
+    if counts is not None:
+        counts[:] = per_reader
     return got
 
 
@@ -106,17 +117,61 @@ def _write_keyed(m: Any, scope: str, stream: str, count: int, keys: int, first: 
 
 
 def many_events(uri: str, count: str, scope: str = "many") -> dict[str, Any]:
-    """(2) ``count`` events, 100 keys, 4 segments; a group of 2 readers reads them."""
+    """(2) ``count`` events, 100 keys, 4 segments; a group of 2 readers reads them.
+
+    The first reader of a group takes every segment; the group hands half of
+    them to the second reader at its next rebalance (about 10 s later). So
+    events trickle in (8 per round) while both readers poll, until both have
+    read some; then the rest is written in bulk and read by both."""
+    total = int(count)
     m = _manager(uri)
     m.create_scope(scope)
     m.create_stream(scope, "st", 4)
-    write_s = _write_keyed(m, scope, "st", int(count), 100)
     rg = m.create_reader_group("rg", scope, "st")
     readers = [rg.create_reader("r1"), rg.create_reader("r2")]
+    writer = m.create_writer(scope, "st", INFLIGHT)
+
+    def write(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            key = f"k{i % 100:03d}"
+            writer.write_event(f"{key}:{i}", routing_key=key)
+        writer.flush()
+
+    written = 0
+
+    async def share() -> tuple[list[bytes], list[int]]:
+        nonlocal written
+        got: list[bytes] = []
+        per_reader = [0] * len(readers)
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while min(per_reader) == 0 and written < total and time.monotonic() < deadline:
+            n = min(8, total - written)
+            write(written, n)
+            written += n
+            for i, reader in enumerate(readers):
+                slice_ = await reader.get_segment_slice_async()
+                events = [event.data() for event in slice_]
+                reader.release_segment(slice_)
+                got += events
+                per_reader[i] += len(events)
+        return got, per_reader
+
+    shared, first_counts = asyncio.run(share())
     start = time.monotonic()
-    events = asyncio.run(_drain(readers, int(count), extra=True))
+    write(written, total - written)
+    write_s = time.monotonic() - start
+    start = time.monotonic()
+    counts: list[int] = []
+    rest = asyncio.run(_drain(readers, total - len(shared), extra=True, counts=counts))
     read_s = time.monotonic() - start
-    return {**_sequence_check(events), "write_s": write_s, "read_s": read_s}
+    per_reader = [a + b for a, b in zip(first_counts, counts, strict=True)]
+    return {
+        **_sequence_check(shared + rest),
+        "per_reader": per_reader,
+        "bulk_per_reader": counts,
+        "write_s": write_s,
+        "read_s": read_s,
+    }
 
 
 def write_only(uri: str, count: str, scope: str) -> dict[str, Any]:

@@ -142,6 +142,7 @@ def test_many_events_read_exactly_once_in_key_order(server: Headrace) -> None:
     assert r["duplicates"] == 0
     assert r["out_of_order"] == 0
     assert r["keys"] == 100
+    assert min(r["bulk_per_reader"]) > 0  # both readers of the group took part
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
