@@ -154,7 +154,11 @@ def spark() -> Iterator[object]:
         session.stop()
 
 
+def stream_suffix() -> str:
+    """A name part no other test uses (one server serves the whole run)."""
+    return f"{next(_names)}-{os.getpid()}"
+
+
 @pytest.fixture
 def stream_name() -> str:
-    """A stream name no other test uses (one server serves the whole run)."""
-    return f"s{next(_names)}-{os.getpid()}"
+    return f"s{stream_suffix()}"

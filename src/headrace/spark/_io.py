@@ -386,6 +386,11 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
     ranges = _run(opts.controller, work)
     if opts.starting != "earliest":
         lo = resolve(opts.controller, opts.starting, opts.streams, "earliest")
+        for r in ranges:
+            off = lo.get(f"{r.scope}/{r.stream}", {}).get(str(r.segment_id))
+            if off is not None and off < r.start:
+                what = f"{r.segment.name} was truncated to offset {r.start}; asked for {off}"
+                _lost(opts, what)
         ranges = [_clip(r, lo, lower=True) for r in ranges]
     if opts.ending != "latest":
         hi = resolve(opts.controller, opts.ending, opts.streams, "latest")
