@@ -72,6 +72,10 @@ few enough that a slow consumer holds little."""
 READ_CHUNK_BYTES = 256 * 1024
 """Bytes asked of the socket per read."""
 
+MAX_PACKED_ELEMENTS = 1024
+"""Fixed-size elements per ``onNextPacked`` at most: keeps a frame far below 1 MiB
+for elements up to 1 KiB, the sizes packing is for (A.6)."""
+
 
 class RsioError(HeadraceError):
     """A subscription or offer ended with ``onError``, or the connection ended under it."""
@@ -125,6 +129,7 @@ class Subscription:
         self.batch = batch
         self._elements: deque[bytes] = deque()
         self._arrived = asyncio.Event()
+        self._subscribed = asyncio.Event()
         self._end: BaseException | None = None
         self._ended = False
         self.received = 0
@@ -139,6 +144,7 @@ class Subscription:
         self._arrived.set()
 
     def _finish(self, error: BaseException | None) -> None:
+        self._subscribed.set()
         if not self._ended:
             self._ended = True
             self._end = error
@@ -150,6 +156,14 @@ class Subscription:
     def outstanding(self) -> int:
         """Elements requested and not yet received."""
         return self._client._conn.subscription_demand(self.sid)
+
+    async def wait_subscribed(self) -> None:
+        """Wait for the publisher's ``subscribed`` (or the end of the subscription).
+
+        headrace sends it once the start position is fixed: after it, a
+        ``from=latest`` subscription sees every event appended.
+        """
+        await self._subscribed.wait()
 
     async def request(self, demand: int) -> None:
         """Ask for ``demand`` more elements (1 … 2^63-1; ``MAX_DEMAND`` = unbounded)."""
@@ -208,6 +222,7 @@ class _Offer:
     subscribed: asyncio.Event
     done: asyncio.Future[None]
     cancelled: bool = False
+    element_size: int = 0
 
 
 class RsioClient:
@@ -296,6 +311,7 @@ class RsioClient:
         elements: Iterable[bytes] | AsyncIterable[bytes],
         *,
         key: str | None = None,
+        element_size: int = 0,
     ) -> int:
         """Publish ``elements`` into ``scope/stream``; return once every one is durable.
 
@@ -303,8 +319,17 @@ class RsioClient:
         durable, so this goes as fast as storage, no faster. Elements above
         64 KiB are split (B.6). Returns the number of elements offered.
 
+        Args:
+            stream: ``scope/stream``; it must exist.
+            elements: the events, in order.
+            key: routing key (all elements go to the segment that owns it).
+            element_size: above 0, every element has exactly this many bytes;
+                they are sent packed (``onNextPacked``, A.6), as many per
+                message as demand allows.
+
         Raises:
             RsioError: the server refused the offer or failed storing it.
+            ValueError: an element of the wrong size (``element_size``).
         """
         hello = await asyncio.wait_for(asyncio.shield(self._hello), GOODBYE_TIMEOUT_S)
         if OFFER_EXTENSION not in hello:
@@ -319,22 +344,42 @@ class RsioClient:
         self._subscriptions[sid] = sub
         self._send(Subscribe(publisher, sid, 0))
         await self._flush()
+        offer.element_size = element_size
+        # Packing is for small elements; larger fixed-size ones go one by one (or split).
+        per_message = min(MAX_PACKED_ELEMENTS, SPLIT_THRESHOLD_BYTES // max(1, element_size))
         count = 0
         element_id = 0
+        packed: list[bytes] = []
         try:
             iterator = _aiter(elements)
             await _either(offer.subscribed.wait(), offer.done)
             async for element in iterator:
-                while self._conn.publication_demand(sid) == 0:
+                while self._conn.publication_demand(sid) <= len(packed):
+                    if packed:
+                        self._send(OnNextPacked(sid, len(packed), b"".join(packed)))
+                        packed.clear()
+                        continue
                     if offer.done.done():
                         offer.done.result()
                         raise RsioError("offer ended before every element was sent")
+                    await self._flush()
                     offer.demand.clear()
                     await _either(offer.demand.wait(), offer.done)
-                element_id = self._publish(sid, element, element_id)
                 count += 1
-                if self._conn.publication_demand(sid) == 0 or count % 64 == 0:
+                if element_size and len(element) != element_size:
+                    raise ValueError(f"element {count} is not {element_size} bytes")
+                if per_message > 1 and element_size:
+                    packed.append(element)
+                    if len(packed) < per_message:
+                        continue
+                    self._send(OnNextPacked(sid, len(packed), b"".join(packed)))
+                    packed.clear()
+                else:
+                    element_id = self._publish(sid, element, element_id)
+                if count % 64 == 0:
                     await self._flush()
+            if packed:
+                self._send(OnNextPacked(sid, len(packed), b"".join(packed)))
             if self._conn.publication_state(sid) is not PublisherState.CLOSED:
                 self._send(OnComplete(sid))
             await self._flush()
@@ -388,7 +433,9 @@ class RsioClient:
                 if not self._hello.done():
                     self._hello.set_result(frozenset(extensions))
             case Subscribed(sid, _):
-                pass
+                sub = self._subscriptions.get(sid)
+                if sub is not None:
+                    sub._subscribed.set()
             case OnNext(sid, element):
                 sub = self._subscriptions.get(sid)
                 if sub is not None:
@@ -411,7 +458,7 @@ class RsioClient:
                     self._conn.send(Subscribed(sid, 0))
                     self._conn.send(OnError(sid, f"no publisher {publisher!r} here"))
                     return
-                self._conn.send(Subscribed(sid, 0))
+                self._conn.send(Subscribed(sid, offer.element_size))
                 offer.subscribed.set()
                 offer.demand.set()
             case Request(sid, _):

@@ -56,6 +56,7 @@ from headrace.protocols.rsio import (
     OnError,
     OnNext,
     OnNextLastPart,
+    OnNextPacked,
     OnNextPart,
     ReactiveConnection,
     Request,
@@ -399,6 +400,14 @@ class StreamCursor:
 # --------------------------------------------------------------------------- the handler
 
 
+@dataclass(slots=True)
+class _Elements:
+    """Consecutive ``onNext`` s of one offer, received together (an internal event)."""
+
+    subscriber: int
+    elements: list[bytes]
+
+
 @dataclass(slots=True, eq=False)
 class _Offer:
     """A client's offer: we subscribed to its publisher and append what it sends."""
@@ -445,7 +454,29 @@ class RsioHandler(ConnectionHandler):
             if not data:
                 self._conn.receive_data(b"")
             self.wake_writer()  # our hello
-        yield from self._conn.events()
+        # Consecutive elements of one offer become one event: an offer of many
+        # small elements would otherwise cost the loop a task per element.
+        run: _Elements | None = None
+        try:
+            for event in self._conn.events():
+                if isinstance(event, OnNext) and event.subscriber in self._offers:
+                    if run is not None and run.subscriber == event.subscriber:
+                        run.elements.append(event.element)
+                        continue
+                    if run is not None:
+                        yield run
+                    run = _Elements(event.subscriber, [event.element])
+                    continue
+                if run is not None:
+                    yield run
+                    run = None
+                yield event
+        except RemoteProtocolError:
+            if run is not None:
+                yield run  # the elements before the error still count
+            raise
+        if run is not None:
+            yield run
 
     def data_to_send(self) -> bytes:
         if not self._started:
@@ -484,6 +515,16 @@ class RsioHandler(ConnectionHandler):
                 if offer is not None:
                     offer.elements.append(element)
                     offer.wake.set()
+            case _Elements(sid, elements):
+                offer = self._offers.get(sid)
+                if offer is not None:
+                    offer.elements.extend(elements)
+                    offer.wake.set()
+            case OnNextPacked(sid):
+                offer = self._offers.get(sid)
+                if offer is not None:
+                    offer.elements.extend(event.elements())
+                    offer.wake.set()
             case OnComplete(sid):
                 offer = self._offers.get(sid)
                 if offer is not None:
@@ -510,7 +551,6 @@ class RsioHandler(ConnectionHandler):
         if query.offer:
             self._start_offer(sid, query)
             return
-        conn.send(Subscribed(sid, 0))
         wake = asyncio.Event()
         task = asyncio.create_task(self._publish(sid, query, wake), name=f"rsio publish {sid}")
         self._publications[sid] = (task, wake)
@@ -544,7 +584,14 @@ class RsioHandler(ConnectionHandler):
         cursor = StreamCursor(self._app, query)
         element_id = 0
         try:
-            await cursor.open()
+            try:
+                await cursor.open()
+            finally:
+                # After open: a subscriber that sees subscribed knows where it starts
+                # (from=latest is fixed). Before anything else for the Id, always.
+                if self._live(sid):
+                    conn.send(Subscribed(sid, 0))
+                    self.wake_writer()
             while self._live(sid):
                 if cursor.done:
                     conn.send(OnComplete(sid))  # needs no demand
