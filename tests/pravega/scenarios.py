@@ -373,6 +373,26 @@ def retention_by_size(uri: str) -> dict[str, Any]:
     }
 
 
+def sealed(uri: str) -> dict[str, Any]:
+    """After sealing, a reader that was at the tail gets no more events (end of
+    segment, no successors) and later writes fail."""
+    m = _manager(uri)
+    m.create_scope("seal")
+    m.create_stream("seal", "st", 2)
+    writer = m.create_writer("seal", "st")
+    for i in range(10):
+        writer.write_event(f"k{i % 4}:{i}", routing_key=f"k{i % 4}")
+    writer.flush()
+    reader = m.create_reader_group("rg", "seal", "st").create_reader("r1")
+    events = asyncio.run(_drain([reader], 10))
+    r: dict[str, Any] = {"before": len(events), "seal": m.seal_stream("seal", "st")}
+    r["after"] = len(asyncio.run(_drain([reader], None)))
+    r["late_write"] = _outcome(
+        lambda: (writer.write_event("late", routing_key="k1"), writer.flush())
+    )
+    return r
+
+
 def _outcome(fn: Callable[[], Any]) -> str:
     try:
         fn()
@@ -392,6 +412,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "byte_stream": byte_stream,
     "transactions": transactions,
     "retention_by_size": retention_by_size,
+    "sealed": sealed,
 }
 
 if __name__ == "__main__":

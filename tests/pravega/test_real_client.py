@@ -223,6 +223,13 @@ def test_byte_stream(server: Headrace) -> None:
     assert r["second_writer"] == "OSError"  # ConditionalCheckFailed, surfaced at flush
 
 
+def test_sealed_stream_ends_reads_and_refuses_writes(server: Headrace) -> None:
+    r = server.run("sealed")
+    assert r["before"] == 10 and r["seal"] is True
+    assert r["after"] == 0
+    assert r["late_write"] == "ValueError"
+
+
 def test_transactions_commit_together_and_abort_vanishes(server: Headrace) -> None:
     r = server.run("transactions")
     assert r["open_before_commit"] is True and r["open_after_commit"] is False
