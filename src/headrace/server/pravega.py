@@ -15,7 +15,9 @@ Behaviour the client depends on, and where it is kept:
 
 * **Durable, ordered acks** (§5.2): an append's store call is issued before
   the handler's first ``await`` (the store fixes the offset when the call is
-  issued, so wire order is storage order); ``DataAppended`` is sent only after
+  issued, so wire order is storage order), unless the connection's append
+  room (``MAX_APPEND_BYTES_IN_FLIGHT``) is used up, in which case appends
+  are let in strictly in arrival order; ``DataAppended`` is sent only after
   the call returned (durable), and a writer's acks wait for its previous
   ack, so they leave in event-number order.
 * **Dedup survives restarts**: the store keeps each writer's last event
@@ -27,6 +29,9 @@ Behaviour the client depends on, and where it is kept:
   client's 30 s request timeout) and then gets an empty reply, so idle
   readers do not spin. Each read is its own task: a parked read never stalls
   appends or other requests on the same or other connections.
+* **Bounded buffers**: read replies a client has not taken yet are capped
+  (``MAX_UNSENT_REPLY_BYTES``; further reads wait, and a client that takes
+  nothing for ``MAX_REPLY_WAIT_S`` is dropped), as is append data in flight.
 * **Never unsolicited** (§1): every frame we send answers one the client sent.
 * **Error replies echo** the request id and the segment name exactly as the
   client sent them (§10).
