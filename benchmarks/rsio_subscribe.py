@@ -14,7 +14,7 @@ reads each stream whole over RS-IO with :class:`headrace.client.rsio.RsioClient`
 
 Each rate is elements (and payload MB, 10^6 bytes) / time from ``subscribe``
 to ``onComplete``; the best round is reported, with the median. Then the
-live tail: a ``from=latest`` subscription with unbounded demand while
+live tail: a subscription with unbounded demand, at the tail, while
 ``--tail-events`` events are written one at a time (each flushed, so each is
 durable) through the Pravega writer; latency = arrival time - time before the
 write call, p50 and p99.
@@ -111,8 +111,10 @@ async def _tail(uri: str, port: int, count: int) -> list[float]:
     writer = await pravega.create_writer("bench", "tail")
     client = await RsioClient.connect("127.0.0.1", port)
     try:
-        sub = client.subscribe("bench/tail?from=latest", batch=MAX_DEMAND)
-        await sub.wait_subscribed()
+        await writer.write(b"before")
+        await writer.flush()
+        sub = client.subscribe("bench/tail", batch=MAX_DEMAND)
+        assert await sub.next() == b"before"  # the subscription now waits at the tail
         latencies = []
         for _ in range(count):
             await writer.write(struct.pack(">d", time.perf_counter()))

@@ -42,6 +42,7 @@ class Server:
     process: subprocess.Popen[str]
     rsio_port: int
     controller_port: int
+    tank_port: int
     lines: queue.Queue[str]
     pump: threading.Thread
 
@@ -50,16 +51,18 @@ class Server:
         return f"tcp://127.0.0.1:{self.controller_port}"
 
 
-def _start(data_dir: Path) -> Server:
+def _start(data_dir: Path, *extra: str) -> Server:
     rsio_port, controller_port, store_port = free_port(), free_port(), free_port()
+    tank_port = free_port()
     command = [
         sys.executable, "-m", "headrace", "serve",
         "--data-dir", str(data_dir),
         "--rsio-port", str(rsio_port),
         "--controller-port", str(controller_port),
         "--segment-store-port", str(store_port),
-        "--tank-port", "0", "--lumberjack-port", "0", "--lumberjack-tls-port", "0",
-        "--http-port", "0",
+        "--tank-port", str(tank_port),
+        "--lumberjack-port", "0", "--lumberjack-tls-port", "0", "--http-port", "0",
+        *extra,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
     process = subprocess.Popen(
@@ -81,7 +84,7 @@ def _start(data_dir: Path) -> Server:
         line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
         seen.append(line)
         if "headrace ready" in line:
-            return Server(process, rsio_port, controller_port, lines, thread)
+            return Server(process, rsio_port, controller_port, tank_port, lines, thread)
         if not line or time.monotonic() > deadline:
             process.kill()
             raise AssertionError("headrace serve did not start:\n" + "".join(seen))
@@ -91,6 +94,10 @@ def _start(data_dir: Path) -> Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = _start(tmp_path_factory.mktemp("rsio-data"))
     yield srv
+    stop(srv)
+
+
+def stop(srv: Server) -> None:
     srv.process.send_signal(signal.SIGTERM)
     try:
         srv.process.wait(timeout=WAIT_S)

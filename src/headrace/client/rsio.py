@@ -158,11 +158,7 @@ class Subscription:
         return self._client._conn.subscription_demand(self.sid)
 
     async def wait_subscribed(self) -> None:
-        """Wait for the publisher's ``subscribed`` (or the end of the subscription).
-
-        headrace sends it once the start position is fixed: after it, a
-        ``from=latest`` subscription sees every event appended.
-        """
+        """Wait for the publisher's ``subscribed`` (or the end of the subscription)."""
         await self._subscribed.wait()
 
     async def request(self, demand: int) -> None:

@@ -542,6 +542,8 @@ class RsioHandler(ConnectionHandler):
 
     def _subscribe(self, publisher: str, sid: int) -> None:
         conn = self._conn
+        if conn.publication_state(sid) is not PublisherState.SUBSCRIBE_RECEIVED:
+            return  # cancelled (or illegal demand) in the same read: already answered
         try:
             query = parse_publisher(publisher)
         except ValueError as exc:
@@ -551,6 +553,9 @@ class RsioHandler(ConnectionHandler):
         if query.offer:
             self._start_offer(sid, query)
             return
+        # subscribed at once, in handle: a cancel that follows must find it sent, since
+        # the subscriber keeps the Id until its subscribed arrives (B.5 rule 3).
+        conn.send(Subscribed(sid, 0))
         wake = asyncio.Event()
         task = asyncio.create_task(self._publish(sid, query, wake), name=f"rsio publish {sid}")
         self._publications[sid] = (task, wake)
@@ -579,20 +584,22 @@ class RsioHandler(ConnectionHandler):
     def _live(self, sid: int) -> bool:
         return self._conn.publication_state(sid) is not PublisherState.CLOSED
 
+    def _mine(self, sid: int) -> bool:
+        """Whether the running publication task still owns Id ``sid`` and may send for it.
+
+        A cancelled task runs its cleanup after the subscriber may already have
+        reused the Id (B.5 rule 6); it must not send for the new subscription.
+        """
+        entry = self._publications.get(sid)
+        return entry is not None and entry[0] is asyncio.current_task() and self._live(sid)
+
     async def _publish(self, sid: int, query: PublisherQuery, wake: asyncio.Event) -> None:
         conn = self._conn
         cursor = StreamCursor(self._app, query)
         element_id = 0
         try:
-            try:
-                await cursor.open()
-            finally:
-                # After open: a subscriber that sees subscribed knows where it starts
-                # (from=latest is fixed). Before anything else for the Id, always.
-                if self._live(sid):
-                    conn.send(Subscribed(sid, 0))
-                    self.wake_writer()
-            while self._live(sid):
+            await cursor.open()
+            while self._mine(sid):
                 if cursor.done:
                     conn.send(OnComplete(sid))  # needs no demand
                     break
@@ -620,14 +627,16 @@ class RsioHandler(ConnectionHandler):
         except asyncio.CancelledError:
             raise
         except (ValueError, HeadraceError) as exc:
-            if self._live(sid):
+            if self._mine(sid):
                 conn.send(OnError(sid, _reason(exc)))
         except Exception:
             log.exception("rsio: subscription %d to %s failed", sid, cursor.name)
-            if self._live(sid):
+            if self._mine(sid):
                 conn.send(OnError(sid, "internal error"))
         finally:
-            self._publications.pop(sid, None)
+            entry = self._publications.get(sid)
+            if entry is not None and entry[0] is asyncio.current_task():
+                del self._publications[sid]
             self.wake_writer()
 
     def _send_element(self, sid: int, element: bytes, element_id: int) -> int:

@@ -525,6 +525,23 @@ def test_cancel_before_subscribed_is_delivered_to_the_publisher() -> None:
     assert server.publication_state(1) is PublisherState.CLOSED
 
 
+def test_cancel_before_subscribed_gets_the_subscribed_still_owed() -> None:
+    # Both frames in one read: the publisher's application only sees the
+    # Subscribe after the cancel closed it, and could not answer any more.
+    server = server_after_hello()
+    server.data_to_send()
+    assert feed(server, Subscribe("logs", 1), Cancel(1)) == [Subscribe("logs", 1), Cancel(1)]
+    assert server.data_to_send() == encode_frame(Subscribed(1, 0))
+    with pytest.raises(LocalProtocolError):
+        server.send(Subscribed(1, 0))
+    # The subscriber's Id is free once it arrives.
+    client = client_after_hello()
+    client.send(Subscribe("logs", 1))
+    client.send(Cancel(1))
+    assert feed(client, Subscribed(1, 0)) == []
+    assert client.subscription_state(1) is SubscriberState.CLOSED
+
+
 def test_messages_for_unknown_ids_are_ignored() -> None:
     client = subscribed_client()
     assert feed(client, OnNext(9, b"x"), OnComplete(9), Subscribed(9, 0)) == []

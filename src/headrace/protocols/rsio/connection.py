@@ -20,6 +20,9 @@ What the connection does by itself, so every user gets it right:
 * answers illegal demand with ``onError(id, "illegal demand")`` (B.5 rule 5,
   event :class:`~.commands.IllegalDemand`) and a subscription over
   ``max_publications`` with ``subscribed(id, 0)`` + ``onError`` (no event);
+  sends the ``subscribed(id, 0)`` still owed when the peer cancels before it
+  (the ``Subscribe`` and ``Cancel`` events both follow; check
+  ``publication_state`` before answering a ``Subscribe``);
 * drops stale and late messages (B.5 rules 3, 6, 7), reassembles split
   elements (B.6), and cancels a subscription whose publisher exceeds demand or
   breaks the split rules (event :class:`~.commands.SubscriptionAborted`).
@@ -413,6 +416,11 @@ class ReactiveConnection:
                 self._events.append(IllegalDemand(subscriber, message.demand))
                 return
             pub.demand.request(message.demand)
+        elif pub.state is PublisherState.SUBSCRIBE_RECEIVED:
+            # A cancel before our subscribed: the subscriber keeps the Id until
+            # subscribed arrives (B.5 rule 3), and the application, which may not
+            # have seen the Subscribe yet, can no longer send it. Owe it here.
+            self._queue(Subscribed(subscriber, 0))
         pub.state = next_state
         if next_state is PublisherState.CLOSED:
             del self._publications[subscriber]
