@@ -538,3 +538,19 @@ async def test_truncated_bytes_are_freed_at_checkpoint(tmp_path: Path) -> None:
         assert (await store.read("s", info.start_offset, 100)).data == block[10:110]
     finally:
         await store.close()
+
+
+async def test_cancelled_open_releases_the_directory(tmp_path: Path) -> None:
+    store = await DiskStore.open(tmp_path)
+    await _populate(store)
+    await store.close()
+    opening = asyncio.create_task(DiskStore.open(tmp_path))
+    await asyncio.sleep(0)  # a bare yield: the open is under way, not finished
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    store = await DiskStore.open(tmp_path)  # the lock was released
+    try:
+        assert "plain" in await store.list_segments()
+    finally:
+        await store.close()

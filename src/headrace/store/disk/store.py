@@ -28,6 +28,7 @@ what readers can see.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import functools
 import os
@@ -56,15 +57,16 @@ from headrace.store.disk.format import (
     AttributeRecord,
     CreateRecord,
     DeleteRecord,
+    Manifest,
     MergeCommitRecord,
     MergeDataRecord,
     SealRecord,
     TruncateRecord,
 )
 from headrace.store.disk.layout import ContainerPaths, container_of, lock_path
-from headrace.store.disk.log import FileOps
+from headrace.store.disk.log import FileOps, WalWriter
 from headrace.store.disk.recovery import recover_store
-from headrace.store.disk.segment import Segment
+from headrace.store.disk.segment import ContainerState, Segment
 from headrace.store.memory import check_name
 from headrace.types import (
     NULL_ATTRIBUTE_VALUE,
@@ -99,6 +101,19 @@ def _forget_task(
             task.exception()  # retrieved here; the caller, if still there, gets it too
 
     return done
+
+
+def _open_data_dir(
+    root: Path, container_count: int, ops: FileOps
+) -> tuple[int, Manifest, list[tuple[ContainerState, WalWriter]]]:
+    """Lock the data dir and recover it (blocking); the lock is held on success."""
+    lock_fd = _lock_data_dir(root)
+    try:
+        manifest, opened = recover_store(root, container_count, ops)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return lock_fd, manifest, opened
 
 
 def now_ms() -> int:
@@ -153,11 +168,21 @@ class DiskStore(BaseStore):
             raise ValueError("fsync_interval_s must be positive")
         root = Path(path)
         ops = file_ops or FileOps()
-        lock_fd = await asyncio.to_thread(_lock_data_dir, root)
+        opening = asyncio.ensure_future(
+            asyncio.to_thread(_open_data_dir, root, container_count, ops)
+        )
         try:
-            manifest, opened = await asyncio.to_thread(recover_store, root, container_count, ops)
+            lock_fd, manifest, opened = await asyncio.shield(opening)
         except BaseException:
-            os.close(lock_fd)
+            # A cancelled open cannot stop the worker thread: wait for it, then
+            # release what it took (the lock, the WAL files).
+            with contextlib.suppress(BaseException):
+                await asyncio.wait([opening])
+            if opening.done() and not opening.cancelled() and opening.exception() is None:
+                lock_fd, _, opened = opening.result()
+                for _, wal in opened:
+                    wal.close()
+                os.close(lock_fd)
             raise
         store: DiskStore
         containers: list[Container] = []
