@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -102,25 +104,52 @@ def test_serve_rejects_an_out_of_range_port(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()
 
 
-def test_demo_reads_back_every_event_after_a_restart(tmp_path: Path) -> None:
+def _processes_with(marker: str) -> list[int]:
+    """Processes whose environment holds ``marker`` (the demo's children inherit it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+def test_demo_summarises_every_shipped_event_once_and_cleans_up(tmp_path: Path) -> None:
+    marker = f"HEADRACE_DEMO_TEST_MARK={uuid.uuid4().hex}"
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "headrace",
             "demo",
-            "--data-dir",
-            str(tmp_path / "demo"),
-            "--segments",
-            "2",
-            "--writers",
-            "3",
             "--events",
-            "600",
+            "2000",
+            "--minutes",
+            "2",
+            "--max-events-per-trigger",
+            "1000",
+            "--work-dir",
+            str(tmp_path / "demo"),
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "read back all 600 events after a restart" in result.stdout
+    out = result.stdout
+    assert "shipped 2000 access-log events into logs/access" in out
+    assert "summarised 2000 of 2000 events in 2 one-minute windows" in out
+    # The table: one row per minute, 1,000 requests each (the generator is deterministic).
+    assert [line.split("│")[2].strip() for line in out.splitlines() if "│ 03:0" in line] == [
+        "1,000",
+        "1,000",
+    ]
+    assert (tmp_path / "demo" / "summary.parquet").is_dir()
+    assert (tmp_path / "demo" / "checkpoint" / "commits").is_dir()
+    assert _processes_with(marker) == []

@@ -1,115 +1,403 @@
-"""``headrace demo``: the main job until the Spark pipeline lands.
+"""``headrace demo``: the reference pipeline, end to end on one machine.
 
-Starts an embedded server on a fresh data directory, writes a few thousand
-events through the store from concurrent writers (Pravega event framing,
-writer ids and event numbers as the real clients send them), stops the
-server, starts it again on the same directory, reads every event back and
-checks that each one is there exactly once and in order.
+1. An embedded headrace server (``ServerApp``) on a temporary data directory,
+   listening on free loopback ports: controller, segment store, Lumberjack.
+2. Web-server access logs shipped into stream ``logs/access`` over the
+   Lumberjack v2 protocol (JSON documents ``{"message": line, "host": ...}``,
+   pipelined windows, each acknowledged once stored): a deterministic
+   generator of realistic Combined Log Format lines by default, or the lines
+   of ``--logs FILE...``.
+3. The PySpark Structured Streaming job of ``headrace.spark.pipeline``: parse,
+   then per 1-minute window requests, bytes, status-class rates and top paths,
+   with a checkpoint; results to stream ``logs/summary`` (exactly once) and to
+   Parquet.
+4. A table of the results and the end-to-end events/s. The server, Spark and
+   the temporary directory are cleaned up on the way out; the exit status is 0
+   only if every shipped event was counted exactly once.
+
+This module and ``headrace.spark`` are the only ones that import pyspark.
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
+import json
+import os
+import random
+import socket
+import sys
 import tempfile
+import threading
 import time
-import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
+from headrace.protocols.lumberjack import (
+    Ack,
+    ConnectionClosed,
+    JsonData,
+    LumberjackConnection,
+    ProtocolVersion,
+    Role,
+    WindowSize,
+)
 from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
-from headrace.store.api import SegmentStore
-from headrace.types import WriterAppend
 
-__all__ = ["demo"]
+__all__ = ["demo", "generate_access_logs", "ship_lumberjack"]
 
-EVENT_HEADER = struct.Struct(">ii")  # Pravega event framing: type 0, payload length
-EVENTS_PER_BLOCK = 50  # events per append, like a client batching a burst of writes
+SOURCE_STREAM = "logs/access"
+SUMMARY_STREAM = "logs/summary"
+WINDOW_EVENTS = 1000
+"""Events per Lumberjack window (libbeat sends up to 2048)."""
+WINDOWS_IN_FLIGHT = 2
+"""Windows sent before waiting for the oldest ack (libbeat pipelines 2)."""
+IO_TIMEOUT_S = 60.0
+"""Longest wait for an ack or a connection; the server acks within its own 120 s."""
+SERVER_TIMEOUT_S = 30.0
+QUERY_POLL_S = 1
+"""How often the progress display looks at the query (display only)."""
+QUERY_TIMEOUT_S = 1800.0
+
+PATHS = [
+    ("/", 30),
+    ("/index.html", 12),
+    ("/products", 10),
+    ("/products/42", 6),
+    ("/products/7", 5),
+    ("/cart", 6),
+    ("/checkout", 3),
+    ("/api/v1/search", 9),
+    ("/api/v1/items", 8),
+    ("/static/app.js", 7),
+    ("/static/style.css", 7),
+    ("/favicon.ico", 4),
+    ("/login", 3),
+    ("/admin", 1),
+]
+STATUSES = [(200, 80), (304, 8), (301, 2), (404, 6), (403, 1), (500, 2), (503, 1)]
+METHODS = [("GET", 90), ("POST", 8), ("HEAD", 2)]
+AGENTS = [
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_6) AppleWebKit/605.1.15 Safari/605.1.15",
+    "curl/8.5.0",
+    "Googlebot/2.1 (+http://www.google.com/bot.html)",
+]
+HOSTS = [f"web-{n}" for n in range(1, 5)]
+START_TIME = datetime(2026, 11, 22, 3, 0, 0, tzinfo=UTC)
 
 
-def _frame(payload: bytes) -> bytes:
-    return EVENT_HEADER.pack(0, len(payload)) + payload
+def generate_access_logs(count: int, *, minutes: int = 10, seed: int = 7) -> Iterator[str]:
+    """``count`` Combined Log Format lines spread over ``minutes`` minutes (deterministic)."""
+    rng = random.Random(seed)
+    paths, path_w = zip(*PATHS, strict=True)
+    statuses, status_w = zip(*STATUSES, strict=True)
+    methods, method_w = zip(*METHODS, strict=True)
+    step_s = minutes * 60 / max(count, 1)
+    for i in range(count):
+        at = START_TIME + timedelta(seconds=i * step_s)
+        status = rng.choices(statuses, status_w)[0]
+        size = 0 if status in (304, 301) else int(rng.lognormvariate(8, 1.2))
+        client = f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+        yield (
+            f"{client} - - [{at.strftime('%d/%b/%Y:%H:%M:%S +0000')}] "
+            f'"{rng.choices(methods, method_w)[0]} {rng.choices(paths, path_w)[0]} HTTP/1.1" '
+            f'{status} {size} "-" "{rng.choice(AGENTS)}"'
+        )
 
 
-def _unframe(data: bytes) -> list[bytes]:
-    events, position = [], 0
-    while position < len(data):
-        kind, size = EVENT_HEADER.unpack_from(data, position)
-        if kind != 0:
-            raise click.ClickException(f"bad event frame at {position}")
-        start = position + EVENT_HEADER.size
-        events.append(data[start : start + size])
-        position = start + size
-    return events
+async def ship_lumberjack(host: str, port: int, lines: Sequence[str], progress: Any = None) -> int:
+    """Send ``lines`` as Lumberjack v2 JSON documents; returns how many were acked.
 
+    ``progress(n)`` is called with each acknowledged window's size.
+    """
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), IO_TIMEOUT_S)
+    conn = LumberjackConnection(Role.CLIENT, version=ProtocolVersion.V2)
+    sizes: list[int] = []
+    acked = 0
 
-async def _write(store: SegmentStore, segment: str, writer: int, count: int) -> None:
-    writer_id = uuid.uuid4()
-    for first in range(0, count, EVENTS_PER_BLOCK):
-        last = min(first + EVENTS_PER_BLOCK, count)
-        block = b"".join(_frame(f"{segment}|{writer}|{n}".encode()) for n in range(first, last))
-        await store.append(segment, block, writer=WriterAppend(writer_id, last))
+    async def wait_acks(keep: int) -> None:
+        nonlocal acked
+        while conn.unacked_windows > keep:
+            data = await asyncio.wait_for(reader.read(65536), IO_TIMEOUT_S)
+            conn.receive_data(data)
+            for event in conn.events():
+                if isinstance(event, ConnectionClosed):
+                    raise click.ClickException("the server closed the Lumberjack connection")
+                assert isinstance(event, Ack)
+            while len(sizes) > conn.unacked_windows:
+                done = sizes.pop(0)
+                acked += done
+                if progress is not None:
+                    progress(done)
 
-
-async def _read_all(store: SegmentStore, segment: str) -> list[bytes]:
-    info = await store.info(segment)
-    result = await store.read(segment, info.start_offset, info.length - info.start_offset)
-    return _unframe(result.data)
-
-
-async def _demo(data_dir: Path, segments: int, writers: int, events: int) -> None:
-    no_listeners = {name: 0 for name in DEFAULT_PORTS}
-    names = [f"demo/events/{n}.#epoch.0" for n in range(segments)]
-    per_writer = events // (segments * writers)
-
-    app = ServerApp(ServerConfig(data_dir=data_dir, ports=no_listeners))
-    await app.start()
-    started = time.perf_counter()
-    for name in names:
-        await app.store.create_segment(name)
-    await asyncio.gather(
-        *(_write(app.store, name, w, per_writer) for name in names for w in range(writers))
-    )
-    elapsed = time.perf_counter() - started
-    total = per_writer * segments * writers
-    click.echo(
-        f"wrote {total} events to {segments} segments from {segments * writers} concurrent "
-        f"writers in {elapsed:.2f} s ({total / elapsed:,.0f} events/s, each fsynced before ack)"
-    )
-    await app.aclose()
-    click.echo("stopped the server; starting it again on the same data directory")
-
-    app = ServerApp(ServerConfig(data_dir=data_dir, ports=no_listeners))
-    await app.start()
     try:
-        for name in names:
-            got = await _read_all(app.store, name)
-            info = await app.store.info(name)
-            for w in range(writers):
-                mine = [e for e in got if e.startswith(f"{name}|{w}|".encode())]
-                expected = [f"{name}|{w}|{n}".encode() for n in range(per_writer)]
-                if mine != expected:
-                    raise click.ClickException(f"{name}: writer {w} events differ after restart")
-            click.echo(
-                f"  {name}: {len(got)} events, {info.length} bytes, "
-                f"{len(info.attributes)} writer ids remembered"
-            )
+        for first in range(0, len(lines), WINDOW_EVENTS):
+            window = lines[first : first + WINDOW_EVENTS]
+            conn.send(WindowSize(len(window)))
+            for seq, line in enumerate(window, 1):
+                doc = {"message": line, "host": HOSTS[(first + seq) % len(HOSTS)]}
+                conn.send(JsonData(seq, json.dumps(doc).encode()))
+            sizes.append(len(window))
+            writer.write(conn.data_to_send())
+            await writer.drain()
+            await wait_acks(WINDOWS_IN_FLIGHT - 1)
+        await wait_acks(0)
     finally:
-        await app.aclose()
-    click.echo(f"read back all {total} events after a restart: each exactly once, in order")
+        writer.close()
+        await writer.wait_closed()
+    return acked
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class _EmbeddedServer:
+    """A ``ServerApp`` running on its own event loop in a thread."""
+
+    def __init__(self, data_dir: Path) -> None:
+        ports = {name: 0 for name in DEFAULT_PORTS}
+        for name in ("controller", "segment_store", "lumberjack"):
+            ports[name] = _free_port()
+        config = ServerConfig(data_dir=data_dir, ports=ports)
+        config.lumberjack = replace(config.lumberjack, stream=SOURCE_STREAM)
+        self.app = ServerApp(config)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="headrace-server")
+        self.thread.start()
+        self._call(self.app.start())
+        self.ports = self.app.ports
+        self.controller = f"tcp://127.0.0.1:{self.ports['controller']}"
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(SERVER_TIMEOUT_S)
+
+    def run(self, coro: Any) -> Any:
+        return self._call(coro)
+
+    def close(self) -> None:
+        try:
+            self._call(self.app.aclose())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(SERVER_TIMEOUT_S)
+            self.loop.close()
+
+
+def _read_lines(files: Sequence[Path]) -> list[str]:
+    lines: list[str] = []
+    for path in files:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            lines.extend(line.rstrip("\n") for line in f if line.strip())
+    return lines
+
+
+def _spark_session(master: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("headrace-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _await(query: Any, timeout_s: int) -> bool:
+    """Wait for the query to end; a failed query becomes a short error message."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        return bool(query.awaitTermination(timeout_s))
+    except StreamingQueryException as exc:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        raise click.ClickException(f"the streaming query failed: {' '.join(lines[-3:])}") from None
+
+
+def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console: Any) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from headrace.spark.pipeline import start_summary_query
+
+    server = _EmbeddedServer(work_dir / "data")
+    spark = None
+    try:
+        console.print(
+            f"headrace server: controller {server.controller}, "
+            f"Lumberjack 127.0.0.1:{server.ports['lumberjack']}, data in {work_dir / 'data'}"
+        )
+        columns = (
+            TextColumn("{task.description:<28}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        started = time.perf_counter()
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("ship over Lumberjack", total=len(lines))
+            acked = server.run(
+                ship_lumberjack(
+                    "127.0.0.1",
+                    server.ports["lumberjack"],
+                    lines,
+                    lambda n: progress.advance(task, n),
+                )
+            )
+        shipped_s = time.perf_counter() - started
+        console.print(
+            f"shipped {acked} access-log events into {SOURCE_STREAM} in {shipped_s:.1f} s "
+            f"({acked / shipped_s:,.0f} events/s, each acknowledged once stored)"
+        )
+
+        spark_started = time.perf_counter()
+        spark = _spark_session(master)
+        processing = time.perf_counter()
+        query = start_summary_query(
+            spark,
+            controller=server.controller,
+            checkpoint=str(work_dir / "checkpoint"),
+            parquet=str(work_dir / "summary.parquet"),
+            source=SOURCE_STREAM,
+            summary=SUMMARY_STREAM,
+            max_events_per_trigger=max_events,
+        )
+        seen: set[int] = set()
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("Spark: parse and summarise", total=len(lines))
+            deadline = time.monotonic() + QUERY_TIMEOUT_S
+            while not _await(query, QUERY_POLL_S):
+                if time.monotonic() > deadline:
+                    query.stop()
+                    raise click.ClickException("the streaming query did not finish in time")
+                for p in query.recentProgress:
+                    if p["batchId"] not in seen:
+                        seen.add(p["batchId"])
+                        progress.advance(task, p["numInputRows"])
+            for p in query.recentProgress:
+                if p["batchId"] not in seen:
+                    seen.add(p["batchId"])
+                    progress.advance(task, p["numInputRows"])
+        if query.exception() is not None:
+            raise click.ClickException(f"the streaming query failed: {query.exception()}")
+        done = time.perf_counter()
+
+        rows = spark.read.parquet(str(work_dir / "summary.parquet")).orderBy("window_start")
+        rows = rows.collect()
+        published = (
+            spark.read.format("headrace")
+            .option("controller", server.controller)
+            .option("stream", SUMMARY_STREAM)
+            .load()
+            .count()
+        )
+        days = sorted({r.window_start.strftime("%Y-%m-%d") for r in rows})
+        table = Table(title=f"access logs per minute, {', '.join(days)} (UTC)")
+        for name in ("minute", "requests", "MiB", "2xx", "3xx", "4xx", "5xx", "top paths"):
+            table.add_column(name, justify="left" if name in ("minute", "top paths") else "right")
+        for r in rows:
+            table.add_row(
+                r.window_start.strftime("%H:%M"),
+                f"{r.requests:,}",
+                f"{r.bytes / 2**20:.1f}",
+                *(f"{getattr(r, f'rate_{c}xx'):.1%}" for c in (2, 3, 4, 5)),
+                ", ".join(r.top_paths),
+            )
+        console.print(table)
+        total = sum(r.requests for r in rows)
+        elapsed = done - started
+        console.print(
+            f"micro-batches: {len(seen)}; summary records published to {SUMMARY_STREAM}: "
+            f"{published}; Spark start {processing - spark_started:.1f} s, "
+            f"processing {done - processing:.1f} s"
+        )
+        console.print(
+            f"summarised {total} of {acked} events in {len(rows)} one-minute windows; "
+            f"end to end {elapsed:.1f} s, {acked / elapsed:,.0f} events/s"
+        )
+        if total != acked:
+            raise click.ClickException(f"the summary counts {total} requests, {acked} were shipped")
+    finally:
+        if spark is not None:
+            spark.stop()
+        server.close()
 
 
 @click.command()
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-@click.option("--segments", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option("--writers", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option("--events", type=click.IntRange(1, 10_000_000), default=5000, show_default=True)
-def demo(data_dir: Path | None, segments: int, writers: int, events: int) -> None:
-    """Write and read back events through an embedded server (a fresh temp dir by default)."""
-    if data_dir is not None:
-        asyncio.run(_demo(data_dir, segments, writers, events))
+@click.option(
+    "--events",
+    type=click.IntRange(1, 100_000_000),
+    default=100_000,
+    show_default=True,
+    help="Access-log events to generate (ignored with --logs).",
+)
+@click.option(
+    "--minutes",
+    type=click.IntRange(1, 1440),
+    default=10,
+    show_default=True,
+    help="Minutes of log time the generated events span.",
+)
+@click.option(
+    "--logs",
+    "log_files",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help="Ship the lines of these access-log files instead.",
+)
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+@click.option(
+    "--max-events-per-trigger",
+    type=click.IntRange(1),
+    default=25_000,
+    show_default=True,
+    help="Events per micro-batch.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the data, checkpoint and Parquet here (default: a temporary directory).",
+)
+def demo(
+    events: int,
+    minutes: int,
+    log_files: tuple[Path, ...],
+    master: str,
+    max_events_per_trigger: int,
+    work_dir: Path | None,
+) -> None:
+    """Run the reference pipeline: Lumberjack -> headrace -> Spark -> summary."""
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    if log_files:
+        lines = _read_lines(log_files)
+    else:
+        lines = list(generate_access_logs(events, minutes=minutes))
+    if not lines:
+        raise click.ClickException("no log lines to ship")
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        _run(work_dir, lines, master, max_events_per_trigger, console)
         return
     with tempfile.TemporaryDirectory(prefix="headrace-demo-") as tmp:
-        asyncio.run(_demo(Path(tmp), segments, writers, events))
+        _run(Path(tmp), lines, master, max_events_per_trigger, console)

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from headrace.client import PravegaClient, Segment, TxnId
+from headrace.client import PravegaClient, ScalingPolicy, Segment, StreamConfig, TxnId
 from headrace.client.errors import (
     ControllerError,
     NoSuchSegmentError,
@@ -643,6 +643,18 @@ def commit_batch(
         return chosen
 
     return _run(uri, work)
+
+
+def ensure_stream(uri: str, name: str, segments: int) -> None:
+    """Create ``scope/stream`` (and its scope) with ``segments`` fixed segments if missing."""
+    scope, stream = _split_name(name)
+
+    async def work(client: PravegaClient) -> None:
+        await client.controller.create_scope(scope)
+        config = StreamConfig(ScalingPolicy.fixed(segments))
+        await client.controller.create_stream(scope, stream, config)
+
+    _run(uri, work)
 
 
 def new_writer_id() -> str:
