@@ -43,6 +43,7 @@ class Server:
     rsio_port: int
     controller_port: int
     tank_port: int
+    http_port: int
     lines: queue.Queue[str]
     pump: threading.Thread
 
@@ -53,7 +54,7 @@ class Server:
 
 def _start(data_dir: Path, *extra: str) -> Server:
     rsio_port, controller_port, store_port = free_port(), free_port(), free_port()
-    tank_port = free_port()
+    tank_port, http_port = free_port(), free_port()
     command = [
         sys.executable, "-m", "headrace", "serve",
         "--data-dir", str(data_dir),
@@ -61,7 +62,7 @@ def _start(data_dir: Path, *extra: str) -> Server:
         "--controller-port", str(controller_port),
         "--segment-store-port", str(store_port),
         "--tank-port", str(tank_port),
-        "--lumberjack-port", "0", "--lumberjack-tls-port", "0", "--http-port", "0",
+        "--lumberjack-port", "0", "--lumberjack-tls-port", "0", "--http-port", str(http_port),
         *extra,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
@@ -84,7 +85,7 @@ def _start(data_dir: Path, *extra: str) -> Server:
         line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
         seen.append(line)
         if "headrace ready" in line:
-            return Server(process, rsio_port, controller_port, tank_port, lines, thread)
+            return Server(process, rsio_port, controller_port, tank_port, http_port, lines, thread)
         if not line or time.monotonic() > deadline:
             process.kill()
             raise AssertionError("headrace serve did not start:\n" + "".join(seen))

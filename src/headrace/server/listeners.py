@@ -5,6 +5,6 @@ in ``app.LISTENER_STARTERS`` (each listener module registers itself at import);
 
 from __future__ import annotations
 
-from headrace.server import controller, lumberjack, pravega, rsio, tank
+from headrace.server import controller, http, lumberjack, pravega, rsio, tank
 
-__all__ = ["controller", "lumberjack", "pravega", "rsio", "tank"]
+__all__ = ["controller", "http", "lumberjack", "pravega", "rsio", "tank"]
