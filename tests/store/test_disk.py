@@ -554,3 +554,23 @@ async def test_cancelled_open_releases_the_directory(tmp_path: Path) -> None:
         assert "plain" in await store.list_segments()
     finally:
         await store.close()
+
+
+async def test_interval_policy_syncs_while_one_task_appends_in_a_loop(tmp_path: Path) -> None:
+    """Under ``fsync=interval`` an append never parks; the periodic sync must still run."""
+    store = await DiskStore.open(
+        tmp_path / "data", fsync=FsyncPolicy.INTERVAL, fsync_interval_s=0.01, container_count=1
+    )
+    try:
+        await store.create_segment("s")
+        syncs_before = store.file_ops.wal_syncs
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 0.5  # 50 sync intervals of appending without a pause
+        appends = 0
+        while loop.time() < deadline:
+            await store.append("s", b"x" * 100)
+            appends += 1
+        assert appends > 0
+        assert store.file_ops.wal_syncs > syncs_before
+    finally:
+        await store.close()

@@ -231,7 +231,15 @@ class Container:
         """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
         if self.failure is not None:
             raise StoreClosed(f"the store stopped after an I/O error: {self.failure}")
-        if self.policy is not FsyncPolicy.ALWAYS or seq <= self.synced_seq:
+        if self.policy is not FsyncPolicy.ALWAYS:
+            if on_durable is not None:
+                on_durable()
+            # Acknowledged without waiting, so yield once: a task appending in a
+            # loop would otherwise never let the committer run its interval sync
+            # or a checkpoint, and the loss bound of ``interval`` would not hold.
+            await asyncio.sleep(0)
+            return
+        if seq <= self.synced_seq:
             if on_durable is not None:
                 on_durable()
             return
