@@ -8,6 +8,7 @@ import pytest
 
 from headrace.client import PravegaClient
 from headrace.client.rsio import RsioClient, RsioError, decode_record
+from headrace.protocols.pravega.routing import routing_key_position
 from headrace.protocols.rsio import MAX_DEMAND
 
 from .conftest import WAIT_S, Server, new_stream, write_events
@@ -188,5 +189,29 @@ async def test_unbounded_demand_reads_everything(server: Server, pravega: Praveg
         for k in range(7):
             mine = [r.value for r in records if int(r.value[1:]) % 7 == k]
             assert mine == [e for i, e in enumerate(events) if i % 7 == k]
+    finally:
+        await client.goodbye()
+
+
+async def test_a_busy_segment_does_not_starve_another(
+    server: Server, pravega: PravegaClient
+) -> None:
+    scope, stream = await new_stream(pravega, segments=2)
+    low = next(k for k in (f"k{i}" for i in range(100)) if routing_key_position(k) < 0.5)
+    high = next(k for k in (f"k{i}" for i in range(100)) if routing_key_position(k) >= 0.5)
+    writer = await pravega.create_writer(scope, stream)
+    for i in range(1000):
+        await writer.write(b"busy%d" % i, low)
+    for i in range(5):
+        await writer.write(b"quiet%d" % i, high)
+    await writer.flush()
+    await writer.aclose()
+    client = await RsioClient.connect("127.0.0.1", server.rsio_port)
+    try:
+        sub = client.subscribe(f"{scope}/{stream}", batch=20)
+        first = [await asyncio.wait_for(sub.next(), WAIT_S) for _ in range(20)]
+        # Segments are taken in turns: the quiet one's events come among the first.
+        assert [e for e in first if e.startswith(b"quiet")] == [b"quiet%d" % i for i in range(5)]
+        assert [e for e in first if e.startswith(b"busy")] == [b"busy%d" % i for i in range(15)]
     finally:
         await client.goodbye()

@@ -333,11 +333,12 @@ class StreamCursor:
         """
         store = self._app.store
         self._segments = [seg for seg in self._segments if seg.records or not seg.finished]
-        reading = [seg for seg in self._segments if not seg.finished]
+        reading = [seg for seg in self._segments if not seg.finished and not seg.records]
+        progress = False
         waiting: list[_SegmentRead] = []
+        # One chunk from every segment that has nothing ready, so that a busy
+        # segment cannot starve the others.
         for seg in reading:
-            if seg.records:
-                return
             offset = seg.events.offset + len(seg.events.buffer)
             want = max(READ_CHUNK_BYTES, seg.events.missing_bytes())
             if seg.until is not None:
@@ -347,21 +348,21 @@ class StreamCursor:
             except SegmentTruncated:
                 info = await store.info(seg.name)  # retention moved the head: go on from there
                 seg.events = EventBuffer(info.start_offset)
-                return
+                progress = True
+                continue
             if got.data:
+                progress = True
                 records = records_from_events(
                     self.name, seg.name, seg.events.feed(got.data), tank=self.tank
                 )
                 seg.records.extend(records)
             reached_until = seg.until is not None and offset + len(got.data) >= seg.until
             if got.end_of_segment or reached_until:
+                progress = True
                 self._finish(seg, successors=not reached_until)
-                return
-            if seg.records:
-                return
-            if not got.data:
+            elif not got.data:
                 waiting.append(seg)
-        if waiting and len(waiting) == len(reading):
+        if not progress and waiting:
             await self._wait_any(waiting)
 
     async def _wait_any(self, segments: list[_SegmentRead]) -> None:
