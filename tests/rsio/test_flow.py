@@ -6,6 +6,7 @@ import asyncio
 import statistics
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from headrace.client import PravegaClient
 from headrace.client.rsio import RsioClient, RsioError
 from headrace.protocols.rsio import MAX_DEMAND
 
-from .conftest import WAIT_S, Server, new_stream, write_events
+from .conftest import WAIT_S, Server, _start, new_stream, stop, write_events
 
 
 async def test_fifty_subscriptions_with_different_demand(
@@ -155,3 +156,54 @@ async def test_offer_to_a_sealed_stream_is_refused(server: Server, pravega: Prav
             await asyncio.wait_for(client.offer(f"{scope}/{stream}", [b"x"]), WAIT_S)
     finally:
         await client.goodbye()
+
+
+def _reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (proc(5))
+
+
+def _memory_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+async def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) -> None:
+    server = _start(tmp_path / "data")  # its own process, so its memory peak is ours to read
+    try:
+        pravega = PravegaClient(server.controller_uri)
+        try:
+            scope, stream = await new_stream(pravega)
+            # 40 MB of 200 KB events (each above malloc's mmap threshold, so freed
+            # memory leaves the process and the peak shows what was held at once).
+            events = [bytes([i % 256]) * 200_000 for i in range(200)]
+            await write_events(pravega, scope, stream, events)
+            await pravega.controller.seal_stream(scope, stream)
+        finally:
+            await pravega.aclose()
+        pid = server.process.pid
+        _reset_peak(pid)
+        before = _memory_kib(pid, "VmRSS")
+        name = f"{scope}/{stream}".encode()
+        unbounded = bytes.fromhex("ffffffffffffffff7f")
+        subscribe = bytes([0x04, len(name)]) + name + bytes([0x01]) + unbounded
+        stalled = []
+        for _ in range(2):  # two stalled connections, unbounded demand, never read
+            _, writer = await asyncio.open_connection("127.0.0.1", server.rsio_port)
+            writer.write(bytes.fromhex("03010000") + bytes([len(subscribe)]) + subscribe)
+            stalled.append(writer)
+        # A reader of the whole stream meanwhile: the stalled ones had all that time.
+        client = await RsioClient.connect("127.0.0.1", server.rsio_port)
+        try:
+            got = await asyncio.wait_for(_collect(client.subscribe(name.decode(), batch=8)), 60)
+            assert len(got) == len(events)
+        finally:
+            await client.goodbye()
+        peak = _memory_kib(pid, "VmHWM")
+        for writer in stalled:
+            writer.close()
+        # Unbounded, each stalled subscription would hold the 40 MB stream.
+        assert peak - before < 20_000, f"peak grew by {peak - before} KiB"
+    finally:
+        stop(server)
