@@ -52,7 +52,7 @@ class Server:
         return f"tcp://127.0.0.1:{self.controller_port}"
 
 
-def _start(data_dir: Path, *extra: str) -> Server:
+def start_server(data_dir: Path, *extra: str) -> Server:
     rsio_port, controller_port, store_port = free_port(), free_port(), free_port()
     tank_port, http_port = free_port(), free_port()
     command = [
@@ -93,7 +93,7 @@ def _start(data_dir: Path, *extra: str) -> Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = _start(tmp_path_factory.mktemp("rsio-data"))
+    srv = start_server(tmp_path_factory.mktemp("rsio-data"))
     yield srv
     stop(srv)
 

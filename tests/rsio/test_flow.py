@@ -14,7 +14,7 @@ from headrace.client import PravegaClient
 from headrace.client.rsio import RsioClient, RsioError
 from headrace.protocols.rsio import MAX_DEMAND
 
-from .conftest import WAIT_S, Server, _start, new_stream, stop, write_events
+from .conftest import WAIT_S, Server, new_stream, start_server, stop, write_events
 
 
 async def test_fifty_subscriptions_with_different_demand(
@@ -170,7 +170,7 @@ def _memory_kib(pid: int, field: str) -> int:
 
 
 async def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) -> None:
-    server = _start(tmp_path / "data")  # its own process, so its memory peak is ours to read
+    server = start_server(tmp_path / "data")  # its own process, so its memory peak is ours to read
     try:
         pravega = PravegaClient(server.controller_uri)
         try:

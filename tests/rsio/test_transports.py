@@ -25,7 +25,7 @@ from headrace.protocols.rsio import (
 )
 from headrace.protocols.tank import BundleMessage
 
-from .conftest import WAIT_S, Server, _start, new_stream, stop, write_events
+from .conftest import WAIT_S, Server, new_stream, start_server, stop, write_events
 
 
 async def test_tank_topic_is_read_as_records(server: Server) -> None:
@@ -104,7 +104,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
          "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    srv = _start(directory / "data", "--tls-cert", str(cert), "--tls-key", str(key))
+    srv = start_server(directory / "data", "--tls-cert", str(cert), "--tls-key", str(key))
     yield srv, cert
     stop(srv)
 
