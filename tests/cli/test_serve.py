@@ -118,6 +118,7 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.timeout(900)
 def test_demo_summarises_every_shipped_event_once_and_cleans_up(tmp_path: Path) -> None:
     marker = f"HEADRACE_DEMO_TEST_MARK={uuid.uuid4().hex}"
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}

@@ -102,3 +102,30 @@ def test_fail_on_data_loss_after_truncation(
     _run_to_parquet(_stream(spark, server, name, **option), out, checkpoint)
     values = sorted(bytes(r.value) for r in spark.read.parquet(str(out)).collect())
     assert values == events[:100] + events[150:]
+
+
+def test_a_stream_that_scales_is_followed_through_its_successors(
+    server: Server, spark: Any, stream_name: str, tmp_path: Path
+) -> None:
+    server.create_stream("sp", stream_name, segments=1)
+    name = f"sp/{stream_name}"
+    before = [(f"k{i % 20}", b"before-%04d" % i) for i in range(300)]
+    after = [(f"k{i % 20}", b"after-%04d" % i) for i in range(300)]
+    server.write("sp", stream_name, before)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    _run_to_parquet(_stream(spark, server, name, maxEventsPerTrigger="200"), out, checkpoint)
+
+    async def scale(client: PravegaClient) -> None:
+        new = await client.controller.scale_stream("sp", stream_name, [0], [(0.0, 0.5), (0.5, 1.0)])
+        assert len(new) == 2
+
+    server.run(scale)
+    server.write("sp", stream_name, after)
+    _run_to_parquet(_stream(spark, server, name, maxEventsPerTrigger="200"), out, checkpoint)
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(e for _, e in before + after)
+    assert len({r.partition for r in rows}) == 3  # the first segment and its two successors
+    batch = (
+        spark.read.format("headrace").option("controller", server.uri).option("stream", name).load()
+    )
+    assert batch.count() == 600
