@@ -28,14 +28,6 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"*"},
 }
 
-# Single modules a layer may import outside its allowed layers. The client speaks
-# the controller's gRPC API with the message classes generated from the
-# controller's .proto (pure protobuf data, no I/O, no store): one schema for both
-# ends rather than a second generated copy.
-ALLOWED_MODULES: dict[str, set[str]] = {
-    "client": {"headrace.controller._proto", "headrace.controller._proto.controller_pb2"},
-}
-
 # Sans-I/O code must not touch the event loop, sockets or logging.
 FORBIDDEN_IN_SANS_IO = {"asyncio", "socket", "logging", "selectors", "ssl"}
 
@@ -70,8 +62,6 @@ def test_layer_imports_only_allowed_layers(path: Path) -> None:
     for name in _imports(path):
         parts = name.split(".")
         if parts[0] != "headrace" or len(parts) < 2 or parts[1] == layer:
-            continue
-        if name in ALLOWED_MODULES.get(layer, set()):
             continue
         assert parts[1] in allowed, f"{path.relative_to(SRC)} imports {name}"
 

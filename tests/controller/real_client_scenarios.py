@@ -246,7 +246,7 @@ def events_and_transactions(m: Any) -> dict[str, Any]:
 
 
 def scale_while_writing(m: Any, uri: str) -> dict[str, Any]:
-    from headrace.controller._proto import controller_pb2 as pb
+    from headrace.protocols.pravega import controller_pb2 as pb
 
     m.create_scope("e2e2")
     m.create_stream("e2e2", "st", 1)
@@ -301,7 +301,7 @@ SEGMENT_STORE_SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def _head(uri: str, scope: str, stream: str) -> list[tuple[int, int]]:
-    from headrace.controller._proto import controller_pb2 as pb
+    from headrace.protocols.pravega import controller_pb2 as pb
 
     reply = _controller_call(
         uri,

@@ -11,9 +11,9 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from headrace.controller._proto import controller_pb2 as pb
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 from headrace.controller.service import ControllerServer
+from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.store.memory import MemoryStore
 
 # Every RPC of the client's proto (controller spec section 3), spelled exactly.

@@ -1,9 +1,9 @@
 """Controller client: scopes, streams, segments and transactions over gRPC (``grpc.aio``).
 
 Speaks the controller API of ``pravega-controller.md`` with the message
-classes generated from our ``controller.proto`` and the method table of
-``headrace.controller._proto`` (the same table our server registers, so a
-method name cannot differ between the two). Works against headrace and any
+classes generated from our ``controller.proto``
+(``headrace.protocols.pravega.controller_pb2``, the same descriptor our
+server registers, so a method name cannot differ between the two). Works against headrace and any
 Pravega controller.
 
 gRPC failures are translated in one place (:func:`_rpc`): ``UNAVAILABLE``
@@ -31,8 +31,8 @@ import grpc.aio  # type: ignore[import-untyped]
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from headrace.controller._proto import controller_pb2 as pb
 from headrace.errors import ConnectionLost, RequestTimeout, ServerError
+from headrace.protocols.pravega import controller_pb2 as pb
 
 from ._conn import DEFAULT_RETRY, RetryPolicy
 from .errors import ControllerError

@@ -6,7 +6,8 @@
 * ``errors``: what the model raises;
 * ``rpc`` and ``service``: the gRPC method table, ``ControllerService``
   (proto <-> model, errors -> replies in one table) and ``ControllerServer``;
-* ``_proto``: the ``.proto`` and its generated modules
+* the wire schema (the ``.proto`` and its generated modules) lives with the
+  other wire protocol definitions in ``headrace.protocols.pravega``
   (``scripts/gen_controller_proto.py`` regenerates them).
 """
 

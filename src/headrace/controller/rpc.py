@@ -1,6 +1,6 @@
 """The controller's gRPC method table, built from the service descriptor.
 
-``controller_pb2`` (generated from ``_proto/controller.proto``) describes the
+``controller_pb2`` (generated from ``protocols/pravega/controller.proto``) describes the
 ``ControllerService``; this module turns that description into what grpc
 needs on either side: for each RPC its full method path and its request and
 response message classes. The servicer (``service.py``) and test clients use
@@ -12,7 +12,7 @@ from __future__ import annotations
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from headrace.controller._proto import controller_pb2 as pb
+from headrace.protocols.pravega import controller_pb2 as pb
 
 __all__ = ["METHODS", "SERVICE_NAME", "RpcMethod", "method_path"]
 

@@ -34,7 +34,6 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 from google.protobuf.message import Message
 
-from headrace.controller._proto import controller_pb2 as pb
 from headrace.controller.errors import (
     ControllerError,
     InvalidArgument,
@@ -66,6 +65,7 @@ from headrace.controller.records import (
 )
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 from headrace.errors import StoreClosed
+from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.store.api import SegmentStore
 
 __all__ = [
