@@ -253,6 +253,7 @@ def advance(uri: str, start: Position, opts: ReadOptions) -> Position:
                         f"{seg.name} was truncated to offset {stat.start_offset}; "
                         f"the query was at {off}",
                     )
+                    off = cur[seg_id] = stat.start_offset  # skipping: limits count from here
                 out[seg_id] = max(stat.length, off)
                 if stat.sealed and off >= stat.length:
                     finished.add(seg.segment_id)
