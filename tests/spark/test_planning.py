@@ -1,0 +1,58 @@
+"""Micro-batch planning without Spark: trigger limits and splits fall on event boundaries."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from headrace.spark import OptionError, _io, read_options, write_options
+from tests.spark.conftest import Server
+
+EVENT_BYTES = 12  # 4-byte payload + the 8-byte event header
+
+
+def test_trigger_limits_cut_batches_on_event_boundaries(server: Server, stream_name: str) -> None:
+    server.create_stream("sp", stream_name, segments=1)
+    server.write("sp", stream_name, [(None, b"e%03d" % i) for i in range(100)])
+    name = f"sp/{stream_name}"
+    start = {name: {"0": 0}}
+    base = {"controller": server.uri, "stream": name}
+
+    by_events = read_options({**base, "maxEventsPerTrigger": "7"}, streaming=True)
+    assert _io.advance(server.uri, start, by_events) == {name: {"0": 7 * EVENT_BYTES}}
+    by_bytes = read_options({**base, "maxBytesPerTrigger": "130"}, streaming=True)
+    assert _io.advance(server.uri, start, by_bytes) == {name: {"0": 10 * EVENT_BYTES}}
+    unlimited = read_options(base, streaming=True)
+    assert _io.advance(server.uri, start, unlimited) == {name: {"0": 100 * EVENT_BYTES}}
+    near_end = {name: {"0": 98 * EVENT_BYTES}}
+    assert _io.advance(server.uri, near_end, by_events) == {name: {"0": 100 * EVENT_BYTES}}
+
+    ranges = _io.plan_ranges(server.uri, start, {name: {"0": 100 * EVENT_BYTES}}, 3)
+    assert len(ranges) == 3
+    assert all(r.start % EVENT_BYTES == 0 for r in ranges)
+    assert ranges[0].start == 0 and ranges[-1].end == 100 * EVENT_BYTES
+    assert all(a.end == b.start for a, b in itertools.pairwise(ranges))
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"stream": "a/b"}, "controller"),
+        ({"controller": "tcp://h:1"}, "stream"),
+        ({"controller": "tcp://h:1", "stream": "b"}, "scope"),
+        ({"controller": "tcp://h:1", "stream": "a/b", "maxBytesPerTrigger": "0"}, "maxBytes"),
+        ({"controller": "tcp://h:1", "stream": "a/b", "startingOffsets": "{"}, "startingOffsets"),
+        ({"controller": "tcp://h:1", "stream": "a/b", "failOnDataLoss": "maybe"}, "failOnData"),
+    ],
+)
+def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        read_options(options, streaming=True)
+
+
+def test_bad_write_options_name_the_option() -> None:
+    with pytest.raises(OptionError, match="transactionTimeoutMs"):
+        write_options({"controller": "h:1", "stream": "a/b", "transactionTimeoutMs": "999999"})
+    with pytest.raises(OptionError, match="writerId"):
+        write_options({"controller": "h:1", "stream": "a/b", "batchId": "3"})
