@@ -31,7 +31,8 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/store_append.py
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) headrace-data .pytest_cache .mypy_cache .ruff_cache

