@@ -246,7 +246,11 @@ class Profiler:
     """``py-spy record`` of a pid while a block runs (``--profile``): raw folded stacks."""
 
     def __init__(self, enabled: bool, pid: int, name: str, out_dir: Path) -> None:
-        self.enabled = enabled and shutil.which("py-spy") is not None
+        beside = Path(sys.executable).parent / "py-spy"
+        self.tool = str(beside) if beside.exists() else shutil.which("py-spy")
+        self.enabled = enabled and self.tool is not None
+        if enabled and self.tool is None:
+            say("  NOTE: py-spy not found (the bench extra); no profile")
         self.pid = pid
         self.path = out_dir / f"{name}.folded"
         self.name = name
@@ -256,7 +260,7 @@ class Profiler:
         if self.enabled:
             self.proc = subprocess.Popen(
                 [
-                    *("py-spy", "record", "--pid", str(self.pid), "--rate", "200"),
+                    *(str(self.tool), "record", "--pid", str(self.pid), "--rate", "200"),
                     *("--format", "raw", "--output", str(self.path), "--nonblocking"),
                 ],
                 stdout=subprocess.DEVNULL,
@@ -787,10 +791,8 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
             f" {row['server_cpu_us_per_event']} µs CPU/event"
         )
 
-        with Profiler(profile, pid, "tank_100b", prof_dir) as prof:
-            produce_s, cpu, consume_s = tank_produce(
-                listeners["tank"], sizes.small_events, prof, pid
-            )
+        prof = Profiler(profile, pid, "tank_100b", prof_dir)  # entered around the produce only
+        produce_s, cpu, consume_s = tank_produce(listeners["tank"], sizes.small_events, prof, pid)
         results["profiles"]["tank_100b"] = prof.summary
         row = rate_row(
             "headrace TANK (bundles of 8192)",
@@ -913,6 +915,16 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
             )
             say(f"  {n} segments: {results['scaling'][f'segments_{n}']['events_per_s']:,} events/s")
 
+        results["server_peak_rss_mib"] = {
+            "headrace_always": round(common.memory_kib(pid).get("VmHWM", 0) / 1024, 1)
+        }
+    finally:
+        common.stop(proc)
+
+    proc = common.start_headrace(scratch / "hr-never", listeners, "never")
+    pid = proc.pid
+    try:
+        # memory first, on a fresh server (a used one reuses the memory it freed)
         results["idle_memory"]["headrace"] = idle_connection_memory(
             listeners["segment-store"], pid, sizes.idle_connections
         )
@@ -923,17 +935,12 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
             f"  memory: {results['idle_memory']['headrace']},"
             f" {results['idle_memory']['headrace_parked']}"
         )
-        results["server_peak_rss_mib"] = {
-            "headrace_always": round(common.memory_kib(pid).get("VmHWM", 0) / 1024, 1)
-        }
-    finally:
-        common.stop(proc)
-
-    proc = common.start_headrace(scratch / "hr-never", listeners, "never")
-    pid = proc.pid
-    try:
-        with Measured(pid) as m:
+        with (
+            Profiler(profile, pid, "headrace_client_10k_never", scratch) as prof,
+            Measured(pid) as m,
+        ):
             seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
+        results["profiles"]["headrace_client_10k_never"] = prof.summary
         row = rate_row(
             "headrace client, fsync never", sizes.large_events, LARGE, seconds, pid=pid, cpu_s=m.cpu
         )
