@@ -27,6 +27,7 @@ from headrace.controller.errors import (
     TxnNotOpen,
 )
 from headrace.controller.model import (
+    ABORTED_SEGMENT_GRACE_MS,
     AUTO_SCALE_COLD_SAMPLES,
     AUTO_SCALE_HOT_SAMPLES,
     COMPLETED_TXN_KEEP_MS,
@@ -34,6 +35,7 @@ from headrace.controller.model import (
     MAX_RETENTION_CUTS,
     MAX_SEGMENTS_PER_EPOCH,
     MAX_TXN_LEASE_MS,
+    TRANSIENT_SEGMENT_MAX_IDLE_MS,
     ControllerModel,
 )
 from headrace.controller.naming import TxnId, segment_id, segment_name
@@ -45,7 +47,7 @@ from headrace.controller.records import (
     StreamConfig,
     TxnState,
 )
-from headrace.errors import SegmentNotFound
+from headrace.errors import SegmentNotFound, SegmentSealed
 from headrace.store.api import FsyncPolicy, SegmentStore
 from headrace.store.disk import DiskStore
 from headrace.store.memory import MemoryStore
@@ -456,18 +458,67 @@ async def test_commit_merges_transaction_data_contiguously(env: Env) -> None:
         await env.model.abort_txn("sc", "st", txn.txn)
 
 
-async def test_abort_deletes_transaction_segments(env: Env) -> None:
+async def test_abort_seals_transaction_segments_and_sweep_deletes_them_later(env: Env) -> None:
     await make_stream(env, 1)
     txn, _ = await env.model.create_txn("sc", "st", 90_000)
     [txn_seg] = env.model.txn_segments("sc", "st", txn.txn)
     await env.store.append(txn_seg, b"never")
     await env.model.abort_txn("sc", "st", txn.txn)
-    assert txn_seg not in await env.store.list_segments()
+    # Sealed, not deleted: a writer racing the abort gets SegmentIsSealed.
+    assert (await env.store.info(txn_seg)).sealed
+    with pytest.raises(SegmentSealed):
+        await env.store.append(txn_seg, b"late")
     assert (await env.store.info("sc/st/0.#epoch.0")).length == 0
     assert env.model.txn_state("sc", "st", txn.txn) is TxnState.ABORTED
     await env.model.abort_txn("sc", "st", txn.txn)  # idempotent
     with pytest.raises(TxnNotOpen):
         await env.model.commit_txn("sc", "st", txn.txn)
+    env.clock.now_ms += ABORTED_SEGMENT_GRACE_MS - 1
+    assert (await env.model.sweep()).aborted_segments_deleted == 0
+    assert txn_seg in await env.store.list_segments()
+    env.clock.now_ms += 1
+    assert (await env.model.sweep()).aborted_segments_deleted == 1
+    assert txn_seg not in await env.store.list_segments()
+    assert (await env.model.sweep()).aborted_segments_deleted == 0  # done once
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.ABORTED
+
+
+async def test_aborted_segments_are_deleted_after_a_restart(env: Env) -> None:
+    await make_stream(env, 2)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    segs = env.model.txn_segments("sc", "st", txn.txn)
+    await env.model.abort_txn("sc", "st", txn.txn)
+    await env.restart()
+    assert set(segs) <= set(await env.store.list_segments())
+    env.clock.now_ms += ABORTED_SEGMENT_GRACE_MS
+    assert (await env.model.sweep()).aborted_segments_deleted == 1
+    assert not set(segs) & set(await env.store.list_segments())
+
+
+async def test_delete_stream_deletes_segments_of_aborted_transactions(env: Env) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    [txn_seg] = env.model.txn_segments("sc", "st", txn.txn)
+    await env.model.abort_txn("sc", "st", txn.txn)
+    await env.model.seal_stream("sc", "st")
+    await env.model.delete_stream("sc", "st")
+    assert txn_seg not in await env.store.list_segments()
+
+
+async def test_sweep_deletes_idle_transient_segments_only(env: Env) -> None:
+    await make_stream(env, 1)
+    parent = "sc/st/0.#epoch.0"
+    stale = f"{parent}#transient.{'a' * 32}.{'b' * 32}"
+    await env.store.create_segment(stale)
+    await env.store.append(stale, b"half of a large event")
+    modified_ms = (await env.store.info(stale)).last_modified_ms
+    env.clock.now_ms = modified_ms + TRANSIENT_SEGMENT_MAX_IDLE_MS - 1
+    assert (await env.model.sweep()).transients_deleted == 0
+    await env.restart()  # the store's segment list is the record: nothing to persist
+    env.clock.now_ms = modified_ms + TRANSIENT_SEGMENT_MAX_IDLE_MS
+    assert (await env.model.sweep()).transients_deleted == 1
+    names = await env.store.list_segments()
+    assert stale not in names and parent in names
 
 
 async def test_unknown_transaction_raises_txn_not_found(env: Env) -> None:

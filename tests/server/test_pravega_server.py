@@ -31,7 +31,7 @@ from headrace.server.pravega import (
 )
 from headrace.store.api import SegmentStore
 from headrace.store.memory import MemoryStore
-from headrace.types import NULL_ATTRIBUTE_VALUE
+from headrace.types import NOT_EXISTS, NULL_ATTRIBUTE_VALUE, TableUpdate
 
 WAIT_S = 10.0  # bound on every wait in these tests
 NULL = NULL_ATTRIBUTE_VALUE
@@ -650,6 +650,71 @@ async def test_table_removals_and_delete(server: Server) -> None:
     wrong = await raw.request(p.ReadTableEntriesDelta(11, SEG, "", 0, 10))
     assert isinstance(wrong, p.ErrorMessage) and wrong.segment == SEG
     assert wrong.error_code == p.ErrorMessage.ILLEGAL_ARGUMENT
+    await raw.aclose()
+
+
+INTERNAL_TABLE = "_system/tank/sc/seqnums"
+INTERNAL_SEGMENT = "_system/other/0.#epoch.0"
+
+
+def _changes(w: uuid.UUID) -> list[p.Command]:
+    """One request of every kind that changes a segment, each naming an internal one."""
+    key = (p.TableKey(b"sc/st", 0),)
+    return [
+        p.SetupAppend(1, w, INTERNAL_SEGMENT),
+        p.CreateTransientSegment(2, w, INTERNAL_SEGMENT),
+        p.CreateSegment(3, "_system/new/0.#epoch.0", 0, 0),
+        p.SealSegment(4, INTERNAL_SEGMENT),
+        p.DeleteSegment(5, INTERNAL_SEGMENT),
+        p.UpdateSegmentPolicy(6, INTERNAL_SEGMENT, 10, 1),
+        p.TruncateSegment(7, INTERNAL_SEGMENT, 1),
+        p.MergeSegments(8, SEG, INTERNAL_SEGMENT),  # an internal source counts too
+        p.MergeSegments(9, INTERNAL_SEGMENT, SEG),
+        p.MergeSegmentsBatch(10, SEG, (f"{SEG}#transaction.1", INTERNAL_SEGMENT)),
+        p.UpdateSegmentAttribute(11, INTERNAL_SEGMENT, uuid.uuid4(), 5, NULL),
+        p.CreateTableSegment(12, "_system/controller/new"),
+        p.DeleteTableSegment(13, INTERNAL_TABLE, False),
+        p.UpdateTableEntries(14, INTERNAL_TABLE, "", _entries((b"sc/st", b"x", p.NO_VERSION))),
+        p.RemoveTableKeys(15, INTERNAL_TABLE, "", key),
+    ]
+
+
+async def test_changes_to_internal_segments_get_operation_unsupported(server: Server) -> None:
+    await server.store.create_table(INTERNAL_TABLE)
+    [version] = await server.store.update_table(
+        INTERNAL_TABLE, [TableUpdate(b"sc/st", b"metadata", NOT_EXISTS)]
+    )
+    await server.store.create_segment(INTERNAL_SEGMENT)
+    await server.store.append(INTERNAL_SEGMENT, b"internal")
+    await server.store.create_segment(SEG)
+    before = sorted(await server.store.list_segments())
+    raw = await Raw.connect(server.port)
+    for cmd in _changes(uuid.uuid4()):
+        reply = await raw.request(cmd)
+        assert isinstance(reply, p.OperationUnsupported), (cmd, reply)
+        assert reply.request_id == cmd.request_id
+        assert reply.operation_name == f"{type(cmd).__name__} on an internal segment"
+    # Nothing changed, and reads of internal segments are still answered.
+    assert sorted(await server.store.list_segments()) == before
+    assert await _read_all(server.store, INTERNAL_SEGMENT) == b"internal"
+    assert await _read_all(server.store, SEG) == b""
+    read = await raw.request(p.ReadTable(20, INTERNAL_TABLE, "", (p.TableKey(b"sc/st"),)))
+    assert read == p.TableRead(20, INTERNAL_TABLE, _entries((b"sc/st", b"metadata", version)))
+    info = await raw.request(p.GetStreamSegmentInfo(21, INTERNAL_SEGMENT))
+    assert isinstance(info, p.StreamSegmentInfo) and (info.exists, info.write_offset) == (True, 8)
+    await raw.aclose()
+
+
+async def test_names_like_internal_ones_are_not_protected(server: Server) -> None:
+    """Only the ``_system/`` prefix is the server's: user segments, reader-group
+    tables, transaction and transient segments are served as before."""
+    raw = await Raw.connect(server.port)
+    for rid, name in enumerate(["sc/_system/0.#epoch.0", "sc/st/0.#epoch.0#transaction.1"], 1):
+        assert await raw.request(p.CreateSegment(rid, name, 0, 0)) == p.SegmentCreated(rid, name)
+    table = "sc/rg1_kvtable/0.#epoch.0"
+    assert await raw.request(p.CreateTableSegment(3, table)) == p.SegmentCreated(3, table)
+    created = await raw.request(p.CreateTransientSegment(4, uuid.uuid4(), "sc/_system/0.#epoch.0"))
+    assert isinstance(created, p.SegmentCreated) and "#transient." in created.segment
     await raw.aclose()
 
 

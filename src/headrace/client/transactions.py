@@ -7,8 +7,9 @@ the controller has created one transaction segment per open segment
 whose segment writers append to those transaction segments (same routing,
 batching, event numbers and reconnect logic). ``commit()`` flushes, then asks
 the controller to merge every transaction segment into its parent;
-``abort()`` asks it to delete them. While open, a task pings the lease every
-third of it so the controller does not abort the transaction.
+``abort()`` asks it to discard them (sealed at once, deleted later). While
+open, a task pings the lease every third of it so the controller does not
+abort the transaction.
 """
 
 from __future__ import annotations

@@ -22,8 +22,11 @@ finish or ignore a half-done operation:
 * seal stream and scale: the record first, then the seals; ``open`` re-seals
   what the record says is sealed;
 * commit / abort: ``COMMITTING`` / ``ABORTING`` is recorded first, then the
-  merges / deletions (both idempotent), then the final state; ``open``
-  finishes any transaction left in between;
+  merges / seals (both idempotent), then the final state; ``open``
+  finishes any transaction left in between. An aborted transaction's sealed
+  segments are deleted by ``sweep`` once ``ABORTED_SEGMENT_GRACE_MS`` passed
+  since the abort (deletion is idempotent; after a restart the sweep tries
+  again for every aborted record it still holds);
 * delete stream: segments first (missing ones are fine), then the record.
 
 Concurrency: one asyncio lock per stream serialises changes to that stream
@@ -61,6 +64,7 @@ from headrace.controller.errors import (
 )
 from headrace.controller.naming import (
     MAX_SEGMENT_NUMBER,
+    TRANSIENT_INFIX,
     TxnId,
     is_valid_name,
     segment_name,
@@ -98,6 +102,7 @@ from headrace.store.api import SegmentStore
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
+    "ABORTED_SEGMENT_GRACE_MS",
     "AUTO_SCALE_COLD_SAMPLES",
     "AUTO_SCALE_HOT_SAMPLES",
     "COMPLETED_TXN_KEEP_MS",
@@ -110,6 +115,7 @@ __all__ = [
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_TXN_LEASE_MS",
+    "TRANSIENT_SEGMENT_MAX_IDLE_MS",
     "ControllerModel",
     "HeadSegment",
     "Successor",
@@ -144,6 +150,21 @@ The Python client asks for 90 s."""
 LEASE_SLACK_FACTOR = 2
 """An open transaction is aborted only when ``LEASE_SLACK_FACTOR`` leases passed
 without a ping: the Rust pinger sleeps a full lease between rounds."""
+
+ABORTED_SEGMENT_GRACE_MS = 60_000
+"""How long an aborted transaction's segments stay, sealed, before ``sweep``
+deletes them (Java also deletes them asynchronously). A transaction writer
+whose ``SetupAppend`` or append races the abort gets ``SegmentIsSealed``,
+which the client handles; ``NoSuchSegment`` would send the Rust writer into a
+retry loop that ends in a panic ("must have connection"). A minute is twice
+the client's 30 s request timeout, so a late request has been answered or
+abandoned by then. Must stay below ``COMPLETED_TXN_KEEP_MS``."""
+
+TRANSIENT_SEGMENT_MAX_IDLE_MS = 600_000
+"""A transient segment (``<parent>#transient.…``, a large event on its way)
+that has not changed for this long is deleted by ``sweep``: its writer died
+before the merge. A live writer fills one in a few appends and merges it at
+once; ten minutes is far above twenty client request timeouts."""
 
 COMPLETED_TXN_KEEP_MS = 3_600_000
 """How long a committed or aborted transaction's record is kept so that late
@@ -207,6 +228,10 @@ class _Load:
 class SweepResult:
     aborted: int
     purged: int
+    aborted_segments_deleted: int = 0
+    """Aborted transactions whose segments were deleted after the grace period."""
+    transients_deleted: int = 0
+    """Abandoned transient segments deleted."""
 
 
 class ControllerModel:
@@ -226,6 +251,9 @@ class ControllerModel:
         self._streams: dict[StreamKey, tuple[StreamRecord, int]] = {}
         self._txns: dict[StreamKey, dict[TxnId, tuple[TxnRecord, int]]] = {}
         self._deadlines: dict[tuple[str, str, TxnId], int] = {}
+        # Aborted transactions whose segments the sweep deleted since ``open``
+        # (not persisted: after a restart the sweep deletes again, idempotently).
+        self._cleaned: set[tuple[str, str, TxnId]] = set()
         self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
         self._membership = asyncio.Lock()
@@ -405,8 +433,9 @@ class ControllerModel:
                 raise StreamNotSealed(scope, stream)
             txns = self._txns.get((scope, stream), {})
             for txn_rec, txn_version in list(txns.values()):
-                if txn_rec.state in (TxnState.OPEN, TxnState.ABORTING, TxnState.COMMITTING):
+                if txn_rec.state is not TxnState.COMMITTED:
                     await self._delete_txn_segments(rec, txn_rec)
+                self._cleaned.discard((scope, stream, txn_rec.txn))
                 await self._remove(
                     TRANSACTIONS_TABLE, txn_key(scope, stream, txn_rec.txn), txn_version
                 )
@@ -835,7 +864,8 @@ class ControllerModel:
             await self._finish_commit(rec, txn_rec)
 
     async def abort_txn(self, scope: str, stream: str, txn: TxnId) -> None:
-        """Delete the transaction's segments; aborting an aborted one is a success.
+        """Seal the transaction's segments (``sweep`` deletes them after
+        ``ABORTED_SEGMENT_GRACE_MS``); aborting an aborted one is a success.
 
         Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (committed).
         """
@@ -874,10 +904,13 @@ class ControllerModel:
         ]
 
     async def sweep(self) -> SweepResult:
-        """Abort open transactions whose lease ran out (with slack) and forget
-        finished ones older than ``COMPLETED_TXN_KEEP_MS``. Run periodically."""
+        """Abort open transactions whose lease ran out (with slack), delete the
+        segments of transactions aborted more than ``ABORTED_SEGMENT_GRACE_MS``
+        ago, forget finished ones older than ``COMPLETED_TXN_KEEP_MS``, and
+        delete transient segments idle for ``TRANSIENT_SEGMENT_MAX_IDLE_MS``.
+        Run periodically."""
         now = self._clock_ms()
-        aborted = purged = 0
+        aborted = purged = cleaned = 0
         for (scope, stream), txns in list(self._txns.items()):
             for txn, (txn_rec, _) in list(txns.items()):
                 expired_open = (
@@ -888,7 +921,12 @@ class ControllerModel:
                     txn_rec.state in (TxnState.COMMITTED, TxnState.ABORTED)
                     and txn_rec.closed_ms + COMPLETED_TXN_KEEP_MS <= now
                 )
-                if not (expired_open or finished_old):
+                aborted_unclean = (
+                    txn_rec.state is TxnState.ABORTED
+                    and txn_rec.closed_ms + ABORTED_SEGMENT_GRACE_MS <= now
+                    and (scope, stream, txn) not in self._cleaned
+                )
+                if not (expired_open or finished_old or aborted_unclean):
                     continue
                 async with self._stream_lock(scope, stream):
                     entry = self._streams.get((scope, stream))
@@ -904,13 +942,43 @@ class ControllerModel:
                         )
                         await self._abort(entry[0], current[0])
                         aborted += 1
-                    else:
+                        continue
+                    if aborted_unclean:
+                        await self._delete_txn_segments(entry[0], current[0])
+                        self._cleaned.add((scope, stream, txn))
+                        cleaned += 1
+                    if finished_old:
                         await self._remove(
                             TRANSACTIONS_TABLE, txn_key(scope, stream, txn), current[1]
                         )
                         del self._txns[(scope, stream)][txn]
+                        self._cleaned.discard((scope, stream, txn))
                         purged += 1
-        return SweepResult(aborted=aborted, purged=purged)
+        transients = await self._sweep_transients(now)
+        return SweepResult(
+            aborted=aborted,
+            purged=purged,
+            aborted_segments_deleted=cleaned,
+            transients_deleted=transients,
+        )
+
+    async def _sweep_transients(self, now: int) -> int:
+        """Delete transient segments not changed for ``TRANSIENT_SEGMENT_MAX_IDLE_MS``.
+        The store's segment list is the record, so a restart loses nothing."""
+        deleted = 0
+        for name in await self._store.list_segments():
+            if TRANSIENT_INFIX not in name:
+                continue
+            try:
+                info = await self._store.info(name)
+                if info.last_modified_ms + TRANSIENT_SEGMENT_MAX_IDLE_MS > now:
+                    continue
+                await self._store.delete(name)
+            except SegmentNotFound:
+                continue  # merged or deleted meanwhile
+            log.info("transient segment %s abandoned; deleted", name)
+            deleted += 1
+        return deleted
 
     # ------------------------------------------------------------------ internals
 
@@ -982,7 +1050,9 @@ class ControllerModel:
             txn_rec = await self._save_txn(
                 rec.scope, rec.stream, dataclasses.replace(txn_rec, state=TxnState.ABORTING)
             )
-        await self._delete_txn_segments(rec, txn_rec)
+        for parent_id in txn_rec.parents:
+            parent = segment_name(rec.scope, rec.stream, parent_id)
+            await self._seal_segment(transaction_segment_name(parent, txn_rec.txn))
         await self._save_txn(
             rec.scope,
             rec.stream,

@@ -13,9 +13,14 @@ and ids itself (``../shared/protocols/pravega-controller.md`` section 6):
   counter that stays below 2**63 (the client sign-extends ``lowBits``, so a
   negative value would corrupt the id it rebuilds).
 
+* transient segment name ``<parent>#transient.<writer hex>.<random hex>``:
+  where a writer puts one event over 8 MiB before merging it into the parent.
+
 User scope and stream names follow Java's rule ``[A-Za-z0-9.-]+``; names
 starting with ``_`` are reserved for internal use (``_system``) and are
-refused, as Java refuses them from users.
+refused, as Java refuses them from users. Segments under ``INTERNAL_PREFIX``
+(the controller's metadata tables, TANK's sequence-number tables) belong to
+the server alone.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "INTERNAL_PREFIX",
     "MAX_NAME_CHARS",
     "MAX_SEGMENT_NUMBER",
+    "TRANSIENT_INFIX",
     "TxnId",
+    "is_internal_segment",
     "is_valid_name",
     "segment_epoch",
     "segment_id",
@@ -42,6 +50,14 @@ MAX_NAME_CHARS = 255
 MAX_SEGMENT_NUMBER = 2**31 - 1
 """Segment numbers and epochs are the two non-negative int32 halves of an int64 id."""
 
+INTERNAL_PREFIX = "_system/"
+"""Segments whose names start with this are the server's own (metadata tables);
+no user scope can produce it, since user names cannot start with ``_``."""
+
+TRANSIENT_INFIX = "#transient."
+"""Marks a transient segment: ``<parent>#transient.<writer hex>.<random hex>``
+(Java's naming, wire spec section 5.5)."""
+
 _INT64_MASK = 2**64 - 1
 _NAME = re.compile(r"[A-Za-z0-9.\-]+")
 
@@ -49,6 +65,11 @@ _NAME = re.compile(r"[A-Za-z0-9.\-]+")
 def is_valid_name(name: str) -> bool:
     """A user scope or stream name (Java's ``NameUtils`` rule), at most ``MAX_NAME_CHARS``."""
     return len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name) is not None
+
+
+def is_internal_segment(name: str) -> bool:
+    """Whether ``name`` is one of the server's own segments (``INTERNAL_PREFIX``)."""
+    return name.startswith(INTERNAL_PREFIX)
 
 
 def segment_id(epoch: int, number: int) -> int:

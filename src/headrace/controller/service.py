@@ -18,7 +18,8 @@ Errors are translated in exactly one place, ``reply_for_error``:
    error a retry cannot fix maps to one of those three.
 
 ``ControllerServer`` runs the service on a port, together with the
-periodic transaction sweep (lease expiry).
+periodic sweep (lease expiry, aborted transactions' segments, abandoned transient
+segments).
 """
 
 from __future__ import annotations
@@ -605,7 +606,8 @@ def _bind_address(host: str, port: int) -> str:
 
 class ControllerServer:
     """The controller on a port: a ``grpc.aio`` server plus three periodic jobs,
-    the transaction sweep (lease expiry), retention and auto-scaling.
+    the sweep (lease expiry, aborted and transient segments), retention and
+    auto-scaling.
 
     Start it with ``await ControllerServer.start(...)``; stop it with ``aclose``.
     """
@@ -683,12 +685,16 @@ class ControllerServer:
 
     async def _sweep(self) -> None:
         result = await self.model.sweep()
-        if result.aborted or result.purged:
+        if result.aborted or result.purged or result.aborted_segments_deleted:
             log.info(
-                "transaction sweep: %d expired and aborted, %d finished forgotten",
+                "transaction sweep: %d expired and aborted, %d aborted cleaned up, "
+                "%d finished forgotten",
                 result.aborted,
+                result.aborted_segments_deleted,
                 result.purged,
             )
+        if result.transients_deleted:
+            log.info("sweep: %d abandoned transient segments deleted", result.transients_deleted)
 
     async def _retention(self) -> None:
         truncated = await self.model.enforce_retention()

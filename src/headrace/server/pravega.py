@@ -51,6 +51,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
+from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
     BadOffset,
     LimitExceeded,
@@ -82,6 +83,7 @@ __all__ = [
     "DISPATCH",
     "MAX_READ_REPLY_BYTES",
     "MAX_TABLE_ITEMS_PER_REPLY",
+    "PROTECTED_REQUESTS",
     "READ_HOLD_S",
     "STORE_ERROR_REPLIES",
     "PravegaHandler",
@@ -125,9 +127,6 @@ MAX_REPLY_WAIT_S = 60.0
 """Longest a read reply waits for room under ``MAX_UNSENT_REPLY_BYTES``. A
 client that takes none of its replies for this long is disconnected (any
 live reader takes a reply within its 30 s request timeout)."""
-
-TRANSIENT_INFIX = "#transient."
-"""Transient segment names: ``<parent>#transient.<writer hex>.<random hex>`` (Java's, §5.5)."""
 
 
 class PravegaHandler(ConnectionHandler):
@@ -186,6 +185,18 @@ class PravegaHandler(ConnectionHandler):
         if isinstance(event, p.Hello | p.KeepAlive):
             return  # the connection answered them itself
         assert isinstance(event, p.Command)
+        internal = _internal_target(event)
+        if internal is not None:
+            log.warning(
+                "pravega: refused %s on internal segment %s", type(event).__name__, internal
+            )
+            self._reply(
+                p.OperationUnsupported(
+                    event.request_id_or_default,
+                    f"{type(event).__name__} on an internal segment",
+                )
+            )
+            return
         action = DISPATCH.get(type(event))
         try:
             if action is None:
@@ -584,6 +595,44 @@ DISPATCH: dict[type[p.Command], _Action] = {
 """Request type -> what carries it out. Any other request (LocateOffset,
 ListStorageChunks, MergeTableSegments, SealTableSegment: Java-only or removed
 from Java) gets ``OperationUnsupported``."""
+
+
+PROTECTED_REQUESTS: frozenset[type[p.Command]] = frozenset(
+    {
+        p.SetupAppend,  # appends need it, so no append reaches an internal segment
+        p.CreateTransientSegment,
+        p.CreateSegment,
+        p.SealSegment,
+        p.DeleteSegment,
+        p.UpdateSegmentPolicy,
+        p.TruncateSegment,
+        p.MergeSegments,
+        p.MergeSegmentsBatch,
+        p.UpdateSegmentAttribute,
+        p.CreateTableSegment,
+        p.DeleteTableSegment,
+        p.UpdateTableEntries,
+        p.RemoveTableKeys,
+    }
+)
+"""Requests that change a segment. Naming an internal segment
+(``_system/…``: the controller's metadata tables, TANK's sequence-number
+tables) in one of them gets ``OperationUnsupported``: only the server itself
+writes there, with direct store calls, and the model's in-memory mirror
+assumes nobody else does. Reads of internal segments stay allowed (there is
+no secret in them and no auth to guard them; tools may inspect them)."""
+
+
+def _internal_target(request: p.Command) -> str | None:
+    """The internal segment a changing request names, if any."""
+    if type(request) not in PROTECTED_REQUESTS:
+        return None
+    names = [request.segment_or_none or ""]
+    if isinstance(request, p.MergeSegments):
+        names.append(request.source)
+    elif isinstance(request, p.MergeSegmentsBatch):
+        names.extend(request.sources)
+    return next((name for name in names if is_internal_segment(name)), None)
 
 
 def _offset_of(request: p.Command | None, default: int = -1) -> int:
