@@ -50,7 +50,12 @@ def test_byte_stream_head_follows_truncation(server: Controller) -> None:
 
 
 def test_size_retention_truncates_and_readers_go_on(tmp_path: Path) -> None:
-    srv = Controller(tmp_path / "data", fast_retention=True)
+    srv = Controller(
+        tmp_path / "data",
+        fsync="never",
+        segment_store=True,
+        extra=["--retention-interval", "0.2"],
+    )
     try:
         r = srv.run("retention_by_size")
     finally:
@@ -62,3 +67,21 @@ def test_size_retention_truncates_and_readers_go_on(tmp_path: Path) -> None:
     assert r["late_is_tail"] is True  # a new reader starts at the head, whole events
     # The policy keeps at least 2000 bytes.
     assert r["written"] * 107 - r["head_offset"] >= 2000
+
+
+def test_auto_scaling_splits_a_hot_segment_and_keeps_key_order(tmp_path: Path) -> None:
+    srv = Controller(
+        tmp_path / "data",
+        fsync="never",
+        segment_store=True,
+        extra=["--auto-scale-interval", "0.2"],
+    )
+    try:
+        r = srv.run("auto_scale")
+    finally:
+        srv.stop()
+    assert r["before"] == 1 and r["after"] == 2  # split in two (scale factor 2)
+    events = r["events"]
+    assert len(events) == sum(r["written"].values())
+    for key, count in r["written"].items():
+        assert [e for e in events if e[0] == key] == [f"{key}{i}" for i in range(count)]

@@ -323,6 +323,28 @@ def transactions(uri: str) -> dict[str, Any]:
     return r
 
 
+def abort_right_after_write(uri: str, rounds: str) -> dict[str, Any]:
+    """Transactions aborted right after their first event, so the abort races
+    the transaction writer's ``SetupAppend``; then a committed one, read back
+    through a reader group (the parent checks this process's stderr for a
+    client panic)."""
+    m = _manager(uri)
+    m.create_scope("race")
+    m.create_stream("race", "st", 2)
+    txw = m.create_transaction_writer("race", "st", 43)
+    for i in range(int(rounds)):
+        txn = txw.begin_txn()
+        txn.write_event(f"aborted:{i}", routing_key=f"k{i}")
+        txn.abort()
+    txn = txw.begin_txn()
+    for i in range(4):
+        txn.write_event(f"kept:{i}", routing_key=f"k{i}")
+    txn.commit()
+    reader = m.create_reader_group("rg", "race", "st").create_reader("r1")
+    events = asyncio.run(_drain([reader], 4))
+    return {"events": sorted(e.decode() for e in events)}
+
+
 def retention_by_size(uri: str) -> dict[str, Any]:
     """(7) size retention truncates old data at event boundaries while a reader
     that keeps up reads on, and a reader group created later starts at the head.
@@ -411,6 +433,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "sizes": sizes,
     "byte_stream": byte_stream,
     "transactions": transactions,
+    "abort_right_after_write": abort_right_after_write,
     "retention_by_size": retention_by_size,
     "sealed": sealed,
 }
