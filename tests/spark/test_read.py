@@ -105,6 +105,9 @@ def test_batch_read_honours_offsets_and_min_partitions(
     window = json.dumps({name: {"0": 120}}), json.dumps({name: {"0": 240}})
     rows = _read(spark, server, name, startingOffsets=window[0], endingOffsets=window[1]).collect()
     assert sorted(bytes(r.value) for r in rows) == [b"e%03d" % i for i in range(10, 20)]
+    with_headers = _read(spark, server, name, includeHeaders="true")
+    assert with_headers.columns[-1] == "headers"
+    assert {r.headers for r in with_headers.collect()} == {None}
 
 
 def test_a_bad_option_fails_at_planning_naming_it(server: Server, spark: Any) -> None:
