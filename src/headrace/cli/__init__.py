@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "write": ("headrace.cli.events", "write"),
     "read": ("headrace.cli.events", "read"),
     "tail": ("headrace.cli.events", "tail"),
+    "status": ("headrace.cli.status", "status"),
 }
 """Command name -> (module, attribute) of its click command."""
 
@@ -48,5 +49,6 @@ class LazyGroup(click.Group):
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """headrace: a durable streaming storage service."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from headrace.cli._logging import configure_logging
+
+    configure_logging(logging.WARNING - 10 * min(verbose, 2))

@@ -1,58 +1,32 @@
 """``headrace serve``: run the server until SIGTERM or SIGINT.
 
-Every option can also come from a ``HEADRACE_*`` environment variable (the
-flag wins). The port flags are stable; 0 disables a listener.
+Every flag comes from one table, ``headrace.server.config.OPTIONS``: each
+option can be set in a TOML file (``--config FILE``, keys as in the table),
+by a ``HEADRACE_*`` environment variable, or by its flag, in that order of
+increasing priority. The port flags are stable; 0 disables a listener.
+``docs/configuration.md`` is generated from the same table (``render_docs``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import click
 
-from headrace.errors import HeadraceError
-from headrace.protocols.lumberjack import (
-    MAX_DECOMPRESSED_BYTES,
-    MAX_FRAME_BYTES,
-    MAX_WINDOW_COUNT,
-)
-from headrace.server.app import ServerApp
-from headrace.server.config import (
-    DEFAULT_AUTO_SCALE_INTERVAL_S,
-    DEFAULT_PORTS,
-    DEFAULT_RETENTION_INTERVAL_S,
-    ServerConfig,
-)
-from headrace.server.lumberjack_config import (
-    DEFAULT_ROUTING_KEY_FIELDS,
-    DEFAULT_STREAM,
-    IDLE_TIMEOUT_S,
-    KEEPALIVE_INTERVAL_S,
-    MAX_PENDING_BYTES,
-    WINDOW_LINGER_S,
-    LumberjackConfig,
-)
-from headrace.server.tls import TlsConfig
-from headrace.store.api import FsyncPolicy
+from headrace.errors import ConfigError, HeadraceError
+from headrace.server.config import OPTIONS, Option, ServerConfig, build_config
 
-__all__ = ["serve"]
-
-
-def _port_option(name: str, default: int) -> click.Option:
-    flag = f"--{name.replace('_', '-')}-port"
-    return click.Option(
-        [flag, f"{name}_port"],
-        type=click.IntRange(0, 65535),
-        default=default,
-        show_default=True,
-        envvar=f"HEADRACE_{name.upper()}_PORT",
-        help=f"Port of the {name.replace('_', ' ')} listener (0 disables it).",
-    )
+__all__ = ["render_docs", "serve"]
 
 
 async def _run(config: ServerConfig) -> None:
+    from headrace.server.app import ServerApp
+
     app = ServerApp(config)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -70,175 +44,169 @@ async def _run(config: ServerConfig) -> None:
     click.echo("headrace stopped", err=True)
 
 
-@click.command(context_settings={"show_default": True})
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("headrace-data"),
-    envvar="HEADRACE_DATA_DIR",
-    help="Directory holding all stored data.",
-)
-@click.option(
-    "--fsync",
-    type=click.Choice([p.value for p in FsyncPolicy]),
-    default=FsyncPolicy.ALWAYS.value,
-    envvar="HEADRACE_FSYNC",
-    help="always: ack after fsync (group commit); interval: fsync every --fsync-interval; "
-    "never: leave it to the OS.",
-)
-@click.option(
-    "--fsync-interval",
-    type=click.FloatRange(min=0.001),
-    default=1.0,
-    envvar="HEADRACE_FSYNC_INTERVAL",
-    help="Seconds between fsyncs under --fsync interval.",
-)
-@click.option("--host", default="127.0.0.1", envvar="HEADRACE_HOST", help="Address to listen on.")
-@click.option(
-    "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="HEADRACE_TLS_CERT",
-    help="PEM certificate chain for TLS listeners (with --tls-key).",
-)
-@click.option(
-    "--tls-key",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="HEADRACE_TLS_KEY",
-    help="PEM private key of --tls-cert.",
-)
-@click.option(
-    "--tls-ca",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="HEADRACE_TLS_CA",
-    help="PEM CA bundle: TLS clients must present a certificate it signed.",
-)
-@click.option(
-    "--lumberjack-stream",
-    default=DEFAULT_STREAM,
-    envvar="HEADRACE_LUMBERJACK_STREAM",
-    help="scope/stream that Lumberjack events go to (created with 4 segments).",
-)
-@click.option(
-    "--lumberjack-routing-key-fields",
-    default=",".join(DEFAULT_ROUTING_KEY_FIELDS),
-    envvar="HEADRACE_LUMBERJACK_ROUTING_KEY_FIELDS",
-    help="Comma-separated event fields tried for the routing key ([a][b] for nested); "
-    "empty: no key.",
-)
-@click.option(
-    "--lumberjack-keepalive-interval",
-    type=click.FloatRange(min=0.001),
-    default=KEEPALIVE_INTERVAL_S,
-    envvar="HEADRACE_LUMBERJACK_KEEPALIVE_INTERVAL",
-    help="v2: seconds without a write before an Ack(0) keepalive while a window waits.",
-)
-@click.option(
-    "--lumberjack-window-linger",
-    type=click.FloatRange(min=0),
-    default=WINDOW_LINGER_S,
-    envvar="HEADRACE_LUMBERJACK_WINDOW_LINGER",
-    help="Seconds an incomplete window may receive nothing before its events so far are "
-    "stored (for clients that send W once); 0: store windows only whole.",
-)
-@click.option(
-    "--lumberjack-idle-timeout",
-    type=click.FloatRange(min=0.001),
-    default=IDLE_TIMEOUT_S,
-    envvar="HEADRACE_LUMBERJACK_IDLE_TIMEOUT",
-    help="Seconds a Lumberjack connection may send nothing before it is closed.",
-)
-@click.option(
-    "--lumberjack-max-window",
-    type=click.IntRange(1, 2**32 - 1),
-    default=MAX_WINDOW_COUNT,
-    envvar="HEADRACE_LUMBERJACK_MAX_WINDOW",
-    help="Largest W (window) count accepted.",
-)
-@click.option(
-    "--lumberjack-max-frame-bytes",
-    type=click.IntRange(min=1024),
-    default=MAX_FRAME_BYTES,
-    envvar="HEADRACE_LUMBERJACK_MAX_FRAME_BYTES",
-    help="Largest Lumberjack frame.",
-)
-@click.option(
-    "--retention-interval",
-    type=click.FloatRange(min=0.001),
-    default=DEFAULT_RETENTION_INTERVAL_S,
-    envvar="HEADRACE_RETENTION_INTERVAL",
-    help="Seconds between enforcements of stream retention policies.",
-)
-@click.option(
-    "--auto-scale-interval",
-    type=click.FloatRange(min=0.001),
-    default=DEFAULT_AUTO_SCALE_INTERVAL_S,
-    envvar="HEADRACE_AUTO_SCALE_INTERVAL",
-    help="Seconds between checks of auto-scaling stream policies.",
-)
-@click.option(
-    "--tank-scope",
-    default="tank",
-    envvar="HEADRACE_TANK_SCOPE",
-    help="Scope whose streams are the TANK topics.",
-)
-@click.option(
-    "--lumberjack-max-decompressed-bytes",
-    type=click.IntRange(min=1024),
-    default=MAX_DECOMPRESSED_BYTES,
-    envvar="HEADRACE_LUMBERJACK_MAX_DECOMPRESSED_BYTES",
-    help="Inflated bytes allowed per compressed frame (zlib bombs are refused).",
-)
-@click.option(
-    "--lumberjack-max-pending-bytes",
-    type=click.IntRange(min=1024),
-    default=MAX_PENDING_BYTES,
-    envvar="HEADRACE_LUMBERJACK_MAX_PENDING_BYTES",
-    help="Unacknowledged event bytes one Lumberjack connection may hold.",
-)
-def serve(
-    data_dir: Path,
-    fsync: str,
-    fsync_interval: float,
-    host: str,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_ca: Path | None,
-    **options: int | float | str,
-) -> None:
-    """Run the headrace server until SIGTERM or SIGINT."""
-    if (tls_cert is None) != (tls_key is None):
-        raise click.UsageError("--tls-cert and --tls-key go together")
-    if tls_ca is not None and tls_cert is None:
-        raise click.UsageError("--tls-ca needs --tls-cert and --tls-key")
-    fields = str(options.pop("lumberjack_routing_key_fields"))
-    lumberjack = LumberjackConfig(
-        stream=str(options.pop("lumberjack_stream")),
-        routing_key_fields=tuple(f.strip() for f in fields.split(",") if f.strip()),
-        keepalive_interval_s=float(options.pop("lumberjack_keepalive_interval")),
-        window_linger_s=float(options.pop("lumberjack_window_linger")),
-        idle_timeout_s=float(options.pop("lumberjack_idle_timeout")),
-        max_window_count=int(options.pop("lumberjack_max_window")),
-        max_frame_bytes=int(options.pop("lumberjack_max_frame_bytes")),
-        max_decompressed_bytes=int(options.pop("lumberjack_max_decompressed_bytes")),
-        max_pending_bytes=int(options.pop("lumberjack_max_pending_bytes")),
+def _click_type(option: Option) -> click.ParamType[Any, Any]:
+    if option.choices:
+        return click.Choice(option.choices)
+    if option.kind is Path:
+        if option.existing_file:
+            return click.Path(exists=True, dir_okay=False, path_type=Path)
+        return click.Path(file_okay=False, path_type=Path)
+    if option.kind is int:
+        return click.IntRange(
+            None if option.minimum is None else int(option.minimum),
+            None if option.maximum is None else int(option.maximum),
+        )
+    if option.kind is float:
+        return click.FloatRange(option.minimum, option.maximum)
+    return click.STRING
+
+
+def _click_option(option: Option) -> click.Option:
+    return click.Option(
+        [option.flag, option.key],
+        type=_click_type(option),
+        default=option.default,
+        show_default=option.default is not None,
+        envvar=option.envvar,
+        show_envvar=True,
+        help=option.help,
     )
-    config = ServerConfig(
-        data_dir=data_dir,
-        host=host,
-        fsync=FsyncPolicy(fsync),
-        fsync_interval_s=fsync_interval,
-        tank_scope=str(options.pop("tank_scope")),
-        retention_interval_s=float(options.pop("retention_interval")),
-        auto_scale_interval_s=float(options.pop("auto_scale_interval")),
-        ports={name: int(options[f"{name}_port"]) for name in DEFAULT_PORTS},
-        tls=None if tls_cert is None or tls_key is None else TlsConfig(tls_cert, tls_key, tls_ca),
-        lumberjack=lumberjack,
-    )
+
+
+def _load_toml(ctx: click.Context, param: click.Parameter, path: Path | None) -> Path | None:
+    """Read the ``--config`` file into the context's default map (below env and flags)."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", ctx, param) from exc
+    known = {option.key: option for option in OPTIONS}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise click.BadParameter(f"{path}: unknown option {key!r}", ctx, param)
+        if isinstance(value, dict | list):
+            raise click.BadParameter(
+                f"{path}: {key} ({known[name].flag}) takes a single value", ctx, param
+            )
+        values[name] = str(value) if isinstance(value, bool) else value
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+    return path
+
+
+@click.command(context_settings={"show_default": True, "max_content_width": 100})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="HEADRACE_CONFIG",
+    show_envvar=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_load_toml,
+    help="TOML file of options (keys as the flags without dashes, e.g. tank_port = 0); "
+    "environment variables and flags override it.",
+)
+def serve(**values: Any) -> None:
+    """Run the headrace server until SIGTERM or SIGINT.
+
+    Options are read from the --config TOML file, then HEADRACE_* environment
+    variables, then flags (later ones win). Every option is described in
+    docs/configuration.md.
+    """
+    try:
+        config = build_config(values)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    from headrace.cli._logging import configure_logging
+
+    configure_logging(logging.getLogger().level, config.log_format, access=True)
     try:
         asyncio.run(_run(config))
     except HeadraceError as exc:
         raise click.ClickException(str(exc)) from exc
 
 
-for _name, _port in DEFAULT_PORTS.items():
-    serve.params.append(_port_option(_name, _port))
+serve.params.extend(_click_option(option) for option in OPTIONS)
+
+
+def render_docs() -> str:
+    """``docs/configuration.md``, generated from ``OPTIONS``."""
+    lines = [
+        "# Configuration",
+        "",
+        "<!-- Generated from headrace.server.config.OPTIONS by "
+        "`python -m headrace.cli.serve`; tests/ops/test_config_docs.py keeps it current. -->",
+        "",
+        "`headrace serve` takes every option from three places; a later one wins:",
+        "",
+        "1. a TOML file named by `--config FILE` (or `HEADRACE_CONFIG`), one key per",
+        "   option (the key column below), e.g. `tank_port = 0`;",
+        "2. the option's `HEADRACE_*` environment variable;",
+        "3. the option's flag.",
+        "",
+        "A value out of range stops the server before it starts, with a message",
+        "naming the option. A port of 0 disables that listener.",
+        "",
+        "```toml",
+        "# headrace.toml",
+        'data_dir = "/var/lib/headrace"',
+        'host = "0.0.0.0"',
+        "tank_port = 0          # no TANK listener",
+        'log_format = "json"',
+        "max_connections = 1024",
+        "```",
+        "",
+    ]
+    sections: dict[str, list[Option]] = {}
+    for option in OPTIONS:
+        sections.setdefault(option.section, []).append(option)
+    for section, options in sections.items():
+        lines += [f"## {section}", "", "| key | flag | environment | default | meaning |"]
+        lines += ["|---|---|---|---|---|"]
+        for option in options:
+            default = "—" if option.default is None else f"`{option.default}`"
+            meaning = option.help.replace("|", "\\|")
+            if option.choices:
+                meaning += " One of: " + ", ".join(f"`{c}`" for c in option.choices) + "."
+            elif option.minimum is not None and option.maximum is not None:
+                meaning += f" Range: {option.minimum:g} to {option.maximum:g}."
+            elif option.minimum is not None:
+                meaning += f" At least {option.minimum:g}."
+            lines.append(
+                f"| `{option.key}` | `{option.flag}` | `{option.envvar}` | {default} | {meaning} |"
+            )
+        lines.append("")
+    lines += [
+        "## Observability",
+        "",
+        "The HTTP listener (`--http-port`, default 9100) serves `/health` (200 with a",
+        "JSON body when every configured listener is up, 503 otherwise) and `/metrics`",
+        "(Prometheus text format). `headrace status --http-port PORT` prints a summary",
+        "of a running server from them.",
+        "",
+        "| metric | type | labels | meaning |",
+        "|---|---|---|---|",
+    ]
+    from headrace.server.metrics import METRIC_DOCS
+
+    for name, kind, labels, meaning in METRIC_DOCS:
+        lines.append(f"| `{name}` | {kind} | {labels or '—'} | {meaning} |")
+    lines += [
+        "",
+        "Logs go to stderr, as text or JSON lines (`--log-format json`). Each closed",
+        "connection of a TCP front door logs one `headrace.access` line with its",
+        "protocol, peer, requests, bytes each way, duration and the reason it closed",
+        "(`eof`, `idle`, `protocol_error`, `handler_error`, `frame_too_large`,",
+        "`partial_frame_timeout`, `not_reading`, `refused`, `shutdown`, `closed`).",
+        "The controller (gRPC) logs one line per call instead.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m headrace.cli.serve > docs/configuration.md
+    print(render_docs(), end="")

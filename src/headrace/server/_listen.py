@@ -2,7 +2,7 @@
 
 ``start_tcp_listener`` binds (host, port), runs ``run_connection`` for each
 accepted socket with a fresh handler, refuses connections beyond
-``MAX_CONNECTIONS`` (closed at once, logged), and returns a ``Listener`` whose
+``max_connections`` (closed at once, logged), and returns a ``Listener`` whose
 ``aclose`` stops accepting, cancels the connections' loops and waits for them
 (each one releases its sessions in ``on_close``).
 """
@@ -15,9 +15,10 @@ import ssl
 from collections.abc import Callable
 
 from headrace.server._loop import (
-    IDLE_TIMEOUT_S,
-    MAX_PENDING_EVENTS,
+    LISTENER_SETTINGS,
+    MAX_CONNECTIONS,
     ConnectionHandler,
+    log_access,
     run_connection,
 )
 from headrace.server.app import Listener
@@ -25,10 +26,6 @@ from headrace.server.app import Listener
 __all__ = ["MAX_CONNECTIONS", "start_tcp_listener"]
 
 log = logging.getLogger(__name__)
-
-MAX_CONNECTIONS = 4096
-"""Connections per listener: under the usual 1024..65536 fd limits with room for
-data files; each connection holds at most a bounded amount of memory."""
 
 SHUTDOWN_TIMEOUT_S = 10.0
 """How long closing a listener waits for its connections' loops to finish."""
@@ -41,21 +38,30 @@ async def start_tcp_listener(
     make_handler: Callable[[], ConnectionHandler],
     *,
     ssl_context: ssl.SSLContext | None = None,
-    max_connections: int = MAX_CONNECTIONS,
-    idle_timeout_s: float = IDLE_TIMEOUT_S,
-    max_pending_events: int = MAX_PENDING_EVENTS,
+    max_connections: int | None = None,
+    idle_timeout_s: float | None = None,
+    max_pending_events: int | None = None,
 ) -> Listener:
     """Serve ``make_handler()`` connections on (host, port); port 0 picks a free port.
 
-    ``idle_timeout_s`` and ``max_pending_events`` are passed to ``run_connection``.
+    Limits and metrics come from ``LISTENER_SETTINGS`` (set by ``ServerApp``);
+    ``max_connections``, ``idle_timeout_s`` and ``max_pending_events``, when
+    given, override its limits for this listener.
     """
     connections: set[asyncio.Task[None]] = set()
+    settings = LISTENER_SETTINGS.get()
+    limits = settings.limits
+    connections_max = limits.max_connections if max_connections is None else max_connections
+    observer = settings.observer_for(name) if settings.observer_for is not None else None
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if len(connections) >= max_connections:
+        if len(connections) >= connections_max:
             log.warning("%s: refusing %s: %d connections open", name, peer, len(connections))
             writer.close()
+            if observer is not None:
+                observer.connection_refused()
+            log_access(name, peer, {}, 0.0, "refused")
             return
         task = asyncio.current_task()
         assert task is not None
@@ -65,8 +71,10 @@ async def start_tcp_listener(
                 reader,
                 writer,
                 make_handler(),
+                limits=limits,
                 idle_timeout_s=idle_timeout_s,
                 max_pending_events=max_pending_events,
+                observer=observer,
             )
         except asyncio.CancelledError:
             pass

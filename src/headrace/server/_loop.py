@@ -19,6 +19,15 @@ replies inside the sans-I/O object; the loop writes whatever
 * **Writing** happens in a writer task woken by ``wake_writer``; it drains
   the transport, so a peer that does not read is slowed too, and ``close``
   flushes what is queued before closing.
+* **Limits** (``ConnectionLimits``, ``--max-*`` options): a frame still
+  arriving may hold at most ``max_frame_bytes`` and must be complete within
+  ``partial_frame_timeout_s`` of its first byte (the handler says how many
+  bytes of a frame it holds: ``partial_frame_bytes``); reply bytes the peer
+  has not taken are bounded by ``max_buffered_bytes``; a connection that
+  sends nothing for ``idle_timeout_s`` is closed.
+* **Accounting**: bytes each way and requests (events) are reported to the
+  listener's ``ConnectionObserver`` (metrics), and one ``headrace.access``
+  line is logged when the connection closes, with why it closed.
 * **Errors**: a ``RemoteProtocolError`` from ``feed`` gets the handler's
   reply (``on_protocol_error``) written, then the connection is closed and
   logged. An unexpected exception in a handler closes this connection only
@@ -30,20 +39,32 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from headrace.errors import RemoteProtocolError
 
 __all__ = [
     "IDLE_TIMEOUT_S",
+    "LISTENER_SETTINGS",
+    "MAX_BUFFERED_BYTES",
+    "MAX_CONNECTIONS",
+    "MAX_FRAME_BYTES",
     "MAX_PENDING_EVENTS",
+    "PARTIAL_FRAME_TIMEOUT_S",
     "READ_CHUNK_BYTES",
     "ConnectionHandler",
+    "ConnectionLimits",
+    "ConnectionObserver",
+    "ListenerSettings",
     "run_connection",
 ]
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("headrace.access")
 
 READ_CHUNK_BYTES = 256 * 1024
 """Bytes asked of the socket per read: big enough for a full append block in a few reads."""
@@ -58,8 +79,94 @@ IDLE_TIMEOUT_S = 600.0
 says it is ``busy``. Every protocol we speak but RS-IO has keep-alives far more
 frequent (Pravega 20 s, TANK pings, Beats acks)."""
 
+MAX_CONNECTIONS = 4096
+"""Connections per listener: under the usual 1024..65536 fd limits with room for
+data files; each connection holds at most a bounded amount of memory."""
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""Bytes of one frame still being received. Above every protocol's own frame limit
+(Pravega 16 MiB append blocks, Lumberjack 32 MiB, TANK bundles under 64 MiB), so it
+only catches a protocol without one; each codec refuses its own oversized frames."""
+
+MAX_BUFFERED_BYTES = 128 * 1024 * 1024
+"""Reply bytes handed to the socket that the peer has not taken. Front doors bound
+what they queue themselves (Pravega 8 MiB of read replies, TANK 64 MiB of chunks);
+a peer that stops reading beyond this is dropped instead of holding the memory."""
+
+PARTIAL_FRAME_TIMEOUT_S = 60.0
+"""Longest a frame may take to arrive once its first byte is in: a real client
+sends a frame in one go (a 64 MiB frame at 10 Mbit/s takes under a minute), while
+a client trickling a byte a minute would hold a connection and its buffer forever."""
+
 CLOSE_FLUSH_TIMEOUT_S = 10.0
 """How long closing waits for queued replies to reach a peer that is not reading."""
+
+ERROR_REASONS = frozenset(
+    {
+        "protocol_error",
+        "handler_error",
+        "frame_too_large",
+        "partial_frame_timeout",
+        "not_reading",
+        "refused",
+    }
+)
+"""Close reasons that count as errors (``headrace_errors_total{kind=...}``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What one connection (and one listener) may use; see each constant's reason.
+
+    Attributes:
+        max_connections: ``MAX_CONNECTIONS`` open at once per listener; more are
+            closed at once.
+        max_frame_bytes: ``MAX_FRAME_BYTES`` of one frame still being received.
+        max_buffered_bytes: ``MAX_BUFFERED_BYTES`` of replies the peer has not taken.
+        max_pending_requests: ``MAX_PENDING_EVENTS`` handled at once; reading pauses beyond.
+        idle_timeout_s: ``IDLE_TIMEOUT_S`` without a byte from the peer.
+        partial_frame_timeout_s: ``PARTIAL_FRAME_TIMEOUT_S`` for a frame to complete.
+    """
+
+    max_connections: int = MAX_CONNECTIONS
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_buffered_bytes: int = MAX_BUFFERED_BYTES
+    max_pending_requests: int = MAX_PENDING_EVENTS
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    partial_frame_timeout_s: float = PARTIAL_FRAME_TIMEOUT_S
+
+
+class ConnectionObserver(Protocol):
+    """Where a connection reports what it did (the metrics of its listener)."""
+
+    def connection_opened(self) -> None: ...
+
+    def connection_closed(self, reason: str) -> None: ...
+
+    def connection_refused(self) -> None: ...
+
+    def bytes_received(self, count: int) -> None: ...
+
+    def bytes_sent(self, count: int) -> None: ...
+
+    def request_received(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """Limits and metrics for the listeners being started (see ``LISTENER_SETTINGS``)."""
+
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    observer_for: Callable[[str], ConnectionObserver] | None = None
+    """Listener name -> its observer; None: nothing is counted."""
+
+
+LISTENER_SETTINGS: contextvars.ContextVar[ListenerSettings] = contextvars.ContextVar(
+    "LISTENER_SETTINGS",
+    default=ListenerSettings(),  # noqa: B039 (frozen: never mutated)
+)
+"""Set by ``ServerApp`` while it starts a listener, read once by ``start_tcp_listener``,
+so that every front door gets the configured limits and metrics without passing them."""
 
 
 class ConnectionHandler(abc.ABC):
@@ -103,6 +210,15 @@ class ConnectionHandler(abc.ABC):
         """Called once, before any data is read (e.g. to queue a greeting)."""
         return None
 
+    def partial_frame_bytes(self) -> int:
+        """Bytes of a frame received in part and held until the rest arrives (0: none).
+
+        The loop closes the connection when this exceeds ``max_frame_bytes`` or
+        stays above 0 for longer than ``partial_frame_timeout_s``. Protocols that
+        cannot tell return 0 (then only the idle timeout applies).
+        """
+        return 0
+
     def busy(self) -> bool:
         """Whether the connection is in use although the peer sends nothing.
 
@@ -122,17 +238,37 @@ async def run_connection(
     writer: asyncio.StreamWriter,
     handler: ConnectionHandler,
     *,
-    idle_timeout_s: float = IDLE_TIMEOUT_S,
-    max_pending_events: int = MAX_PENDING_EVENTS,
+    limits: ConnectionLimits | None = None,
+    idle_timeout_s: float | None = None,
+    max_pending_events: int | None = None,
+    observer: ConnectionObserver | None = None,
 ) -> None:
-    """Serve one connection until EOF, a protocol error, idle timeout or cancellation."""
+    """Serve one connection until EOF, a protocol error, a limit, or cancellation.
+
+    ``idle_timeout_s`` and ``max_pending_events``, when given, override ``limits``.
+    """
+    limits = limits or ConnectionLimits()
+    idle_s = limits.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
+    pending_max = limits.max_pending_requests if max_pending_events is None else max_pending_events
     peer = writer.get_extra_info("peername")
+    clock = asyncio.get_running_loop().time
+    opened_at = clock()
     wake = asyncio.Event()
     closing = False
     handler.wake_writer = wake.set
-    slots = asyncio.Semaphore(max_pending_events)
+    slots = asyncio.Semaphore(pending_max)
     tasks: set[asyncio.Task[None]] = set()
     previous: asyncio.Task[None] | None = None  # the last sequential event's task
+    counts = {"requests": 0, "bytes_in": 0, "bytes_out": 0}
+    reason = ""
+
+    def close_reason(why: str) -> None:
+        nonlocal reason
+        if not reason:
+            reason = why
+
+    if observer is not None:
+        observer.connection_opened()
 
     async def write_loop() -> None:
         while True:
@@ -141,6 +277,19 @@ async def run_connection(
             data = handler.data_to_send()
             if data:
                 writer.write(data)
+                counts["bytes_out"] += len(data)
+                if observer is not None:
+                    observer.bytes_sent(len(data))
+                if writer.transport.get_write_buffer_size() > limits.max_buffered_bytes:
+                    close_reason("not_reading")
+                    log.warning(
+                        "%s %s: more than %d reply bytes not taken; closing",
+                        handler.name,
+                        peer,
+                        limits.max_buffered_bytes,
+                    )
+                    writer.transport.abort()
+                    return
                 await writer.drain()
             if closing:
                 if not data:
@@ -156,6 +305,7 @@ async def run_connection(
         except asyncio.CancelledError:
             raise
         except Exception:
+            close_reason("handler_error")
             log.exception("%s %s: handling %s failed; closing", handler.name, peer, event)
             writer.transport.abort()
         finally:
@@ -163,21 +313,45 @@ async def run_connection(
             wake.set()
 
     writer_task = asyncio.create_task(write_loop(), name=f"{handler.name}-writer")
+    partial_since: float | None = None  # when the frame now arriving began
     try:
         handler.on_start()
         wake.set()
         while not writer_task.done():
+            wait_s = idle_s
+            if partial_since is not None:
+                wait_s = min(wait_s, partial_since + limits.partial_frame_timeout_s - clock())
             try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), idle_timeout_s)
+                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), max(wait_s, 0))
             except TimeoutError:
+                if (
+                    partial_since is not None
+                    and clock() - partial_since >= limits.partial_frame_timeout_s
+                ):
+                    close_reason("partial_frame_timeout")
+                    log.info(
+                        "%s %s: a frame took over %.0f s to arrive; closing",
+                        handler.name,
+                        peer,
+                        limits.partial_frame_timeout_s,
+                    )
+                    break
                 if handler.busy():
                     continue
-                log.info("%s %s: idle for %.0f s; closing", handler.name, peer, idle_timeout_s)
+                close_reason("idle")
+                log.info("%s %s: idle for %.0f s; closing", handler.name, peer, idle_s)
                 break
             except ConnectionError:
+                close_reason("connection_error")
                 break
+            counts["bytes_in"] += len(data)
+            if observer is not None and data:
+                observer.bytes_received(len(data))
             try:
                 for event in handler.feed(data):
+                    counts["requests"] += 1
+                    if observer is not None:
+                        observer.request_received()
                     await slots.acquire()
                     after = previous if handler.sequential(event) else None
                     task = asyncio.create_task(run_event(event, after))
@@ -186,15 +360,34 @@ async def run_connection(
                     if handler.sequential(event):
                         previous = task
             except RemoteProtocolError as exc:
+                close_reason("protocol_error")
                 log.warning("%s %s: protocol error, closing: %s", handler.name, peer, exc)
                 handler.on_protocol_error(exc)
                 break
             if not data:
+                close_reason("eof")
                 break
+            partial = handler.partial_frame_bytes()
+            if partial > limits.max_frame_bytes:
+                close_reason("frame_too_large")
+                log.warning(
+                    "%s %s: a frame over %d bytes; closing",
+                    handler.name,
+                    peer,
+                    limits.max_frame_bytes,
+                )
+                break
+            if partial == 0:
+                partial_since = None
+            elif partial_since is None:
+                partial_since = clock()
         # Let handlers of what was received finish (a client that half-closes
         # after its last request still gets its replies).
         if tasks:
             await asyncio.wait(set(tasks))
+    except asyncio.CancelledError:
+        close_reason("shutdown")
+        raise
     finally:
         for task in tasks:
             task.cancel()
@@ -207,9 +400,39 @@ async def run_connection(
         writer_task.cancel()
         with contextlib.suppress(BaseException):
             await writer_task
+        close_reason("closed")  # the writer stopped: the peer went away
         try:
             await handler.on_close()
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+            if observer is not None:
+                observer.connection_closed(reason)
+            log_access(handler.name, peer, counts, clock() - opened_at, reason)
+
+
+def log_access(
+    protocol: str, peer: object, counts: dict[str, int], duration_s: float, reason: str
+) -> None:
+    """The one ``headrace.access`` line of a closed connection (fields also as ``extra``)."""
+    address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+    access_log.info(
+        "%s %s requests=%d bytes_in=%d bytes_out=%d duration_s=%.3f reason=%s",
+        protocol,
+        address,
+        counts.get("requests", 0),
+        counts.get("bytes_in", 0),
+        counts.get("bytes_out", 0),
+        duration_s,
+        reason,
+        extra={
+            "protocol": protocol,
+            "peer": address,
+            "requests": counts.get("requests", 0),
+            "bytes_in": counts.get("bytes_in", 0),
+            "bytes_out": counts.get("bytes_out", 0),
+            "duration_s": round(duration_s, 3),
+            "reason": reason,
+        },
+    )

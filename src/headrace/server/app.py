@@ -8,7 +8,9 @@ embed it the same way.
 
 Listeners arrive protocol by protocol: each front door registers a starter
 in ``LISTENER_STARTERS`` under its stable listener name (see
-``config.DEFAULT_PORTS``).
+``config.DEFAULT_PORTS``). The HTTP listener starts first, so ``/health``
+answers 503 while the others start; each listener gets the configured
+limits and its metrics through ``_loop.LISTENER_SETTINGS``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from headrace.controller.model import ControllerModel
+from headrace.server._loop import LISTENER_SETTINGS, ListenerSettings
 from headrace.server.config import ServerConfig
+from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.store.api import SegmentStore
-from headrace.store.disk import DiskStore
 
 __all__ = ["LISTENER_STARTERS", "Listener", "ServerApp"]
 
@@ -62,6 +65,8 @@ class ServerApp:
         self._listeners: list[Listener] = []
         self._stopping = asyncio.Event()
         self._closed = False
+        self.metrics = ServerMetrics()
+        self.metrics.attach(self)
 
     @property
     def store(self) -> SegmentStore:
@@ -78,6 +83,26 @@ class ServerApp:
         return self._controller
 
     @property
+    def store_or_none(self) -> SegmentStore | None:
+        """The store once started (for metrics, which may be read at any time)."""
+        return self._store
+
+    @property
+    def controller_or_none(self) -> ControllerModel | None:
+        return self._controller
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """Whether every configured listener is up, and a JSON-able report of each."""
+        running = self.ports
+        listeners = {
+            name: {"port": running.get(name, port), "up": name in running}
+            for name, port in self.config.enabled_listeners().items()
+            if name in _known_listeners()
+        }
+        ok = not self._closed and all(entry["up"] for entry in listeners.values())
+        return ok, {"status": "ok" if ok else "unavailable", "listeners": listeners}
+
+    @property
     def ports(self) -> dict[str, int]:
         """The listeners that are running, with the ports they are bound to."""
         return {listener.name: listener.port for listener in self._listeners}
@@ -87,20 +112,31 @@ class ServerApp:
         import headrace.server.listeners  # noqa: F401  (registers the starters; lazy: they import us)
 
         if self._store is None:
-            self._store = await DiskStore.open(
+            store = await MeteredDiskStore.open(
                 self.config.data_dir,
                 fsync=self.config.fsync,
                 fsync_interval_s=self.config.fsync_interval_s,
                 container_count=self.config.container_count,
+                file_ops=TimedFileOps(self.metrics.fsync_seconds.observe),
             )
+            assert isinstance(store, MeteredDiskStore)  # DiskStore.open builds ``cls``
+            store.metrics = self.metrics
+            self._store = store
         try:
             self._controller = await ControllerModel.open(self._store)
-            for name, port in self.config.enabled_listeners().items():
+            enabled = self.config.enabled_listeners()
+            order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
+            settings = ListenerSettings(self.config.limits, self.metrics.listener)
+            for name in order:
                 starter = LISTENER_STARTERS.get(name)
                 if starter is None:
                     log.info("listener %s is not available in this version; skipped", name)
                     continue
-                listener = await starter(self, self.config.host, port)
+                token = LISTENER_SETTINGS.set(settings)
+                try:
+                    listener = await starter(self, self.config.host, enabled[name])
+                finally:
+                    LISTENER_SETTINGS.reset(token)
                 self._listeners.append(listener)
                 log.info("%s listening on %s:%d", name, self.config.host, listener.port)
         except BaseException:
@@ -127,3 +163,10 @@ class ServerApp:
                 log.exception("closing listener %s failed", listener.name)
         if self._store is not None:
             await self._store.close()
+
+
+def _known_listeners() -> set[str]:
+    """Listener names this version can start (the others are skipped, not awaited)."""
+    import headrace.server.listeners  # noqa: F401  (registers the starters)
+
+    return set(LISTENER_STARTERS)

@@ -4,17 +4,47 @@ Defaults "just work" (DESIGN.md section 6): every listener on 127.0.0.1 at its
 default port, data in ``./headrace-data``, fsync on acknowledge. A port of 0
 disables that listener. The listener names and port flags are stable: scripts
 and docs depend on them.
+
+``OPTIONS`` is the one table of settings. Each row gives a TOML key (in the
+``--config`` file), a flag (``--`` and the key with dashes) and an environment
+variable (``HEADRACE_`` and the key in capitals); the CLI builds its flags from
+it, ``docs/configuration.md`` is generated from it, and ``build_config`` turns
+the chosen values into a ``ServerConfig``. Priority, lowest first: defaults,
+the TOML file, the environment, flags.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
-from headrace.server.lumberjack_config import LumberjackConfig
+from headrace.protocols.lumberjack import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_WINDOW_COUNT,
+)
+from headrace.server._loop import (
+    IDLE_TIMEOUT_S,
+    MAX_BUFFERED_BYTES,
+    MAX_CONNECTIONS,
+    MAX_PENDING_EVENTS,
+    PARTIAL_FRAME_TIMEOUT_S,
+    ConnectionLimits,
+)
+from headrace.server._loop import MAX_FRAME_BYTES as LOOP_MAX_FRAME_BYTES
+from headrace.server.lumberjack_config import (
+    DEFAULT_ROUTING_KEY_FIELDS,
+    DEFAULT_STREAM,
+    KEEPALIVE_INTERVAL_S,
+    MAX_PENDING_BYTES,
+    WINDOW_LINGER_S,
+    LumberjackConfig,
+)
+from headrace.server.lumberjack_config import IDLE_TIMEOUT_S as LUMBERJACK_IDLE_TIMEOUT_S
 from headrace.server.tls import TlsConfig
 from headrace.store.api import FsyncPolicy
 
@@ -23,7 +53,12 @@ __all__ = [
     "DEFAULT_PORTS",
     "DEFAULT_RETENTION_INTERVAL_S",
     "LISTENER_NAMES",
+    "LOG_FORMATS",
+    "OPTIONS",
+    "ConnectionLimits",
+    "Option",
     "ServerConfig",
+    "build_config",
 ]
 
 DEFAULT_PORTS: dict[str, int] = {
@@ -45,6 +80,9 @@ DEFAULT_FSYNC_INTERVAL_S = 1.0
 DEFAULT_CONTAINER_COUNT = 4
 """Segment containers per store, as in Pravega standalone; fixed when a data dir is created."""
 
+LOG_FORMATS = ("text", "json")
+"""``--log-format``: human-readable lines, or one JSON object per line."""
+
 
 @dataclass(slots=True)
 class ServerConfig:
@@ -62,6 +100,9 @@ class ServerConfig:
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
     lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    """Per-connection and per-listener limits of every TCP front door."""
+    log_format: str = "text"
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for any value out of range."""
@@ -78,6 +119,17 @@ class ServerConfig:
             raise ConfigError("--auto-scale-interval must be positive")
         if self.container_count < 1:
             raise ConfigError("container count must be at least 1")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"--log-format {self.log_format!r} is not one of {LOG_FORMATS}")
+        for name in ("max_connections", "max_frame_bytes", "max_buffered_bytes"):
+            if getattr(self.limits, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.limits.max_pending_requests < 1:
+            raise ConfigError("--max-pending-requests must be at least 1")
+        if not self.limits.idle_timeout_s > 0:
+            raise ConfigError("--idle-timeout must be positive")
+        if not self.limits.partial_frame_timeout_s > 0:
+            raise ConfigError("--partial-frame-timeout must be positive")
         self.lumberjack.validate()
 
     def enabled_listeners(self) -> dict[str, int]:
@@ -93,3 +145,322 @@ class ServerConfig:
         if self.tls is None and self.ports.get("lumberjack_tls", 0) != 0:
             return {"lumberjack_tls": "no --tls-cert/--tls-key given"}
         return {}
+
+
+# --------------------------------------------------------------------------- the option table
+
+OptionValue = int | float | str | Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: TOML key ``key``, flag ``--key-with-dashes``, env ``HEADRACE_KEY``.
+
+    Attributes:
+        key: the TOML key; also names the flag and the environment variable.
+        kind: ``int``, ``float``, ``str`` or ``Path`` (a path in a string).
+        default: the value when nothing sets it (None: unset).
+        help: one line for ``--help`` and the docs.
+        section: heading in ``docs/configuration.md``.
+        minimum, maximum: the allowed range of a number (inclusive).
+        choices: the allowed strings.
+        existing_file: a ``Path`` that must name an existing file.
+    """
+
+    key: str
+    kind: type[int] | type[float] | type[str] | type[Path]
+    default: OptionValue
+    help: str
+    section: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    existing_file: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def envvar(self) -> str:
+        return "HEADRACE_" + self.key.upper()
+
+
+def _port(name: str, port: int) -> Option:
+    return Option(
+        f"{name}_port",
+        int,
+        port,
+        f"Port of the {name.replace('_', ' ')} listener (0 disables it).",
+        "Listeners",
+        0,
+        MAX_PORT,
+    )
+
+
+OPTIONS: tuple[Option, ...] = (
+    # -- general
+    Option(
+        "data_dir", Path, Path("headrace-data"), "Directory holding all stored data.", "General"
+    ),
+    Option("host", str, "127.0.0.1", "Address every listener binds.", "General"),
+    Option(
+        "fsync",
+        str,
+        FsyncPolicy.ALWAYS.value,
+        "always: ack after fsync (group commit); interval: fsync every --fsync-interval; "
+        "never: leave it to the OS.",
+        "General",
+        choices=tuple(p.value for p in FsyncPolicy),
+    ),
+    Option(
+        "fsync_interval",
+        float,
+        DEFAULT_FSYNC_INTERVAL_S,
+        "Seconds between fsyncs under --fsync interval.",
+        "General",
+        0.001,
+    ),
+    Option(
+        "retention_interval",
+        float,
+        DEFAULT_RETENTION_INTERVAL_S,
+        "Seconds between enforcements of stream retention policies.",
+        "General",
+        0.001,
+    ),
+    Option(
+        "auto_scale_interval",
+        float,
+        DEFAULT_AUTO_SCALE_INTERVAL_S,
+        "Seconds between checks of auto-scaling stream policies.",
+        "General",
+        0.001,
+    ),
+    Option("tank_scope", str, "tank", "Scope whose streams are the TANK topics.", "General"),
+    Option(
+        "log_format",
+        str,
+        "text",
+        "text: human-readable log lines; json: one JSON object per line.",
+        "General",
+        choices=LOG_FORMATS,
+    ),
+    # -- listeners
+    *(_port(name, port) for name, port in DEFAULT_PORTS.items()),
+    # -- limits
+    Option(
+        "max_connections",
+        int,
+        MAX_CONNECTIONS,
+        "Connections open at once per listener; more are closed at once.",
+        "Limits",
+        1,
+    ),
+    Option(
+        "max_frame_bytes",
+        int,
+        LOOP_MAX_FRAME_BYTES,
+        "Bytes of one frame still being received (each protocol also has its own limit).",
+        "Limits",
+        1,
+    ),
+    Option(
+        "max_buffered_bytes",
+        int,
+        MAX_BUFFERED_BYTES,
+        "Reply bytes a peer has not taken before it is dropped.",
+        "Limits",
+        1,
+    ),
+    Option(
+        "max_pending_requests",
+        int,
+        MAX_PENDING_EVENTS,
+        "Requests of one connection handled at once; reading pauses beyond.",
+        "Limits",
+        1,
+    ),
+    Option(
+        "idle_timeout",
+        float,
+        IDLE_TIMEOUT_S,
+        "Seconds a connection may send nothing before it is closed (Lumberjack: "
+        "--lumberjack-idle-timeout).",
+        "Limits",
+        0.001,
+    ),
+    Option(
+        "partial_frame_timeout",
+        float,
+        PARTIAL_FRAME_TIMEOUT_S,
+        "Seconds a frame may take to arrive once its first byte is in.",
+        "Limits",
+        0.001,
+    ),
+    # -- TLS
+    Option(
+        "tls_cert",
+        Path,
+        None,
+        "PEM certificate chain for TLS listeners (with --tls-key).",
+        "TLS",
+        existing_file=True,
+    ),
+    Option("tls_key", Path, None, "PEM private key of --tls-cert.", "TLS", existing_file=True),
+    Option(
+        "tls_ca",
+        Path,
+        None,
+        "PEM CA bundle: TLS clients must present a certificate it signed.",
+        "TLS",
+        existing_file=True,
+    ),
+    # -- Lumberjack
+    Option(
+        "lumberjack_stream",
+        str,
+        DEFAULT_STREAM,
+        "scope/stream that Lumberjack events go to (created with 4 segments).",
+        "Lumberjack",
+    ),
+    Option(
+        "lumberjack_routing_key_fields",
+        str,
+        ",".join(DEFAULT_ROUTING_KEY_FIELDS),
+        "Comma-separated event fields tried for the routing key ([a][b] for nested); "
+        "empty: no key.",
+        "Lumberjack",
+    ),
+    Option(
+        "lumberjack_keepalive_interval",
+        float,
+        KEEPALIVE_INTERVAL_S,
+        "v2: seconds without a write before an Ack(0) keepalive while a window waits.",
+        "Lumberjack",
+        0.001,
+    ),
+    Option(
+        "lumberjack_window_linger",
+        float,
+        WINDOW_LINGER_S,
+        "Seconds an incomplete window may receive nothing before its events so far are "
+        "stored (for clients that send W once); 0: store windows only whole.",
+        "Lumberjack",
+        0,
+    ),
+    Option(
+        "lumberjack_idle_timeout",
+        float,
+        LUMBERJACK_IDLE_TIMEOUT_S,
+        "Seconds a Lumberjack connection may send nothing before it is closed.",
+        "Lumberjack",
+        0.001,
+    ),
+    Option(
+        "lumberjack_max_window",
+        int,
+        MAX_WINDOW_COUNT,
+        "Largest W (window) count accepted.",
+        "Lumberjack",
+        1,
+        2**32 - 1,
+    ),
+    Option(
+        "lumberjack_max_frame_bytes",
+        int,
+        MAX_FRAME_BYTES,
+        "Largest Lumberjack frame.",
+        "Lumberjack",
+        1024,
+    ),
+    Option(
+        "lumberjack_max_decompressed_bytes",
+        int,
+        MAX_DECOMPRESSED_BYTES,
+        "Inflated bytes allowed per compressed frame (zlib bombs are refused).",
+        "Lumberjack",
+        1024,
+    ),
+    Option(
+        "lumberjack_max_pending_bytes",
+        int,
+        MAX_PENDING_BYTES,
+        "Unacknowledged event bytes one Lumberjack connection may hold.",
+        "Lumberjack",
+        1024,
+    ),
+)
+"""Every setting of ``headrace serve``, in the order ``--help`` and the docs list them."""
+
+OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
+
+
+def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
+    """A validated ``ServerConfig`` from option values (keys of ``OPTIONS``; missing: default).
+
+    Raises:
+        ConfigError: an unknown key, or a value out of range (the message names the option).
+    """
+    unknown = sorted(set(values) - set(OPTIONS_BY_KEY))
+    if unknown:
+        raise ConfigError(f"unknown option {unknown[0]!r}")
+    v = {option.key: values.get(option.key, option.default) for option in OPTIONS}
+
+    def get(key: str, kind: type[int] | type[float] | type[str]) -> int | float | str:
+        value = v[key]
+        try:
+            return kind(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{OPTIONS_BY_KEY[key].flag}: {value!r} is not a {kind.__name__}"
+            ) from None
+
+    tls_cert, tls_key, tls_ca = v["tls_cert"], v["tls_key"], v["tls_ca"]
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if tls_ca is not None and tls_cert is None:
+        raise ConfigError("--tls-ca needs --tls-cert and --tls-key")
+    fsync = str(get("fsync", str))
+    if fsync not in {p.value for p in FsyncPolicy}:
+        raise ConfigError(f"--fsync {fsync!r} is not one of always, interval, never")
+    fields = str(get("lumberjack_routing_key_fields", str))
+    lumberjack = LumberjackConfig(
+        stream=str(get("lumberjack_stream", str)),
+        routing_key_fields=tuple(f.strip() for f in fields.split(",") if f.strip()),
+        keepalive_interval_s=float(get("lumberjack_keepalive_interval", float)),
+        window_linger_s=float(get("lumberjack_window_linger", float)),
+        idle_timeout_s=float(get("lumberjack_idle_timeout", float)),
+        max_window_count=int(get("lumberjack_max_window", int)),
+        max_frame_bytes=int(get("lumberjack_max_frame_bytes", int)),
+        max_decompressed_bytes=int(get("lumberjack_max_decompressed_bytes", int)),
+        max_pending_bytes=int(get("lumberjack_max_pending_bytes", int)),
+    )
+    limits = ConnectionLimits(
+        max_connections=int(get("max_connections", int)),
+        max_frame_bytes=int(get("max_frame_bytes", int)),
+        max_buffered_bytes=int(get("max_buffered_bytes", int)),
+        max_pending_requests=int(get("max_pending_requests", int)),
+        idle_timeout_s=float(get("idle_timeout", float)),
+        partial_frame_timeout_s=float(get("partial_frame_timeout", float)),
+    )
+    config = ServerConfig(
+        data_dir=Path(str(v["data_dir"])),
+        host=str(get("host", str)),
+        fsync=FsyncPolicy(fsync),
+        fsync_interval_s=float(get("fsync_interval", float)),
+        tank_scope=str(get("tank_scope", str)),
+        retention_interval_s=float(get("retention_interval", float)),
+        auto_scale_interval_s=float(get("auto_scale_interval", float)),
+        ports={name: int(get(f"{name}_port", int)) for name in DEFAULT_PORTS},
+        tls=None
+        if tls_cert is None or tls_key is None
+        else TlsConfig(
+            Path(str(tls_cert)), Path(str(tls_key)), None if tls_ca is None else Path(str(tls_ca))
+        ),
+        lumberjack=lumberjack,
+        limits=limits,
+        log_format=str(get("log_format", str)),
+    )
+    config.validate()
+    return config

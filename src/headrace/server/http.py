@@ -1,14 +1,13 @@
-"""The HTTP port (9100): ``/health``, and RS-IO over WebSocket at ``/rsio``.
+"""The HTTP port (9100): ``/health``, ``/metrics``, and RS-IO over WebSocket at ``/rsio``.
 
 Routes (HTTP/1.1, keep-alive):
 
 | request | answer |
 | --- | --- |
-| ``GET /health`` | ``200 ok`` |
+| ``GET /health`` | ``200`` when every configured listener is up, else ``503``; JSON body |
+| ``GET /metrics`` | ``200``, every metric in the Prometheus text format (``metrics.py``) |
 | ``GET /rsio`` with a WebSocket upgrade | ``101``, then RS-IO (B.4 message transport) |
 | anything else | ``404`` (``405`` for a method other than GET on a known path) |
-
-``/metrics`` is not served yet.
 
 RS-IO over WebSocket: one binary message is one RS-IO message with no length
 prefix (spec B.4); a text message is a protocol error. :class:`HttpHandler`
@@ -22,6 +21,7 @@ close. An RS-IO protocol error sends the connection's ``goodbye`` and a close
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 
@@ -45,6 +45,7 @@ from headrace.protocols.websocket import (
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from headrace.server.rsio import RsioHandler
 
 __all__ = ["HttpHandler", "start_http"]
@@ -79,6 +80,7 @@ class HttpHandler(ConnectionHandler):
                 request, used = parsed
                 del self._buffer[:used]
                 self._route(request)
+                yield request  # counted as a request by the loop; answered already
             if self._rsio is None:
                 return
             data, self._buffer = bytes(self._buffer), bytearray()
@@ -111,7 +113,7 @@ class HttpHandler(ConnectionHandler):
                     return
 
     async def handle(self, event: object) -> None:
-        if self._rsio is not None:
+        if self._rsio is not None and not isinstance(event, HttpRequest):
             await self._rsio.handle(event)
 
     def data_to_send(self) -> bytes:
@@ -139,6 +141,11 @@ class HttpHandler(ConnectionHandler):
             bytearray(tail) + self._out + encode_frame(Opcode.CLOSE, code.to_bytes(2, "big"))
         )
 
+    def partial_frame_bytes(self) -> int:
+        if self._rsio is None:
+            return len(self._buffer)  # an unfinished request head
+        return 0
+
     def busy(self) -> bool:
         return self._rsio is not None and self._rsio.busy()
 
@@ -149,11 +156,16 @@ class HttpHandler(ConnectionHandler):
     # -- requests
 
     def _route(self, request: HttpRequest) -> None:
-        if request.path == "/health":
-            if request.method != "GET":
-                self._out += http_response(405, "Method Not Allowed")
-            else:
-                self._out += http_response(200, "OK", b"ok\n")
+        if request.path in ("/health", "/metrics") and request.method != "GET":
+            self._out += http_response(405, "Method Not Allowed")
+        elif request.path == "/health":
+            ok, report = self._app.health()
+            body = json.dumps(report, sort_keys=True).encode() + b"\n"
+            status, reason = (200, "OK") if ok else (503, "Service Unavailable")
+            self._out += http_response(status, reason, body, "application/json")
+        elif request.path == "/metrics":
+            body = self._app.metrics.exposition()
+            self._out += http_response(200, "OK", body, METRICS_CONTENT_TYPE)
         elif request.path == RSIO_PATH:
             if not request.is_websocket_upgrade():
                 self._out += http_response(

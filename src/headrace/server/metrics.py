@@ -1,0 +1,273 @@
+"""Metrics of one server, in Prometheus form (served at ``/metrics`` on the HTTP port).
+
+``ServerMetrics`` owns a private ``CollectorRegistry`` (two apps in one
+process never share counters). What is counted where:
+
+* connections, requests and bytes per protocol: the connection loop reports
+  to a ``ListenerMetrics`` (a ``ConnectionObserver``) per TCP listener;
+* errors by kind: connections closed for a fault (protocol error, a limit,
+  a handler failure, refused at ``max_connections``);
+* append and fsync latency: ``MeteredDiskStore`` times each stream append
+  from the call to its acknowledgement, and ``TimedFileOps`` each WAL sync;
+* stored bytes, segments, streams, parked readers, listeners up: read when
+  scraped (``_StateCollector``), from the store and the controller model.
+
+``METRIC_DOCS`` lists every metric for ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from headrace.controller.model import MAX_SCOPES, MAX_STREAMS
+from headrace.server._loop import ERROR_REASONS
+from headrace.store.disk import DiskStore
+from headrace.store.disk.log import FileOps
+from headrace.types import AppendResult, WriterAppend
+
+if TYPE_CHECKING:
+    from headrace.server.app import ServerApp
+
+__all__ = [
+    "CONTENT_TYPE",
+    "LATENCY_BUCKETS_S",
+    "METRIC_DOCS",
+    "ListenerMetrics",
+    "MeteredDiskStore",
+    "ServerMetrics",
+    "TimedFileOps",
+]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""From 100 µs (an append under fsync=never) to 10 s (a disk in trouble)."""
+
+METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
+    ("headrace_connections_total", "counter", "protocol", "Connections accepted."),
+    ("headrace_connections_open", "gauge", "protocol", "Connections open now."),
+    ("headrace_requests_total", "counter", "protocol", "Requests (protocol events) received."),
+    ("headrace_received_bytes_total", "counter", "protocol", "Bytes received from clients."),
+    ("headrace_sent_bytes_total", "counter", "protocol", "Bytes sent to clients."),
+    (
+        "headrace_errors_total",
+        "counter",
+        "protocol, kind",
+        "Connections closed for a fault; kind: " + ", ".join(sorted(ERROR_REASONS)) + ".",
+    ),
+    (
+        "headrace_append_seconds",
+        "histogram",
+        "—",
+        "Stream appends, from the call to the acknowledgement (durable under fsync=always).",
+    ),
+    ("headrace_fsync_seconds", "histogram", "—", "Write-ahead log syncs (fdatasync)."),
+    ("headrace_stored_bytes", "gauge", "—", "Bytes held by segments (start offset to length)."),
+    ("headrace_segments", "gauge", "—", "Segments, table segments included."),
+    ("headrace_streams", "gauge", "—", "Streams known to the controller."),
+    ("headrace_parked_readers", "gauge", "—", "Reads waiting at a segment's tail (long-poll)."),
+    ("headrace_listener_up", "gauge", "listener", "1 when a configured listener is serving."),
+)
+
+
+class ListenerMetrics:
+    """The counters of one listener (a ``ConnectionObserver`` for the connection loop)."""
+
+    def __init__(self, metrics: ServerMetrics, protocol: str) -> None:
+        self._opened = metrics.connections.labels(protocol)
+        self._open = metrics.connections_open.labels(protocol)
+        self._requests = metrics.requests.labels(protocol)
+        self._received = metrics.received_bytes.labels(protocol)
+        self._sent = metrics.sent_bytes.labels(protocol)
+        self._errors = metrics.errors
+        self._protocol = protocol
+
+    def connection_opened(self) -> None:
+        self._opened.inc()
+        self._open.inc()
+
+    def connection_closed(self, reason: str) -> None:
+        self._open.dec()
+        if reason in ERROR_REASONS:
+            self._errors.labels(self._protocol, reason).inc()
+
+    def connection_refused(self) -> None:
+        self._errors.labels(self._protocol, "refused").inc()
+
+    def bytes_received(self, count: int) -> None:
+        self._received.inc(count)
+
+    def bytes_sent(self, count: int) -> None:
+        self._sent.inc(count)
+
+    def request_received(self) -> None:
+        self._requests.inc()
+
+
+class ServerMetrics:
+    """Every metric of one ``ServerApp``."""
+
+    def __init__(self) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: they double the output for nothing
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.connections = Counter(
+            "headrace_connections", "Connections accepted.", ["protocol"], registry=r
+        )
+        self.connections_open = Gauge(
+            "headrace_connections_open", "Connections open now.", ["protocol"], registry=r
+        )
+        self.requests = Counter(
+            "headrace_requests", "Requests (protocol events) received.", ["protocol"], registry=r
+        )
+        self.received_bytes = Counter(
+            "headrace_received_bytes", "Bytes received from clients.", ["protocol"], registry=r
+        )
+        self.sent_bytes = Counter(
+            "headrace_sent_bytes", "Bytes sent to clients.", ["protocol"], registry=r
+        )
+        self.errors = Counter(
+            "headrace_errors", "Connections closed for a fault.", ["protocol", "kind"], registry=r
+        )
+        self.append_seconds = Histogram(
+            "headrace_append_seconds",
+            "Stream appends, from the call to the acknowledgement.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.fsync_seconds = Histogram(
+            "headrace_fsync_seconds",
+            "Write-ahead log syncs.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.parked_readers = 0
+        self._listeners: dict[str, ListenerMetrics] = {}
+        self._app: ServerApp | None = None
+
+    def attach(self, app: ServerApp) -> None:
+        """Report the state of ``app`` (store, controller, listeners) when scraped."""
+        if self._app is None:
+            self.registry.register(_StateCollector(self, app))
+        self._app = app
+
+    def listener(self, name: str) -> ListenerMetrics:
+        """The observer for listener ``name`` (one per name)."""
+        if name not in self._listeners:
+            self._listeners[name] = ListenerMetrics(self, name)
+        return self._listeners[name]
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    """Gauges read from the running server when scraped."""
+
+    def __init__(self, metrics: ServerMetrics, app: ServerApp) -> None:
+        self._metrics = metrics
+        self._app = app
+
+    def collect(self) -> Iterator[Metric]:
+        app = self._app
+        up = GaugeMetricFamily(
+            "headrace_listener_up", "1 when a configured listener is serving.", labels=["listener"]
+        )
+        running = app.ports
+        for name in app.config.enabled_listeners():
+            up.add_metric([name], 1.0 if name in running else 0.0)
+        yield up
+        store = app.store_or_none
+        if isinstance(store, MeteredDiskStore):
+            segments, stored = store.usage()
+            yield GaugeMetricFamily("headrace_segments", "Segments.", value=segments)
+            yield GaugeMetricFamily(
+                "headrace_stored_bytes", "Bytes held by segments.", value=stored
+            )
+        model = app.controller_or_none
+        if model is not None:
+            streams = sum(
+                len(model.list_streams(scope, limit=MAX_STREAMS))
+                for scope in model.list_scopes(limit=MAX_SCOPES)
+            )
+            yield GaugeMetricFamily("headrace_streams", "Streams.", value=streams)
+        yield GaugeMetricFamily(
+            "headrace_parked_readers",
+            "Reads waiting at a segment's tail.",
+            value=self._metrics.parked_readers,
+        )
+
+
+class TimedFileOps(FileOps):
+    """The store's syscall layer, timing each WAL sync into ``observe``."""
+
+    def __init__(self, observe: Callable[[float], None]) -> None:
+        super().__init__()
+        self._observe = observe
+
+    def sync_wal(self, fd: int) -> None:
+        started = time.perf_counter()
+        try:
+            super().sync_wal(fd)
+        finally:
+            self._observe(time.perf_counter() - started)
+
+
+class MeteredDiskStore(DiskStore):
+    """The disk store, timing appends and counting parked reads for ``metrics``.
+
+    Open it with ``await MeteredDiskStore.open(...)``, then set ``metrics``.
+    """
+
+    metrics: ServerMetrics | None = None
+
+    async def append(
+        self,
+        name: str,
+        data: bytes,
+        *,
+        expected_offset: int | None = None,
+        writer: WriterAppend | None = None,
+    ) -> AppendResult:
+        started = time.perf_counter()
+        result = await super().append(name, data, expected_offset=expected_offset, writer=writer)
+        if self.metrics is not None:
+            self.metrics.append_seconds.observe(time.perf_counter() - started)
+        return result
+
+    async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:
+        metrics = self.metrics
+        if metrics is None:
+            return await super().wait_for_data(name, offset, timeout_s)
+        metrics.parked_readers += 1
+        try:
+            return await super().wait_for_data(name, offset, timeout_s)
+        finally:
+            metrics.parked_readers -= 1
+
+    def usage(self) -> tuple[int, int]:
+        """(segments, bytes they hold) from memory: cheap enough for every scrape."""
+        count = stored = 0
+        for container in self._containers:
+            for segment in container.state.by_name.values():
+                if not segment.hidden:
+                    count += 1
+                    stored += segment.length - segment.start_offset
+        return count, stored
