@@ -306,10 +306,14 @@ def summarize_folded(path: Path) -> dict[str, Any]:
         self_time[frames[-1]] += count
         for frame in set(frames):
             inclusive[frame] += count
+    # the main thread's outer frames (runpy, click, the event loop) are in every
+    # one of its samples: leave them out of the inclusive list
+    outer = max(inclusive.values(), default=0)
+    inner = Counter({k: v for k, v in inclusive.items() if v < outer})
     return {
         "samples": total,
         "self": [(k, round(v / total, 3)) for k, v in self_time.most_common(15)],
-        "inclusive": [(k, round(v / total, 3)) for k, v in inclusive.most_common(30)],
+        "inclusive": [(k, round(v / total, 3)) for k, v in inner.most_common(30)],
     }
 
 
@@ -317,14 +321,19 @@ async def paced(rate: int, seconds: float, send: Any) -> tuple[list[float], floa
     """Offer ``rate`` sends per second for ``seconds``: ``send()`` returns a future;
     latency runs from the send to the future's completion. Returns the latencies
     and the seconds until the last completion (below the offered rate when the
-    system, or its client, cannot keep up)."""
+    system, or its client, cannot keep up; it stops offering once a quarter
+    second of load is outstanding, so the row's events/s shows the shortfall)."""
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
     futures = []
     began = loop.time()
     sent = 0
     total = int(rate * seconds)
+    backlog_limit = max(100, rate // 4)  # a quarter second of offered load
     while sent < total:
+        if sent - len(latencies) > backlog_limit:
+            say(f"  NOTE: {backlog_limit} sends outstanding: the offered load is not sustained")
+            break
         due = min(total, int((loop.time() - began) * rate) + 1)
         while sent < due:
             t = time.perf_counter()
@@ -419,6 +428,10 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
         directory.mkdir()
         proc, port = start_nats(binary, directory, sync_always)
         try:
+            if not sync_always:  # memory first, on the fresh server
+                results["idle_memory"][key] = idle_connection_memory(
+                    port, proc.pid, sizes.idle_connections
+                )
             count = sizes.nats_always_events if sync_always else sizes.peer_small_events
             with Measured(proc.pid) as m:
                 seconds, _ = asyncio.run(nats_produce(port, SMALL, count))
@@ -437,9 +450,6 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
                 label, len(latencies), SMALL, elapsed, latencies=latencies
             )
             say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
-            results["idle_memory"][key] = idle_connection_memory(
-                port, proc.pid, sizes.idle_connections
-            )
         finally:
             common.stop(proc)
 
@@ -564,6 +574,10 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
         directory.mkdir()
         proc, port = start_redis(binary, directory, appendfsync)
         try:
+            if appendfsync == "everysec":  # memory first, on the fresh server
+                results["idle_memory"][key] = idle_connection_memory(
+                    port, proc.pid, sizes.idle_connections
+                )
             count = sizes.peer_small_events
             with Measured(proc.pid) as m:
                 seconds = asyncio.run(redis_produce(port, SMALL, count))
@@ -589,10 +603,6 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
                 label, len(latencies), SMALL, elapsed, latencies=latencies
             )
             say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
-            if appendfsync == "everysec":
-                results["idle_memory"][key] = idle_connection_memory(
-                    port, proc.pid, sizes.idle_connections
-                )
         finally:
             common.stop(proc)
 
@@ -713,31 +723,44 @@ async def hr_latency(uri: str, stream: str, rate: int, seconds: float) -> dict[s
     return {"ack": acks, "delivery": delivery, "elapsed": [elapsed]}
 
 
-async def hr_parked_readers(uri: str, port: int, pid: int, count: int) -> dict[str, Any]:
-    """Server RSS growth for ``count`` connections, each holding one ``ReadSegment``
-    at the tail of a segment (parked until data arrives or the server's hold ends)."""
+async def hr_memory(uri: str, port: int, pid: int, idle: int, parked: int) -> dict[str, Any]:
+    """Server RSS growth for ``idle`` silent TCP connections, then for ``parked``
+    more connections each holding one ``ReadSegment`` at the tail of a segment
+    (parked until data arrives or the server's hold ends). Everything stays open
+    until both are measured, so freed memory is never reused in between."""
+    import socket
+
     from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
     from headrace.client._conn import SegmentStoreConnection
     from headrace.protocols import pravega as p
 
     async with PravegaClient(uri) as client:
         await client.controller.create_scope("bench")
-        await client.controller.create_stream(
-            "bench", "parked", StreamConfig(ScalingPolicy.fixed(1))
-        )
+        config = StreamConfig(ScalingPolicy.fixed(1))
+        await client.controller.create_stream("bench", "parked", config)
         segment = (await client.controller.get_current_segments("bench", "parked"))[0].segment
         await asyncio.sleep(0.5)
-        before = common.memory_kib(pid).get("VmRSS", 0)
+        start = common.memory_kib(pid).get("VmRSS", 0)
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(idle)]
+        await asyncio.sleep(1.5)
+        with_idle = common.memory_kib(pid).get("VmRSS", 0)
         conns = []
-        for i in range(count):
+        for i in range(parked):
             conn = await SegmentStoreConnection.connect("127.0.0.1", port)
             conn.send_nowait(p.ReadSegment(segment.name, 0, 1024, request_id=1_000_000 + i))
             conns.append(conn)
         await asyncio.sleep(1.5)
-        after = common.memory_kib(pid).get("VmRSS", 0)
+        with_parked = common.memory_kib(pid).get("VmRSS", 0)
         for conn in conns:
             await conn.aclose()
-    return {"readers": count, "kib_per_reader_and_connection": round((after - before) / count, 2)}
+        for sock in socks:
+            sock.close()
+    return {
+        "connections": idle,
+        "kib_per_connection": round((with_idle - start) / idle, 2),
+        "readers": parked,
+        "kib_per_reader_and_connection": round((with_parked - with_idle) / parked, 2),
+    }
 
 
 def rust_produce(uri: str, stream: str, count: int) -> float:
@@ -766,7 +789,9 @@ def tank_produce(port: int, count: int, profile: Profiler, pid: int) -> tuple[fl
     return produce_s, cpu, consume_s
 
 
-def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: bool) -> None:
+def run_headrace(
+    sizes: Sizes, scratch: Path, results: dict[str, Any], profile: bool, prof_dir: Path
+) -> None:
     import lumberjack_ingest
 
     listeners = {
@@ -778,7 +803,6 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
     uri = f"tcp://127.0.0.1:{listeners['controller']}"
     proc = common.start_headrace(scratch / "hr-always", listeners, "always")
     pid = proc.pid
-    prof_dir = scratch
     try:
         label = "headrace client (Pravega wire)"
         with Profiler(profile, pid, "headrace_client_100b", prof_dir) as prof, Measured(pid) as m:
@@ -880,13 +904,16 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
         results["catchup"]["headrace_read"] = row
         say(f"  catch-up: {row['mb_per_s']} MB/s")
 
-        latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        with Profiler(profile, pid, "latency_always", prof_dir) as prof, Measured(pid) as m:
+            latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        results["profiles"]["latency_always"] = prof.summary
         results["latency"]["headrace_always"] = rate_row(
             "headrace ack, fsync always",
             len(latency["ack"]),
             SMALL,
             latency["elapsed"][0],
             latencies=latency["ack"],
+            cpu_s=m.cpu,
         )
         results["latency"]["headrace_always_delivery"] = rate_row(
             "headrace tail delivery, fsync always",
@@ -925,18 +952,15 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
     pid = proc.pid
     try:
         # memory first, on a fresh server (a used one reuses the memory it freed)
-        results["idle_memory"]["headrace"] = idle_connection_memory(
-            listeners["segment-store"], pid, sizes.idle_connections
+        memory = asyncio.run(
+            hr_memory(
+                uri, listeners["segment-store"], pid, sizes.idle_connections, sizes.parked_readers
+            )
         )
-        results["idle_memory"]["headrace_parked"] = asyncio.run(
-            hr_parked_readers(uri, listeners["segment-store"], pid, sizes.parked_readers)
-        )
-        say(
-            f"  memory: {results['idle_memory']['headrace']},"
-            f" {results['idle_memory']['headrace_parked']}"
-        )
+        results["idle_memory"]["headrace"] = memory
+        say(f"  memory: {memory}")
         with (
-            Profiler(profile, pid, "headrace_client_10k_never", scratch) as prof,
+            Profiler(profile, pid, "headrace_client_10k_never", prof_dir) as prof,
             Measured(pid) as m,
         ):
             seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
@@ -946,13 +970,15 @@ def run_headrace(sizes: Sizes, scratch: Path, results: dict[str, Any], profile: 
         )
         results["produce_10k"]["headrace_never"] = row
         say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
-        latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        with Measured(pid) as m:
+            latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
         results["latency"]["headrace_never"] = rate_row(
             "headrace ack, fsync never",
             len(latency["ack"]),
             SMALL,
             latency["elapsed"][0],
             latencies=latency["ack"],
+            cpu_s=m.cpu,
         )
         results["latency"]["headrace_never_delivery"] = rate_row(
             "headrace tail delivery, fsync never",
@@ -1096,7 +1122,7 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     memory = results["idle_memory"]
     per_conn = get(memory, "headrace", "kib_per_connection")
-    per_reader = get(memory, "headrace_parked", "kib_per_reader_and_connection")
+    per_reader = get(memory, "headrace", "kib_per_reader_and_connection")
     add(
         "MiB for 10,000 idle connections (extrapolated)",
         round(per_conn * 10_000 / 1024, 1) if per_conn is not None else None,
@@ -1185,6 +1211,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts: about two minutes")
     parser.add_argument("--profile", action="store_true", help="py-spy the server's produce")
+    parser.add_argument(
+        "--profile-dir", type=Path, default=None, help="keep py-spy's folded stacks here"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="parent of the data directories")
     parser.add_argument("--docs", action="store_true", help="write docs/benchmarks.md (quick)")
     parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
@@ -1231,7 +1260,11 @@ def main() -> None:
             run_redis(sizes, scratch, results)
         if "headrace" not in args.skip:
             say("headrace:")
-            run_headrace(sizes, scratch, results, args.profile)
+            profile_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="headrace-profiles-"))
+            profile_dir.mkdir(parents=True, exist_ok=True)
+            run_headrace(sizes, scratch, results, args.profile, profile_dir)
+            if args.profile:
+                say(f"  folded stacks (py-spy raw format) kept in {profile_dir}")
         # the fsync limit again, after the run: the disk drifts
         limits["fsync_4k_after"] = fsync_latency(scratch, sizes.fsync_ops)
         say(f"  fsync_4k after the run: {limits['fsync_4k_after']}")
