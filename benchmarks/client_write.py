@@ -40,6 +40,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _common import free_port as _free_port  # shared with benchmarks/suite.py
+
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 
 EVENT_BYTES = 100
@@ -64,13 +66,6 @@ for _ in range(n):
 w.flush()
 print(json.dumps({"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu}))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _start_server(data_dir: Path, fsync: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _common import free_port as _free_port  # shared with benchmarks/suite.py
+
 WINDOW_EVENTS = 2048
 """Events per window: libbeat's default ``bulk_max_size``."""
 
@@ -152,13 +154,6 @@ async def _measure(port: int, compressed: bool, connections: int, total: int) ->
         round(payload / seconds / 1e6, 2),
         round(wire / seconds / 1e6, 2),
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _start_server(data_dir: Path, port: int, fsync: str) -> subprocess.Popen[bytes]:

@@ -38,6 +38,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _common import cpu_s as _cpu_s
+from _common import free_port as _free_port  # shared with benchmarks/suite.py
+from _common import percentile as _percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SIZES_BYTES = (100, 10 * 1024)
@@ -106,13 +110,6 @@ def _child(uri: str, scope: str, stream: str, size: int, count: int, inflight: i
 # --------------------------------------------------------------------------- parent
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _wait_connectable(proc: subprocess.Popen[bytes], port: int, deadline: float) -> None:
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -121,20 +118,6 @@ def _wait_connectable(proc: subprocess.Popen[bytes], port: int, deadline: float)
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"headrace serve did not listen on {port}")
-
-
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    index = min(len(sorted_values) - 1, int(fraction * len(sorted_values)))
-    return sorted_values[index]
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux ``/proc``), 0 elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _run_config(

@@ -713,14 +713,21 @@ async def hr_latency(uri: str, stream: str, rate: int, seconds: float) -> dict[s
             stamp = time.perf_counter_ns().to_bytes(8, "big")
             return await writer.write_future(stamp + pad)
 
+        cpu = time.process_time()
         acks, elapsed = await paced(rate, seconds, send)
         try:
             await asyncio.wait_for(follower, 30)
         except TimeoutError:
             say(f"  NOTE: tail reader delivered {len(delivery)} of {total}")
+        client_cpu_share = (time.process_time() - cpu) / elapsed
         await reader.aclose()
         await writer.aclose()
-    return {"ack": acks, "delivery": delivery, "elapsed": [elapsed]}
+    return {
+        "ack": acks,
+        "delivery": delivery,
+        "elapsed": [elapsed],
+        "client_cpu_share": [client_cpu_share],
+    }
 
 
 async def hr_memory(uri: str, port: int, pid: int, idle: int, parked: int) -> dict[str, Any]:
@@ -914,6 +921,8 @@ def run_headrace(
             latency["elapsed"][0],
             latencies=latency["ack"],
             cpu_s=m.cpu,
+            note=f"client process (writer, pacing, tail reader) used"
+            f" {latency['client_cpu_share'][0]:.0%} of a core",
         )
         results["latency"]["headrace_always_delivery"] = rate_row(
             "headrace tail delivery, fsync always",
@@ -979,6 +988,8 @@ def run_headrace(
             latency["elapsed"][0],
             latencies=latency["ack"],
             cpu_s=m.cpu,
+            note=f"client process (writer, pacing, tail reader) used"
+            f" {latency['client_cpu_share'][0]:.0%} of a core",
         )
         results["latency"]["headrace_never_delivery"] = rate_row(
             "headrace tail delivery, fsync never",

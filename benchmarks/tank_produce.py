@@ -29,7 +29,6 @@ import platform
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,8 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from _common import free_port as _free_port  # shared with benchmarks/suite.py
 
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import (
@@ -59,12 +60,6 @@ FETCH_SIZE_BYTES = 4 * 1024 * 1024
 START_TIMEOUT_S = 60.0
 TOPIC = "bench"
 OTHER_LISTENERS = ("controller", "segment-store", "lumberjack", "lumberjack-tls", "rsio", "http")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _start_server(data_dir: Path, port: int) -> subprocess.Popen[str]:
