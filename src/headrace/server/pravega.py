@@ -172,6 +172,9 @@ class PravegaHandler(ConnectionHandler):
         self._conn.receive_data(data)
         yield from self._conn.events()
 
+    def partial_frame_bytes(self) -> int:
+        return self._conn.buffered_bytes
+
     async def handle(self, event: object) -> None:
         if isinstance(event, p.AppendData):
             await self._append(event)

@@ -439,6 +439,9 @@ class RsioHandler(ConnectionHandler):
 
     # -- the loop's interface
 
+    def partial_frame_bytes(self) -> int:
+        return self._conn.buffered_bytes if self._started else len(self._early)
+
     def feed(self, data: bytes) -> Iterator[object]:
         if self._started:
             self._conn.receive_data(data)

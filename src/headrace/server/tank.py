@@ -751,6 +751,9 @@ class TankHandler(ConnectionHandler):
                 self._release_parked()
             yield event
 
+    def partial_frame_bytes(self) -> int:
+        return self._conn.buffered_bytes
+
     def sequential(self, event: object) -> bool:
         # Produces (and topic creation) keep wire order; consumes may park, so
         # they run beside everything else.

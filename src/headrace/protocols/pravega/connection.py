@@ -457,6 +457,11 @@ class PravegaConnection:
         self._our_state = self._our_table[key][1]
         self._outbound += frame
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received that do not make a whole frame yet (0 between frames)."""
+        return len(self._buffer)
+
     def data_to_send(self) -> bytes:
         """All bytes queued for the peer since the last call (possibly none)."""
         data = bytes(self._outbound)

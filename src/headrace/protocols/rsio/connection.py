@@ -541,6 +541,11 @@ class ReactiveConnection:
             self._send_publisher_side(message)
         self._state = next_state
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received that do not make a whole frame yet (0 between frames)."""
+        return len(self._buffer)
+
     def data_to_send(self) -> bytes:
         """Everything queued for the peer since the last call (possibly ``b""``)."""
         data = bytes(self._outgoing)

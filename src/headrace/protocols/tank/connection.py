@@ -308,6 +308,11 @@ class TankConnection:
             raise LocalProtocolError(f"no request with id {request_id} to abandon")
         self._abandoned.add(request_id)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received that do not make a whole frame yet (0 between frames)."""
+        return len(self._buffer)
+
     def data_to_send(self) -> bytes:
         """Take the bytes queued by :meth:`send` (and the greeting); empty if none."""
         data = bytes(self._outgoing)
