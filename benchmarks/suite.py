@@ -317,6 +317,37 @@ def summarize_folded(path: Path) -> dict[str, Any]:
     }
 
 
+def histogram(http_port: int, name: str) -> dict[float, float]:
+    """Cumulative bucket counts ``{le: count}`` of a histogram on ``/metrics``."""
+    import urllib.request
+
+    url = f"http://127.0.0.1:{http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{"):
+            labels, _, value = line.rpartition(" ")
+            le = labels.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(value)
+    return buckets
+
+
+def histogram_quantiles(
+    before: dict[float, float], after: dict[float, float], prefix: str
+) -> dict[str, Any]:
+    """Upper bucket bounds (ms) of p50 and p99 of the observations between two scrapes."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    out: dict[str, Any] = {f"{prefix}_count": int(total)}
+    for label, q in (("p50", 0.5), ("p99", 0.99)):
+        bound = next((b for b, c in zip(bounds, counts, strict=True) if c >= q * total), None)
+        out[f"{prefix}_{label}_ms_at_most"] = None if bound is None else bound * 1e3
+    return out
+
+
 async def paced(rate: int, seconds: float, send: Any) -> tuple[list[float], float]:
     """Offer ``rate`` sends per second for ``seconds``: ``send()`` returns a future;
     latency runs from the send to the future's completion. Returns the latencies
@@ -796,6 +827,18 @@ def tank_produce(port: int, count: int, profile: Profiler, pid: int) -> tuple[fl
     return produce_s, cpu, consume_s
 
 
+SERVER_HISTOGRAMS = ("headrace_append_seconds", "headrace_fsync_seconds")
+
+
+def server_latency(http_port: int, before: dict[str, dict[float, float]]) -> dict[str, Any]:
+    """The server's own append (call to ack) and fsync histograms over a shape."""
+    out: dict[str, Any] = {}
+    for name in SERVER_HISTOGRAMS:
+        short = name.removeprefix("headrace_").removesuffix("_seconds")
+        out.update(histogram_quantiles(before[name], histogram(http_port, name), f"server_{short}"))
+    return out
+
+
 def run_headrace(
     sizes: Sizes, scratch: Path, results: dict[str, Any], profile: bool, prof_dir: Path
 ) -> None:
@@ -806,6 +849,7 @@ def run_headrace(
         "segment-store": common.free_port(),
         "tank": common.free_port(),
         "lumberjack": common.free_port(),
+        "http": common.free_port(),
     }
     uri = f"tcp://127.0.0.1:{listeners['controller']}"
     proc = common.start_headrace(scratch / "hr-always", listeners, "always")
@@ -911,8 +955,10 @@ def run_headrace(
         results["catchup"]["headrace_read"] = row
         say(f"  catch-up: {row['mb_per_s']} MB/s")
 
+        before = {n: histogram(listeners["http"], n) for n in SERVER_HISTOGRAMS}
         with Profiler(profile, pid, "latency_always", prof_dir) as prof, Measured(pid) as m:
             latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        server_side = server_latency(listeners["http"], before)
         results["profiles"]["latency_always"] = prof.summary
         results["latency"]["headrace_always"] = rate_row(
             "headrace ack, fsync always",
@@ -924,6 +970,8 @@ def run_headrace(
             note=f"client process (writer, pacing, tail reader) used"
             f" {latency['client_cpu_share'][0]:.0%} of a core",
         )
+        results["latency"]["headrace_always"].update(server_side)
+        say(f"  server side (fsync always): {server_side}")
         results["latency"]["headrace_always_delivery"] = rate_row(
             "headrace tail delivery, fsync always",
             max(1, len(latency["delivery"])),
@@ -979,8 +1027,10 @@ def run_headrace(
         )
         results["produce_10k"]["headrace_never"] = row
         say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
+        before = {n: histogram(listeners["http"], n) for n in SERVER_HISTOGRAMS}
         with Measured(pid) as m:
             latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
+        server_side = server_latency(listeners["http"], before)
         results["latency"]["headrace_never"] = rate_row(
             "headrace ack, fsync never",
             len(latency["ack"]),
@@ -991,6 +1041,8 @@ def run_headrace(
             note=f"client process (writer, pacing, tail reader) used"
             f" {latency['client_cpu_share'][0]:.0%} of a core",
         )
+        results["latency"]["headrace_never"].update(server_side)
+        say(f"  server side (fsync never): {server_side}")
         results["latency"]["headrace_never_delivery"] = rate_row(
             "headrace tail delivery, fsync never",
             max(1, len(latency["delivery"])),
@@ -1031,7 +1083,11 @@ def table(rows: dict[str, dict[str, Any]]) -> list[str]:
         ("p999_ms", "p99.9 ms"),
         ("server_cpu_us_per_event", "server CPU µs/event"),
         ("server_peak_rss_mib", "server peak RSS MiB"),
+        ("server_append_p50_ms_at_most", "server append p50 ms ≤"),
+        ("server_append_p99_ms_at_most", "server append p99 ms ≤"),
+        ("server_fsync_p99_ms_at_most", "server fsync p99 ms ≤"),
     ]
+    keys = [(k, h) for k, h in keys if any(k in row for row in rows.values())]
     lines = ["| system | " + " | ".join(h for _, h in keys) + " | note |"]
     lines.append("|---" * (len(keys) + 2) + "|")
     for row in rows.values():
