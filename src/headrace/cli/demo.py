@@ -280,7 +280,14 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
             summary=SUMMARY_STREAM,
             max_events_per_trigger=max_events,
         )
-        seen: set[int] = set()
+        seen: dict[int, int] = {}  # micro-batch id -> input rows
+
+        def show_progress(progress: Any, task: Any) -> None:
+            for p in query.recentProgress:
+                if p["batchId"] not in seen:
+                    seen[p["batchId"]] = p["numInputRows"]
+                    progress.advance(task, p["numInputRows"])
+
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("Spark: parse and summarise", total=len(lines))
             deadline = time.monotonic() + QUERY_TIMEOUT_S
@@ -288,14 +295,8 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
                 if time.monotonic() > deadline:
                     query.stop()
                     raise click.ClickException("the streaming query did not finish in time")
-                for p in query.recentProgress:
-                    if p["batchId"] not in seen:
-                        seen.add(p["batchId"])
-                        progress.advance(task, p["numInputRows"])
-            for p in query.recentProgress:
-                if p["batchId"] not in seen:
-                    seen.add(p["batchId"])
-                    progress.advance(task, p["numInputRows"])
+                show_progress(progress, task)
+            show_progress(progress, task)
         if query.exception() is not None:
             raise click.ClickException(f"the streaming query failed: {query.exception()}")
         done = time.perf_counter()
@@ -324,8 +325,9 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
         console.print(table)
         total = sum(r.requests for r in rows)
         elapsed = done - started
+        batches = sum(1 for n in seen.values() if n)
         console.print(
-            f"micro-batches: {len(seen)}; summary records published to {SUMMARY_STREAM}: "
+            f"micro-batches: {batches}; summary records published to {SUMMARY_STREAM}: "
             f"{published}; Spark start {processing - spark_started:.1f} s, "
             f"processing {done - processing:.1f} s"
         )
