@@ -159,3 +159,39 @@ async def test_reading_pauses_at_max_pending_requests(max_pending: int) -> None:
             w.close()
             await w.wait_closed()
         await listener.aclose()
+
+
+FIRST_BYTE = {
+    "lumberjack": b"2",  # protocol version 2
+    "rsio": b"\x05",  # varint length of a 5-byte frame
+}
+
+
+@pytest.fixture(scope="module")
+def every_front_door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    ports = {name: free_port() for name in ("segment_store", "tank", "lumberjack", "rsio", "http")}
+    serve = Serve(
+        tmp_path_factory.mktemp("front-doors"),
+        [
+            *listener_args(**ports),
+            "--log-format",
+            "json",
+            "--partial-frame-timeout",
+            str(PARTIAL_FRAME_TIMEOUT_S),
+        ],
+        None,
+    )
+    yield serve
+    serve.stop()
+
+
+@pytest.mark.parametrize("listener", ["segment_store", "tank", "lumberjack", "rsio", "http"])
+def test_every_front_door_drops_a_frame_that_never_completes(
+    every_front_door: Serve, listener: str
+) -> None:
+    with socket.create_connection(("127.0.0.1", every_front_door.ports[listener])) as sock:
+        started = time.monotonic()
+        sock.sendall(FIRST_BYTE.get(listener, b"\x00"))  # the first byte of a frame
+        assert _closed_by_server(sock)
+        assert time.monotonic() - started >= PARTIAL_FRAME_TIMEOUT_S - 0.1
+    every_front_door.wait_access(protocol=listener, reason="partial_frame_timeout")

@@ -75,6 +75,7 @@ async def start_tcp_listener(
                 idle_timeout_s=idle_timeout_s,
                 max_pending_events=max_pending_events,
                 observer=observer,
+                listener=name,
             )
         except asyncio.CancelledError:
             pass

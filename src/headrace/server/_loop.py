@@ -242,10 +242,13 @@ async def run_connection(
     idle_timeout_s: float | None = None,
     max_pending_events: int | None = None,
     observer: ConnectionObserver | None = None,
+    listener: str | None = None,
 ) -> None:
     """Serve one connection until EOF, a protocol error, a limit, or cancellation.
 
     ``idle_timeout_s`` and ``max_pending_events``, when given, override ``limits``.
+    ``listener`` names the connection's protocol in its access line (default:
+    the handler's name).
     """
     limits = limits or ConnectionLimits()
     idle_s = limits.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
@@ -409,7 +412,7 @@ async def run_connection(
                 await writer.wait_closed()
             if observer is not None:
                 observer.connection_closed(reason)
-            log_access(handler.name, peer, counts, clock() - opened_at, reason)
+            log_access(listener or handler.name, peer, counts, clock() - opened_at, reason)
 
 
 def log_access(

@@ -284,6 +284,9 @@ class LumberjackHandler(ConnectionHandler):
 
     # ------------------------------------------------------------------ receiving
 
+    def partial_frame_bytes(self) -> int:
+        return self._conn.buffered_bytes
+
     def feed(self, data: bytes) -> Iterator[_Window]:
         """Received bytes in; each window that closes out, ready to store.
 

@@ -514,6 +514,11 @@ class LumberjackConnection:
             self._client_send(frame)
         self._outgoing += data
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of a frame received in part (at least 1 inside a frame; 0 between frames)."""
+        return max(len(self._decoder), int(self._decoder.in_frame))
+
     def data_to_send(self) -> bytes:
         """Bytes queued by ``send``, as whole frames; write them in one call."""
         data = bytes(self._outgoing)
