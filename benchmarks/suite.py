@@ -1128,7 +1128,15 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
         met = None
         if value is not None:
             met = value >= target if higher_is_better else value <= target
-        rows.append({"figure": name, "value": value, "target": target, "met": met})
+        rows.append(
+            {
+                "figure": name,
+                "value": value,
+                "target": target,
+                "higher_is_better": higher_is_better,
+                "met": met,
+            }
+        )
 
     best_name = p100.get(best_key, {}).get("system", "") if best_key else ""
     add(f"100 B produce events/s ({best_name})", best, TARGETS["produce_100b_events_per_s"])
@@ -1254,9 +1262,7 @@ def render(results: dict[str, Any]) -> str:
     out += ["**Targets**", "", "| figure | measured | target | met |", "|---|---|---|---|"]
     for row in results["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[row["met"]]
-        comparison = ">=" if "/" in row["figure"] or "events/s" in row["figure"] else "<="
-        if "ack p99 at" in row["figure"]:
-            comparison = "<="
+        comparison = ">=" if row["higher_is_better"] else "<="
         out.append(f"| {row['figure']} | {row['value']} | {comparison} {row['target']} | {met} |")
     return "\n".join(out) + "\n"
 
@@ -1287,7 +1293,22 @@ def main() -> None:
     parser.add_argument(
         "--skip", action="append", default=[], choices=["nats", "redis", "headrace"]
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        help="write the tables again from a saved run's output (its JSON line); runs nothing",
+    )
     args = parser.parse_args()
+    if args.render is not None:
+        lines = args.render.read_text().splitlines()
+        saved = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
+        saved["targets"] = ratios(saved)
+        text = render(saved)
+        print(text)
+        if not args.no_docs:
+            write_docs(text)
+        return
     sizes = Sizes(args.quick)
     began = time.perf_counter()
     load_start = common.loadavg()
