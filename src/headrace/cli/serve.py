@@ -164,8 +164,19 @@ def render_docs() -> str:
     sections: dict[str, list[Option]] = {}
     for option in OPTIONS:
         sections.setdefault(option.section, []).append(option)
+    notes = {
+        "Limits": [
+            "Every TCP front door runs under these (the gRPC controller has gRPC's own).",
+            "Each is a named constant with its reason in `headrace/server/_loop.py`",
+            "(`ConnectionLimits`). A connection past a limit is closed and logged; its",
+            "access line and `headrace_errors_total` say which limit. Protocols keep",
+            "their own, tighter frame limits (see `docs/protocols/`).",
+            "",
+        ]
+    }
     for section, options in sections.items():
-        lines += [f"## {section}", "", "| key | flag | environment | default | meaning |"]
+        lines += [f"## {section}", "", *notes.get(section, [])]
+        lines += ["| key | flag | environment | default | meaning |"]
         lines += ["|---|---|---|---|---|"]
         for option in options:
             default = "—" if option.default is None else f"`{option.default}`"
