@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headrace.client import ControllerClient
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
@@ -26,18 +27,32 @@ async def _tank_traffic(port: int) -> None:
         assert result is not None
 
 
+async def _controller_calls(port: int) -> None:
+    async with ControllerClient(f"tcp://127.0.0.1:{port}") as client:
+        assert await client.create_scope("ops")
+        assert await client.scope_exists("ops")
+
+
 def test_metrics_count_real_traffic_and_access_lines_describe_it(start_serve: Any) -> None:
-    http, tank = free_port(), free_port()
-    serve = start_serve(*listener_args(http=http, tank=tank), "--log-format", "json")
+    http, tank, controller = free_port(), free_port(), free_port()
+    serve = start_serve(
+        *listener_args(http=http, tank=tank, controller=controller), "--log-format", "json"
+    )
     status, body = serve.get("/health")
     assert status == 200
     assert json.loads(body) == {
         "status": "ok",
-        "listeners": {"http": {"port": http, "up": True}, "tank": {"port": tank, "up": True}},
+        "listeners": {
+            "controller": {"port": controller, "up": True},
+            "http": {"port": http, "up": True},
+            "tank": {"port": tank, "up": True},
+        },
     }
     assert serve.metric("headrace_connections_total", protocol="tank") == 0
 
     asyncio.run(asyncio.wait_for(_tank_traffic(tank), WAIT_S))
+    asyncio.run(asyncio.wait_for(_controller_calls(controller), WAIT_S))
+    assert serve.metric("headrace_requests_total", protocol="controller") == 2
 
     record = serve.wait_access(protocol="tank", reason="eof")
     assert record["requests"] >= 7  # create, 5 produces, consume

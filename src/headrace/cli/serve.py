@@ -213,7 +213,7 @@ def render_docs() -> str:
         "protocol, peer, requests, bytes each way, duration and the reason it closed",
         "(`eof`, `idle`, `protocol_error`, `handler_error`, `frame_too_large`,",
         "`partial_frame_timeout`, `not_reading`, `refused`, `shutdown`, `closed`).",
-        "The controller (gRPC) logs one line per call instead.",
+        "The controller (gRPC) logs one line per call instead (at debug level, `-vv`).",
         "",
     ]
     return "\n".join(lines)

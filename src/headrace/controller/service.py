@@ -29,7 +29,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -631,6 +631,7 @@ class ControllerServer:
         retention_interval_s: float = RETENTION_INTERVAL_S,
         model: ControllerModel | None = None,
         auto_scale_interval_s: float = AUTO_SCALE_INTERVAL_S,
+        interceptors: Sequence[Any] = (),
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -645,6 +646,7 @@ class ControllerServer:
             model: the metadata model to serve, when the caller shares one with
                 other front doors (the server app does); opened from ``store``
                 otherwise.
+            interceptors: ``grpc.aio.ServerInterceptor`` objects (metrics).
 
         Raises:
             OSError: the address could not be bound.
@@ -657,6 +659,7 @@ class ControllerServer:
                 ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+            interceptors=list(interceptors),
         )
         try:
             bound = server.add_insecure_port(_bind_address(host, port))

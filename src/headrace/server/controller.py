@@ -4,14 +4,36 @@ Registers itself as the ``controller`` listener (default port 9090). The
 segment-store endpoint that ``getURI`` returns is the app's own segment-store
 listener (``config.host`` and ``config.ports["segment_store"]``): the combined
 server is its own segment store.
+
+gRPC owns the controller's connections, so the connection loop's counters do
+not see them; an interceptor counts its calls as ``controller`` requests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
 from headrace.controller.service import ControllerServer
+from headrace.server._loop import LISTENER_SETTINGS, ConnectionObserver
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 
 __all__ = ["start_controller"]
+
+
+class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Counts each RPC as one request of the ``controller`` listener."""
+
+    def __init__(self, observer: ConnectionObserver) -> None:
+        self._observer = observer
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        self._observer.request_received()
+        return await continuation(handler_call_details)
 
 
 async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
@@ -25,6 +47,8 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
     """
     segment_store = (app.config.host, app.config.ports.get("segment_store", 0))
     retention_interval_s = app.config.retention_interval_s
+    settings = LISTENER_SETTINGS.get()
+    observer = settings.observer_for("controller") if settings.observer_for else None
     server = await ControllerServer.start(
         app.store,
         host=host,
@@ -33,6 +57,7 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
         retention_interval_s=retention_interval_s,
         auto_scale_interval_s=app.config.auto_scale_interval_s,
         model=app.controller,
+        interceptors=[] if observer is None else [_CountCalls(observer)],
     )
     return Listener("controller", server.port, server.aclose)
 

@@ -62,7 +62,12 @@ LATENCY_BUCKETS_S = (
 METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
     ("headrace_connections_total", "counter", "protocol", "Connections accepted."),
     ("headrace_connections_open", "gauge", "protocol", "Connections open now."),
-    ("headrace_requests_total", "counter", "protocol", "Requests (protocol events) received."),
+    (
+        "headrace_requests_total",
+        "counter",
+        "protocol",
+        "Requests (protocol events; controller: gRPC calls) received.",
+    ),
     ("headrace_received_bytes_total", "counter", "protocol", "Bytes received from clients."),
     ("headrace_sent_bytes_total", "counter", "protocol", "Bytes sent to clients."),
     (
