@@ -71,6 +71,6 @@ def test_serve_flags_refuse_a_tls_key_without_a_certificate(tmp_path: Path) -> N
     result = CliRunner().invoke(
         main, ["serve", "--data-dir", str(tmp_path / "d"), "--lumberjack-stream", "x"]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad value is a usage error naming the option
     assert "--lumberjack-stream" in result.output
     assert not (tmp_path / "d").exists()
