@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench faults clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The fault suite at full size (docs/faults.md); `make test` runs it with bounded sizes.
+faults: $(STAMP)
+	HEADRACE_FAULT_KILL_CYCLES=20 HEADRACE_FAULT_TERM_CYCLES=10 HEADRACE_FAULT_FUZZ_FRAMES=100000 \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/faults
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
