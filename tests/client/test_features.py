@@ -80,6 +80,25 @@ async def test_transaction_commit_and_abort(server: Server) -> None:
     assert sorted(values) == sorted(f"c{i}".encode() for i in range(100))
 
 
+async def test_a_detached_transaction_is_committed_by_another_client(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("txd")
+        await client.controller.create_stream("txd", "st", StreamConfig(ScalingPolicy.fixed(2)))
+        txn = await client.begin_transaction("txd", "st", lease_ms=10_000)
+        for i in range(100):
+            await txn.write(f"d{i}".encode(), routing_key=f"k{i % 4}")
+        txn_id = await txn.detach()
+        with pytest.raises(WriterClosedError):
+            await txn.write(b"late")
+    # The first client is gone; the transaction is still open, with every event stored.
+    async with PravegaClient(server.uri) as other:
+        assert await other.controller.transaction_state("txd", "st", txn_id) is TxnState.OPEN
+        assert await _values(other, "txd", "st") == []
+        await other.controller.commit_transaction("txd", "st", txn_id)
+        values = await _values(other, "txd", "st")
+    assert sorted(values) == sorted(f"d{i}".encode() for i in range(100))
+
+
 async def test_byte_stream_write_read_seek_truncate(server: Server) -> None:
     async with PravegaClient(server.uri) as client:
         await client.controller.create_scope("bs")

@@ -475,7 +475,19 @@ class ControllerClient:
 
     async def get_head_segments(self, scope: str, stream: str) -> dict[Segment, int]:
         """The first readable segments and their start offsets (``getSegments`` at time 0)."""
-        req = pb.GetSegmentsRequest(streamInfo=self._info(scope, stream), timestamp=0)
+        return await self.get_segments_at(scope, stream, 0)
+
+    async def get_segments_at(
+        self, scope: str, stream: str, timestamp_ms: int
+    ) -> dict[Segment, int]:
+        """The segments that were open at ``timestamp_ms`` (epoch milliseconds),
+        each with the offset to read it from (its start, or the truncation
+        point); the head segments for 0 or a time before the stream's head.
+
+        Coarse: the answer is a whole epoch, so the offsets are at or before
+        that time, never after it.
+        """
+        req = pb.GetSegmentsRequest(streamInfo=self._info(scope, stream), timestamp=timestamp_ms)
         r = await self._rpc("getSegments", req, pb.SegmentsAtTime)
         return {
             Segment(

@@ -100,6 +100,23 @@ class Transaction(EventWriter):
             await w.aclose()
         self._closed = True
 
+    async def detach(self) -> TxnId:
+        """Wait for every event to be stored, then let go of the transaction, open.
+
+        Stops the lease pings and closes the segment writers without
+        committing or aborting, and returns the id. Whoever holds the id (another
+        process, e.g. the Spark driver committing what its tasks wrote) commits
+        or aborts it through ``ControllerClient.commit_transaction`` /
+        ``abort_transaction``; if nobody does, the controller aborts it once the
+        lease runs out. This object accepts no more events.
+
+        Raises:
+            ClientError: an event failed (the transaction is left open: abort it).
+        """
+        await self.flush()
+        await self._stop()
+        return self.txn_id
+
     async def commit(self) -> None:
         """Wait for every event to be stored, then make them all visible.
 

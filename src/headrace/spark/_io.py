@@ -585,10 +585,8 @@ def write_txn(opts: WriteOptions, rows: Iterator[tuple[object, object]]) -> tupl
             for key, value in rows:
                 await txn.write(_encode(value), _routing_key(key))
                 count += 1
-            await txn.flush()
-            # Stop the lease pings and close the segment writers without
-            # committing: the driver commits (or aborts) the transaction.
-            await txn._stop()
+            # Stored, left open: the driver commits (or aborts) it by id.
+            await txn.detach()
         except BaseException:
             await txn.abort()
             raise
