@@ -172,7 +172,17 @@ def render_docs() -> str:
             "access line and `headrace_errors_total` say which limit. Protocols keep",
             "their own, tighter frame limits (see `docs/protocols/`).",
             "",
-        ]
+        ],
+        "TLS": [
+            "With `--tls-cert` and `--tls-key`, every listener serves TLS on its own port",
+            "(the controller's gRPC, the segment store, TANK, RS-IO and HTTP); Lumberjack",
+            "keeps its plain port beside the TLS one (`--lumberjack-tls-port`). With",
+            "`--tls-ca` as well, every TLS client must present a certificate signed by",
+            "that CA. Clients check the server name against the certificate, so set",
+            "`--advertise-host` to a DNS name on the certificate when `--host` is an",
+            "address. See `docs/security.md`.",
+            "",
+        ],
     }
     for section, options in sections.items():
         lines += [f"## {section}", "", *notes.get(section, [])]

@@ -90,6 +90,9 @@ class ServerConfig:
 
     data_dir: Path = Path("headrace-data")
     host: str = "127.0.0.1"
+    advertise_host: str | None = None
+    """Host name the controller gives clients for the segment store (``getURI``);
+    None: ``host``. With TLS it must be a DNS name on the certificate."""
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
     container_count: int = DEFAULT_CONTAINER_COUNT
@@ -204,6 +207,14 @@ OPTIONS: tuple[Option, ...] = (
         "data_dir", Path, Path("headrace-data"), "Directory holding all stored data.", "General"
     ),
     Option("host", str, "127.0.0.1", "Address every listener binds.", "General"),
+    Option(
+        "advertise_host",
+        str,
+        None,
+        "Host the controller tells clients to reach the segment store at (default: --host); "
+        "with TLS, a DNS name on the certificate.",
+        "General",
+    ),
     Option(
         "fsync",
         str,
@@ -447,6 +458,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
     config = ServerConfig(
         data_dir=Path(str(v["data_dir"])),
         host=str(get("host", str)),
+        advertise_host=None if v["advertise_host"] is None else str(get("advertise_host", str)),
         fsync=FsyncPolicy(fsync),
         fsync_interval_s=float(get("fsync_interval", float)),
         tank_scope=str(get("tank_scope", str)),

@@ -45,7 +45,8 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
     Raises:
         OSError: the address could not be bound.
     """
-    segment_store = (app.config.host, app.config.ports.get("segment_store", 0))
+    advertised = app.config.advertise_host or app.config.host
+    segment_store = (advertised, app.config.ports.get("segment_store", 0))
     retention_interval_s = app.config.retention_interval_s
     settings = LISTENER_SETTINGS.get()
     observer = settings.observer_for("controller") if settings.observer_for else None
