@@ -6,109 +6,49 @@ Every wait has a deadline; stopping is SIGTERM (clean) or SIGKILL (crash).
 from __future__ import annotations
 
 import contextlib
-import os
-import queue
 import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests._server import FREE, ServerProcess
+
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
-OTHER_LISTENERS = ("controller", "segment-store", "lumberjack", "lumberjack-tls", "rsio", "http")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class TankServer:
+class TankServer(ServerProcess):
     """One ``python -m headrace serve`` process serving TANK on ``port``."""
 
     def __init__(
         self, data_dir: Path, *, pravega: bool = False, extra_args: tuple[str, ...] = ()
     ) -> None:
-        self.data_dir = data_dir
-        self.extra_args = extra_args
-        self.pravega = pravega  # also serve the controller and segment store
-        self.port = 0
-        self.controller_port = 0
-        self.process: subprocess.Popen[str] | None = None
-        self.stderr: list[str] = []
-        self._lines: queue.Queue[str] = queue.Queue()
-        self._pump_thread = threading.Thread()
-
-    def start(self) -> None:
-        self.port = free_port()
-        command = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
-        command += ["--tank-port", str(self.port)]
-        others = dict.fromkeys(OTHER_LISTENERS, 0)
-        if self.pravega:
-            self.controller_port = others["controller"] = free_port()
-            others["segment-store"] = free_port()
-        for name, port in others.items():
-            command += [f"--{name}-port", str(port)]
-        command += self.extra_args
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.process = subprocess.Popen(
-            command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+        ports: dict[str, int | None] = {"tank": FREE}
+        if pravega:  # also serve the controller and segment store
+            ports |= {"controller": FREE, "segment_store": FREE}
+        super().__init__(
+            data_dir,
+            ports=ports,
+            args=extra_args,
+            start_timeout_s=START_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
         )
-        self._lines = queue.Queue()
-        self._pump_thread = threading.Thread(
-            target=self._pump, args=(self.process, self._lines), daemon=True
-        )
-        self._pump_thread.start()
-        self._wait_for("headrace ready", START_TIMEOUT_S)
+        self.pravega = pravega
 
-    @staticmethod
-    def _pump(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.put(line)
-        lines.put("")
+    @property
+    def port(self) -> int:
+        return self.port_of("tank")
 
-    def _wait_for(self, needle: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                line = self._lines.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if not line:
-                break
-            self.stderr.append(line)
-            if needle in line:
-                return
-        self.kill()
-        pytest.fail(f"no {needle!r} from headrace serve; stderr: {''.join(self.stderr)}")
+    @property
+    def controller_port(self) -> int:
+        return self.ports.get("controller", 0)
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """SIGTERM and wait for a clean exit."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        self._release()
-        assert code == 0, "".join(self.stderr)
-
-    def kill(self) -> None:
-        """SIGKILL: a crash."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=STOP_TIMEOUT_S)
-        self._release()
-
-    def _release(self) -> None:
-        if self.process is not None and self.process.stderr is not None:
-            self._pump_thread.join(timeout=STOP_TIMEOUT_S)
-            self.process.stderr.close()
+        code = self.terminate(sig)
+        assert code == 0, self.log_text()
+        return code
 
 
 @contextlib.contextmanager

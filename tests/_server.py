@@ -1,0 +1,384 @@
+"""A real ``headrace serve`` child process for tests: ``ServerProcess`` and ``free_port``.
+
+Every test folder that talks to a real server over real sockets starts it the
+same way, so the way is written once:
+
+* **Ports.** ``ports`` names the listeners to open, each on a given port or on
+  ``FREE`` (a free port picked here); every other listener gets port 0 (off),
+  so a test never collides with a developer's running server on the default
+  ports. ``ports=None`` passes no port flags at all (the caller's ``args`` say
+  everything).
+* **stderr goes to a file** (``log_path``, beside the data directory unless
+  given): a pipe nobody reads can fill up and stall the server, and a file keeps
+  the log of every start of a restarted server, readable at any time
+  (``log_text``, ``wait_for_line``).
+* **Bounded start.** ``start`` waits at most ``start_timeout_s`` for the
+  ``headrace ready`` line of *this* start (the default), or, with
+  ``wait_for``, until the named listeners accept a connection. If the server
+  does not come up, it is killed and ``ServerStartError`` says why, with the
+  exit code and the tail of its stderr. A start that fails because another
+  process took a freshly picked port in the meantime (other test runs share
+  the machine) is retried on new free ports, ``START_ATTEMPTS`` times at most.
+* **Bounded stop.** ``stop`` sends SIGTERM (or the given signal), waits
+  ``stop_timeout_s`` and then SIGKILLs; it returns the exit code, or None
+  when the server had to be killed. ``start`` again restarts on the same ports.
+* **Hermetic environment.** The child gets the test run's environment minus
+  every ``HEADRACE_*`` variable (those configure ``headrace serve``; a
+  developer's shell must not change what a test runs), plus ``env``; it
+  imports ``headrace`` from this tree's ``src`` (or ``HEADRACE_TEST_SERVER_SRC``,
+  to run the server from another source tree, e.g. a snapshot of the last
+  commit while the work tree is mid-change).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Final
+
+from headrace.server.config import LISTENER_NAMES
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+SRC: Final = Path(os.environ.get("HEADRACE_TEST_SERVER_SRC", str(ROOT / "src")))
+
+START_TIMEOUT_S: Final = 30.0
+"""Default bound on a start: recovery of a small data directory on 2 busy cores."""
+STOP_TIMEOUT_S: Final = 15.0
+"""Default bound on a signalled server exiting before it is SIGKILLed."""
+START_ATTEMPTS: Final = 3
+"""Starts on fresh free ports when a picked port was taken before the server
+bound it (the window between ``free_port`` and the server's bind)."""
+POLL_INTERVAL_S: Final = 0.02
+"""Pause between two looks at the log or a port, always under a deadline."""
+CONNECT_TIMEOUT_S: Final = 1.0
+"""Bound on one connection attempt while waiting for a listener."""
+STDERR_TAIL_CHARS: Final = 5000
+"""How much of the server's stderr a start failure quotes."""
+READY_LINE: Final = "headrace ready"
+"""What ``headrace serve`` prints to stderr once every listener is bound."""
+PORT_TAKEN: Final = "address already in use"
+
+FREE: Final = None
+"""In ``ports``: pick a free port for this listener."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def listener_key(name: str) -> str:
+    """``segment-store`` or ``segment_store`` -> ``segment_store`` (config's spelling)."""
+    key = name.replace("-", "_")
+    if key not in LISTENER_NAMES:
+        raise ValueError(f"unknown listener {name!r}; known: {', '.join(LISTENER_NAMES)}")
+    return key
+
+
+def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without ``HEADRACE_*``, importing this tree, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(ROOT)])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def serve_command(data_dir: Path, *args: str, global_args: Sequence[str] = ()) -> list[str]:
+    """``python -m headrace [global_args] serve --data-dir DATA_DIR [args]``."""
+    return [
+        sys.executable,
+        "-m",
+        "headrace",
+        *global_args,
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        *args,
+    ]
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A certificate and its private key, both PEM files."""
+
+    cert: Path
+    key: Path
+
+
+def make_certificate(directory: Path, name: str) -> TlsFiles:
+    """A throwaway self-signed certificate for localhost/127.0.0.1 (openssl CLI)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={name}",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return TlsFiles(cert, key)
+
+
+class ServerStartError(AssertionError):
+    """``headrace serve`` did not come up in time; the message quotes its stderr."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+class ServerProcess:
+    """One ``headrace serve`` (or a runner script) child process; see the module doc.
+
+    ``ports``: listener name (``segment-store`` or ``segment_store``) -> port or
+    ``FREE``; unnamed listeners are off. ``args``: more flags, after the port
+    flags (so a test's flag wins). ``global_args``: flags before ``serve``
+    (``-v``). ``tls``/``tls_ca``: ``--tls-cert``/``--tls-key``/``--tls-ca``.
+    ``wait_for``: listeners to connect to instead of waiting for the ready
+    line. ``runner``: run ``python RUNNER... DATA_DIR --name-port=N ... args``
+    instead of ``headrace serve`` (a test-only server that prints the same
+    ready line). ``env``: extra environment variables.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        ports: Mapping[str, int | None] | None = None,
+        args: Sequence[str] = (),
+        global_args: Sequence[str] = (),
+        fsync: str | None = None,
+        tls: TlsFiles | None = None,
+        tls_ca: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        wait_for: Sequence[str] | None = None,
+        runner: Sequence[str] | None = None,
+        log_path: Path | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> None:
+        self.data_dir = data_dir
+        self._wanted = None if ports is None else {listener_key(k): v for k, v in ports.items()}
+        self.ports: dict[str, int] = {}
+        """The open listeners' ports (config spelling), fixed at the first start."""
+        self.args = list(args)
+        self.global_args = list(global_args)
+        self.fsync = fsync
+        self.tls = tls
+        self.tls_ca = tls_ca
+        self.env = dict(env or {})
+        self.cwd = ROOT if cwd is None else cwd
+        self.wait_for = None if wait_for is None else [listener_key(n) for n in wait_for]
+        self.runner = None if runner is None else list(runner)
+        self.log_path = data_dir.with_name(data_dir.name + ".log") if log_path is None else log_path
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        """Successful starts so far."""
+        self._log: IO[bytes] | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def port_of(self, name: str) -> int:
+        """The port of listener ``name`` (either spelling)."""
+        return self.ports[listener_key(name)]
+
+    @property
+    def uri(self) -> str:
+        """The controller's address for the Pravega clients."""
+        return f"tcp://127.0.0.1:{self.port_of('controller')}"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.returncode
+
+    def log_text(self) -> str:
+        """Everything the server wrote to stderr so far, over all its starts."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
+        return self.log_text()[-chars:]
+
+    # ------------------------------------------------------------------ start
+
+    def command(self) -> list[str]:
+        flags: list[str] = []
+        if self.fsync is not None:
+            flags += ["--fsync", self.fsync]
+        if self._wanted is not None:
+            for name in LISTENER_NAMES:
+                flags.append(f"--{name.replace('_', '-')}-port={self.ports.get(name, 0)}")
+        flags += self.args
+        if self.tls is not None:
+            flags += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
+        if self.tls_ca is not None:
+            flags += ["--tls-ca", str(self.tls_ca)]
+        if self.runner is not None:
+            return [sys.executable, *self.runner, str(self.data_dir), *flags]
+        return serve_command(self.data_dir, *flags, global_args=self.global_args)
+
+    def _pick_ports(self) -> None:
+        if self._wanted is not None:
+            self.ports = {k: free_port() if v is FREE else v for k, v in self._wanted.items()}
+
+    def start(self) -> ServerProcess:
+        """Start (or restart, on the same ports) and wait until it is up."""
+        assert not self.alive(), "already running"
+        if self.starts == 0:
+            self._pick_ports()
+        attempt = 1
+        while True:
+            try:
+                self._start_once()
+            except ServerStartError as exc:
+                # Only ports picked here, and only before a first success: a
+                # restarted server keeps its addresses.
+                retry = self.starts == 0 and FREE in (self._wanted or {}).values()
+                if retry and attempt < START_ATTEMPTS and PORT_TAKEN in exc.log.lower():
+                    attempt += 1
+                    self._pick_ports()
+                    continue
+                raise
+            self.starts += 1
+            return self
+
+    def _start_once(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        log_start = self._log.tell()
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            env=server_env(self.env),
+            cwd=self.cwd,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        if self.wait_for is None:
+            up = self._wait_ready(log_start, deadline)
+            what = f"no {READY_LINE!r} line"
+        else:
+            up = all(self._wait_connectable(self.port_of(name), deadline) for name in self.wait_for)
+            what = f"listeners {', '.join(self.wait_for)} not accepting"
+        if not up:
+            exited = not self.alive()
+            self.terminate(signal.SIGKILL)
+            log = self.log_text()[log_start:]
+            why = (
+                f"it exited with code {self.returncode}"
+                if exited
+                else f"{what} within {self.start_timeout_s} s; killed"
+            )
+            raise ServerStartError(
+                f"headrace serve did not start ({why}); command: {' '.join(self.command())}\n"
+                f"stderr:\n{log[-STDERR_TAIL_CHARS:]}",
+                log,
+            )
+
+    def _wait_ready(self, log_start: int, deadline: float) -> bool:
+        while self.alive() and time.monotonic() < deadline:
+            if READY_LINE in self._read_from(log_start):
+                return True
+            time.sleep(POLL_INTERVAL_S)  # polling the log under a deadline
+        return READY_LINE in self._read_from(log_start)
+
+    def _read_from(self, offset: int) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    def _wait_connectable(self, port: int, deadline: float) -> bool:
+        while self.alive():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT_S):
+                    return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(POLL_INTERVAL_S)  # polling a port under a deadline
+        return False
+
+    def wait_for_line(self, needle: str, timeout_s: float) -> str:
+        """The first stderr line (over all starts) containing ``needle``;
+        AssertionError with the stderr if none comes within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self.log_text()
+            done = not self.alive() or time.monotonic() >= deadline
+            # A line counts once it is complete, or once nothing more can come.
+            lines = text.splitlines(keepends=True)
+            for line in lines:
+                if needle in line and (line.endswith("\n") or done):
+                    return line.rstrip("\n")
+            if done:
+                raise AssertionError(f"no {needle!r} from headrace serve; stderr:\n{text}")
+            time.sleep(POLL_INTERVAL_S)  # polling the log under a deadline
+
+    # ------------------------------------------------------------------ stop
+
+    def terminate(self, sig: int = signal.SIGTERM) -> int | None:
+        """Send ``sig`` and wait for the exit, SIGKILL after ``stop_timeout_s``.
+
+        (``stop`` and ``kill`` call this; wrappers may give those their own checks.)
+
+        Returns the exit code, None if the server had to be killed (or never
+        ran). Safe to call again, and after the server exited by itself.
+        """
+        if self.process is None:
+            return None
+        code: int | None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=self.stop_timeout_s)
+            code = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """A graceful stop by default: ``terminate(sig)``."""
+        return self.terminate(sig)
+
+    def kill(self) -> int | None:
+        """SIGKILL: a crash, no chance to flush or close anything."""
+        return self.terminate(signal.SIGKILL)
+
+    def restart(self, sig: int = signal.SIGTERM) -> int | None:
+        """``stop(sig)`` then ``start()`` on the same ports; the stop's exit code."""
+        code = self.terminate(sig)
+        self.start()
+        return code
+
+    def __enter__(self) -> ServerProcess:
+        return self if self.alive() else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.terminate()
