@@ -8,36 +8,25 @@ child process with a hard timeout and prints JSON that these tests assert on.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests._server import FREE, ServerProcess
+
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "real_client_scenarios.py"
-ROOT = HERE.parent.parent
 
 STARTUP_TIMEOUT_S = 30.0
 SCENARIO_TIMEOUT_S = 90.0  # a retried failure takes ~61 s; a healthy scenario well under 5 s
 STOP_TIMEOUT_S = 15.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Controller:
+class Controller(ServerProcess):
     """``python -m headrace serve`` with the controller listener (and the segment
     store's, if asked), on the disk store in ``data_dir``."""
 
@@ -50,39 +39,25 @@ class Controller:
         extra: Sequence[str] = (),
     ) -> None:
         """``extra``: more ``headrace serve`` options, e.g. ``--retention-interval 0.2``."""
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
-        self.port = _free_port()
-        ports = [self.port]
-        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
-        args += ["--fsync", fsync, "--controller-port", str(self.port), *extra]
+        ports: dict[str, int | None] = {"controller": FREE}
         if segment_store:
-            ports.append(_free_port())
-            args += ["--segment-store-port", str(ports[-1])]
-        else:
-            args += ["--segment-store-port", "0"]
-        for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
-            args += [f"--{name}-port", "0"]
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+            ports["segment_store"] = FREE
+        super().__init__(
+            data_dir,
+            ports=ports,
+            fsync=fsync,
+            args=extra,
+            wait_for=list(ports),
+            start_timeout_s=STARTUP_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
         )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        for port in ports:
-            self._wait_connectable(port, deadline)
-        self.uri = f"tcp://127.0.0.1:{self.port}"
+        self.start()
+        self.port = self.port_of("controller")
 
-    def _wait_connectable(self, port: int, deadline: float) -> None:
-        while self.proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                    return
-            except OSError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)  # polling a port with a deadline, not synchronisation
-        self.stop()
-        raise AssertionError(f"controller did not start: {self.stderr()}")
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        assert self.process is not None
+        return self.process
 
     def run(self, scenario: str) -> dict[str, Any]:
         done = subprocess.run(
@@ -102,24 +77,8 @@ class Controller:
             ) from None
         return result
 
-    def stop(self) -> None:
-        """SIGTERM (a graceful stop), SIGKILL if that takes too long; closes the pipes."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if not self._stderr.closed:
-            self._stderr.seek(0)
-            self._stderr_text = self._stderr.read().decode(errors="replace")
-            self._stderr.close()
-
     def stderr(self) -> str:
-        return getattr(self, "_stderr_text", "(still running)")
+        return self.log_text()
 
 
 @pytest.fixture(scope="module")
