@@ -9,7 +9,8 @@ everywhere (see STYLE.md): ``offset`` is a byte position inside a segment,
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 from uuid import UUID
@@ -19,7 +20,9 @@ __all__ = [
     "NO_VERSION",
     "NULL_ATTRIBUTE_VALUE",
     "AppendResult",
+    "FileRegion",
     "ReadResult",
+    "RegionRead",
     "SegmentInfo",
     "SegmentKind",
     "TableDelta",
@@ -104,6 +107,90 @@ class ReadResult:
 
     offset: int
     data: bytes
+    at_tail: bool
+    end_of_segment: bool
+
+
+class FileRegion:
+    """Bytes of a segment that lie contiguously in one file, for zero-copy sending.
+
+    ``size_bytes`` bytes at file ``position`` of the file open as ``fd``: what a
+    server hands to ``os.sendfile`` instead of copying the bytes through Python.
+    The region owns ``fd`` (opened for this region alone, so its file position
+    is nobody else's), and whoever receives it must ``close`` it (idempotent;
+    also a context manager). While it is open the store keeps those bytes in
+    place: a truncation does not free their blocks until it is closed.
+
+    Attributes:
+        fd: a read-only descriptor of the file (-1 once closed).
+        position: where the bytes start in the file.
+        size_bytes: how many bytes.
+    """
+
+    __slots__ = ("_release", "fd", "position", "size_bytes")
+
+    def __init__(
+        self,
+        fd: int,
+        position: int,
+        size_bytes: int,
+        release: Callable[[], None] | None = None,
+    ) -> None:
+        self.fd = fd
+        self.position = position
+        self.size_bytes = size_bytes
+        self._release = release
+
+    def read(self) -> bytes:
+        """Copy the bytes out (for a connection that cannot ``sendfile``, e.g. TLS).
+
+        Raises:
+            OSError: the file ends early (it never does for a live region) or
+                the region is closed.
+        """
+        data = os.pread(self.fd, self.size_bytes, self.position)
+        while len(data) < self.size_bytes:
+            more = os.pread(self.fd, self.size_bytes - len(data), self.position + len(data))
+            if not more:
+                raise OSError(f"file ends {self.size_bytes - len(data)} bytes early")
+            data += more
+        return data
+
+    def close(self) -> None:
+        """Close the descriptor and let the store free what it kept for the region."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
+        release, self._release = self._release, None
+        try:
+            os.close(fd)
+        finally:
+            if release is not None:
+                release()
+
+    def __enter__(self) -> FileRegion:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, size_bytes={self.size_bytes})"
+
+
+@dataclass(frozen=True, slots=True)
+class RegionRead:
+    """A read answered with where the bytes are instead of the bytes (``read_region``).
+
+    Attributes:
+        offset: the offset that was asked for.
+        region: ``size_bytes`` bytes starting at ``offset``, in a file (close it).
+        at_tail: ``offset + region.size_bytes`` is the current length.
+        end_of_segment: the segment is sealed and the region reaches its end.
+    """
+
+    offset: int
+    region: FileRegion
     at_tail: bool
     end_of_segment: bool
 

@@ -49,6 +49,7 @@ from headrace.types import (
     NULL_ATTRIBUTE_VALUE,
     AppendResult,
     ReadResult,
+    RegionRead,
     SegmentKind,
     TableDelta,
     TableEntry,
@@ -113,6 +114,15 @@ async def _read_all(store: SegmentStore, name: str, offset: int = 0) -> bytes:
             return b"".join(parts)
         parts.append(result.data)
         offset += len(result.data)
+
+
+def _as_read(result: ReadResult | RegionRead) -> ReadResult:
+    """A ``read_region`` answer as the ``ReadResult`` it stands for (closes a region)."""
+    if isinstance(result, ReadResult):
+        return result
+    with result.region as region:
+        assert region.size_bytes > 0
+        return ReadResult(result.offset, region.read(), result.at_tail, result.end_of_segment)
 
 
 class StoreContract:
@@ -473,6 +483,73 @@ class StoreContract:
         data = await _read_all(store, "t")
         assert len(data) == 27 == (await store.table_info("t")).length
         assert b"key1value1" in data
+
+    # ================================================================== read_region
+
+    @pytest.mark.parametrize("min_region_bytes", [0, 1, 1 << 20])
+    async def test_read_region_is_read_at_any_offset(
+        self, store: SegmentStore, min_region_bytes: int
+    ) -> None:
+        await store.create_segment("s")
+        pattern = bytes(range(251))
+        data = (pattern * 9000)[: (1 << 21) + 13]
+        for start in range(0, len(data), 700_001):  # odd sizes: blocks end mid-append
+            await store.append("s", data[start : start + 700_001])
+        for offset, max_bytes in [
+            (0, 5),
+            (3, 1 << 20),
+            ((1 << 20) - 7, 1 << 20),  # across a 1 MiB boundary
+            ((1 << 20) + 1, 3),
+            (len(data) - 9, 100),
+            (len(data), 100),  # at the tail: nothing
+            (17, 0),
+        ]:
+            expected = await store.read("s", offset, max_bytes)
+            got = await store.read_region("s", offset, max_bytes, min_region_bytes=min_region_bytes)
+            assert _as_read(got) == expected, (offset, max_bytes)
+            assert expected.data == data[offset : offset + len(expected.data)]
+
+    async def test_read_region_flags_match_read(self, store: SegmentStore) -> None:
+        await store.create_segment("s")
+        await store.append("s", b"abcdef")
+        await store.seal("s")
+        assert _as_read(await store.read_region("s", 0, 2)) == ReadResult(0, b"ab", False, False)
+        assert _as_read(await store.read_region("s", 2, 9)) == ReadResult(2, b"cdef", True, True)
+        assert _as_read(await store.read_region("s", 6, 9)) == ReadResult(6, b"", True, True)
+
+    async def test_read_region_errors_match_read(self, store: SegmentStore) -> None:
+        await store.create_segment("s")
+        await store.append("s", b"abcdef")
+        await store.truncate("s", 4)
+        with pytest.raises(SegmentTruncated):
+            await store.read_region("s", 3, 10)
+        with pytest.raises(BadOffset) as caught:
+            await store.read_region("s", 7, 10)
+        assert (caught.value.expected, caught.value.actual) == (7, 6)
+        with pytest.raises(SegmentNotFound):
+            await store.read_region("nope", 0, 10)
+
+    async def test_read_region_of_table_segment(self, store: SegmentStore) -> None:
+        await store.create_table("t")
+        await store.update_table("t", [TableUpdate(b"key1", b"value1")])
+        assert _as_read(await store.read_region("t", 0, 100)) == await store.read("t", 0, 100)
+
+    async def test_read_region_stays_readable_after_delete(self, store: SegmentStore) -> None:
+        await store.create_segment("s")
+        await store.append("s", b"x" * 5000 + b"y" * 5000)
+        result = await store.read_region("s", 4990, 20)
+        await store.delete("s")
+        assert _as_read(result).data == b"x" * 10 + b"y" * 10
+
+    async def test_read_region_never_shows_appends_in_flight(self, store: SegmentStore) -> None:
+        await store.create_segment("s")
+        await store.append("s", b"a" * 4096)
+        appending = asyncio.ensure_future(store.append("s", b"b" * 4096))
+        await asyncio.sleep(0)  # the append is issued (and, on disk, waits for its sync)
+        expected = await store.read("s", 0, 1 << 20)
+        assert _as_read(await store.read_region("s", 0, 1 << 20)) == expected
+        await asyncio.wait_for(appending, WAIT_LIMIT_S)
+        assert _as_read(await store.read_region("s", 0, 1 << 20)).data == b"a" * 4096 + b"b" * 4096
 
     # ================================================================== wait_for_data
 

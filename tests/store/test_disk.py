@@ -33,7 +33,7 @@ from headrace.store.disk import DiskStore, FileOps
 from headrace.store.disk.format import SIDECAR_BLOCK_BYTES
 from headrace.store.disk.layout import container_of
 from headrace.store.disk.verify import verify_data_dir
-from headrace.types import SegmentKind, TableUpdate, WriterAppend
+from headrace.types import ReadResult, RegionRead, SegmentKind, TableUpdate, WriterAppend
 from tests.store.contract import ODD_NAMES, StoreContract
 
 W1 = UUID(int=1)
@@ -509,6 +509,13 @@ async def test_checkpoints_under_continuous_load_keep_everything(tmp_path: Path)
     assert verify_data_dir(tmp_path).ok
 
 
+def _data_file_stat(root: Path) -> os.stat_result:
+    """The stat of the one segment data file with data."""
+    files = [p for p in root.glob("containers/*/segments/*.data") if p.stat().st_size]
+    assert len(files) == 1
+    return files[0].stat()
+
+
 def _allocated_bytes(root: Path, name: str) -> tuple[int, int]:
     """(allocated, apparent) size of the data file of the one segment with data."""
     files = [p for p in root.glob("containers/*/segments/*.data") if p.stat().st_size]
@@ -538,6 +545,71 @@ async def test_truncated_bytes_are_freed_at_checkpoint(tmp_path: Path) -> None:
         assert (await store.read("s", info.start_offset, 100)).data == block[10:110]
     finally:
         await store.close()
+
+
+async def test_read_region_points_into_the_data_file(tmp_path: Path) -> None:
+    """Large reads come back as a region of the segment's data file; small ones as bytes."""
+    store = await DiskStore.open(tmp_path)
+    try:
+        await store.create_segment("s")
+        data = os.urandom(300_000)
+        await store.append("s", data)
+        small = await store.read_region("s", 5, 100, min_region_bytes=4096)
+        assert isinstance(small, ReadResult) and small.data == data[5:105]
+        big = await store.read_region("s", 5, 200_000, min_region_bytes=4096)
+        assert isinstance(big, RegionRead)
+        with big.region as region:
+            assert (region.position, region.size_bytes) == (5, 200_000)
+            assert os.path.samestat(os.fstat(region.fd), _data_file_stat(tmp_path))
+            assert os.pread(region.fd, 200_000, 5) == data[5:200_005]
+        assert region.fd == -1
+        region.close()  # idempotent
+    finally:
+        await store.close()
+
+
+async def test_read_region_excludes_appends_not_yet_durable(tmp_path: Path) -> None:
+    """Under ``always`` a region ends at the durable length, like ``read``."""
+    store = await DiskStore.open(tmp_path, fsync=FsyncPolicy.ALWAYS)
+    try:
+        await store.create_segment("s")
+        await store.append("s", b"a" * 10_000)
+        appending = asyncio.ensure_future(store.append("s", b"b" * 10_000))
+        await asyncio.sleep(0)  # issued: in the WAL queue, parked on its sync
+        result = await store.read_region("s", 0, 1 << 20)
+        assert isinstance(result, RegionRead)
+        with result.region as region:
+            assert region.size_bytes == 10_000 and result.at_tail
+        await asyncio.wait_for(appending, 10)
+    finally:
+        await store.close()
+
+
+async def test_open_region_keeps_truncated_blocks_until_closed(tmp_path: Path) -> None:
+    """A checkpoint does not punch out truncated blocks a region still points into;
+    a checkpoint after the region is closed does."""
+    store = await DiskStore.open(tmp_path)
+    block = os.urandom(SIDECAR_BLOCK_BYTES)
+    await store.create_segment("s")
+    for _ in range(3):
+        await store.append("s", block)
+    result = await store.read_region("s", 10, 1000)
+    assert isinstance(result, RegionRead)
+    await store.truncate("s", 2 * SIDECAR_BLOCK_BYTES)
+    await store.close()  # the closing checkpoint, with the region open
+    with result.region as region:
+        assert region.read() == block[10:1010]  # not a hole of zeros
+    allocated_pinned, apparent = _allocated_bytes(tmp_path, "s")
+    assert allocated_pinned >= apparent  # nothing was freed
+    store = await DiskStore.open(tmp_path)
+    try:
+        await store.append("s", b"more")  # something for the next checkpoint to cover
+    finally:
+        await store.close()
+    allocated, apparent = _allocated_bytes(tmp_path, "s")
+    if allocated < apparent:  # this file system punches holes: the blocks are gone now
+        assert allocated <= apparent - 2 * SIDECAR_BLOCK_BYTES + 64 * 1024
+    assert verify_data_dir(tmp_path).ok
 
 
 async def test_cancelled_open_releases_the_directory(tmp_path: Path) -> None:

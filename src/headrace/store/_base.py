@@ -41,6 +41,7 @@ from headrace.store.tables import (
 from headrace.types import (
     AppendResult,
     ReadResult,
+    RegionRead,
     SegmentInfo,
     SegmentKind,
     TableDelta,
@@ -120,6 +121,12 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult: ...
+
+    async def read_region(
+        self, name: str, offset: int, max_bytes: int, *, min_region_bytes: int = 0
+    ) -> ReadResult | RegionRead:
+        """Bytes, unless the implementation keeps segments in files (``DiskStore``)."""
+        return await self.read(name, offset, max_bytes)
 
     @abc.abstractmethod
     async def info(self, name: str) -> SegmentInfo: ...

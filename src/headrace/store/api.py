@@ -29,6 +29,7 @@ from uuid import UUID
 from headrace.types import (
     AppendResult,
     ReadResult,
+    RegionRead,
     SegmentInfo,
     SegmentKind,
     TableDelta,
@@ -124,6 +125,24 @@ class SegmentStore(Protocol):
         Raises:
             SegmentNotFound, SegmentTruncated (``offset`` below the start offset),
             BadOffset (``offset`` beyond the length; ``expected`` is the offset).
+        """
+        ...
+
+    async def read_region(
+        self, name: str, offset: int, max_bytes: int, *, min_region_bytes: int = 0
+    ) -> ReadResult | RegionRead:
+        """``read``, but when the bytes lie in one file, say where instead of copying them.
+
+        The same checks, errors, flags and visibility as ``read`` (only durable
+        bytes, never past the length ``read`` would see), the same number of
+        bytes. The answer is a ``RegionRead`` (the caller closes its region)
+        when the implementation keeps those bytes contiguously in one file and
+        there are at least ``min_region_bytes`` of them (small reads are
+        cheaper copied); otherwise a ``ReadResult``. An implementation without
+        files (``MemoryStore``) always answers with a ``ReadResult``.
+
+        Raises:
+            SegmentNotFound, SegmentTruncated, BadOffset: as ``read``.
         """
         ...
 

@@ -97,6 +97,15 @@ class DataFiles:
         if fd is not None:
             os.close(fd)
 
+    def open_reader(self, segment_id: int) -> int:
+        """A new read-only descriptor of the segment's data file, for the caller to close.
+
+        Not from the cache: a zero-copy send may outlive a cached descriptor
+        (closed when the cache is full or the segment is deleted), and has a
+        file position of its own.
+        """
+        return os.open(self.paths.data(segment_id), os.O_RDONLY | os.O_CLOEXEC)
+
     def pread(self, segment_id: int, offset: int, count: int) -> bytes:
         fd = self.fd(segment_id)
         data = os.pread(fd, count, offset)

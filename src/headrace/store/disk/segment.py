@@ -77,6 +77,10 @@ class Segment:
     """Data written since the last checkpoint (the data file needs an fsync)."""
     punched_offset: int = 0
     """Start offset up to which a checkpoint has freed the truncated bytes."""
+    open_regions: int = 0
+    """File regions handed out by ``read_region`` and not yet closed: while any is
+    open, checkpoints leave the truncated blocks in place (a later one frees them),
+    so a zero-copy send never reads a punched hole."""
 
     def extend_checksum(self, offset: int, data: bytes | memoryview) -> None:
         assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
@@ -200,7 +204,7 @@ class ContainerState:
             if seg.dirty:
                 dirty.append(seg.segment_id)
                 seg.dirty = False
-            if seg.start_offset > seg.punched_offset:
+            if seg.start_offset > seg.punched_offset and not seg.open_regions:
                 punches.append((seg.segment_id, seg.start_offset))
                 seg.punched_offset = seg.start_offset
             snap.segments.append(

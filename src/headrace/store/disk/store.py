@@ -71,7 +71,9 @@ from headrace.store.memory import check_name
 from headrace.types import (
     NULL_ATTRIBUTE_VALUE,
     AppendResult,
+    FileRegion,
     ReadResult,
+    RegionRead,
     SegmentInfo,
     SegmentKind,
     WriterAppend,
@@ -118,6 +120,10 @@ def _open_data_dir(
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _release_region(segment: Segment) -> None:
+    segment.open_regions -= 1
 
 
 class DiskStore(BaseStore):
@@ -295,17 +301,44 @@ class DiskStore(BaseStore):
         await c.durable(seq, lambda: self._advance(s, end))
         return AppendResult(offset, end, previous)
 
-    async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult:
+    def _readable(self, name: str, offset: int, max_bytes: int) -> tuple[Container, Segment, int]:
+        """The container, segment and byte count of a read (only durable bytes)."""
         c, s = self._lookup(name)
         if offset < s.start_offset:
             raise SegmentTruncated(name, s.start_offset)
         length = s.durable_length
         if offset > length:
             raise BadOffset(name, offset, length)
-        count = max(0, min(max_bytes, MAX_READ_BYTES, length - offset))
+        return c, s, max(0, min(max_bytes, MAX_READ_BYTES, length - offset))
+
+    async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult:
+        c, s, count = self._readable(name, offset, max_bytes)
+        length = s.durable_length
         data = c.files.pread(s.segment_id, offset, count) if count else b""
         end = offset + count
         return ReadResult(offset, data, end == length, s.sealed_durable and end == length)
+
+    async def read_region(
+        self, name: str, offset: int, max_bytes: int, *, min_region_bytes: int = 0
+    ) -> ReadResult | RegionRead:
+        """Segment offset N is data-file position N (storage-format.md §3.5), and
+        every durable byte is in the data file before it becomes durable (the
+        committer writes the data before its sync), so a durable range is always
+        one region of one file. The region gets a descriptor of its own (a
+        delete or the descriptor cache closing theirs does not affect it) and
+        pins the segment's truncated blocks until it is closed."""
+        c, s, count = self._readable(name, offset, max_bytes)
+        if not count or count < min_region_bytes:
+            return await self.read(name, offset, max_bytes)
+        length = s.durable_length
+        end = offset + count
+        try:
+            fd = c.files.open_reader(s.segment_id)
+        except OSError as exc:
+            raise StoreError(f"cannot open the data file of {name!r}: {exc}") from exc
+        s.open_regions += 1
+        region = FileRegion(fd, offset, count, functools.partial(_release_region, s))
+        return RegionRead(offset, region, end == length, s.sealed_durable and end == length)
 
     async def info(self, name: str) -> SegmentInfo:
         c, _ = self._lookup(name)
