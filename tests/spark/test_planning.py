@@ -56,3 +56,21 @@ def test_bad_write_options_name_the_option() -> None:
         write_options({"controller": "h:1", "stream": "a/b", "transactionTimeoutMs": "999999"})
     with pytest.raises(OptionError, match="writerId"):
         write_options({"controller": "h:1", "stream": "a/b", "batchId": "3"})
+    with pytest.raises(OptionError, match="'stream'"):
+        write_options({"controller": "h:1"})
+    with pytest.raises(OptionError, match="commitScope"):
+        write_options({"controller": "h:1"}, stream_column=True)
+    with pytest.raises(OptionError, match="commitsToRetain"):
+        write_options({"controller": "h:1", "stream": "a/b", "commitsToRetain": "0"})
+
+
+def test_the_stream_option_wins_over_the_stream_column() -> None:
+    by_option = write_options({"controller": "h:1", "stream": "a/b"}, stream_column=True)
+    assert by_option.stream_of("c/d") == "a/b"
+    by_column = write_options({"controller": "h:1", "scope": "s"}, stream_column=True)
+    assert by_column.commit_scope == "s"
+    assert by_column.stream_of("c/d") == "c/d"
+    assert by_column.stream_of("d") == "s/d"
+    assert by_column.stream_of("d", "t") == "t/d"
+    with pytest.raises(ValueError, match="'stream'"):
+        by_column.stream_of(None)

@@ -93,8 +93,9 @@ def test_commit_after_an_interrupted_commit_finishes_it_and_drops_the_replay(
 ) -> None:
     server.create_stream("sp", stream_name, segments=1)
     opts = write_options({"controller": server.uri, "stream": f"sp/{stream_name}"})
-    first, _ = _io.write_txn(opts, iter([(None, b"first-%d" % i) for i in range(50)]))
-    replay, _ = _io.write_txn(opts, iter([(None, b"replay-%d" % i) for i in range(50)]))
+    target = f"sp/{stream_name}"
+    (first,), _ = _io.write_txns(opts, iter([(target, None, b"first-%d" % i) for i in range(50)]))
+    (replay,), _ = _io.write_txns(opts, iter([(target, None, b"replay-%d" % i) for i in range(50)]))
 
     # The first attempt recorded its transactions for (writer, batch 7), then died
     # before committing them.
@@ -108,6 +109,115 @@ def test_commit_after_an_interrupted_commit_finishes_it_and_drops_the_replay(
     assert chosen == [first]
     assert _stored(server, f"sp/{stream_name}") == Counter(b"first-%d" % i for i in range(50))
     # And once more (another replay): still nothing twice.
-    again, _ = _io.write_txn(opts, iter([(None, b"again")]))
+    (again,), _ = _io.write_txns(opts, iter([(target, None, b"again")]))
     assert _io.commit_batch(server.uri, "sp", "w1", 7, [again]) == [first]
     assert _stored(server, f"sp/{stream_name}") == Counter(b"first-%d" % i for i in range(50))
+
+
+def _records(server: Server, scope: str, writer_id: str) -> set[int]:
+    """Batch ids of ``writer_id`` in the scope's exactly-once table."""
+
+    async def work(client: PravegaClient) -> list[bytes]:
+        table = await client.kv_table(scope, _io.COMMIT_TABLE)
+        return [k for k, _, _ in await table.items()]
+
+    keys = [k.decode() for k in server.run(work)]
+    return {int(k.rpartition("/")[2]) for k in keys if k.rpartition("/")[0] == writer_id}
+
+
+def test_the_commit_table_keeps_the_last_batches_and_still_recognises_their_replays(
+    server: Server, stream_name: str
+) -> None:
+    server.create_stream("sp", stream_name, segments=1)
+    name = f"sp/{stream_name}"
+    opts = write_options({"controller": server.uri, "stream": name})
+    retain = 3
+    originals = {}
+    for batch in range(10):
+        (ref,), _ = _io.write_txns(opts, iter([(name, None, b"b%d" % batch)]))
+        originals[batch] = ref
+        assert _io.commit_batch(server.uri, "sp", "w-prune", batch, [ref], retain=retain) == [ref]
+        assert _records(server, "sp", "w-prune") == set(range(max(0, batch - 2), batch + 1))
+    want = Counter(b"b%d" % b for b in range(10))
+    assert _stored(server, name) == want
+
+    # A replay of a batch inside the window is recognised: the new rows are dropped.
+    (late,), _ = _io.write_txns(opts, iter([(name, None, b"replayed-8")]))
+    assert _io.commit_batch(server.uri, "sp", "w-prune", 8, [late], retain=retain) == [originals[8]]
+    assert _stored(server, name) == want
+    # Another writer's records in the same table are left alone.
+    (other,), _ = _io.write_txns(opts, iter([(name, None, b"other")]))
+    _io.commit_batch(server.uri, "sp", "w-other", 0, [other], retain=retain)
+    assert _io.prune_commits(server.uri, "sp", "w-prune", 100) == 3
+    assert _records(server, "sp", "w-prune") == set()
+    assert _records(server, "sp", "w-other") == {0}
+
+
+def test_rows_fan_out_to_the_stream_column_exactly_once_with_a_retried_task(
+    server: Server, spark: Any, stream_name: str, tmp_path: Path
+) -> None:
+    from pyspark.sql.functions import col, concat, lit, udf, when
+
+    server.create_stream("sp", stream_name + "-in", segments=2)
+    server.create_stream("sp", stream_name + "-a", segments=2)
+    server.create_stream("fan", stream_name + "-b", segments=1)
+    events = [(f"k{i % 7}", b"row-%04d" % i) for i in range(1000)]
+    server.write("sp", stream_name + "-in", events)
+    marker = tmp_path / "failed-once"
+
+    @udf("binary", useArrow=False)
+    def fail_once(value: bytes) -> bytes:
+        # Row 500's task fails once after writing to both streams; Spark retries it.
+        if value == b"row-0500" and not marker.exists():
+            marker.touch()
+            raise RuntimeError("injected task failure")
+        return value
+
+    def run() -> Any:
+        df = (
+            spark.readStream.format("headrace")
+            .option("controller", server.uri)
+            .option("stream", f"sp/{stream_name}-in")
+            .option("startingOffsets", "earliest")
+            .option("maxEventsPerTrigger", "200")
+            .load()
+        )
+        # Even rows to sp/<name>-a (a bare name: the 'scope' option), odd ones to
+        # fan/<name>-b (qualified); the record goes to the 'scope' option's scope.
+        number = col("value").cast("string").substr(5, 4).cast("int")
+        target = when(number % 2 == 0, lit(stream_name + "-a")).otherwise(
+            concat(lit("fan/"), lit(stream_name + "-b"))
+        )
+        query = (
+            df.select(target.alias("stream"), fail_once("value").alias("value"))
+            .writeStream.format("headrace")
+            .option("controller", server.uri)
+            .option("scope", "sp")
+            .option("commitsToRetain", "2")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(QUERY_TIMEOUT_S)
+        return query
+
+    query = run()
+    assert marker.exists(), "the injected failure did not happen"
+    even = Counter(e for i, (_, e) in enumerate(events) if i % 2 == 0)
+    odd = Counter(e for i, (_, e) in enumerate(events) if i % 2 == 1)
+    assert _stored(server, f"sp/{stream_name}-a") == even
+    assert _stored(server, f"fan/{stream_name}-b") == odd
+    batches = [p["batchId"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) >= 4, batches
+    # Bounded bookkeeping: only the last two batches' records are kept.
+    assert _records(server, "sp", query.id) == set(batches[-2:])
+
+    # Replay the last batch (its commit mark dropped): recognised, nothing twice.
+    commits = tmp_path / "checkpoint" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink()
+    replayed = run()
+    assert any(p["numInputRows"] for p in replayed.recentProgress), "nothing was replayed"
+    assert _stored(server, f"sp/{stream_name}-a") == even
+    assert _stored(server, f"fan/{stream_name}-b") == odd

@@ -35,9 +35,12 @@ from headrace.client.errors import (
     SegmentIsTruncatedError,
     TableKeyVersionError,
 )
-from headrace.client.kvtable import NOT_EXISTS
+from headrace.client.kvtable import NOT_EXISTS, KeyValueTable
 from headrace.client.records import records_from_events
+from headrace.client.transactions import Transaction
 from headrace.errors import HeadraceError
+
+from .options import COMMITS_TO_RETAIN
 
 if TYPE_CHECKING:
     from .options import ReadOptions, WriteOptions
@@ -53,10 +56,11 @@ __all__ = [
     "earliest",
     "latest",
     "plan_ranges",
+    "prune_commits",
     "read_range",
     "resolve",
     "split_range",
-    "write_txn",
+    "write_txns",
 ]
 
 Position = dict[str, dict[str, int]]
@@ -571,29 +575,51 @@ def _routing_key(key: object) -> str | None:
     raise TypeError(f"column 'key' must be string or binary, got {type(key).__name__}")
 
 
-def write_txn(opts: WriteOptions, rows: Iterator[tuple[object, object]]) -> tuple[TxnRef, int]:
-    """Write ``(key, value)`` rows into a new transaction on the target stream
-    and leave it open (flushed, lease no longer renewed) for the driver.
+def write_txns(
+    opts: WriteOptions, rows: Iterator[tuple[str, object, object]]
+) -> tuple[list[TxnRef], int]:
+    """Write ``(scope/stream, key, value)`` rows into one new transaction per
+    target stream and leave them open (stored, lease no longer renewed) for
+    the driver.
 
-    The transaction is aborted if anything fails; returns it and the row count.
+    Every transaction opened is aborted if anything fails; returns them (in
+    the order the streams first appeared) and the row count. No rows, no
+    transaction.
     """
 
-    async def work(client: PravegaClient) -> tuple[TxnRef, int]:
-        txn = await client.begin_transaction(opts.scope, opts.stream, lease_ms=opts.lease_ms)
+    async def work(client: PravegaClient) -> tuple[list[TxnRef], int]:
+        txns: dict[str, Transaction] = {}
         count = 0
         try:
-            for key, value in rows:
+            for name, key, value in rows:
+                txn = txns.get(name)
+                if txn is None:
+                    txn = txns[name] = await _begin(client, name, opts.lease_ms)
                 await txn.write(_encode(value), _routing_key(key))
                 count += 1
-            # Stored, left open: the driver commits (or aborts) it by id.
-            await txn.detach()
+            for txn in txns.values():
+                await txn.detach()  # stored, left open: the driver commits or aborts it
         except BaseException:
-            await txn.abort()
+            for txn in txns.values():
+                with contextlib.suppress(Exception):
+                    await txn.abort()
             raise
-        ref = TxnRef(opts.scope, opts.stream, txn.txn_id.high_bits, txn.txn_id.low_bits)
-        return ref, count
+        refs = [
+            TxnRef(t.scope, t.stream, t.txn_id.high_bits, t.txn_id.low_bits) for t in txns.values()
+        ]
+        return refs, count
 
     return _run(opts.controller, work)
+
+
+async def _begin(client: PravegaClient, name: str, lease_ms: int) -> Transaction:
+    scope, stream = _split_name(name)
+    try:
+        return await client.begin_transaction(scope, stream, lease_ms=lease_ms)
+    except ControllerError as exc:
+        raise HeadraceError(
+            f"the headrace sink cannot write to {name} (it must exist): {exc}"
+        ) from exc
 
 
 async def _abort(client: PravegaClient, refs: Sequence[TxnRef]) -> None:
@@ -609,37 +635,79 @@ def abort_txns(uri: str, refs: Sequence[TxnRef]) -> None:
 
 
 def commit_batch(
-    uri: str, scope: str, writer_id: str, batch_id: int | None, refs: Sequence[TxnRef]
+    uri: str,
+    scope: str,
+    writer_id: str,
+    batch_id: int | None,
+    refs: Sequence[TxnRef],
+    *,
+    retain: int = COMMITS_TO_RETAIN,
 ) -> list[TxnRef]:
     """Commit the transactions of one batch exactly once per ``(writer_id, batch_id)``.
 
-    The transaction list is first recorded under that key in the
-    ``COMMIT_TABLE`` key-value table (a conditional insert), then each
-    transaction is committed. If the key is already there, an earlier attempt
-    of this batch got that far: its transactions are committed (committing a
-    committed transaction succeeds) and the new ones are aborted. A replayed
-    batch therefore adds nothing twice. ``batch_id`` None (a one-shot batch
-    write) skips the record.
+    The transaction list (any number of streams) is first recorded under
+    that key in the ``COMMIT_TABLE`` key-value table of ``scope`` (a
+    conditional insert), then each transaction is committed. If the key is
+    already there, an earlier attempt of this batch got that far: its
+    transactions are committed (committing a committed transaction succeeds)
+    and the new ones are aborted. A replayed batch therefore adds nothing
+    twice. Then the writer's records of batches ``<= batch_id - retain`` are
+    deleted (:func:`prune_commits`), so the table keeps the last ``retain``
+    per writer. ``batch_id`` None (a one-shot batch write) skips the record.
 
     Returns the transactions that now hold the batch's data.
     """
 
     async def work(client: PravegaClient) -> list[TxnRef]:
         chosen = list(refs)
-        if batch_id is not None:
-            table = await client.kv_table(scope, COMMIT_TABLE)
-            key = f"{writer_id}/{batch_id}".encode()
-            record = json.dumps([r.to_json() for r in refs]).encode()
-            try:
-                await table.put(key, record, version=NOT_EXISTS)
-            except TableKeyVersionError:
-                found = await table.get(key)
-                assert found is not None
-                chosen = [TxnRef(*item) for item in json.loads(found[0])]
-                await _abort(client, [r for r in refs if r not in chosen])
+        if batch_id is None:
+            for ref in chosen:
+                await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+            return chosen
+        table = await client.kv_table(scope, COMMIT_TABLE)
+        key = _commit_key(writer_id, batch_id)
+        record = json.dumps([r.to_json() for r in refs]).encode()
+        try:
+            await table.put(key, record, version=NOT_EXISTS)
+        except TableKeyVersionError:
+            found = await table.get(key)
+            assert found is not None
+            chosen = [TxnRef(*item) for item in json.loads(found[0])]
+            await _abort(client, [r for r in refs if r not in chosen])
         for ref in chosen:
             await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+        await _prune(table, writer_id, batch_id - retain)
         return chosen
+
+    return _run(uri, work)
+
+
+def _commit_key(writer_id: str, batch_id: int) -> bytes:
+    return f"{writer_id}/{batch_id}".encode()
+
+
+async def _prune(table: KeyValueTable, writer_id: str, up_to: int) -> int:
+    """Delete ``writer_id``'s records of batches ``<= up_to``; returns how many.
+
+    Scans the table (it holds about ``retain`` records per writer of the
+    scope), so records left by a driver that died before pruning go too.
+    """
+    if up_to < 0:
+        return 0
+    gone = 0
+    for key, _, _ in await table.items():
+        who, _, batch = key.decode("utf-8", "replace").rpartition("/")
+        if who == writer_id and batch.isdigit() and int(batch) <= up_to:
+            await table.remove(key)
+            gone += 1
+    return gone
+
+
+def prune_commits(uri: str, scope: str, writer_id: str, up_to: int) -> int:
+    """Delete ``writer_id``'s exactly-once records of batches ``<= up_to``."""
+
+    async def work(client: PravegaClient) -> int:
+        return await _prune(await client.kv_table(scope, COMMIT_TABLE), writer_id, up_to)
 
     return _run(uri, work)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from headrace.errors import ConfigError
 
 __all__ = [
+    "COMMITS_TO_RETAIN",
     "DEFAULT_LEASE_MS",
     "MAX_LEASE_MS",
     "OptionError",
@@ -29,6 +30,11 @@ DEFAULT_LEASE_MS = 120_000
 """Transaction lease of the sink (Pravega connector's batch default): the
 server aborts a task's transaction this long (times two) after the task
 stopped renewing it, if the driver neither committed nor aborted it."""
+
+COMMITS_TO_RETAIN = 100
+"""Exactly-once records kept per writer (``commitsToRetain``): Spark's own
+``spark.sql.streaming.minBatchesToRetain`` default. Spark replays at most the
+batch after the last one it marked done, so this is a wide margin."""
 
 MAX_LEASE_MS = 600_000
 """The controller's largest lease (``controller.model.MAX_TXN_LEASE_MS``)."""
@@ -58,11 +64,34 @@ class ReadOptions:
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
     controller: str
-    scope: str
-    stream: str
+    target: str | None  # "scope/stream" of the 'stream' option: wins over the column
+    default_scope: str | None  # for bare names in the 'stream' column
+    commit_scope: str  # where the COMMIT_TABLE record of each batch lives
     lease_ms: int
     writer_id: str | None
     batch_id: int | None
+    commits_to_retain: int
+
+    def stream_of(self, column: object, scope_column: object = None) -> str:
+        """The target ``scope/stream`` of one row: the ``stream`` option if set,
+        else the row's ``stream`` column (qualified by its ``scope`` column or
+        the ``scope`` option).
+
+        Raises:
+            ValueError: the row names no stream, or a bad one.
+        """
+        if self.target is not None:
+            return self.target
+        if not isinstance(column, str) or not column.strip():
+            raise ValueError(
+                f"the headrace sink got a row whose 'stream' is {column!r} "
+                "(and no 'stream' option is set)"
+            )
+        scope = scope_column if isinstance(scope_column, str) and scope_column else None
+        try:
+            return _qualify(column, scope or self.default_scope, "stream column")
+        except OptionError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -183,17 +212,32 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     )
 
 
-def write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Check the writer's options.
+def write_options(options: Mapping[str, str], *, stream_column: bool = False) -> WriteOptions:
+    """Check the writer's options (``stream_column``: the rows have a
+    ``stream`` column, so the ``stream`` option may be left out).
 
     Raises:
         OptionError: a missing or bad option (named in the message).
     """
     opts = _lower(options)
     controller = _controller(opts)
-    if not opts.get("stream"):
-        raise OptionError("option 'stream' is required: the target stream (scope/stream)")
-    scope, _, stream = _qualify(opts["stream"], opts.get("scope"), "stream").partition("/")
+    default_scope = opts.get("scope") or None
+    target = None
+    if opts.get("stream"):
+        target = _qualify(opts["stream"], default_scope, "stream")
+    elif not stream_column:
+        raise OptionError(
+            "option 'stream' is required (the target stream, scope/stream) "
+            "unless the rows have a 'stream' column"
+        )
+    commit_scope = opts.get("commitscope") or (target and target.partition("/")[0])
+    commit_scope = commit_scope or default_scope
+    if not commit_scope:
+        raise OptionError(
+            "option 'commitScope' (or 'scope') is required when the target streams come "
+            "from the 'stream' column: the scope whose 'spark-commits' table records "
+            "each committed batch"
+        )
     lease_ms = _int(opts, "transactionTimeoutMs", minimum=1000) or DEFAULT_LEASE_MS
     if lease_ms > MAX_LEASE_MS:
         raise OptionError(f"option 'transactionTimeoutMs' must be at most {MAX_LEASE_MS}")
@@ -201,4 +245,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     batch_id = _int(opts, "batchId", minimum=0)
     if batch_id is not None and not writer_id:
         raise OptionError("option 'batchId' needs option 'writerId' as well")
-    return WriteOptions(controller, scope, stream, lease_ms, writer_id, batch_id)
+    retain = _int(opts, "commitsToRetain", minimum=1) or COMMITS_TO_RETAIN
+    return WriteOptions(
+        controller, target, default_scope, commit_scope, lease_ms, writer_id, batch_id, retain
+    )

@@ -148,12 +148,12 @@ class HeadraceDataSource(DataSource):
         return HeadraceStreamReader(read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        _check_sink_schema(schema)
-        return HeadraceWriter(write_options(self.options))
+        stream_column = _check_sink_schema(schema)
+        return HeadraceWriter(write_options(self.options, stream_column=stream_column))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        _check_sink_schema(schema)
-        return HeadraceStreamWriter(write_options(self.options))
+        stream_column = _check_sink_schema(schema)
+        return HeadraceStreamWriter(write_options(self.options, stream_column=stream_column))
 
 
 # --------------------------------------------------------------------------- readers
@@ -234,20 +234,31 @@ def _cap(start: _io.Position, end: _io.Position, target: _io.Position) -> _io.Po
 
 @dataclass
 class TxnMessage(WriterCommitMessage):
-    """What a task hands the driver: its open transaction and who wrote it."""
+    """What a task hands the driver: its open transactions (one per target
+    stream it wrote to) and who wrote them."""
 
-    txn: tuple[str, str, int, int]  # _io.TxnRef fields
+    txns: list[tuple[str, str, int, int]]  # _io.TxnRef fields
     rows: int
     query_id: str | None
     batch_id: int | None
 
 
-def _check_sink_schema(schema: StructType) -> None:
+SINK_TEXT_TYPES = ("string", "binary")
+"""Types the sink takes for ``value`` and ``key``."""
+
+
+def _check_sink_schema(schema: StructType) -> bool:
+    """Refuse a DataFrame the sink cannot write; returns whether it has a
+    ``stream`` column (then the ``stream`` option may be left out)."""
     from .options import OptionError
 
-    names = {f.name.lower() for f in schema.fields}
-    if "value" not in names:
+    types = {f.name.lower(): f.dataType.simpleString() for f in schema.fields}
+    if "value" not in types:
         raise OptionError("the headrace sink needs a 'value' column (string or binary)")
+    for name in ("stream", "scope"):
+        if name in types and types[name] != "string":
+            raise OptionError(f"the headrace sink's '{name}' column must be a string")
+    return "stream" in types
 
 
 def _write(opts: WriteOptions, rows: Iterator[Row]) -> TxnMessage:
@@ -260,22 +271,21 @@ def _write(opts: WriteOptions, rows: Iterator[Row]) -> TxnMessage:
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         batch_id = int(raw_batch) if raw_batch is not None else None
 
-    def pairs() -> Iterator[tuple[object, object]]:
+    def triples() -> Iterator[tuple[str, object, object]]:
         for row in rows:
             d = row.asDict()
             value = d.get("value")
             if value is None:
                 raise ValueError("the headrace sink got a row whose 'value' is null")
-            yield d.get("key"), value
+            yield opts.stream_of(d.get("stream"), d.get("scope")), d.get("key"), value
 
-    ref, count = _io.write_txn(opts, pairs())
-    return TxnMessage(
-        (ref.scope, ref.stream, ref.high_bits, ref.low_bits), count, query_id, batch_id
-    )
+    refs, count = _io.write_txns(opts, triples())
+    txns = [(r.scope, r.stream, r.high_bits, r.low_bits) for r in refs]
+    return TxnMessage(txns, count, query_id, batch_id)
 
 
 def _refs(messages: Sequence[WriterCommitMessage | None]) -> list[_io.TxnRef]:
-    return [_io.TxnRef(*m.txn) for m in messages if isinstance(m, TxnMessage)]
+    return [_io.TxnRef(*t) for m in messages if isinstance(m, TxnMessage) for t in m.txns]
 
 
 class HeadraceWriter(DataSourceWriter):
@@ -295,10 +305,11 @@ class HeadraceWriter(DataSourceWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _io.commit_batch(
             self.opts.controller,
-            self.opts.scope,
+            self.opts.commit_scope,
             self.writer_id,
             self.opts.batch_id,
             _refs(messages),
+            retain=self.opts.commits_to_retain,
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -306,8 +317,9 @@ class HeadraceWriter(DataSourceWriter):
 
 
 class HeadraceStreamWriter(DataSourceStreamWriter):
-    """Streaming write, exactly once: a batch's transactions are committed
-    together, once per ``(query id, batch id)`` (``_io.commit_batch``)."""
+    """Streaming write, exactly once: a batch's transactions (one per task and
+    target stream) are committed together, once per ``(query id, batch id)``
+    (``_io.commit_batch``)."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
@@ -325,7 +337,14 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
             if len(ids) != 1:
                 raise RuntimeError(f"cannot tell the streaming query id from the tasks: {ids}")
             writer_id = ids.pop()
-        _io.commit_batch(self.opts.controller, self.opts.scope, writer_id, batchId, refs)
+        _io.commit_batch(
+            self.opts.controller,
+            self.opts.commit_scope,
+            writer_id,
+            batchId,
+            refs,
+            retain=self.opts.commits_to_retain,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _io.abort_txns(self.opts.controller, _refs(messages))
