@@ -15,32 +15,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests._server import FREE, ServerProcess
+
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios.py"
-ROOT = HERE.parent.parent
 
 EVENT_COUNT = int(os.environ.get("HEADRACE_PRAVEGA_EVENTS", "20000"))
 STARTUP_TIMEOUT_S = 30.0
 SCENARIO_TIMEOUT_S = 240.0  # a healthy scenario takes seconds; a retried failure ~61 s per call
 STOP_TIMEOUT_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def scenario_result(scenario: str, stdout: str, stderr: str, returncode: int) -> dict[str, Any]:
@@ -56,49 +47,28 @@ def scenario_result(scenario: str, stdout: str, stderr: str, returncode: int) ->
     return result
 
 
-class Headrace:
+class Headrace(ServerProcess):
     """``python -m headrace serve`` with the controller and the segment store on
     free ports and the disk store in ``data_dir``; restartable on the same ports."""
 
     def __init__(self, data_dir: Path, *, fsync: str = "always", extra: Sequence[str] = ()) -> None:
         """``extra``: more ``headrace serve`` options, e.g. ``--retention-interval 0.2``."""
-        self.data_dir = data_dir
-        self.fsync = fsync
-        self.extra = list(extra)
-        self.controller_port = _free_port()
-        self.segment_store_port = _free_port()
-        self.uri = f"tcp://127.0.0.1:{self.controller_port}"
-        self.stderr_text = ""
-        self._start()
-
-    def _start(self) -> None:
-        ports = [str(self.controller_port), str(self.segment_store_port)]
-        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
-        args += ["--fsync", self.fsync, *self.extra]
-        args += ["--controller-port", ports[0], "--segment-store-port", ports[1]]
-        for name in ["tank", "lumberjack", "lumberjack-tls", "rsio", "http"]:
-            args += [f"--{name}-port", "0"]
-        # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+        super().__init__(
+            data_dir,
+            ports={"controller": FREE, "segment_store": FREE},
+            fsync=fsync,
+            args=extra,
+            wait_for=["controller", "segment_store"],
+            start_timeout_s=STARTUP_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
         )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        for port in (self.controller_port, self.segment_store_port):
-            self._wait_connectable(port, deadline)
+        self.start()
+        self.controller_port = self.port_of("controller")
+        self.segment_store_port = self.port_of("segment_store")
 
-    def _wait_connectable(self, port: int, deadline: float) -> None:
-        while self.proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                    return
-            except OSError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)  # polling a port under a deadline, not synchronisation
-        self.stop()
-        raise AssertionError(f"headrace serve did not listen on {port}:\n{self.stderr_text}")
+    @property
+    def stderr_text(self) -> str:
+        return self.log_text()
 
     def run(self, scenario: str, *args: str) -> dict[str, Any]:
         return self.run_with_stderr(scenario, *args)[0]
@@ -113,27 +83,6 @@ class Headrace:
             text=True,
         )
         return scenario_result(scenario, done.stdout, done.stderr, done.returncode), done.stderr
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        """Stop with ``sig`` (SIGKILL if SIGTERM takes too long); return the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-        if not self._stderr.closed:
-            self._stderr.seek(0)
-            self.stderr_text += self._stderr.read().decode(errors="replace")
-            self._stderr.close()
-        code: int = self.proc.returncode
-        return code
-
-    def restart(self, sig: signal.Signals) -> int:
-        code = self.stop(sig)
-        self._start()
-        return code
 
 
 @pytest.fixture(scope="module")
