@@ -646,3 +646,16 @@ async def test_interval_policy_syncs_while_one_task_appends_in_a_loop(tmp_path: 
         assert store.file_ops.wal_syncs > syncs_before
     finally:
         await store.close()
+
+
+def test_crc32_is_zlibs_crc32() -> None:
+    """The store's CRC-32 (zlib-ng) gives zlib's values, so the format is unchanged:
+    data dirs written with either open with the other."""
+    import zlib
+
+    from headrace.store.disk.format import crc32
+
+    for size in (0, 1, 15, 100, 4096, 10 * 1024 + 3, 1024 * 1024):
+        data = os.urandom(size)
+        assert crc32(data) == zlib.crc32(data)
+        assert crc32(memoryview(data)[1:], 0xDEADBEEF) == zlib.crc32(data[1:], 0xDEADBEEF)

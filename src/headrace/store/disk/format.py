@@ -3,7 +3,8 @@
 This module is the format's definition: nothing here does I/O, and
 ``docs/storage-format.md`` repeats these tables with the lifecycle around
 them. All integers are big-endian. Every byte written to disk is covered by a
-CRC-32 (``zlib.crc32``, the IEEE polynomial): a record's or file's own
+CRC-32 (the IEEE polynomial of ``zlib.crc32``; computed with zlib-ng's
+vectorised ``crc32``, same values, see ``crc32`` below): a record's or file's own
 checksum, or, for segment data files, the sidecar's per-block checksums.
 
 Manifest (``<root>/manifest``, written once when a data dir is created)::
@@ -102,10 +103,11 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from uuid import UUID
+
+from zlib_ng.zlib_ng import crc32 as _zlib_ng_crc32
 
 from headrace.errors import CorruptionError
 from headrace.store.api import MAX_APPEND_BYTES, MAX_NAME_BYTES
@@ -134,6 +136,7 @@ __all__ = [
     "Snapshot",
     "SnapshotSegment",
     "TruncateRecord",
+    "crc32",
     "decode_manifest",
     "decode_record",
     "decode_sidecar",
@@ -149,6 +152,13 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """Bumped on any incompatible change; a reader refuses versions it does not know."""
+
+crc32 = _zlib_ng_crc32
+"""CRC-32 with the IEEE polynomial, exactly ``zlib.crc32``'s values (the format
+did not change), from zlib-ng: its carry-less-multiply kernel runs at 15-40 GB/s
+here against the system zlib's 2 GB/s, and every appended byte is checksummed
+twice (WAL frame, sidecar block), which made the CRC the largest single cost of
+a large append (a third of the server's CPU for 10 KiB events)."""
 
 MANIFEST_MAGIC = b"HRMANIF1"
 WAL_MAGIC = b"HRWAL001"
@@ -256,14 +266,14 @@ def encode_manifest(manifest: Manifest) -> bytes:
     head = MANIFEST.pack(
         MANIFEST_MAGIC, FORMAT_VERSION, manifest.container_count, manifest.created_ms, 0
     )[:-4]
-    return head + struct.pack(">I", zlib.crc32(head))
+    return head + struct.pack(">I", crc32(head))
 
 
 def decode_manifest(raw: bytes, path: str) -> Manifest:
     if len(raw) != MANIFEST.size:
         raise CorruptionError(path, 0, f"manifest is {len(raw)} bytes, expected {MANIFEST.size}")
     magic, version, count, created_ms, crc = MANIFEST.unpack(raw)
-    if zlib.crc32(raw[:-4]) != crc:
+    if crc32(raw[:-4]) != crc:
         raise CorruptionError(path, 0, "manifest checksum mismatch")
     if magic != MANIFEST_MAGIC:
         raise CorruptionError(path, 0, f"bad manifest magic {magic!r}")
@@ -279,7 +289,7 @@ def decode_manifest(raw: bytes, path: str) -> Manifest:
 
 def encode_wal_header(container_id: int, first_seq: int) -> bytes:
     head = WAL_HEADER.pack(WAL_MAGIC, FORMAT_VERSION, container_id, first_seq, 0)[:-4]
-    return head + struct.pack(">I", zlib.crc32(head))
+    return head + struct.pack(">I", crc32(head))
 
 
 def decode_wal_header(raw: bytes, path: str) -> tuple[int, int]:
@@ -287,7 +297,7 @@ def decode_wal_header(raw: bytes, path: str) -> tuple[int, int]:
     if len(raw) < WAL_HEADER.size:
         raise CorruptionError(path, 0, "WAL header is incomplete")
     magic, version, container_id, first_seq, crc = WAL_HEADER.unpack_from(raw)
-    if zlib.crc32(raw[: WAL_HEADER.size - 4]) != crc:
+    if crc32(raw[: WAL_HEADER.size - 4]) != crc:
         raise CorruptionError(path, 0, "WAL header checksum mismatch")
     if magic != WAL_MAGIC:
         raise CorruptionError(path, 0, f"bad WAL magic {magic!r}")
@@ -437,7 +447,7 @@ def encode_record(seq: int, record: Record) -> list[bytes | memoryview]:
     size = len(payload_head) + len(tail)
     assert size <= MAX_RECORD_PAYLOAD_BYTES, size
     size_bytes = _SIZE.pack(size)
-    crc = zlib.crc32(tail, zlib.crc32(payload_head, zlib.crc32(size_bytes)))
+    crc = crc32(tail, crc32(payload_head, crc32(size_bytes)))
     return [size_bytes + _SIZE.pack(crc) + payload_head, tail]
 
 
@@ -531,8 +541,8 @@ def check_frame(buf: bytes, position: int) -> str | None:
     if remaining < FRAME_HEADER.size + size:
         return "incomplete record"
     start = position + FRAME_HEADER.size
-    size_crc = zlib.crc32(buf[position : position + 4])
-    actual = zlib.crc32(memoryview(buf)[start : start + size], size_crc)
+    size_crc = crc32(buf[position : position + 4])
+    actual = crc32(memoryview(buf)[start : start + size], size_crc)
     if actual != crc:
         return "record checksum mismatch"
     return None
@@ -616,7 +626,7 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
             target_raw,
         ]
     body = b"".join(parts)
-    return body + SNAPSHOT_TRAILER.pack(zlib.crc32(body))
+    return body + SNAPSHOT_TRAILER.pack(crc32(body))
 
 
 def decode_snapshot(raw: bytes, path: str) -> Snapshot:
@@ -624,7 +634,7 @@ def decode_snapshot(raw: bytes, path: str) -> Snapshot:
     if size < SNAPSHOT_HEADER.size + SNAPSHOT_TRAILER.size:
         raise CorruptionError(path, 0, f"snapshot is only {size} bytes")
     (crc,) = SNAPSHOT_TRAILER.unpack_from(raw, size - SNAPSHOT_TRAILER.size)
-    if zlib.crc32(memoryview(raw)[: size - SNAPSHOT_TRAILER.size]) != crc:
+    if crc32(memoryview(raw)[: size - SNAPSHOT_TRAILER.size]) != crc:
         raise CorruptionError(path, size - SNAPSHOT_TRAILER.size, "snapshot checksum mismatch")
     try:
         return _decode_snapshot(raw, path)
@@ -696,14 +706,14 @@ class SidecarEntry:
 
 def encode_sidecar_header(segment_id: int) -> bytes:
     head = SIDECAR_HEADER.pack(SIDECAR_MAGIC, FORMAT_VERSION, segment_id, 0)[:-4]
-    return head + struct.pack(">I", zlib.crc32(head))
+    return head + struct.pack(">I", crc32(head))
 
 
 def encode_sidecar_entries(entries: list[SidecarEntry]) -> bytes:
     out = bytearray()
     for e in entries:
         head = struct.pack(">QII", e.offset, e.size_bytes, e.crc)
-        out += head + struct.pack(">I", zlib.crc32(head))
+        out += head + struct.pack(">I", crc32(head))
     return bytes(out)
 
 
@@ -712,7 +722,7 @@ def decode_sidecar(raw: bytes, segment_id: int, path: str) -> list[SidecarEntry]
     if len(raw) < SIDECAR_HEADER.size:
         raise CorruptionError(path, 0, "sidecar header is incomplete")
     magic, version, sid, crc = SIDECAR_HEADER.unpack_from(raw)
-    if zlib.crc32(raw[: SIDECAR_HEADER.size - 4]) != crc:
+    if crc32(raw[: SIDECAR_HEADER.size - 4]) != crc:
         raise CorruptionError(path, 0, "sidecar header checksum mismatch")
     if magic != SIDECAR_MAGIC or version != FORMAT_VERSION or sid != segment_id:
         raise CorruptionError(path, 0, f"sidecar header does not belong to segment {segment_id}")
@@ -722,7 +732,7 @@ def decode_sidecar(raw: bytes, segment_id: int, path: str) -> list[SidecarEntry]
     expected_offset = 0
     for position in range(SIDECAR_HEADER.size, len(raw), SIDECAR_ENTRY.size):
         offset, size, data_crc, entry_crc = SIDECAR_ENTRY.unpack_from(raw, position)
-        if zlib.crc32(raw[position : position + 16]) != entry_crc:
+        if crc32(raw[position : position + 16]) != entry_crc:
             raise CorruptionError(path, position, "sidecar entry checksum mismatch")
         if offset != expected_offset or size == 0 or size > SIDECAR_BLOCK_BYTES:
             raise CorruptionError(path, position, f"sidecar entry for offset {offset} out of order")

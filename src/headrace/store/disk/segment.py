@@ -18,7 +18,6 @@ checkpoint, which writes the closed blocks into the sidecar file.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -37,6 +36,7 @@ from headrace.store.disk.format import (
     Snapshot,
     SnapshotSegment,
     TruncateRecord,
+    crc32,
     encode_sidecar_entries,
 )
 from headrace.store.memory import MAX_MERGE_MEMORY
@@ -86,7 +86,7 @@ class Segment:
         assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
         size = len(data)
         if size and self.block_size + size <= SIDECAR_BLOCK_BYTES:  # the common case
-            self.block_crc = zlib.crc32(data, self.block_crc)
+            self.block_crc = crc32(data, self.block_crc)
             self.block_size += size
             self.dirty = True
             return
@@ -96,7 +96,7 @@ class Segment:
             if self.block_size == SIDECAR_BLOCK_BYTES:
                 self._close_block()
             chunk = view[position : position + SIDECAR_BLOCK_BYTES - self.block_size]
-            self.block_crc = zlib.crc32(chunk, self.block_crc)
+            self.block_crc = crc32(chunk, self.block_crc)
             self.block_size += len(chunk)
             position += len(chunk)
         if len(view):
@@ -327,7 +327,7 @@ class ContainerState:
                     or any(t != sid for t, _ in self.pending_merge)
                 ):
                     raise ReplayError(f"merge data for segment {sid} at {offset} out of order")
-                self.pending_merge.append((sid, SidecarEntry(offset, len(data), zlib.crc32(data))))
+                self.pending_merge.append((sid, SidecarEntry(offset, len(data), crc32(data))))
                 return [(sid, offset, data)]
             case MergeCommitRecord(sid, length, ms, source_id, source_name):
                 seg = self._segment(sid)

@@ -20,12 +20,11 @@ whose first open never finished (no manifest and no data; open starts afresh).
 from __future__ import annotations
 
 import os
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.errors import CorruptionError
-from headrace.store.disk.format import SnapshotSegment, decode_manifest, decode_sidecar
+from headrace.store.disk.format import SnapshotSegment, crc32, decode_manifest, decode_sidecar
 from headrace.store.disk.layout import ContainerPaths, containers_path, manifest_path
 from headrace.store.disk.log import scan_wal
 from headrace.store.disk.recovery import (
@@ -202,7 +201,7 @@ def _verify_segment_files(
             report.checked_bytes += len(block)
             if len(block) < entry.size_bytes:
                 break  # already reported as too short
-            if zlib.crc32(block) != entry.crc:
+            if crc32(block) != entry.crc:
                 report.damage.append(
                     Damage(
                         str(data),
