@@ -6,13 +6,25 @@ take a frame and give the bytes back if the frame is incomplete
 (``commit``/``rollback``, after wsproto's ``Buffer``). It also enforces the
 connection's buffered-bytes limit, so a peer cannot make us hold unbounded
 memory by never finishing a frame.
+
+Copies. A large append reaches the store through this buffer, so it copies
+as little as it can: ``consume_exactly`` copies once (a slice of a
+``memoryview``, not a ``bytearray`` slice copied again), and ``consume_frame``,
+the last take of a frame, hands a large frame's bytes over without copying
+them at all (the buffer gives its whole ``bytearray`` away and keeps only the
+bytes that follow the frame).
 """
 
 from __future__ import annotations
 
 from headrace.errors import FrameTooLarge
 
-__all__ = ["ReceiveBuffer"]
+__all__ = ["HANDOVER_MIN_BYTES", "ReceiveBuffer"]
+
+HANDOVER_MIN_BYTES = 64 * 1024
+"""Frames at least this large are handed over by ``consume_frame`` without a copy
+(the bytes after the frame are copied instead, so only when they are fewer);
+smaller ones are copied, which costs less than a fresh buffer per frame."""
 
 
 class ReceiveBuffer:
@@ -52,7 +64,7 @@ class ReceiveBuffer:
         """The next ``count`` bytes without consuming them, or None if fewer are here."""
         if len(self) < count:
             return None
-        return bytes(self._data[self._position : self._position + count])
+        return bytes(memoryview(self._data)[self._position : self._position + count])
 
     def consume_exactly(self, count: int) -> bytes | None:
         """Take exactly ``count`` bytes, or None (taking nothing) if fewer are here."""
@@ -60,13 +72,36 @@ class ReceiveBuffer:
             return None
         start = self._position
         self._position += count
-        return bytes(self._data[start : self._position])
+        return bytes(memoryview(self._data)[start : self._position])
+
+    def consume_frame(self, count: int) -> bytes | memoryview | None:
+        """Take exactly ``count`` bytes as the end of a frame, and commit.
+
+        Returns None (taking nothing, committing nothing) if fewer are here.
+        A frame of ``HANDOVER_MIN_BYTES`` or more comes back as a read-only
+        ``memoryview`` of bytes this buffer never touches again, without a
+        copy; a smaller one as ``bytes``.
+        """
+        if len(self) < count:
+            return None
+        start = self._position
+        end = start + count
+        after = len(self._data) - end
+        if count >= HANDOVER_MIN_BYTES and after <= count:
+            data = self._data
+            self._data = bytearray(memoryview(data)[end:])  # the next frame's first bytes
+            self._position = 0
+            return memoryview(data).toreadonly()[start:end]
+        frame = bytes(memoryview(self._data)[start:end])
+        self._position = end
+        self.commit()
+        return frame
 
     def consume_at_most(self, count: int) -> bytes:
         """Take up to ``count`` bytes (possibly none)."""
         start = self._position
         self._position = min(len(self._data), start + count)
-        return bytes(self._data[start : self._position])
+        return bytes(memoryview(self._data)[start : self._position])
 
     def commit(self) -> None:
         """Forget the consumed bytes: the parser has turned them into an event."""

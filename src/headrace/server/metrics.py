@@ -246,7 +246,7 @@ class MeteredDiskStore(DiskStore):
     async def append(
         self,
         name: str,
-        data: bytes,
+        data: bytes | memoryview,
         *,
         expected_offset: int | None = None,
         writer: WriterAppend | None = None,

@@ -108,7 +108,7 @@ class BaseStore(abc.ABC):
     async def _append(
         self,
         name: str,
-        data: bytes,
+        data: bytes | memoryview,
         expected_offset: int | None,
         writer: WriterAppend | None,
         kind: SegmentKind,
@@ -199,7 +199,7 @@ class BaseStore(abc.ABC):
     async def append(
         self,
         name: str,
-        data: bytes,
+        data: bytes | memoryview,
         *,
         expected_offset: int | None = None,
         writer: WriterAppend | None = None,

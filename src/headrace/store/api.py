@@ -97,12 +97,16 @@ class SegmentStore(Protocol):
     async def append(
         self,
         name: str,
-        data: bytes,
+        data: bytes | memoryview,
         *,
         expected_offset: int | None = None,
         writer: WriterAppend | None = None,
     ) -> AppendResult:
         """Append ``data`` to a stream segment and return once it is durable.
+
+        ``data`` may be a ``memoryview`` (a front door hands over the received
+        frame without copying it); the store may hold on to it until the bytes
+        are written, so the caller must never change it afterwards.
 
         With ``writer``, the writer's last event number is kept as the segment
         attribute ``writer.writer_id``, in the same durable step as the data; if

@@ -99,7 +99,7 @@ class MemoryStore(BaseStore):
     async def _append(
         self,
         name: str,
-        data: bytes,
+        data: bytes | memoryview,
         expected_offset: int | None,
         writer: WriterAppend | None,
         kind: SegmentKind,

@@ -13,7 +13,7 @@ from uuid import UUID
 import pytest
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
-from headrace.protocols._buffer import ReceiveBuffer
+from headrace.protocols._buffer import HANDOVER_MIN_BYTES, ReceiveBuffer
 from headrace.protocols.pravega import (
     MAX_FRAME_BYTES,
     NO_VERSION,
@@ -709,3 +709,48 @@ def test_invalid_event_number_trailing_fields_are_optional() -> None:
     assert decode_payload(CommandType.INVALID_EVENT_NUMBER, payload) == InvalidEventNumber(
         WRITER, 9, "", -1
     )
+
+
+# --------------------------------------------------------------------------- large frames, no copy
+
+
+def test_large_append_data_is_handed_over_without_a_copy() -> None:
+    """A large AppendBlockEnd's data is a read-only view of the received frame,
+    the frame after it in the same buffer still decodes, and the view does not
+    change when more bytes arrive (the buffer gave that memory away)."""
+    writer = UUID(int=7)
+    data = bytes(range(256)) * (HANDOVER_MIN_BYTES // 256 + 3)
+    big = encode_command(AppendBlockEnd(writer, len(data), data, 3, 9, 11))
+    small = encode_command(KeepAlive())
+    buffer = ReceiveBuffer(max_buffered_bytes=len(big) * 2)
+    buffer.feed(big + small[:5])  # the next frame's first bytes arrive with it
+    cmd = decode_command(buffer)
+    assert isinstance(cmd, AppendBlockEnd)
+    assert isinstance(cmd.data, memoryview) and cmd.data.readonly
+    assert cmd.data == data and (cmd.num_events, cmd.last_event_number) == (3, 9)
+    assert decode_command(buffer) is None  # the KeepAlive is incomplete
+    buffer.feed(small[5:] + b"\xff" * 1000)
+    assert decode_command(buffer) == KeepAlive()
+    assert cmd.data == data
+    with pytest.raises(TypeError):
+        cmd.data[0] = 0  # type: ignore[index]
+
+
+def test_small_append_data_is_bytes() -> None:
+    buffer = ReceiveBuffer(max_buffered_bytes=1 << 20)
+    buffer.feed(encode_command(AppendBlockEnd(UUID(int=1), 5, b"12345", 1, 1, 2)))
+    cmd = decode_command(buffer)
+    assert isinstance(cmd, AppendBlockEnd) and type(cmd.data) is bytes and cmd.data == b"12345"
+    assert not buffer
+
+
+def test_large_frame_followed_by_more_than_itself_is_copied() -> None:
+    """Handing over would mean copying the (bigger) rest: the frame is copied instead."""
+    data = b"x" * HANDOVER_MIN_BYTES
+    frame = encode_command(AppendBlockEnd(UUID(int=1), len(data), data, 1, 1, 2))
+    buffer = ReceiveBuffer(max_buffered_bytes=len(frame) * 3)
+    buffer.feed(frame * 3)
+    for _ in range(3):
+        cmd = decode_command(buffer)
+        assert isinstance(cmd, AppendBlockEnd) and cmd.data == data
+    assert not buffer

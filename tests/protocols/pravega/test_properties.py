@@ -60,6 +60,8 @@ KIND_STRATEGIES: dict[_Kind, st.SearchStrategy[Any]] = {
     _Kind.STR: TEXT,
     _Kind.BYTES: BLOB,
     _Kind.REST: BLOB,
+    _Kind.DATA: BLOB,
+    _Kind.DATA_REST: BLOB,
     _Kind.PADDING: st.integers(0, 40),
     _Kind.EVENT: st.builds(Event, BLOB),
     _Kind.TABLE_KEYS: st.lists(table_keys, max_size=3).map(tuple),

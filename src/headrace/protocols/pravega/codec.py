@@ -130,7 +130,7 @@ class _Reader:
 
     __slots__ = ("_data", "_name", "_position")
 
-    def __init__(self, data: bytes, name: str) -> None:
+    def __init__(self, data: bytes | memoryview, name: str) -> None:
         self._data = data
         self._position = 0  # index into this payload
         self._name = name
@@ -148,10 +148,33 @@ class _Reader:
             )
         chunk = self._data[self._position : end]
         self._position = end
+        return chunk if type(chunk) is bytes else bytes(chunk)
+
+    def take_view(self, count: int) -> bytes | memoryview:
+        """Like ``take``, but a payload held as a memoryview gives a view (no copy)."""
+        if type(self._data) is bytes:
+            return self.take(count)
+        if count < 0:
+            raise RemoteProtocolError(f"{self._name}: negative length {count}")
+        end = self._position + count
+        if end > len(self._data):
+            raise RemoteProtocolError(
+                f"{self._name}: payload ends {end - len(self._data)} bytes short"
+            )
+        chunk = self._data[self._position : end]
+        self._position = end
         return chunk
 
     def rest(self) -> bytes:
         return self.take(self.remaining())
+
+    def data(self) -> bytes | memoryview:
+        """A length-prefixed append payload, as a view when the frame is one."""
+        return self.take_view(self.i32())
+
+    def data_rest(self) -> bytes | memoryview:
+        """The rest of the frame as an append payload, as a view when the frame is one."""
+        return self.take_view(self.remaining())
 
     def byte(self) -> int:
         value: int = _I8.unpack(self.take(1))[0]
@@ -321,6 +344,10 @@ class _Kind(enum.Enum):
     STR = enum.auto()
     BYTES = enum.auto()
     REST = enum.auto()
+    DATA = enum.auto()
+    """Laid out as BYTES; decoded without a copy when the frame is large (append data)."""
+    DATA_REST = enum.auto()
+    """Laid out as REST; decoded without a copy when the frame is large (append data)."""
     PADDING = enum.auto()
     EVENT = enum.auto()
     TABLE_KEYS = enum.auto()
@@ -352,6 +379,8 @@ _WRITERS: dict[_Kind, Callable[[bytearray, Any], None]] = {
     _Kind.STR: lambda out, v: out.extend(_encode_str(v)),
     _Kind.BYTES: lambda out, v: _write_bytes(out, v),
     _Kind.REST: lambda out, v: out.extend(v),
+    _Kind.DATA: lambda out, v: _write_bytes(out, v),
+    _Kind.DATA_REST: lambda out, v: out.extend(v),
     _Kind.PADDING: lambda out, v: _write_padding(out, v),
     _Kind.EVENT: _write_event,
     _Kind.TABLE_KEYS: _write_list(_write_table_key),
@@ -371,6 +400,8 @@ _READERS: dict[_Kind, Callable[[_Reader], Any]] = {
     _Kind.UUID: _Reader.uuid,
     _Kind.STR: _Reader.str,
     _Kind.BYTES: _Reader.bytes,
+    _Kind.DATA: _Reader.data,
+    _Kind.DATA_REST: _Reader.data_rest,
     _Kind.REST: _Reader.rest,
     _Kind.PADDING: lambda reader: len(reader.rest()),
     _Kind.EVENT: _read_event,
@@ -431,10 +462,10 @@ _LAYOUT_LIST = [
     _layout(c.PartialEvent, _K.REST),
     _layout(c.SetupAppend, _K.I64, _K.UUID, _K.STR, _K.STR),
     _layout(c.AppendSetup, _K.I64, _K.STR, _K.UUID, _K.I64),
-    _layout(c.AppendBlock, _K.UUID, _K.REST),
-    _layout(c.AppendBlockEnd, _K.UUID, _K.I32, _K.BYTES, _K.I32, _K.I64, _opt(_K.I64)),
+    _layout(c.AppendBlock, _K.UUID, _K.DATA_REST),
+    _layout(c.AppendBlockEnd, _K.UUID, _K.I32, _K.DATA, _K.I32, _K.I64, _opt(_K.I64)),
     _layout(c.ConditionalAppend, _K.UUID, _K.I64, _K.I64, _K.EVENT, _opt(_K.I64)),
-    _layout(c.ConditionalBlockEnd, _K.UUID, _K.I64, _K.I64, _K.BYTES, _K.I64),
+    _layout(c.ConditionalBlockEnd, _K.UUID, _K.I64, _K.I64, _K.DATA, _K.I64),
     _layout(c.DataAppended, _K.UUID, _K.I64, _opt(_K.I64), _opt(_K.I64), _opt(_K.I64)),
     _layout(c.ConditionalCheckFailed, _K.UUID, _K.I64, _opt(_K.I64)),
     _layout(c.CreateTransientSegment, _K.I64, _K.UUID, _K.STR, _K.STR),
@@ -578,8 +609,12 @@ def encode_event(data: bytes) -> bytes:
 # --------------------------------------------------------------------------- decode
 
 
-def decode_payload(type_code: int, payload: bytes) -> c.Command:
+def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
     """Decode one frame's payload.
+
+    A payload given as a ``memoryview`` (a large frame, see
+    ``ReceiveBuffer.consume_frame``) gives the append data fields as views of
+    it, without a copy; every other field is decoded to ``bytes``/``str``.
 
     Raises:
         RemoteProtocolError: unknown type code, or a payload that does not
@@ -648,11 +683,10 @@ def decode_command(
         raise FrameTooLarge(max_frame_bytes, HEADER_SIZE_BYTES + length)
     if type_code not in _LAYOUTS and type_code != c.CommandType.SEGMENTS_BATCH_MERGED:
         raise RemoteProtocolError(f"unknown command type code {type_code}")
-    payload = buffer.consume_exactly(length)
+    payload = buffer.consume_frame(length)  # commits; a large payload is not copied
     if payload is None:
         buffer.rollback()
         return None
-    buffer.commit()
     return decode_payload(type_code, payload)
 
 

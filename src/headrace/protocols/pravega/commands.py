@@ -479,7 +479,7 @@ class AppendBlock(Command):
     direction: ClassVar[Direction] = Direction.REQUEST
 
     writer_id: UUID
-    data: bytes
+    data: bytes | memoryview  # a view of the received frame when it is large
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,7 +491,7 @@ class AppendBlockEnd(Command):
 
     writer_id: UUID
     size_of_whole_events: int
-    data: bytes
+    data: bytes | memoryview  # a view of the received frame when it is large
     num_events: int
     last_event_number: int
     request_id: int = -1  # opt: old Java clients omit it
@@ -521,7 +521,7 @@ class ConditionalBlockEnd(Command):
     writer_id: UUID
     event_number: int
     expected_offset: int
-    data: bytes
+    data: bytes | memoryview  # a view of the received frame when it is large
     request_id: int
 
 

@@ -90,7 +90,8 @@ class AppendData:
         writer_id: the writer (also the attribute id of its last event number).
         segment: the segment the writer set up on this connection.
         data: the bytes to append, verbatim (Event frames for event writers,
-            raw bytes for byte streams and large-event chunks).
+            raw bytes for byte streams and large-event chunks); a read-only
+            view of the received frame when it was large (not copied).
         event_count: number of events in ``data`` (1 for conditional appends).
         last_event_number: the writer's event number of the last event in ``data``.
         request_id: to echo in DataAppended / ConditionalCheckFailed.
@@ -100,7 +101,7 @@ class AppendData:
 
     writer_id: UUID
     segment: str
-    data: bytes
+    data: bytes | memoryview
     event_count: int
     last_event_number: int
     request_id: int
@@ -351,6 +352,7 @@ class PravegaConnection:
     def _append(self, cmd: c.Command) -> AppendData:
         if isinstance(cmd, c.AppendBlockEnd):
             return self._whole_append(cmd, cmd.data)
+        data: bytes | memoryview
         if isinstance(cmd, c.ConditionalAppend):
             data = _encode_event(cmd.event.data)  # the Event header is stored too (§5.2)
         else:
@@ -368,7 +370,7 @@ class PravegaConnection:
             expected_offset=cmd.expected_offset,
         )
 
-    def _whole_append(self, cmd: c.AppendBlockEnd, data: bytes) -> AppendData:
+    def _whole_append(self, cmd: c.AppendBlockEnd, data: bytes | memoryview) -> AppendData:
         session = self._session(cmd.writer_id)
         if cmd.num_events <= 0:
             self._fail(RemoteProtocolError(f"AppendBlockEnd with {cmd.num_events} events"))
@@ -396,7 +398,7 @@ class PravegaConnection:
                     f"size_of_whole_events {whole} outside the block of {len(block.data)} bytes"
                 )
             )
-        data = block.data[:whole]
+        data: bytes | memoryview = block.data[:whole]
         tail = block.data[whole:]
         if tail:
             # The block must end with exactly one PartialEvent or Padding frame.
@@ -406,7 +408,7 @@ class PravegaConnection:
             if HEADER_SIZE_BYTES + length != len(tail):
                 self._fail(RemoteProtocolError("append block tail is not exactly one frame"))
             if type_code == c.CommandType.PARTIAL_EVENT:
-                data += tail[HEADER_SIZE_BYTES:] + end.data
+                data = b"".join((data, tail[HEADER_SIZE_BYTES:], end.data))
             elif type_code == c.CommandType.PADDING:
                 if end.data:
                     self._fail(RemoteProtocolError("AppendBlockEnd data after a Padding"))

@@ -274,7 +274,7 @@ class DiskStore(BaseStore):
     async def _append(
         self,
         name: str,
-        data: bytes,
+        data: bytes | memoryview,
         expected_offset: int | None,
         writer: WriterAppend | None,
         kind: SegmentKind,
