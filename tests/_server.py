@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final
+from typing import IO, Final, Self
 
 from headrace.server.config import LISTENER_NAMES
 
@@ -108,6 +108,23 @@ def serve_command(data_dir: Path, *args: str, global_args: Sequence[str] = ()) -
     ]
 
 
+class Ports(dict[str, int]):
+    """Listener name (config spelling) -> port; also found by its flag spelling
+    (``ports["segment-store"]``)."""
+
+    def __missing__(self, name: str) -> int:
+        if "-" in name:
+            return self[name.replace("-", "_")]
+        raise KeyError(name)
+
+
+def ready_ports(line: str) -> Ports:
+    """The listeners of a ready line: ``... listeners: tank=4711, http=4712``."""
+    listed = line.partition("listeners: ")[2]
+    items = (item.partition("=") for item in listed.split(", "))
+    return Ports({name: int(port) for name, sep, port in items if sep})
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """A certificate and its private key, both PEM files."""
@@ -170,8 +187,9 @@ class ServerProcess:
     ) -> None:
         self.data_dir = data_dir
         self._wanted = None if ports is None else {listener_key(k): v for k, v in ports.items()}
-        self.ports: dict[str, int] = {}
-        """The open listeners' ports (config spelling), fixed at the first start."""
+        self.ports = Ports()
+        """The open listeners' ports (config spelling), fixed at the first start;
+        with ``ports=None``, those the ready line lists."""
         self.args = list(args)
         self.global_args = list(global_args)
         self.fsync = fsync
@@ -188,6 +206,8 @@ class ServerProcess:
         self.starts = 0
         """Successful starts so far."""
         self._log: IO[bytes] | None = None
+        self._log_first = -1  # where this object's first start began in the log file
+        self._log_start = 0  # where the current (or last) start began
 
     # ------------------------------------------------------------------ state
 
@@ -208,11 +228,9 @@ class ServerProcess:
         return None if self.process is None else self.process.returncode
 
     def log_text(self) -> str:
-        """Everything the server wrote to stderr so far, over all its starts."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        """Everything the server wrote to stderr so far, over all starts of this
+        object (another one on the same data directory shares the file)."""
+        return self._read_from(max(self._log_first, 0)) if self._log_first >= 0 else ""
 
     def log_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
         return self.log_text()[-chars:]
@@ -237,9 +255,10 @@ class ServerProcess:
 
     def _pick_ports(self) -> None:
         if self._wanted is not None:
-            self.ports = {k: free_port() if v is FREE else v for k, v in self._wanted.items()}
+            picked = {k: free_port() if v is None else v for k, v in self._wanted.items()}
+            self.ports = Ports(picked)
 
-    def start(self) -> ServerProcess:
+    def start(self) -> Self:
         """Start (or restart, on the same ports) and wait until it is up."""
         assert not self.alive(), "already running"
         if self.starts == 0:
@@ -263,7 +282,9 @@ class ServerProcess:
     def _start_once(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        log_start = self._log.tell()
+        log_start = self._log_start = self._log.tell()
+        if self._log_first < 0:
+            self._log_first = log_start
         self.process = subprocess.Popen(
             self.command(),
             stdout=subprocess.DEVNULL,
@@ -281,7 +302,7 @@ class ServerProcess:
         if not up:
             exited = not self.alive()
             self.terminate(signal.SIGKILL)
-            log = self.log_text()[log_start:]
+            log = self._read_from(log_start)
             why = (
                 f"it exited with code {self.returncode}"
                 if exited
@@ -294,16 +315,24 @@ class ServerProcess:
             )
 
     def _wait_ready(self, log_start: int, deadline: float) -> bool:
-        while self.alive() and time.monotonic() < deadline:
-            if READY_LINE in self._read_from(log_start):
-                return True
+        while True:
+            over = not self.alive() or time.monotonic() >= deadline
+            for line in self._read_from(log_start).splitlines():
+                if line.startswith(READY_LINE):
+                    if self._wanted is None:  # the configuration chose the ports
+                        self.ports = ready_ports(line)
+                    return True
+            if over:
+                return False
             time.sleep(POLL_INTERVAL_S)  # polling the log under a deadline
-        return READY_LINE in self._read_from(log_start)
 
     def _read_from(self, offset: int) -> str:
-        with self.log_path.open("rb") as log:
-            log.seek(offset)
-            return log.read().decode(errors="replace")
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def _wait_connectable(self, port: int, deadline: float) -> bool:
         while self.alive():
@@ -317,11 +346,11 @@ class ServerProcess:
         return False
 
     def wait_for_line(self, needle: str, timeout_s: float) -> str:
-        """The first stderr line (over all starts) containing ``needle``;
-        AssertionError with the stderr if none comes within ``timeout_s``."""
+        """The first stderr line of the current start containing ``needle``;
+        AssertionError with that stderr if none comes within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
-            text = self.log_text()
+            text = self._read_from(self._log_start)
             done = not self.alive() or time.monotonic() >= deadline
             # A line counts once it is complete, or once nothing more can come.
             lines = text.splitlines(keepends=True)
@@ -372,7 +401,7 @@ class ServerProcess:
         self.start()
         return code
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         return self if self.alive() else self.start()
 
     def __exit__(
