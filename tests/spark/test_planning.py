@@ -44,6 +44,16 @@ def test_trigger_limits_cut_batches_on_event_boundaries(server: Server, stream_n
         ({"controller": "tcp://h:1", "stream": "a/b", "maxBytesPerTrigger": "0"}, "maxBytes"),
         ({"controller": "tcp://h:1", "stream": "a/b", "startingOffsets": "{"}, "startingOffsets"),
         ({"controller": "tcp://h:1", "stream": "a/b", "failOnDataLoss": "maybe"}, "failOnData"),
+        ({"controller": "tcp://h:1", "stream": "a/b", "startingTimestamp": "-1"}, "startingTime"),
+        ({"controller": "tcp://h:1", "stream": "a/b", "startingTimestamp": "x"}, "startingTime"),
+        (
+            {"controller": "h:1", "stream": "a/b", "startingOffsetsByTimestamp": '{"c/d": 1}'},
+            "names streams not read",
+        ),
+        (
+            {"controller": "tcp://h:1", "stream": "a/b", "startingOffsetsByTimestamp": "[1]"},
+            "startingOffsetsByTimestamp",
+        ),
     ],
 )
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pylogbeat
 import pytest
 
+from headrace.client import PravegaClient
 from headrace.client.tank import TankClient
+from headrace.protocols.pravega.routing import routing_key_position
 from headrace.protocols.tank.commands import BundleMessage
 from tests.spark.conftest import LUMBERJACK_STREAM, Server, stream_suffix
 
@@ -115,3 +118,98 @@ def test_a_bad_option_fails_at_planning_naming_it(server: Server, spark: Any) ->
         _read(spark, server, "sp/x", maxEventsPerTrigger="lots").collect()
     with pytest.raises(Exception, match="'stream'"):
         spark.read.format("headrace").option("controller", server.uri).load().collect()
+
+
+BOUNDARY_MS = 1_800_000_000_000
+"""The known boundary time of the TANK two-phase tests (producer timestamps)."""
+
+
+def _produce_phases(server: Server, topic: str) -> dict[bytes, int]:
+    """Two partitions; bundles stamped before, across and after ``BOUNDARY_MS``.
+
+    Returns every message with its timestamp.
+    """
+    stamps: dict[bytes, int] = {}
+
+    async def produce() -> None:
+        async with await TankClient.connect("127.0.0.1", server.ports["tank"]) as client:
+            await client.create_topic(topic, 2)
+            for partition in range(2):
+                # Phase 1: three bundles before the boundary; then one bundle across it
+                # (messages -10 ms .. +9 ms); phase 2: three bundles after it.
+                for bundle, base in enumerate([-30_000, -20_000, -10_000, -10, 0, 10_000, 20_000]):
+                    messages = []
+                    for m in range(20):
+                        stamp = BOUNDARY_MS + base + (m if base == -10 else m * 100)
+                        value = f"p{partition}-b{bundle}-m{m}".encode()
+                        messages.append(BundleMessage(value, timestamp_ms=stamp))
+                        stamps[value] = stamp
+                    await client.produce(topic, partition, messages)
+
+    asyncio.run(produce())
+    return stamps
+
+
+def test_starting_timestamp_on_a_tank_topic_returns_exactly_the_later_messages(
+    server: Server, spark: Any
+) -> None:
+    topic = f"topic-{stream_suffix()}"
+    stamps = _produce_phases(server, topic)
+    for since in (BOUNDARY_MS, BOUNDARY_MS + 1):  # + 1: those stamped at it go too
+        later = sorted(v for v, t in stamps.items() if t >= since)
+        assert 0 < len(later) < len(stamps)
+        rows = _read(spark, server, f"tank/{topic}", startingTimestamp=str(since)).collect()
+        assert sorted(bytes(r.value) for r in rows) == later
+        first = datetime.fromtimestamp(min(stamps[v] for v in later) / 1000, UTC)
+        assert min(r.timestamp for r in rows) == first.replace(tzinfo=None)
+
+
+def _key_in(low: float, high: float) -> str:
+    return next(k for i in range(1000) if low <= routing_key_position(k := f"key-{i}") < high)
+
+
+def _quiet_boundary(server: Server, name: str) -> int:
+    """A time after every append so far to ``name``'s segments, once the clock reached it."""
+    scope, stream = name.split("/")
+
+    async def last_modified(client: PravegaClient) -> int:
+        segs = await client.controller.get_segments_at(scope, stream, 0)
+        segs.update(
+            {r.segment: 0 for r in await client.controller.get_current_segments(scope, stream)}
+        )
+        return max([(await client.segments.stat(s)).last_modified_ms for s in segs])
+
+    boundary = server.run(last_modified) + 1
+    deadline = time.monotonic() + 1.0
+    while time.time_ns() // 1_000_000 < boundary:  # at most a millisecond of clock
+        assert time.monotonic() < deadline, "the clock did not move"
+    return boundary
+
+
+def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
+    server: Server, spark: Any, stream_name: str
+) -> None:
+    server.create_stream("sp", stream_name, segments=1)
+    name = f"sp/{stream_name}"
+    server.write("sp", stream_name, [(f"k{i}", b"one-%03d" % i) for i in range(100)])
+
+    async def scale(client: PravegaClient) -> None:
+        await client.controller.scale_stream("sp", stream_name, [0], [(0.0, 0.5), (0.5, 1.0)])
+
+    server.run(scale)
+    low, high = _key_in(0.0, 0.5), _key_in(0.5, 1.0)
+    server.write("sp", stream_name, [(low, b"one-low-%03d" % i) for i in range(100)])
+    boundary = _quiet_boundary(server, name)
+    # Phase 2, after the boundary: only the upper segment is appended to.
+    phase2 = [b"two-%03d" % i for i in range(100)]
+    server.write("sp", stream_name, [(high, e) for e in phase2])
+
+    rows = _read(spark, server, name, startingTimestamp=str(boundary)).collect()
+    # The first segment was sealed before the boundary (an earlier epoch), the lower
+    # one has not been appended to since: neither is read.
+    assert sorted(bytes(r.value) for r in rows) == phase2
+    assert {r.timestamp for r in rows} == {None}
+    everything = _read(spark, server, name, startingTimestamp="0").count()
+    assert everything == 300
+    with pytest.raises(Exception, match="exclude each other"):
+        _read(spark, server, name, startingTimestamp="0", startingOffsets="earliest").count()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,10 @@ from typing import Any
 import pytest
 
 from headrace.client import PravegaClient, Segment
-from tests.spark.conftest import Server
+from headrace.client.tank import TankClient
+from headrace.protocols.tank.commands import BundleMessage
+from tests.spark.conftest import Server, stream_suffix
+from tests.spark.test_read import BOUNDARY_MS, _produce_phases, _quiet_boundary
 
 QUERY_TIMEOUT_S = 180.0
 WRITER_TIMEOUT_S = 120.0
@@ -129,3 +134,43 @@ def test_a_stream_that_scales_is_followed_through_its_successors(
         spark.read.format("headrace").option("controller", server.uri).option("stream", name).load()
     )
     assert batch.count() == 600
+
+
+def test_a_query_started_by_timestamp_keeps_dropping_earlier_stamped_rows(
+    server: Server, spark: Any, stream_name: str, tmp_path: Path
+) -> None:
+    topic = f"topic-{stream_suffix()}"
+    stamps = _produce_phases(server, topic)
+    server.create_stream("sp", stream_name, segments=1)
+    events = f"sp/{stream_name}"
+    server.write("sp", stream_name, [(None, b"one-%03d" % i) for i in range(50)])
+    by_stream = {f"tank/{topic}": BOUNDARY_MS, events: _quiet_boundary(server, events)}
+    options = {
+        "streams": f"tank/{topic},{events}",
+        "startingOffsetsByTimestamp": json.dumps(by_stream),
+    }
+
+    def run() -> list[bytes]:
+        reader = spark.readStream.format("headrace").option("controller", server.uri)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        _run_to_parquet(reader.load(), tmp_path / "out", tmp_path / "checkpoint")
+        return sorted(bytes(r.value) for r in spark.read.parquet(str(tmp_path / "out")).collect())
+
+    later = sorted(v for v, t in stamps.items() if t >= BOUNDARY_MS)
+    assert run() == later  # nothing of the Pravega stream: it is quiet since its boundary
+
+    # After the start: Pravega events all count (appended later); TANK messages
+    # stamped before the boundary are still dropped.
+    server.write("sp", stream_name, [(None, b"two-%03d" % i) for i in range(50)])
+
+    async def produce() -> None:
+        async with await TankClient.connect("127.0.0.1", server.ports["tank"]) as client:
+            late = [
+                BundleMessage(b"late-%d" % m, timestamp_ms=BOUNDARY_MS - 5 + m) for m in range(10)
+            ]
+            await client.produce(topic, 0, late)
+
+    asyncio.run(produce())
+    want = later + [b"two-%03d" % i for i in range(50)] + [b"late-%d" % m for m in range(5, 10)]
+    assert run() == sorted(want)

@@ -60,6 +60,7 @@ __all__ = [
     "read_range",
     "resolve",
     "split_range",
+    "starting_position",
     "write_txns",
 ]
 
@@ -201,6 +202,48 @@ def resolve(uri: str, spec: str, streams: Sequence[str], default: str) -> Positi
         return out
 
     return _run(uri, work)
+
+
+async def _at_time(client: PravegaClient, name: str, ms: int, *, tank: bool) -> dict[str, int]:
+    """Where a stream's rows with a timestamp >= ``ms`` begin, at or before them.
+
+    TANK topics (messages carry their producer's timestamps, in any order):
+    every head segment from its start; the reader drops the earlier rows.
+    Other streams (events carry no timestamp; time is append time): the
+    segments open at ``ms`` (the controller's epoch at that time: a segment
+    sealed before it received nothing since), each from its start, except
+    that a segment not modified since before ``ms`` starts at its end.
+    Nothing appended at or after ``ms`` is left out; earlier events of a
+    segment that was appended to across ``ms`` are included.
+    """
+    scope, stream = _split_name(name)
+    if tank:
+        heads = await client.controller.get_head_segments(scope, stream)
+        return {str(s.segment_id): off for s, off in heads.items()}
+    out: dict[str, int] = {}
+    for seg, off in (await client.controller.get_segments_at(scope, stream, ms)).items():
+        stat = await client.segments.stat(seg)
+        quiet = stat.last_modified_ms < ms  # nothing appended, merged or sealed since
+        out[str(seg.segment_id)] = stat.length if quiet else max(off, stat.start_offset)
+    return out
+
+
+def starting_position(opts: ReadOptions, default: str) -> Position:
+    """The starting position of a read: ``startingTimestamp`` /
+    ``startingOffsetsByTimestamp`` for the streams they name
+    (:func:`_at_time`), ``startingOffsets`` (or ``default``) for the others."""
+    others = [n for n in opts.streams if n not in opts.starting_times]
+    pos = resolve(opts.controller, opts.starting, others, default) if others else {}
+    if opts.starting_times:
+
+        async def work(client: PravegaClient) -> Position:
+            return {
+                name: await _at_time(client, name, ms, tank=_split_name(name)[0] == opts.tank_scope)
+                for name, ms in opts.starting_times.items()
+            }
+
+        pos.update(_run(opts.controller, work))
+    return pos
 
 
 async def _successors(client: PravegaClient, seg: Segment) -> dict[Segment, list[int]]:
@@ -389,8 +432,10 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
         return out
 
     ranges = _run(opts.controller, work)
-    if opts.starting != "earliest":
-        lo = resolve(opts.controller, opts.starting, opts.streams, "earliest")
+    if opts.starting_times:
+        ranges = _from_time(opts, ranges)
+    if opts.starting != "earliest" or opts.starting_times:
+        lo = starting_position(opts, "earliest")
         for r in ranges:
             off = lo.get(f"{r.scope}/{r.stream}", {}).get(str(r.segment_id))
             if off is not None and off < r.start:
@@ -404,6 +449,32 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
     if 0 < len(ranges) < opts.min_partitions:
         ranges = _split_all(opts.controller, ranges, opts.min_partitions)
     return ranges
+
+
+def _from_time(opts: ReadOptions, ranges: list[Range]) -> list[Range]:
+    """Drop the ranges of segments a time start skips: those sealed before the
+    time (not in the epoch open then, nor after it)."""
+    pos = starting_position(opts, "earliest")
+
+    async def work(client: PravegaClient) -> set[tuple[str, int]]:
+        keep: set[tuple[str, int]] = set()
+        for name in opts.starting_times:
+            scope, stream = _split_name(name)
+            todo = [Segment(scope, stream, int(k)) for k in pos[name]]
+            while todo:
+                seg = todo.pop()
+                if (name, seg.segment_id) not in keep:
+                    keep.add((name, seg.segment_id))
+                    todo.extend(await _successors(client, seg))
+        return keep
+
+    keep = _run(opts.controller, work)
+    return [
+        r
+        for r in ranges
+        if f"{r.scope}/{r.stream}" not in opts.starting_times
+        or (f"{r.scope}/{r.stream}", r.segment_id) in keep
+    ]
 
 
 def _clip(r: Range, pos: Position, *, lower: bool) -> Range:

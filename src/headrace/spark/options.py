@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from headrace.errors import ConfigError
 
@@ -59,6 +59,10 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     tank_scope: str
+    starting_times: dict[str, int] = field(default_factory=dict)
+    """``scope/stream`` -> epoch ms (``startingTimestamp`` /
+    ``startingOffsetsByTimestamp``): start there, and drop rows whose
+    timestamp is earlier (``docs/spark.md``, "Starting at a time")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +186,12 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         names += [_qualify(n, scope, "streams") for n in opts["streams"].split(",") if n.strip()]
     if not names:
         raise OptionError("option 'stream' (or 'streams') is required")
-    if "startingtimestamp" in opts:
+    names = list(dict.fromkeys(names))
+    starting_times = _starting_times(opts, names)
+    if starting_times and "startingoffsets" in opts:
         raise OptionError(
-            "option 'startingTimestamp' is not supported: Pravega events carry no "
-            "timestamp to seek by; use startingOffsets"
+            "options 'startingOffsets' and 'startingTimestamp'/'startingOffsetsByTimestamp' "
+            "exclude each other"
         )
     starting = _position(
         opts, "startingOffsets", "latest" if streaming else "earliest", {"earliest", "latest"}
@@ -200,7 +206,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         max_events = _int(opts, "maxOffsetsPerTrigger", minimum=1)  # Kafka's name
     return ReadOptions(
         controller=controller,
-        streams=tuple(dict.fromkeys(names)),
+        streams=tuple(names),
         starting=starting,
         ending=ending,
         max_events=max_events,
@@ -209,7 +215,40 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         tank_scope=opts.get("tankscope", DEFAULT_TANK_SCOPE),
+        starting_times=starting_times,
     )
+
+
+def _starting_times(opts: dict[str, str], names: list[str]) -> dict[str, int]:
+    """``startingTimestamp`` (every stream) or ``startingOffsetsByTimestamp``
+    (JSON ``{"scope/stream": ms}``; streams left out start as
+    ``startingOffsets`` says) as ``scope/stream`` -> epoch ms."""
+    if "startingtimestamp" in opts and "startingoffsetsbytimestamp" in opts:
+        raise OptionError(
+            "options 'startingTimestamp' and 'startingOffsetsByTimestamp' exclude each other"
+        )
+    if "startingtimestamp" in opts:
+        ms = _int(opts, "startingTimestamp", minimum=0)
+        assert ms is not None
+        return dict.fromkeys(names, ms)
+    raw = opts.get("startingoffsetsbytimestamp")
+    if raw is None:
+        return {}
+    try:
+        given = json.loads(raw)
+    except ValueError:
+        given = None
+    if not isinstance(given, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in given.values()
+    ):
+        raise OptionError(
+            "option 'startingOffsetsByTimestamp' must be JSON "
+            f'{{"scope/stream": epoch milliseconds}}, got {raw!r}'
+        )
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise OptionError(f"option 'startingOffsetsByTimestamp' names streams not read: {unknown}")
+    return {name: given[name] for name in names if name in given}
 
 
 def write_options(options: Mapping[str, str], *, stream_column: bool = False) -> WriteOptions:

@@ -79,6 +79,21 @@ def _arrow_schema(headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+TIMESTAMP_INDEX = 6
+"""Position of ``timestamp`` in :data:`SCHEMA`."""
+
+
+def _since(batch: pa.RecordBatch, ms: int) -> pa.RecordBatch:
+    """The rows of ``batch`` whose timestamp is null or at least ``ms``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    stamps = batch.column(TIMESTAMP_INDEX)
+    limit = pa.scalar(ms * 1000, pa.timestamp("us", tz="UTC"))
+    keep = pc.or_kleene(pc.is_null(stamps), pc.greater_equal(stamps, limit))
+    return batch.filter(pc.fill_null(keep, True))
+
+
 @dataclass
 class RangePartition(InputPartition):
     """One Spark partition: the events of one segment in ``[start, end)``."""
@@ -102,6 +117,7 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
 
     schema = _arrow_schema(opts.include_headers)
     r = part.to_range()
+    since = opts.starting_times.get(f"{r.scope}/{r.stream}")
     for keys, values, offsets, stamps in _io.read_range(
         opts.controller,
         r,
@@ -122,7 +138,10 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
         ]
         if opts.include_headers:
             columns.append(pa.nulls(n, schema.field("headers").type))
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        if since is not None and batch.column(TIMESTAMP_INDEX).null_count < n:
+            batch = _since(batch, since)
+        yield batch
 
 
 class HeadraceDataSource(DataSource):
@@ -189,7 +208,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: _io.Position | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return _io.resolve(self.opts.controller, self.opts.starting, self.opts.streams, "latest")
+        return _io.starting_position(self.opts, "latest")
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = _io.latest(self.opts.controller, self.opts.streams)
