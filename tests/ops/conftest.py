@@ -8,11 +8,6 @@ stderr in a file so tests can read the log lines (``access_lines``).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,61 +18,33 @@ from typing import Any
 import pytest
 
 from headrace.server.config import DEFAULT_PORTS
+from tests._server import ServerProcess, server_env
+from tests._server import free_port as free_port  # the tests here import it from this module
+from tests._server import serve_command as serve_command
 
-ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 WAIT_S = 10.0  # bound on every other wait in these tests
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+run_env = server_env  # the test run's environment minus HEADRACE_*, importing this tree
 
 
-def serve_command(data_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir), *args]
-
-
-def run_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    env.update(extra or {})
-    return env
-
-
-class Serve:
-    """One ``headrace serve`` process."""
+class Serve(ServerProcess):
+    """One ``headrace serve`` process; ``ports`` are those its ready line lists."""
 
     def __init__(self, tmp_path: Path, args: list[str], env: dict[str, str] | None) -> None:
         number = len(list(tmp_path.glob("serve-*.log")))
         self.stderr_path = tmp_path / f"serve-{number}.log"
-        self._stderr = self.stderr_path.open("wb")
-        self.proc = subprocess.Popen(
-            serve_command(tmp_path / f"data-{number}", *args),
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-            env=run_env(env),
+        super().__init__(
+            tmp_path / f"data-{number}",
+            args=args,
+            env=env,
             cwd=tmp_path,
+            log_path=self.stderr_path,
+            start_timeout_s=START_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
         )
-        self.ports = self._wait_ready()
-
-    def _wait_ready(self) -> dict[str, int]:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            for line in self.stderr_path.read_text().splitlines():
-                if "headrace ready" in line:
-                    listed = line.partition("listeners: ")[2]
-                    return {
-                        name: int(port)
-                        for name, _, port in (item.partition("=") for item in listed.split(", "))
-                        if port
-                    }
-            time.sleep(0.05)  # polling a file under a deadline, not synchronisation
-        self.stop()
-        pytest.fail(f"headrace serve did not start: {self.stderr_path.read_text()}")
+        self.start()
 
     def get(self, path: str) -> tuple[int, str]:
         url = f"http://127.0.0.1:{self.ports['http']}{path}"
@@ -101,7 +68,7 @@ class Serve:
         return 0.0
 
     def log_lines(self) -> list[str]:
-        return self.stderr_path.read_text().splitlines()
+        return self.log_text().splitlines()
 
     def access_lines(self) -> list[dict[str, Any]]:
         """The ``headrace.access`` records so far (the server runs with --log-format json)."""
@@ -122,16 +89,6 @@ class Serve:
                     return record
             time.sleep(0.05)  # polling a log file under a deadline, not synchronisation
         pytest.fail(f"no access line with {fields}: {self.access_lines()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-        self._stderr.close()
 
 
 def listener_args(**ports: int) -> list[str]:

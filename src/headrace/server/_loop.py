@@ -18,7 +18,12 @@ replies inside the sans-I/O object; the loop writes whatever
   ``sequential`` and are run one at a time, in order.
 * **Writing** happens in a writer task woken by ``wake_writer``; it drains
   the transport, so a peer that does not read is slowed too, and ``close``
-  flushes what is queued before closing.
+  flushes what is queued before closing. A handler's ``output`` is a list of
+  pieces written in order: bytes (large ones written as they are, never
+  joined or copied) and ``FileRegion``s, which go out with ``sendfile``
+  from the store's data file (zero-copy) on a plain TCP connection
+  (``sendfile_ok``) and are read and written on a TLS one. Every region is
+  closed once sent or when the connection ends before it could be.
 * **Limits** (``ConnectionLimits``, ``--max-*`` options): a frame still
   arriving may hold at most ``max_frame_bytes`` and must be complete within
   ``partial_frame_timeout_s`` of its first byte (the handler says how many
@@ -41,11 +46,13 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from headrace.errors import RemoteProtocolError
+from headrace.types import FileRegion
 
 __all__ = [
     "IDLE_TIMEOUT_S",
@@ -60,6 +67,7 @@ __all__ = [
     "ConnectionLimits",
     "ConnectionObserver",
     "ListenerSettings",
+    "OutputPiece",
     "run_connection",
 ]
 
@@ -97,6 +105,14 @@ PARTIAL_FRAME_TIMEOUT_S = 60.0
 """Longest a frame may take to arrive once its first byte is in: a real client
 sends a frame in one go (a 64 MiB frame at 10 Mbit/s takes under a minute), while
 a client trickling a byte a minute would hold a connection and its buffer forever."""
+
+JOIN_BELOW_BYTES = 64 * 1024
+"""Adjacent output pieces smaller than this are joined into one write (one
+syscall); larger ones are written as they are, so a megabyte of read data is
+never copied to be framed."""
+
+OutputPiece = bytes | bytearray | memoryview | FileRegion
+"""What a handler's ``output`` hands the writer: bytes, or a region of a file."""
 
 CLOSE_FLUSH_TIMEOUT_S = 10.0
 """How long closing waits for queued replies to reach a peer that is not reading."""
@@ -178,6 +194,10 @@ class ConnectionHandler(abc.ABC):
 
     name: str = "connection"
     wake_writer: Callable[[], None] = staticmethod(lambda: None)
+    sendfile_ok: bool = False
+    """Set by the loop before ``on_start``: the connection is plain TCP, so
+    ``FileRegion`` pieces go out with ``sendfile``; on TLS they would be read
+    and copied, so handlers ask the store for bytes instead."""
 
     @abc.abstractmethod
     def feed(self, data: bytes) -> Iterable[object]:
@@ -197,6 +217,16 @@ class ConnectionHandler(abc.ABC):
     @abc.abstractmethod
     def data_to_send(self) -> bytes:
         """Bytes queued for the peer (and forget them)."""
+
+    def output(self) -> list[OutputPiece]:
+        """Everything queued for the peer, in order (and forget it).
+
+        The default is ``data_to_send``'s bytes. Handlers that send file
+        regions or large buffers without copying them override it; the loop
+        closes every region it is handed, sent or not.
+        """
+        data = self.data_to_send()
+        return [data] if data else []
 
     def sequential(self, event: object) -> bool:
         """Whether ``event`` must wait for the events before it to finish."""
@@ -273,16 +303,99 @@ async def run_connection(
     if observer is not None:
         observer.connection_opened()
 
+    transport = writer.transport
+    sock = writer.get_extra_info("socket")
+    handler.sendfile_ok = (
+        writer.get_extra_info("sslcontext") is None
+        and sock is not None
+        and isinstance(transport, asyncio.WriteTransport)
+    )
+
+    def sent(count: int) -> None:
+        counts["bytes_out"] += count
+        if observer is not None and count:
+            observer.bytes_sent(count)
+
+    async def send_region(region: FileRegion) -> None:
+        """Write a file region: ``sendfile`` at once if the transport's buffer is
+        empty, then ``loop.sendfile`` (which waits for it to empty) for the rest.
+
+        Raises:
+            ConnectionError: the peer went away (also in the middle).
+        """
+        if not handler.sendfile_ok:
+            data = region.read()  # TLS: the bytes must pass through the cipher
+            writer.write(data)
+            sent(len(data))
+            return
+        if transport.is_closing():
+            raise ConnectionResetError("the connection closed before a region was sent")
+        position, left = region.position, region.size_bytes
+        if transport.get_write_buffer_size() == 0:
+            try:
+                count = os.sendfile(sock.fileno(), region.fd, position, left)
+            except BlockingIOError:
+                count = 0
+            except OSError as exc:
+                raise ConnectionResetError(f"sendfile failed: {exc}") from exc
+            position += count
+            left -= count
+            sent(count)
+        if not left:
+            return
+        # A file object over the region's own fd (no I/O here): loop.sendfile wants one.
+        with open(region.fd, "rb", buffering=0, closefd=False) as file:  # noqa: ASYNC230
+            file.seek(position)
+            try:
+                count = await asyncio.get_running_loop().sendfile(
+                    transport, file, position, left, fallback=False
+                )
+            except (OSError, RuntimeError) as exc:  # RuntimeError: the transport closed
+                sent(max(file.tell() - position, 0))  # what went out before the error
+                raise ConnectionResetError(f"sendfile stopped: {exc}") from exc
+        sent(count)
+
+    async def send(pieces: list[OutputPiece]) -> None:
+        """Write the pieces in order; close every region among them, sent or not."""
+        try:
+            small: list[bytes | bytearray | memoryview] = []
+            for piece in pieces:
+                if not isinstance(piece, FileRegion) and len(piece) < JOIN_BELOW_BYTES:
+                    small.append(piece)
+                    continue
+                if small:
+                    data = small[0] if len(small) == 1 else b"".join(small)
+                    writer.write(data)
+                    sent(len(data))
+                    small = []
+                if isinstance(piece, FileRegion):
+                    await send_region(piece)
+                    piece.close()
+                else:
+                    writer.write(piece)
+                    sent(len(piece))
+            if small:
+                data = small[0] if len(small) == 1 else b"".join(small)
+                writer.write(data)
+                sent(len(data))
+        finally:
+            for piece in pieces:
+                if isinstance(piece, FileRegion):
+                    piece.close()
+
     async def write_loop() -> None:
         while True:
             await wake.wait()
             wake.clear()
-            data = handler.data_to_send()
+            data = handler.output()
             if data:
-                writer.write(data)
-                counts["bytes_out"] += len(data)
-                if observer is not None:
-                    observer.bytes_sent(len(data))
+                try:
+                    await send(data)
+                except ConnectionError as exc:
+                    close_reason("connection_error")
+                    log.info("%s %s: the peer went away while sending: %s", handler.name, peer, exc)
+                    transport.abort()
+                    return
                 if writer.transport.get_write_buffer_size() > limits.max_buffered_bytes:
                     close_reason("not_reading")
                     log.warning(

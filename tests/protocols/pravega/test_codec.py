@@ -13,6 +13,7 @@ from uuid import UUID
 import pytest
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
+from headrace.protocols import pravega as p
 from headrace.protocols._buffer import HANDOVER_MIN_BYTES, ReceiveBuffer
 from headrace.protocols.pravega import (
     MAX_FRAME_BYTES,
@@ -754,3 +755,39 @@ def test_large_frame_followed_by_more_than_itself_is_copied() -> None:
         cmd = decode_command(buffer)
         assert isinstance(cmd, AppendBlockEnd) and cmd.data == data
     assert not buffer
+
+
+# --------------------------------------------------------------------------- encode_split
+
+
+@pytest.mark.parametrize("size", [0, 1, 65_536, 2 * 1024 * 1024 + 3])
+def test_encode_split_frames_data_the_caller_sends(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    reply = p.SegmentRead("scope/stream/0.#epoch.0", 12_345, True, False, b"", 77)
+    prefix, suffix = p.encode_split(reply, size)
+    whole = p.encode_command(
+        p.SegmentRead("scope/stream/0.#epoch.0", 12_345, True, False, data, 77)
+    )
+    assert prefix + data + suffix == whole
+
+
+def test_encode_split_refuses_a_command_without_an_empty_bytes_field() -> None:
+    with pytest.raises(LocalProtocolError):
+        p.encode_split(p.SegmentRead("s", 0, True, False, b"x", 1), 10)
+    with pytest.raises(LocalProtocolError):
+        p.encode_split(p.KeepAlive(), 10)
+
+
+def test_encode_split_refuses_a_frame_over_the_limit() -> None:
+    with pytest.raises(LocalProtocolError):
+        p.encode_split(p.SegmentRead("s", 0, True, False, b"", 1), 100, max_frame_bytes=64)
+
+
+def test_send_split_checks_the_state_like_send() -> None:
+    server = p.PravegaConnection(p.Role.SERVER)
+    with pytest.raises(LocalProtocolError):  # no Hello yet: no replies
+        server.send_split(p.SegmentRead("s", 0, True, False, b"", 1), 10)
+    server.receive_data(p.encode_command(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION)))
+    assert list(server.events())
+    prefix, suffix = server.send_split(p.SegmentRead("s", 0, True, False, b"", 1), 3)
+    assert p.decode_frame(prefix + b"abc" + suffix) == p.SegmentRead("s", 0, True, False, b"abc", 1)

@@ -20,6 +20,7 @@ from .codec import (
     decode_payload,
     encode_command,
     encode_event,
+    encode_split,
     iter_events,
 )
 from .commands import *  # noqa: F403 - the command vocabulary is public by design
@@ -58,6 +59,7 @@ __all__ = [
     "decode_payload",
     "encode_command",
     "encode_event",
+    "encode_split",
     "iter_events",
     *_commands_all,
 ]

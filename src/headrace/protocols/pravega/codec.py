@@ -68,6 +68,7 @@ __all__ = [
     "decode_payload",
     "encode_command",
     "encode_event",
+    "encode_split",
     "iter_events",
 ]
 
@@ -599,6 +600,47 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
         )
     FRAME_HEADER.pack_into(out, 0, cmd.type, len(out) - HEADER_SIZE_BYTES)
     return bytes(out)
+
+
+def encode_split(
+    cmd: c.Command, size_bytes: int, *, max_frame_bytes: int = MAX_FRAME_BYTES
+) -> tuple[bytes, bytes]:
+    """Encode ``cmd`` around a bytes field that the caller sends itself.
+
+    ``cmd``'s first empty bytes field stands for ``size_bytes`` bytes that are
+    not passed in: the frame is encoded as if it held them, and returned in
+    two parts, everything before those bytes (their length field included)
+    and everything after. ``prefix + data + suffix`` is ``encode_command`` of
+    ``cmd`` with ``data`` in that field, so a large payload (a ``SegmentRead``'s
+    data) can go out from where it lies, with ``sendfile`` or as a memoryview,
+    without being copied into a frame.
+
+    Raises:
+        LocalProtocolError: as ``encode_command``; also when ``cmd`` has no
+            empty bytes field.
+    """
+    out = bytearray(HEADER_SIZE_BYTES)
+    split = -1
+    try:
+        _, layout = _LAYOUTS[cmd.type]
+        for name, kind, _optional, _default in layout:
+            value = getattr(cmd, name)
+            if split < 0 and kind is _Kind.BYTES and not value:
+                out += _I32.pack(size_bytes)
+                split = len(out)
+            else:
+                _WRITERS[kind](out, value)
+    except (KeyError, struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
+    if split < 0:
+        raise LocalProtocolError(f"{type(cmd).__name__} has no empty bytes field to split at")
+    total = len(out) + size_bytes
+    if total > max_frame_bytes:
+        raise LocalProtocolError(
+            f"{type(cmd).__name__} frame of {total} bytes exceeds {max_frame_bytes} bytes"
+        )
+    FRAME_HEADER.pack_into(out, 0, cmd.type, total - HEADER_SIZE_BYTES)
+    return bytes(out[:split]), bytes(out[split:])
 
 
 def encode_event(data: bytes) -> bytes:

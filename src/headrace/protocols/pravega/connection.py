@@ -37,7 +37,14 @@ from headrace.errors import LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
 
 from . import commands as c
-from .codec import FRAME_HEADER, HEADER_SIZE_BYTES, MAX_FRAME_BYTES, decode_command, encode_command
+from .codec import (
+    FRAME_HEADER,
+    HEADER_SIZE_BYTES,
+    MAX_FRAME_BYTES,
+    decode_command,
+    encode_command,
+    encode_split,
+)
 from .codec import encode_event as _encode_event
 from .states import CLIENT_STREAM, SERVER_STREAM, Action, Input, Role, StreamState, classify
 
@@ -448,6 +455,29 @@ class PravegaConnection:
                     )
                 session.last_acked = cmd.event_number
         self._queue(cmd)
+
+    def send_split(self, cmd: c.Command, size_bytes: int) -> tuple[bytes, bytes]:
+        """Send a reply whose large bytes field the caller writes itself (zero-copy).
+
+        ``cmd``'s first empty bytes field stands for ``size_bytes`` bytes (a
+        ``SegmentRead``'s data); the frame is checked like :meth:`send` but not
+        queued: the caller writes :meth:`data_to_send` (what was queued before),
+        then the returned prefix, the bytes, and the suffix, before anything
+        queued later (``encode_split``).
+
+        Raises:
+            LocalProtocolError: as :meth:`send`.
+        """
+        if self._error is not None:
+            raise LocalProtocolError(f"connection failed earlier: {self._error}")
+        key = (self._our_state, classify(cmd))
+        if key not in self._our_table:
+            raise LocalProtocolError(
+                f"cannot send {type(cmd).__name__} in state {self._our_state.value}"
+            )
+        parts = encode_split(cmd, size_bytes, max_frame_bytes=self._max_frame_bytes)
+        self._our_state = self._our_table[key][1]
+        return parts
 
     def _queue(self, cmd: c.Command) -> None:
         key = (self._our_state, classify(cmd))

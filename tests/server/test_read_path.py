@@ -1,0 +1,311 @@
+"""Catch-up reads against a real ``headrace serve``: what goes out with ``sendfile``.
+
+A real server process (disk store) on free ports; our own Pravega client and
+bare sockets read stored bytes back. Reads of at least ``MIN_REGION_BYTES``
+leave the server as file regions (``sendfile`` from the segment's data file),
+smaller ones as copies; either way the bytes must be exactly those written,
+at any offset, while appends race the reads, pipelined on one connection,
+and a client that disconnects in the middle of a region must cost only its
+own connection. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+from headrace.protocols import pravega as p
+from headrace.server.pravega import MAX_READ_REPLY_BYTES, MIN_READ_REPLY_BYTES, MIN_REGION_BYTES
+from headrace.store.disk.format import SIDECAR_BLOCK_BYTES
+from tests._server import FREE, ServerProcess
+
+WAIT_S = 30.0
+"""Bound on any one client call or wait in these tests (2 busy cores)."""
+
+SCOPE = "reads"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data_dir = tmp_path_factory.mktemp("read-path")
+    serve = ServerProcess(
+        data_dir / "data",
+        ports={"controller": FREE, "segment_store": FREE},
+        args=["--log-format", "json", "--fsync", "never"],
+    )
+    serve.start()
+    try:
+        yield serve
+    finally:
+        serve.stop()
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 4 * WAIT_S))
+
+
+async def _stream_with(client: PravegaClient, stream: str, events: list[bytes]) -> Any:
+    """A one-segment stream holding ``events``; returns its segment."""
+    await client.controller.create_scope(SCOPE)
+    await client.controller.create_stream(SCOPE, stream, StreamConfig(ScalingPolicy.fixed(1)))
+    writer = await client.create_writer(SCOPE, stream)
+    for event in events:
+        await writer.write(event)
+    await writer.flush()
+    await writer.aclose()
+    return (await client.controller.get_current_segments(SCOPE, stream))[0].segment
+
+
+def _stored(events: list[bytes]) -> bytes:
+    """What a segment holds after ``events``: each in Pravega event framing."""
+    return b"".join(p.encode_event(e) for e in events)
+
+
+def _events(seed: int, total_bytes: int) -> list[bytes]:
+    """Events of varied sizes (small, 10 KiB, up to 900 KiB) with distinct content."""
+    sizes = [37, 10 * 1024, 300_001, 5, 900_000, 64 * 1024, 64 * 1024 - 9, 1]
+    out: list[bytes] = []
+    i = 0
+    while sum(len(e) + 8 for e in out) < total_bytes:
+        size = sizes[i % len(sizes)]
+        out.append(os.urandom(4) + (seed + i).to_bytes(4, "big") + os.urandom(max(size - 8, 0)))
+        i += 1
+    return out
+
+
+async def _read_all(client: PravegaClient, segment: Any, offset: int, end: int) -> bytes:
+    parts: list[bytes] = []
+    while offset < end:
+        got = await client.segments.read(segment, offset, suggested_bytes=MAX_READ_REPLY_BYTES)
+        assert got.offset == offset and got.data
+        parts.append(got.data)
+        offset += len(got.data)
+    return b"".join(parts)
+
+
+def test_large_stream_reads_back_byte_for_byte(server: ServerProcess) -> None:
+    events = _events(0, 9 * 1024 * 1024)
+    stored = _stored(events)
+
+    async def scenario() -> None:
+        async with PravegaClient(server.uri) as client:
+            segment = await _stream_with(client, "large", events)
+            assert (await client.segments.stat(segment)).length == len(stored)
+            assert await _read_all(client, segment, 0, len(stored)) == stored
+
+    _run(scenario())
+
+
+def test_reads_at_odd_offsets_and_sizes(server: ServerProcess) -> None:
+    """Across checksum-block (1 MiB) boundaries, event boundaries, the region
+    threshold, and the end of the segment."""
+    events = _events(1000, 3 * 1024 * 1024)
+    stored = _stored(events)
+    cases = [
+        (0, 1),
+        (1, MIN_REGION_BYTES - 1),  # copied
+        (3, MIN_REGION_BYTES),  # the smallest region
+        (SIDECAR_BLOCK_BYTES - 7, 100_003),  # across a block boundary
+        (SIDECAR_BLOCK_BYTES, MAX_READ_REPLY_BYTES),
+        (2 * SIDECAR_BLOCK_BYTES + 1, 3 * MIN_REGION_BYTES + 5),
+        (len(stored) - 70_001, MAX_READ_REPLY_BYTES),  # to the end
+        (len(stored) - 1, 10),
+    ]
+
+    async def scenario() -> None:
+        async with PravegaClient(server.uri) as client:
+            segment = await _stream_with(client, "odd", events)
+            for offset, suggested in cases:
+                got = await client.segments.read(segment, offset, suggested_bytes=suggested)
+                size = min(max(suggested, MIN_READ_REPLY_BYTES), MAX_READ_REPLY_BYTES)
+                expected = stored[offset : offset + size]
+                assert got.offset == offset
+                assert got.data == expected, (offset, suggested, len(got.data))
+                assert got.at_tail == (offset + len(expected) == len(stored))
+
+    _run(scenario())
+
+
+def test_pipelined_reads_and_other_replies_keep_their_frames(server: ServerProcess) -> None:
+    """Many reads (regions and copies) and small replies in flight on one connection:
+    every reply arrives whole and matches its request."""
+    events = _events(2000, 6 * 1024 * 1024)
+    stored = _stored(events)
+
+    async def scenario() -> None:
+        async with PravegaClient(server.uri) as client:
+            segment = await _stream_with(client, "pipelined", events)
+            offsets = list(range(0, len(stored), 333_333))
+
+            async def one(offset: int, suggested: int) -> None:
+                got = await client.segments.read(segment, offset, suggested_bytes=suggested)
+                assert got.data == stored[offset : offset + min(suggested, len(stored) - offset)]
+
+            jobs = [one(o, MAX_READ_REPLY_BYTES if i % 2 else 1000) for i, o in enumerate(offsets)]
+            jobs += [client.segments.stat(segment) for _ in range(10)]
+            await asyncio.gather(*jobs)
+
+    _run(scenario())
+
+
+def test_reads_racing_appends_see_a_growing_prefix(server: ServerProcess) -> None:
+    """A reader following the tail while a writer appends large events: every read is
+    a slice of what is finally stored, and the reader ends with all of it."""
+    events = _events(3000, 8 * 1024 * 1024)
+    stored = _stored(events)
+
+    async def scenario() -> None:
+        async with PravegaClient(server.uri) as client:
+            segment = await _stream_with(client, "race", [])
+            writer = await client.create_writer(SCOPE, "race")
+
+            async def write() -> None:
+                for event in events:
+                    await writer.write(event)
+                await writer.flush()
+
+            async def follow() -> bytes:
+                parts: list[bytes] = []
+                offset = 0
+                while offset < len(stored):
+                    got = await client.segments.read(
+                        segment, offset, suggested_bytes=MAX_READ_REPLY_BYTES
+                    )
+                    assert got.data == stored[offset : offset + len(got.data)]
+                    parts.append(got.data)
+                    offset += len(got.data)
+                return b"".join(parts)
+
+            _, read = await asyncio.gather(write(), follow())
+            await writer.aclose()
+            assert read == stored
+
+    _run(scenario())
+
+
+# ---------------------------------------------------------------------- bare sockets
+
+FRAME = struct.Struct(">ii")
+
+
+def _connect(server: ServerProcess) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port_of("segment_store")), WAIT_S)
+    sock.sendall(p.encode_command(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION)))
+    return sock
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if not n:
+            raise ConnectionError(f"closed after {got} of {size} bytes")
+        got += n
+    return bytes(buffer)
+
+
+def _recv_frame(sock: socket.socket) -> bytes:
+    header = _recv_exactly(sock, FRAME.size)
+    _, size = FRAME.unpack(header)
+    return header + _recv_exactly(sock, size)
+
+
+def _access_lines(server: ServerProcess) -> list[dict[str, Any]]:
+    found = []
+    for line in server.log_text().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("logger") == "headrace.access":
+                found.append(record)
+    return found
+
+
+def _wait_access(server: ServerProcess, port: int) -> dict[str, Any]:
+    """The access line of the connection from local ``port`` (bounded wait)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for record in _access_lines(server):
+            if record.get("peer") == f"127.0.0.1:{port}":
+                return record
+        time.sleep(0.05)  # polling a log file under a deadline, not synchronisation
+    pytest.fail(f"no access line for port {port}: {_access_lines(server)}")
+
+
+def test_bytes_out_counts_every_byte_sent(server: ServerProcess) -> None:
+    """The access line's ``bytes_out`` is exactly what the client received, regions
+    included."""
+    events = _events(4000, 3 * 1024 * 1024)
+    stored = _stored(events)
+
+    async def store() -> str:
+        async with PravegaClient(server.uri) as client:
+            return str((await _stream_with(client, "counted", events)).name)
+
+    name = _run(store())
+    with _connect(server) as sock:
+        received = len(_recv_frame(sock))  # the server's Hello
+        offset = 0
+        for request_id in range(1, 100):
+            if offset >= len(stored):
+                break
+            read = p.ReadSegment(name, offset, MAX_READ_REPLY_BYTES, "", request_id)
+            sock.sendall(p.encode_command(read))
+            frame = _recv_frame(sock)
+            received += len(frame)
+            reply = p.decode_frame(frame)
+            assert isinstance(reply, p.SegmentRead) and reply.request_id == request_id
+            assert reply.data == stored[offset : offset + len(reply.data)]
+            offset += len(reply.data)
+        assert offset == len(stored)
+        port = sock.getsockname()[1]
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1) == b""  # the server closed after our EOF: nothing more
+    record = _wait_access(server, port)
+    assert record["bytes_out"] == received
+    assert record["reason"] == "eof"
+
+
+def test_client_vanishing_mid_sendfile_closes_only_its_connection(
+    server: ServerProcess,
+) -> None:
+    """Pipelined 2 MiB reads, then a reset after a few bytes: the server logs a clean
+    close for that connection and goes on serving others."""
+    events = _events(5000, 4 * 1024 * 1024)
+    stored = _stored(events)
+
+    async def store() -> str:
+        async with PravegaClient(server.uri) as client:
+            return str((await _stream_with(client, "vanish", events)).name)
+
+    name = _run(store())
+    sock = _connect(server)
+    _recv_frame(sock)
+    for request_id in range(1, 9):
+        read = p.ReadSegment(name, 0, MAX_READ_REPLY_BYTES, "", request_id)
+        sock.sendall(p.encode_command(read))
+    _recv_exactly(sock, 1000)  # the first reply is under way
+    port = sock.getsockname()[1]
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST with most of the replies unsent
+    record = _wait_access(server, port)
+    assert record["reason"] in ("connection_error", "closed", "eof")
+    assert 1000 <= record["bytes_out"] <= 8 * (MAX_READ_REPLY_BYTES + 1024)
+    assert "Traceback" not in server.log_text()
+
+    async def still_serving() -> None:
+        async with PravegaClient(server.uri) as client:
+            segment = (await client.controller.get_current_segments(SCOPE, "vanish"))[0].segment
+            assert await _read_all(client, segment, 0, len(stored)) == stored
+
+    _run(still_serving())
