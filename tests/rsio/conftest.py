@@ -9,86 +9,56 @@ events another protocol wrote.
 from __future__ import annotations
 
 import os
-import queue
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from headrace.client import PravegaClient
 from headrace.client.controller import ScalingPolicy, StreamConfig
+from tests._server import FREE, ServerProcess
 
 START_TIMEOUT_S = 30.0
 WAIT_S = 20.0
 """Bound on every wait in these tests."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+class Server(ServerProcess):
+    """``headrace serve`` with RS-IO, the Pravega front doors, TANK and HTTP on free ports."""
 
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        listeners = ["rsio", "controller", "segment_store", "tank", "http"]
+        super().__init__(
+            data_dir,
+            ports=dict.fromkeys(listeners, FREE),
+            args=extra,
+            start_timeout_s=START_TIMEOUT_S,
+            stop_timeout_s=WAIT_S,
+        )
 
-@dataclass
-class Server:
-    process: subprocess.Popen[str]
-    rsio_port: int
-    controller_port: int
-    tank_port: int
-    http_port: int
-    lines: queue.Queue[str]
-    pump: threading.Thread
+    @property
+    def rsio_port(self) -> int:
+        return self.port_of("rsio")
+
+    @property
+    def controller_port(self) -> int:
+        return self.port_of("controller")
+
+    @property
+    def tank_port(self) -> int:
+        return self.port_of("tank")
+
+    @property
+    def http_port(self) -> int:
+        return self.port_of("http")
 
     @property
     def controller_uri(self) -> str:
-        return f"tcp://127.0.0.1:{self.controller_port}"
+        return self.uri
 
 
 def start_server(data_dir: Path, *extra: str) -> Server:
-    rsio_port, controller_port, store_port = free_port(), free_port(), free_port()
-    tank_port, http_port = free_port(), free_port()
-    command = [
-        sys.executable, "-m", "headrace", "serve",
-        "--data-dir", str(data_dir),
-        "--rsio-port", str(rsio_port),
-        "--controller-port", str(controller_port),
-        "--segment-store-port", str(store_port),
-        "--tank-port", str(tank_port),
-        "--lumberjack-port", "0", "--lumberjack-tls-port", "0", "--http-port", str(http_port),
-        *extra,
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
-    process = subprocess.Popen(
-        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.put(line)
-        lines.put("")
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    seen = []
-    while True:
-        line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-        seen.append(line)
-        if "headrace ready" in line:
-            return Server(process, rsio_port, controller_port, tank_port, http_port, lines, thread)
-        if not line or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError("headrace serve did not start:\n" + "".join(seen))
+    return Server(data_dir, *extra).start()
 
 
 @pytest.fixture(scope="module")
@@ -99,15 +69,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def stop(srv: Server) -> None:
-    srv.process.send_signal(signal.SIGTERM)
-    try:
-        srv.process.wait(timeout=WAIT_S)
-    except subprocess.TimeoutExpired:
-        srv.process.kill()
-        srv.process.wait()
-    srv.pump.join(WAIT_S)
-    assert srv.process.stderr is not None
-    srv.process.stderr.close()
+    srv.stop()
 
 
 @pytest.fixture
