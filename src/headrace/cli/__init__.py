@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "read": ("headrace.cli.events", "read"),
     "tail": ("headrace.cli.events", "tail"),
     "status": ("headrace.cli.status", "status"),
+    "user": ("headrace.cli.user", "user"),
 }
 """Command name -> (module, attribute) of its click command."""
 

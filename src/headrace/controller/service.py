@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 from google.protobuf.message import Message
 
+from headrace.controller.auth import Authenticator, AuthFailed, PermissionDenied, TokenIssuer
 from headrace.controller.errors import (
     ControllerError,
     InvalidArgument,
@@ -67,6 +70,12 @@ from headrace.controller.records import (
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 from headrace.errors import StoreClosed
 from headrace.protocols.pravega import controller_pb2 as pb
+from headrace.protocols.pravega.auth import (
+    ROOT,
+    Permission,
+    scope_resource,
+    stream_resource,
+)
 from headrace.store.api import SegmentStore
 
 __all__ = [
@@ -76,8 +85,10 @@ __all__ = [
     "MAX_CONCURRENT_RPCS",
     "MAX_REQUEST_BYTES",
     "RETENTION_INTERVAL_S",
+    "RPC_ACCESS",
     "STATUS_REPLIES",
     "TXN_SWEEP_INTERVAL_S",
+    "ControllerAuth",
     "ControllerServer",
     "ControllerService",
     "reply_for_error",
@@ -305,6 +316,101 @@ _TXN_STATE = {
 }
 
 
+# --------------------------------------------------------------------------- access
+
+
+CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("CURRENT_USER", default="")
+"""The authenticated user of the RPC being served (set by the gRPC glue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerAuth:
+    """What the controller needs with auth on: the password file and the token signer."""
+
+    authenticator: Authenticator
+    issuer: TokenIssuer
+
+
+def _scope_of(field: str) -> Callable[[Any], str]:
+    return lambda req: scope_resource(getattr(req, field))
+
+
+def _stream_in(field: str | None) -> Callable[[Any], str]:
+    def resource(req: Any) -> str:
+        info = req if field is None else getattr(req, field)
+        return stream_resource(info.scope, info.stream)
+
+    return resource
+
+
+_R, _RU = Permission.READ, Permission.READ_UPDATE
+_STREAM, _STREAM_INFO = _stream_in("streamInfo"), _stream_in(None)
+
+RPC_ACCESS: dict[str, tuple[Callable[[Any], str], Permission] | None] = {
+    # any authenticated user; the handler itself decides (or there is nothing to guard)
+    "getControllerServerList": None,
+    "getDelegationToken": None,
+    "listScopes": None,
+    # scopes: a grant on prn::/scope:S (or above) lets a user create and delete S
+    "createScope": (_scope_of("scope"), _RU),
+    "deleteScope": (_scope_of("scope"), _RU),
+    "checkScopeExists": (_scope_of("scope"), _R),
+    "listStreamsInScope": (lambda req: scope_resource(req.scope.scope), _R),
+    "listStreamsInScopeForTag": (lambda req: scope_resource(req.scope.scope), _R),
+    # streams: changes need READ_UPDATE on prn::/scope:S/stream:T, looks need READ
+    "createStream": (_STREAM, _RU),
+    "updateStream": (_STREAM, _RU),
+    "truncateStream": (_STREAM, _RU),
+    "sealStream": (_STREAM_INFO, _RU),
+    "deleteStream": (_STREAM_INFO, _RU),
+    "scale": (_STREAM, _RU),
+    "createTransaction": (_STREAM, _RU),
+    "commitTransaction": (_STREAM, _RU),
+    "abortTransaction": (_STREAM, _RU),
+    "pingTransaction": (_STREAM, _RU),
+    "removeWriter": (_stream_in("stream"), _RU),
+    "getStreamConfiguration": (_STREAM_INFO, _R),
+    "checkStreamExists": (_STREAM_INFO, _R),
+    "getCurrentSegments": (_STREAM_INFO, _R),
+    "listSubscribers": (_STREAM_INFO, _R),
+    "getEpochSegments": (_STREAM, _R),
+    "getSegments": (_STREAM, _R),
+    "getSegmentsImmediatelyFollowing": (_STREAM, _R),
+    "getSegmentsImmediatlyFollowing": (_STREAM, _R),
+    "getSegmentsBetween": (_STREAM, _R),
+    "checkScale": (_STREAM, _R),
+    "getURI": (_STREAM, _R),
+    "isSegmentValid": (_STREAM, _R),
+    "isStreamCutValid": (_STREAM, _R),
+    "checkTransactionState": (_STREAM, _R),
+}
+"""RPC -> (the resource its request names, the permission it needs), or None
+for RPCs any authenticated user may call. An RPC not listed needs READ_UPDATE
+on ``prn::/`` (the root): only an administrator may call what nobody
+classified."""
+
+_ADMIN: tuple[Callable[[Any], str], Permission] = (lambda req: ROOT, _RU)
+
+
+async def _check_access(auth: ControllerAuth, name: str, request: Message, context: Any) -> str:
+    """Authenticate the call and check its permission; the user's name.
+
+    Raises:
+        AuthFailed: no or wrong credentials.
+        PermissionDenied: not allowed.
+    """
+    metadata = context.invocation_metadata() or ()
+    authorization = next((value for key, value in metadata if key == "authorization"), None)
+    user = await auth.authenticator.authenticate(authorization)
+    rule = RPC_ACCESS.get(name, _ADMIN)
+    if rule is not None:
+        resource_of, needed = rule
+        resource = resource_of(request)
+        if auth.authenticator.permission(user, resource) < needed:
+            raise PermissionDenied(f"{user!r} needs {needed.name} on {resource} for {name}")
+    return user
+
+
 # --------------------------------------------------------------------------- service
 
 
@@ -315,6 +421,7 @@ class ControllerService:
         model: the controller model.
         segment_store: ``(host, port)`` that ``getURI`` hands out for every segment.
         controller: ``(host, port)`` of this controller (``getControllerServerList``).
+        auth: credential checks and token signing; None: auth is off.
     """
 
     def __init__(
@@ -323,8 +430,10 @@ class ControllerService:
         *,
         segment_store: tuple[str, int],
         controller: tuple[str, int],
+        auth: ControllerAuth | None = None,
     ) -> None:
         self.model = model
+        self.auth = auth
         self._segment_store = pb.NodeUri(endpoint=segment_store[0], port=segment_store[1])
         self._controller = pb.NodeUri(endpoint=controller[0], port=controller[1])
 
@@ -339,7 +448,30 @@ class ControllerService:
         return self._segment_store
 
     async def getDelegationToken(self, req: pb.StreamInfo) -> pb.DelegationToken:
-        return pb.DelegationToken(delegationToken="")  # auth is off: no token
+        """A token for the segment store naming the stream and the caller's best
+        permission on it (empty with auth off: the client then sends none).
+
+        The permission is the strongest the user holds, whatever
+        ``accessOperation`` asks (the Rust client asks READ_WRITE even for a
+        reader); the segment store checks each command against it. A user
+        with no permission at all gets PERMISSION_DENIED here already.
+        """
+        if self.auth is None:
+            return pb.DelegationToken(delegationToken="")
+        user = CURRENT_USER.get()
+        resource = stream_resource(req.scope, req.stream)
+        permission = self.auth.authenticator.permission(user, resource)
+        if permission is Permission.NONE:
+            raise PermissionDenied(f"{user!r} has no permission on {resource}")
+        return pb.DelegationToken(
+            delegationToken=self.auth.issuer.issue(user, resource, permission)
+        )
+
+    def _may_read_scope(self, scope: str) -> bool:
+        if self.auth is None:
+            return True
+        permission = self.auth.authenticator.permission(CURRENT_USER.get(), scope_resource(scope))
+        return permission >= Permission.READ
 
     # -- scopes
 
@@ -355,12 +487,17 @@ class ControllerService:
         return pb.ExistsResponse(exists=self.model.scope_exists(req.scope))
 
     async def listScopes(self, req: pb.ScopesRequest) -> pb.ScopesResponse:
+        # With auth on, a user sees the scopes it may read. A page whose every
+        # name is hidden is skipped, not sent: an empty page ends the client's listing.
         token = req.continuationToken.token
-        names = self.model.list_scopes(after=token, limit=LIST_PAGE_COUNT)
-        next_token = names[-1] if names else token
-        return pb.ScopesResponse(
-            scopes=names, continuationToken=pb.ContinuationToken(token=next_token)
-        )
+        while True:
+            names = self.model.list_scopes(after=token, limit=LIST_PAGE_COUNT)
+            visible = [name for name in names if self._may_read_scope(name)]
+            token = names[-1] if names else token
+            if visible or not names:
+                return pb.ScopesResponse(
+                    scopes=visible, continuationToken=pb.ContinuationToken(token=token)
+                )
 
     # -- streams
 
@@ -543,15 +680,24 @@ class ControllerService:
 _Handler = Callable[[Message], Awaitable[Message]]
 
 
-def _wrap(name: str, method: _Handler) -> Callable[[Message, Any], Awaitable[Message]]:
+def _wrap(
+    name: str, method: _Handler, auth: ControllerAuth | None = None
+) -> Callable[[Message, Any], Awaitable[Message]]:
     response = METHODS[name].response
 
     async def handle(request: Message, context: Any) -> Message:
         started = time.monotonic()
+        outcome: Message | tuple[Any, str]
         try:
+            if auth is not None:
+                CURRENT_USER.set(await _check_access(auth, name, request, context))
             reply = await method(request)
             access.debug("%s ok %.1fms", name, (time.monotonic() - started) * 1000)
             return reply
+        except AuthFailed as exc:
+            outcome = (grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        except PermissionDenied as exc:
+            outcome = (grpc.StatusCode.PERMISSION_DENIED, str(exc))
         except ControllerError as exc:
             outcome = reply_for_error(response, exc)
         except StoreClosed as exc:
@@ -586,7 +732,7 @@ def build_handler(service: ControllerService) -> Any:
         if method is None:
             continue  # grpc answers UNIMPLEMENTED
         handlers[name] = grpc.unary_unary_rpc_method_handler(
-            _wrap(name, method),
+            _wrap(name, method, service.auth),
             request_deserializer=rpc.request.FromString,
             response_serializer=rpc.response.SerializeToString,
         )
@@ -632,6 +778,7 @@ class ControllerServer:
         model: ControllerModel | None = None,
         auto_scale_interval_s: float = AUTO_SCALE_INTERVAL_S,
         interceptors: Sequence[Any] = (),
+        auth: ControllerAuth | None = None,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -647,6 +794,8 @@ class ControllerServer:
                 other front doors (the server app does); opened from ``store``
                 otherwise.
             interceptors: ``grpc.aio.ServerInterceptor`` objects (metrics).
+            auth: check credentials and permissions on every RPC and sign
+                delegation tokens; None: auth is off.
 
         Raises:
             OSError: the address could not be bound.
@@ -673,6 +822,7 @@ class ControllerServer:
             model,
             segment_store=(_advertised_host(segment_store[0]), segment_store[1]),
             controller=(_advertised_host(host), bound),
+            auth=auth,
         )
         server.add_generic_rpc_handlers((build_handler(service),))
         await server.start()

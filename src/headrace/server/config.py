@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headrace.controller.auth import DEFAULT_TOKEN_TTL_S
 from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
@@ -54,7 +55,9 @@ __all__ = [
     "DEFAULT_RETENTION_INTERVAL_S",
     "LISTENER_NAMES",
     "LOG_FORMATS",
+    "MAX_TOKEN_TTL_S",
     "OPTIONS",
+    "AuthConfig",
     "ConnectionLimits",
     "Option",
     "ServerConfig",
@@ -80,8 +83,22 @@ DEFAULT_FSYNC_INTERVAL_S = 1.0
 DEFAULT_CONTAINER_COUNT = 4
 """Segment containers per store, as in Pravega standalone; fixed when a data dir is created."""
 
+MAX_TOKEN_TTL_S = 7 * 24 * 3600
+"""Longest ``--auth-token-ttl``: a token cannot be revoked before it expires
+(removing a user stops new tokens, not issued ones), so its life stays short."""
+
 LOG_FORMATS = ("text", "json")
 """``--log-format``: human-readable lines, or one JSON object per line."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Pravega-style auth (``--auth-password-file``); see ``docs/threat-model.md``."""
+
+    password_file: Path
+    """Users, password hashes and grants (``headrace user add|remove``)."""
+    token_ttl_s: int = DEFAULT_TOKEN_TTL_S
+    """Lifetime of the delegation tokens the controller signs."""
 
 
 @dataclass(slots=True)
@@ -102,6 +119,8 @@ class ServerConfig:
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
+    auth: AuthConfig | None = None
+    """Credentials and delegation tokens on the Pravega front doors; None: auth off."""
     lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     """Per-connection and per-listener limits of every TCP front door."""
@@ -327,6 +346,26 @@ OPTIONS: tuple[Option, ...] = (
         "TLS",
         existing_file=True,
     ),
+    # -- auth
+    Option(
+        "auth_password_file",
+        Path,
+        None,
+        "Turn on auth: the controller checks Basic credentials against this file "
+        "(headrace user add|remove) and signs delegation tokens; the segment store "
+        "accepts only requests with a valid token. Default: auth off.",
+        "Auth",
+        existing_file=True,
+    ),
+    Option(
+        "auth_token_ttl",
+        int,
+        DEFAULT_TOKEN_TTL_S,
+        "Seconds a delegation token stays valid (clients fetch a new one in time).",
+        "Auth",
+        1,
+        MAX_TOKEN_TTL_S,
+    ),
     # -- Lumberjack
     Option(
         "lumberjack_stream",
@@ -470,6 +509,9 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         else TlsConfig(
             Path(str(tls_cert)), Path(str(tls_key)), None if tls_ca is None else Path(str(tls_ca))
         ),
+        auth=None
+        if v["auth_password_file"] is None
+        else AuthConfig(Path(str(v["auth_password_file"])), int(get("auth_token_ttl", int))),
         lumberjack=lumberjack,
         limits=limits,
         log_format=str(get("log_format", str)),

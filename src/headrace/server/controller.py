@@ -16,7 +16,8 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
-from headrace.controller.service import ControllerServer
+from headrace.controller.auth import Authenticator, TokenIssuer, load_or_create_key
+from headrace.controller.service import ControllerAuth, ControllerServer
 from headrace.server._loop import LISTENER_SETTINGS, ConnectionObserver
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 
@@ -34,6 +35,20 @@ class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> Any:
         self._observer.request_received()
         return await continuation(handler_call_details)
+
+
+def _auth(app: ServerApp) -> ControllerAuth | None:
+    """Credential checks and the token signer (the key is shared with the
+    segment store through the data directory); None with auth off.
+
+    Raises:
+        ConfigError: the password file or the key cannot be used.
+    """
+    auth = app.config.auth
+    if auth is None:
+        return None
+    key = load_or_create_key(app.config.data_dir)
+    return ControllerAuth(Authenticator(auth.password_file), TokenIssuer(key, auth.token_ttl_s))
 
 
 async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
@@ -59,6 +74,7 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
         auto_scale_interval_s=app.config.auto_scale_interval_s,
         model=app.controller,
         interceptors=[] if observer is None else [_CountCalls(observer)],
+        auth=_auth(app),
     )
     return Listener("controller", server.port, server.aclose)
 

@@ -39,19 +39,25 @@ Behaviour the client depends on, and where it is kept:
   SetupAppend, a reply sent as a request) is the connection's
   ``RemoteProtocolError``: the loop writes its reply hint if it has one,
   logs and closes this connection only.
+* **Delegation tokens** (auth on, ``token_key``): every request is checked
+  against its token before it is dispatched (``PravegaHandler._check_token``);
+  a refused one gets ``AuthTokenCheckFailed`` with TOKEN_EXPIRED (the client
+  fetches a fresh token and retries) or TOKEN_CHECK_FAILED, and the
+  connection stays open.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
+from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
     BadOffset,
@@ -68,15 +74,21 @@ from headrace.errors import (
     TableNotEmpty,
 )
 from headrace.protocols import pravega as p
+from headrace.protocols.pravega.auth import (
+    Permission,
+    TokenClaims,
+    TokenError,
+    TokenInvalid,
+    decode_token,
+    resource_covers,
+    segment_resource,
+)
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import ConnectionHandler, OutputPiece
+from headrace.server._loop import ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.store.api import SegmentStore
 from headrace.types import (
     AppendResult,
-    FileRegion,
-    ReadResult,
-    RegionRead,
     TableEntry,
     TableKey,
     TableUpdate,
@@ -87,8 +99,10 @@ __all__ = [
     "DISPATCH",
     "MAX_READ_REPLY_BYTES",
     "MAX_TABLE_ITEMS_PER_REPLY",
+    "MAX_TOKENS_PER_CONNECTION",
     "PROTECTED_REQUESTS",
     "READ_HOLD_S",
+    "READ_REQUESTS",
     "STORE_ERROR_REPLIES",
     "PravegaHandler",
     "serve_segment_store",
@@ -109,12 +123,6 @@ more, and a smaller reply bounds the memory one request holds."""
 
 MIN_READ_REPLY_BYTES = 8
 """Java serves at least this much when asked for less (``max(8, suggested)``, §6)."""
-
-MIN_REGION_BYTES = 64 * 1024
-"""Reads at least this large go out with ``sendfile`` from the data file (on
-plain TCP); smaller ones are copied, which is cheaper than opening the file
-for them. Also the size from which read data is written as it is instead of
-being copied into the reply frame."""
 
 MAX_TABLE_ITEMS_PER_REPLY = 10_000
 """Most keys or entries one table iteration or delta reply carries, whatever
@@ -139,6 +147,12 @@ client that takes none of its replies for this long is disconnected (any
 live reader takes a reply within its 30 s request timeout)."""
 
 
+MAX_TOKENS_PER_CONNECTION = 16
+"""Delegation tokens whose signature a connection remembers having checked
+(their expiry is still checked on every command). A client sends one token
+per stream it works on; a connection sending more only costs an HMAC each."""
+
+
 class PravegaHandler(ConnectionHandler):
     """One segment-store connection: a ``PravegaConnection`` and the store.
 
@@ -146,6 +160,9 @@ class PravegaHandler(ConnectionHandler):
         store: the store every command is carried out against.
         read_hold_s: how long a tail read is parked (``READ_HOLD_S``).
         max_append_bytes_in_flight: ``MAX_APPEND_BYTES_IN_FLIGHT``.
+        token_key: the key delegation tokens are signed with; when given
+            (auth on) every request must carry a valid token covering its
+            segments (``check_token``); None: tokens are ignored.
     """
 
     name = "pravega"
@@ -156,8 +173,11 @@ class PravegaHandler(ConnectionHandler):
         *,
         read_hold_s: float = READ_HOLD_S,
         max_append_bytes_in_flight: int = MAX_APPEND_BYTES_IN_FLIGHT,
+        token_key: bytes | None = None,
     ) -> None:
         self._store = store
+        self._token_key = token_key
+        self._tokens: dict[str, TokenClaims] = {}  # signatures checked on this connection
         self._read_hold_s = read_hold_s
         # Append admission: room left, appends waiting in arrival order, and
         # appends admitted from the queue that have not issued their store call yet.
@@ -166,10 +186,7 @@ class PravegaHandler(ConnectionHandler):
         self._admissions: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._admitted_waking = 0
         self._conn = p.PravegaConnection(p.Role.SERVER)
-        self._out: list[OutputPiece] = []
-        """Output in order ahead of what the connection has queued: replies whose
-        data goes out as it is (a file region or a large buffer) and, after a
-        protocol error, the last replies and the error's."""
+        self._closing_reply = b""  # a protocol error's reply, after which nothing else goes
         self._failed = False
         # Per writer on this connection: the last event number acknowledged
         # (DataAppended.previous_event_number), and the ack the next one waits for.
@@ -201,7 +218,33 @@ class PravegaHandler(ConnectionHandler):
         if isinstance(event, p.Hello | p.KeepAlive):
             return  # the connection answered them itself
         assert isinstance(event, p.Command)
+        if self._token_key is not None:
+            refusal = self._check_token(event)
+            if refusal is not None:
+                log.warning(
+                    "pravega: refused %s on %s: %s",
+                    type(event).__name__,
+                    event.segment_or_none,
+                    refusal,
+                )
+                self._reply(
+                    p.AuthTokenCheckFailed(
+                        event.request_id_or_default, str(refusal), refusal.error_code
+                    )
+                )
+                return
         internal = _internal_target(event)
+        if internal is not None:
+            log.warning(
+                "pravega: refused %s on internal segment %s", type(event).__name__, internal
+            )
+            self._reply(
+                p.OperationUnsupported(
+                    event.request_id_or_default,
+                    f"{type(event).__name__} on an internal segment",
+                )
+            )
+            return
         if internal is not None:
             log.warning(
                 "pravega: refused %s on internal segment %s", type(event).__name__, internal
@@ -224,25 +267,45 @@ class PravegaHandler(ConnectionHandler):
         except StoreError as exc:
             self._reply(_error_reply(exc, event, event.segment_or_none or ""))
 
-    def output(self) -> list[OutputPiece]:
-        self._unsent_bytes = 0
-        self._taken.set()
-        pieces, self._out = self._out, []
-        if not self._failed:
-            queued = self._conn.data_to_send()
-            if queued:
-                pieces.append(queued)
-        return pieces
+    def _check_token(self, request: p.Command) -> TokenError | None:
+        """Why ``request``'s delegation token does not allow it; None if it does.
+
+        The token must be well signed, not expired, name a resource covering
+        the stream of every segment the request names, and carry READ for
+        ``READ_REQUESTS`` or READ_UPDATE for anything else. Appends are
+        covered by their SetupAppend. A request naming no segment
+        (FlushToStorage) or an internal one has no stream to be covered by,
+        so no token allows it.
+        """
+        assert self._token_key is not None
+        token = getattr(request, "delegation_token", "")
+        claims = self._tokens.get(token)
+        now = time.time()
+        try:
+            if claims is None or claims.expires_at_s <= now:
+                claims = decode_token(self._token_key, token, now_s=now)
+                if len(self._tokens) >= MAX_TOKENS_PER_CONNECTION:
+                    self._tokens.clear()
+                self._tokens[token] = claims
+        except TokenError as exc:
+            self._tokens.pop(token, None)
+            return exc
+        needed = Permission.READ if type(request) in READ_REQUESTS else Permission.READ_UPDATE
+        if claims.permission < needed:
+            return TokenInvalid(f"{type(request).__name__} needs {needed.name}")
+        for segment in _segments_named(request):
+            resource = segment_resource(segment)
+            if resource is None or not resource_covers(claims.resource, resource):
+                return TokenInvalid(f"the token does not cover segment {segment!r}")
+        return None
 
     def data_to_send(self) -> bytes:
-        parts: list[bytes | bytearray | memoryview] = []
-        for piece in self.output():
-            if isinstance(piece, FileRegion):
-                with piece:
-                    parts.append(piece.read())
-            else:
-                parts.append(piece)
-        return b"".join(parts)
+        self._unsent_bytes = 0
+        self._taken.set()
+        if self._failed:
+            data, self._closing_reply = self._closing_reply, b""
+            return data
+        return self._conn.data_to_send()
 
     async def _room_for(self, size_bytes: int) -> None:
         """Wait until a read reply of ``size_bytes`` fits under ``MAX_UNSENT_REPLY_BYTES``
@@ -265,16 +328,12 @@ class PravegaHandler(ConnectionHandler):
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # What was queued before the bad frame still goes out, then the hint.
-        self._out.append(self._conn.data_to_send())
+        self._closing_reply = self._conn.data_to_send()
         if isinstance(exc.reply_hint, p.Command):
-            self._out.append(p.encode_command(exc.reply_hint))
+            self._closing_reply += p.encode_command(exc.reply_hint)
         self._failed = True
 
     async def on_close(self) -> None:
-        for piece in self._out:  # never taken by the writer
-            if isinstance(piece, FileRegion):
-                piece.close()
-        self._out.clear()
         for future in self._ack_tail.values():
             if not future.done():
                 future.cancel()
@@ -380,21 +439,11 @@ class PravegaHandler(ConnectionHandler):
 
     # ------------------------------------------------------------------ reads (§6)
 
-    async def _read(self, cmd: p.ReadSegment, size: int) -> ReadResult | RegionRead:
-        """The store's answer: a file region to ``sendfile`` when the connection
-        can and the read is large, else bytes."""
-        if self.sendfile_ok:
-            return await self._store.read_region(
-                cmd.segment, cmd.offset, size, min_region_bytes=MIN_REGION_BYTES
-            )
-        return await self._store.read(cmd.segment, cmd.offset, size)
-
     async def _read_segment(self, cmd: p.ReadSegment) -> None:
         size = min(max(cmd.suggested_length, MIN_READ_REPLY_BYTES), MAX_READ_REPLY_BYTES)
-        result: ReadResult | RegionRead
         try:
-            result = await self._read(cmd, size)
-            ready = isinstance(result, RegionRead) or bool(result.data) or result.end_of_segment
+            result = await self._store.read(cmd.segment, cmd.offset, size)
+            ready = bool(result.data) or result.end_of_segment
         except BadOffset:  # beyond the tail: wait for the segment to get there
             ready = False
         if not ready:
@@ -412,44 +461,18 @@ class PravegaHandler(ConnectionHandler):
                     p.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
                 )
                 return
-            result = await self._read(cmd, size)
-        if isinstance(result, RegionRead):
-            payload: FileRegion | bytes = result.region
-            size_bytes = result.region.size_bytes
-        else:
-            payload = result.data
-            size_bytes = len(payload)
-        try:
-            await self._room_for(size_bytes)
-        except BaseException:
-            if isinstance(payload, FileRegion):
-                payload.close()
-            raise
-        reply = p.SegmentRead(
-            cmd.segment, cmd.offset, result.at_tail, result.end_of_segment, b"", cmd.request_id
+            result = await self._store.read(cmd.segment, cmd.offset, size)
+        await self._room_for(len(result.data))
+        self._reply(
+            p.SegmentRead(
+                cmd.segment,
+                cmd.offset,
+                result.at_tail,
+                result.end_of_segment,
+                result.data,
+                cmd.request_id,
+            )
         )
-        self._reply_with_data(reply, payload, size_bytes)
-
-    def _reply_with_data(
-        self, reply: p.SegmentRead, data: FileRegion | bytes, size_bytes: int
-    ) -> None:
-        """Queue ``reply`` (its empty bytes field standing for ``data``) so that a large
-        ``data`` goes out as it is: a file region by ``sendfile``, bytes uncopied."""
-        try:
-            if self._failed:
-                log.debug("pravega: dropping %s after a protocol error", type(reply).__name__)
-            elif isinstance(data, bytes) and size_bytes < MIN_REGION_BYTES:
-                self._conn.send(dataclasses.replace(reply, data=data))
-            else:
-                prefix, suffix = self._conn.send_split(reply, size_bytes)
-                queued = self._conn.data_to_send()  # replies before this one go first
-                if queued:
-                    self._out.append(queued)
-                self._out += (prefix, data, suffix)
-                data = b""  # handed over: the writer closes the region
-        finally:
-            if isinstance(data, FileRegion):
-                data.close()
 
     # ------------------------------------------------------------------ segments (§7)
 
@@ -687,20 +710,43 @@ PROTECTED_REQUESTS: frozenset[type[p.Command]] = frozenset(
 (``_system/…``: the controller's metadata tables, TANK's sequence-number
 tables) in one of them gets ``OperationUnsupported``: only the server itself
 writes there, with direct store calls, and the model's in-memory mirror
-assumes nobody else does. Reads of internal segments stay allowed (there is
-no secret in them and no auth to guard them; tools may inspect them)."""
+assumes nobody else does. Reads of internal segments stay allowed with auth
+off (tools may inspect them); with auth on no delegation token covers them,
+so they are out of reach over the wire."""
+
+
+READ_REQUESTS: frozenset[type[p.Command]] = frozenset(
+    {
+        p.ReadSegment,
+        p.GetStreamSegmentInfo,
+        p.GetSegmentAttribute,
+        p.LocateOffset,
+        p.GetTableSegmentInfo,
+        p.ReadTable,
+        p.ReadTableKeys,
+        p.ReadTableEntries,
+        p.ReadTableEntriesDelta,
+    }
+)
+"""Requests a READ delegation token allows (with auth on); every other request
+needs READ_UPDATE."""
+
+
+def _segments_named(request: p.Command) -> list[str]:
+    """Every segment a request names: its segment, and a merge's sources."""
+    names = [request.segment_or_none or ""]
+    if isinstance(request, p.MergeSegments):
+        names.append(request.source)
+    elif isinstance(request, p.MergeSegmentsBatch):
+        names.extend(request.sources)
+    return names
 
 
 def _internal_target(request: p.Command) -> str | None:
     """The internal segment a changing request names, if any."""
     if type(request) not in PROTECTED_REQUESTS:
         return None
-    names = [request.segment_or_none or ""]
-    if isinstance(request, p.MergeSegments):
-        names.append(request.source)
-    elif isinstance(request, p.MergeSegmentsBatch):
-        names.extend(request.sources)
-    return next((name for name in names if is_internal_segment(name)), None)
+    return next((name for name in _segments_named(request) if is_internal_segment(name)), None)
 
 
 def _offset_of(request: p.Command | None, default: int = -1) -> int:
@@ -784,21 +830,37 @@ def _error_reply(
 
 
 async def serve_segment_store(
-    store: SegmentStore, host: str, port: int, *, read_hold_s: float = READ_HOLD_S
+    store: SegmentStore,
+    host: str,
+    port: int,
+    *,
+    read_hold_s: float = READ_HOLD_S,
+    token_key: bytes | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
+
+    ``token_key``: require delegation tokens signed with it (auth on).
 
     Raises:
         OSError: the address could not be bound.
     """
     return await start_tcp_listener(
-        "segment_store", host, port, lambda: PravegaHandler(store, read_hold_s=read_hold_s)
+        "segment_store",
+        host,
+        port,
+        lambda: PravegaHandler(store, read_hold_s=read_hold_s, token_key=token_key),
     )
 
 
 async def start_segment_store(app: ServerApp, host: str, port: int) -> Listener:
     """The ``segment_store`` listener of a ``ServerApp`` (default port 12345)."""
-    return await serve_segment_store(app.store, host, port)
+    auth = app.config.auth
+    return await serve_segment_store(
+        app.store,
+        host,
+        port,
+        token_key=None if auth is None else load_or_create_key(app.config.data_dir),
+    )
 
 
 LISTENER_STARTERS["segment_store"] = start_segment_store

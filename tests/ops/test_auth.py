@@ -1,0 +1,392 @@
+"""Pravega-style auth: the password file, ``headrace user``, the controller's
+credential and permission checks, and delegation tokens at the segment store.
+
+The server is a real ``headrace serve --auth-password-file`` child process;
+the tests talk to it with raw gRPC calls (``grpcio``) and a raw segment-store
+connection (our sans-I/O codec over a socket). The real ``pravega`` client's
+side is in ``tests/pravega/test_auth_real_client.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+import pytest
+
+from headrace.controller.auth import (
+    DEFAULT_TOKEN_TTL_S,
+    TOKEN_KEY_FILE,
+    Authenticator,
+    PasswordFile,
+    UserEntry,
+    hash_password,
+    verify_password,
+)
+from headrace.controller.rpc import METHODS, SERVICE_NAME
+from headrace.errors import ConfigError
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega import controller_pb2 as pb
+from headrace.protocols.pravega.auth import (
+    MAX_TOKEN_BYTES,
+    Permission,
+    TokenClaims,
+    TokenExpired,
+    TokenInvalid,
+    basic_header,
+    best_permission,
+    decode_token,
+    encode_token,
+    parse_grant,
+    segment_resource,
+)
+from tests._server import FREE, ServerProcess, server_env
+from tests.server.test_pravega_server import Raw
+
+WAIT_S = 10.0  # bound on every wait here
+ADMIN = ("admin", "admin-secret")
+READER = ("reader", "reader-secret")
+SCOPE = "S"
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_password_hash_is_salted_scrypt_and_verifies() -> None:
+    one, two = hash_password("hunter22"), hash_password("hunter22")
+    assert one.startswith("$scrypt$n=16384,r=8,p=1$")
+    assert one != two  # a fresh salt each time
+    assert "hunter22" not in one
+    assert verify_password("hunter22", one)
+    assert not verify_password("hunter23", one)
+    assert not verify_password("hunter22", "plain-text")
+
+
+def test_password_file_round_trip_and_bad_lines() -> None:
+    entry = UserEntry("reader", hash_password("x" * 8), (parse_grant("prn::/scope:S,READ"),))
+    text = PasswordFile({"reader": entry}).text()
+    assert PasswordFile.parse(text).users == {"reader": entry}
+    for bad, why in [
+        ("reader:plain:prn::/,READ;", "line 1"),
+        (f"{entry.line()}\n{entry.line()}", "appears twice"),
+        (f"a b:{entry.password_hash}:", "user name"),
+        (f"u:{entry.password_hash}:prn::/scope:S,WRITE;", "READ or READ_UPDATE"),
+        (f"u:{entry.password_hash}", "expected"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            PasswordFile.parse(bad)
+
+
+def test_grants_cover_their_resource_and_everything_below() -> None:
+    grants = [
+        parse_grant("prn::/scope:S,READ"),
+        parse_grant("prn::/scope:S/stream:*_kvtable,READ_UPDATE"),
+    ]
+    assert best_permission(grants, "prn::/scope:S") is Permission.READ
+    assert best_permission(grants, "prn::/scope:S/stream:T") is Permission.READ
+    assert best_permission(grants, "prn::/scope:S/stream:rg_kvtable") is Permission.READ_UPDATE
+    assert best_permission(grants, "prn::/scope:SX/stream:T") is Permission.NONE
+    assert best_permission(grants, "prn::/") is Permission.NONE
+    admin = [parse_grant("prn::/*,READ_UPDATE")]
+    assert best_permission(admin, "prn::/") is Permission.READ_UPDATE
+    assert best_permission(admin, "prn::/scope:x/stream:y") is Permission.READ_UPDATE
+
+
+def test_segment_names_map_to_their_stream() -> None:
+    stream = "prn::/scope:S/stream:T"
+    assert segment_resource("S/T/0.#epoch.0") == stream
+    assert segment_resource("S/T/1.#epoch.2#transaction.00ff00ff00ff00ff00ff00ff00ff00ff") == stream
+    assert segment_resource("S/T/0.#epoch.0#transient.ab.cd") == stream
+    assert segment_resource("S/rg_kvtable/0.#epoch.0") == "prn::/scope:S/stream:rg_kvtable"
+    assert segment_resource("_system/containers/metadata") is None
+    assert segment_resource("no-slashes") is None
+    assert segment_resource("S//0") is None
+
+
+def test_tokens_refuse_forgery_expiry_and_tampering() -> None:
+    key, other = b"k" * 32, b"o" * 32
+    claims = TokenClaims("u", "prn::/scope:S/stream:T", Permission.READ, 2_000_000_000, 1)
+    token = encode_token(key, claims)
+    assert decode_token(key, token, now_s=1_000) == claims
+    with pytest.raises(TokenInvalid, match="signature"):
+        decode_token(other, token, now_s=1_000)
+    with pytest.raises(TokenExpired):
+        decode_token(key, token, now_s=2_000_000_000)
+    head, body, sig = token.split(".")
+    payload = json.loads(base64.urlsafe_b64decode(body + "=="))
+    payload["perm"] = "READ_UPDATE"
+    forged = base64.urlsafe_b64encode(json.dumps(payload).encode()).rstrip(b"=").decode()
+    with pytest.raises(TokenInvalid, match="signature"):
+        decode_token(key, f"{head}.{forged}.{sig}", now_s=1_000)
+    none_alg = base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode()
+    with pytest.raises(TokenInvalid):
+        decode_token(key, f"{none_alg}.{body}.", now_s=1_000)
+    for junk in ["", "a.b", "x" * (MAX_TOKEN_BYTES + 1), "é.é.é"]:
+        with pytest.raises(TokenInvalid):
+            decode_token(key, junk, now_s=1_000)
+
+
+async def test_authenticator_rereads_the_file_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "pw"
+    users = PasswordFile({"a": UserEntry("a", hash_password("password-a"), ())})
+    users.save(path)
+    auth = Authenticator(path)
+    assert await auth.authenticate(basic_header("a", "password-a")) == "a"
+    with pytest.raises(Exception, match="wrong password"):
+        await auth.authenticate(basic_header("a", "password-b"))
+    del users.users["a"]
+    users.users["b"] = UserEntry("b", hash_password("password-b"), ())
+    users.save(path)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))  # a visible change
+    with pytest.raises(Exception, match="wrong password"):
+        await auth.authenticate(basic_header("a", "password-a"))  # even though remembered
+    assert await auth.authenticate(basic_header("b", "password-b")) == "b"
+    for value in [None, "", "Bearer x", "Basic !!!", basic_header("b", "")]:
+        with pytest.raises(Exception, match=r"credentials|wrong password"):
+            await auth.authenticate(value)
+
+
+# --------------------------------------------------------------------------- headrace user
+
+
+def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "headrace", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+    )
+
+
+def _add_user(path: Path, name: str, password: str, *grants: str) -> None:
+    perms = [arg for grant in grants for arg in ("--permission", grant)]
+    done = _cli(
+        "user", "add", name, "--file", str(path), *perms, "--password-stdin", stdin=password + "\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_user_add_list_remove_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "users"
+    _add_user(path, "admin", "admin-secret", "prn::/*,READ_UPDATE")
+    _add_user(path, "reader", "reader-secret", "prn::/scope:S,READ")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    text = path.read_text()
+    assert "admin-secret" not in text and "reader-secret" not in text
+    users = PasswordFile.load(path).users
+    assert verify_password("admin-secret", users["admin"].password_hash)
+    assert [str(g) for g in users["reader"].grants] == ["prn::/scope:S,READ"]
+    listed = _cli("user", "list", "--file", str(path))
+    assert listed.stdout.splitlines() == [
+        "admin\tprn::/*,READ_UPDATE",
+        "reader\tprn::/scope:S,READ",
+    ]
+    again = _cli(
+        "user", "add", "admin", "--file", str(path), "--password-stdin", stdin="x" * 8 + "\n"
+    )
+    assert again.returncode == 1 and "exists" in again.stderr
+    short = _cli("user", "add", "new", "--file", str(path), "--password-stdin", stdin="short\n")
+    assert short.returncode == 1 and "at least 8" in short.stderr
+    bad = _cli(
+        "user",
+        "add",
+        "new",
+        "--file",
+        str(path),
+        "--permission",
+        "prn::/scope:x,ALL",
+        "--password-stdin",
+    )
+    assert bad.returncode == 2 and "READ or READ_UPDATE" in bad.stderr
+    assert _cli("user", "remove", "admin", "--file", str(path)).returncode == 0
+    assert list(PasswordFile.load(path).users) == ["reader"]
+    missing = _cli("user", "remove", "admin", "--file", str(path))
+    assert missing.returncode == 1 and "no user 'admin'" in missing.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".users")]  # no temp left
+
+
+# --------------------------------------------------------------------------- the server
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("auth")
+    users = tmp / "users"
+    _add_user(users, *ADMIN, "prn::/*,READ_UPDATE")
+    _add_user(users, *READER, f"prn::/scope:{SCOPE},READ")
+    server = ServerProcess(
+        tmp / "data",
+        ports={"controller": FREE, "segment_store": FREE},
+        args=["--auth-password-file", str(users)],
+        wait_for=["controller", "segment_store"],
+    )
+    with server:
+        yield server
+    assert "Traceback" not in server.log_text(), server.log_text()
+
+
+def _call(server: ServerProcess, rpc: str, request: Any, creds: tuple[str, str] | None) -> Any:
+    """One controller RPC over a fresh channel, with Basic credentials if given."""
+    method = METHODS[rpc]
+    with grpc.insecure_channel(f"127.0.0.1:{server.port_of('controller')}") as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE_NAME}/{rpc}",
+            request_serializer=method.request.SerializeToString,
+            response_deserializer=method.response.FromString,
+        )
+        metadata = [] if creds is None else [("authorization", basic_header(*creds))]
+        return call(request, metadata=metadata, timeout=WAIT_S)
+
+
+def _code(server: ServerProcess, rpc: str, request: Any, creds: tuple[str, str] | None) -> Any:
+    with pytest.raises(grpc.RpcError) as info:
+        _call(server, rpc, request, creds)
+    return info.value.code()
+
+
+@pytest.fixture(scope="module")
+def stream(auth_server: ServerProcess) -> str:
+    """``S/T`` with one segment, created by the admin, holding one event."""
+    _call(auth_server, "createScope", pb.ScopeInfo(scope=SCOPE), ADMIN)
+    config = pb.StreamConfig(
+        streamInfo=pb.StreamInfo(scope=SCOPE, stream="T"),
+        scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+    )
+    status = _call(auth_server, "createStream", config, ADMIN)
+    assert status.status == pb.CreateStreamStatus.SUCCESS
+    return f"{SCOPE}/T/0.#epoch.0"
+
+
+def test_controller_refuses_missing_and_wrong_credentials(auth_server: ServerProcess) -> None:
+    scope = pb.ScopeInfo(scope="x")
+    unauth = grpc.StatusCode.UNAUTHENTICATED
+    assert _code(auth_server, "createScope", scope, None) == unauth
+    assert _code(auth_server, "createScope", scope, ("admin", "wrong-password")) == unauth
+    assert _code(auth_server, "createScope", scope, ("nobody", "admin-secret")) == unauth
+    assert _code(auth_server, "listScopes", pb.ScopesRequest(), None) == unauth
+    assert (
+        _code(auth_server, "getDelegationToken", pb.StreamInfo(scope="S", stream="T"), None)
+        == unauth
+    )
+
+
+def test_reader_may_look_but_not_change(auth_server: ServerProcess, stream: str) -> None:
+    denied = grpc.StatusCode.PERMISSION_DENIED
+    info = pb.StreamInfo(scope=SCOPE, stream="T")
+    assert _code(auth_server, "createScope", pb.ScopeInfo(scope="mine"), READER) == denied
+    assert _code(auth_server, "sealStream", info, READER) == denied
+    config = pb.StreamConfig(
+        streamInfo=pb.StreamInfo(scope=SCOPE, stream="U"),
+        scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+    )
+    assert _code(auth_server, "createStream", config, READER) == denied
+    other = pb.StreamInfo(scope="elsewhere", stream="T")
+    assert _code(auth_server, "getCurrentSegments", other, READER) == denied
+    ranges = _call(auth_server, "getCurrentSegments", info, READER)
+    assert len(ranges.segmentRanges) == 1
+    _call(auth_server, "createScope", pb.ScopeInfo(scope="hidden"), ADMIN)
+    scopes = _call(auth_server, "listScopes", pb.ScopesRequest(), READER).scopes
+    assert list(scopes) == [SCOPE]  # the reader sees only what it may read
+    assert "hidden" in _call(auth_server, "listScopes", pb.ScopesRequest(), ADMIN).scopes
+
+
+def _token(server: ServerProcess, creds: tuple[str, str], scope: str, stream: str) -> str:
+    reply = _call(server, "getDelegationToken", pb.StreamInfo(scope=scope, stream=stream), creds)
+    return str(reply.delegationToken)
+
+
+def test_delegation_token_names_user_stream_permission_and_expiry(
+    auth_server: ServerProcess, stream: str
+) -> None:
+    token = _token(auth_server, READER, SCOPE, "T")
+    _head, body, _sig = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    assert claims["sub"] == "reader"
+    assert claims["res"] == "prn::/scope:S/stream:T"
+    assert claims["perm"] == "READ"
+    assert abs(claims["exp"] - (time.time() + DEFAULT_TOKEN_TTL_S)) < 60
+    admin = json.loads(
+        base64.urlsafe_b64decode(_token(auth_server, ADMIN, SCOPE, "T").split(".")[1] + "==")
+    )
+    assert admin["perm"] == "READ_UPDATE"
+    denied = _code(auth_server, "getDelegationToken", pb.StreamInfo(scope="zz", stream="T"), READER)
+    assert denied == grpc.StatusCode.PERMISSION_DENIED
+
+
+def _key(server: ServerProcess) -> bytes:
+    path = server.data_dir / TOKEN_KEY_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    return path.read_bytes()
+
+
+def test_segment_store_checks_every_token(auth_server: ServerProcess, stream: str) -> None:
+    port = auth_server.port_of("segment_store")
+    reader_token = _token(auth_server, READER, SCOPE, "T")
+    admin_token = _token(auth_server, ADMIN, SCOPE, "T")
+    other_stream = _token(auth_server, ADMIN, SCOPE, "other")
+    key = _key(auth_server)
+    past = int(time.time()) - 10
+    expired = encode_token(
+        key, TokenClaims("admin", "prn::/scope:S/stream:T", Permission.READ_UPDATE, past, past - 5)
+    )
+    forged = encode_token(
+        b"f" * 32,
+        TokenClaims("admin", "prn::/scope:S/stream:T", Permission.READ_UPDATE, past + 3600, past),
+    )
+    failed, expired_code = (
+        p.AuthTokenCheckFailed.TOKEN_CHECK_FAILED,
+        p.AuthTokenCheckFailed.TOKEN_EXPIRED,
+    )
+
+    async def check() -> None:
+        raw = await Raw.connect(port)
+        bystander = await Raw.connect(port)
+        try:
+
+            async def refused(cmd: p.Command) -> int:
+                reply = await raw.request(cmd)
+                assert isinstance(reply, p.AuthTokenCheckFailed), reply
+                assert reply.request_id == cmd.request_id_or_default
+                return reply.error_code
+
+            def read(rid: int, token: str, segment: str = stream) -> p.ReadSegment:
+                return p.ReadSegment(segment, 0, 100, token, rid)
+
+            assert await refused(read(1, "")) == failed
+            assert await refused(read(2, forged)) == failed
+            assert await refused(read(3, expired)) == expired_code
+            assert await refused(read(4, other_stream)) == failed
+            assert await refused(read(5, "garbage")) == failed
+            assert await refused(read(6, admin_token, "_system/containers/0")) == failed
+            writer = uuid.uuid4()
+            assert await refused(p.SetupAppend(7, writer, stream, reader_token)) == failed
+            assert await refused(p.SealSegment(8, stream, reader_token)) == failed
+            assert await refused(p.CreateTableSegment(9, f"{SCOPE}/T/x", reader_token)) == failed
+            # The connection (and another one) still work with good tokens.
+            reply = await raw.request(read(10, reader_token))
+            assert isinstance(reply, p.SegmentRead) and reply.request_id == 10
+            info = await bystander.request(p.GetStreamSegmentInfo(11, stream, reader_token))
+            assert isinstance(info, p.StreamSegmentInfo) and info.exists
+            setup = await raw.request(p.SetupAppend(12, writer, stream, admin_token))
+            assert isinstance(setup, p.AppendSetup)
+        finally:
+            await raw.aclose()
+            await bystander.aclose()
+
+    asyncio.run(check())
+    assert auth_server.alive()
+    log = auth_server.log_text()
+    assert "refused ReadSegment on S/T/0.#epoch.0: bad delegation token signature" in log
