@@ -323,6 +323,31 @@ async def test_reads_see_only_synced_bytes(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_a_cancelled_append_does_not_cancel_the_others_of_its_round(tmp_path: Path) -> None:
+    """Callers of one sync round share one future: cancelling one caller is prompt
+    and leaves the others parked until the sync ends; the cancelled append, already
+    issued, is stored as well."""
+    ops = GatedOps()
+    store = await DiskStore.open(tmp_path, file_ops=ops, container_count=1)
+    try:
+        await store.create_segment("s")
+        ops.gated = True
+        tasks = [asyncio.create_task(store.append("s", b"%d" % i)) for i in range(3)]
+        await asyncio.to_thread(ops.entered.wait)  # the round is inside its sync
+        tasks[1].cancel()
+        done, _ = await asyncio.wait({tasks[1]}, timeout=10.0)
+        assert done and tasks[1].cancelled()
+        assert not tasks[0].done() and not tasks[2].done()  # still parked: not durable yet
+        ops.gated = False
+        ops.gate.set()
+        first, third = await asyncio.wait_for(asyncio.gather(tasks[0], tasks[2]), 10.0)
+        assert (first.offset, third.offset) == (0, 2)
+        assert (await store.read("s", 0, 100)).data == b"012"
+    finally:
+        ops.gate.set()
+        await store.close()
+
+
 class FailingSyncOps(FileOps):
     def __init__(self) -> None:
         super().__init__()
