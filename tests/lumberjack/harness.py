@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import queue
-import signal
 import socket
 import ssl
 import struct
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.errors import RemoteProtocolError
@@ -33,6 +26,9 @@ from headrace.protocols.lumberjack import (
     encode_frame,
 )
 from headrace.store import DiskStore
+from tests._server import FREE, ServerProcess, TlsFiles
+from tests._server import free_port as free_port  # the tests here import these from this module
+from tests._server import make_certificate as make_certificate
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -42,66 +38,7 @@ IO_TIMEOUT_S = 15.0
 STREAM = "logs/beats"
 EVENT_HEADER = struct.Struct(">ii")
 
-OTHER_LISTENERS_OFF = [
-    "--controller-port",
-    "0",
-    "--segment-store-port",
-    "0",
-    "--tank-port",
-    "0",
-    "--rsio-port",
-    "0",
-    "--http-port",
-    "0",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 # --------------------------------------------------------------------------- TLS
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    cert: Path
-    key: Path
-
-
-def make_certificate(directory: Path, name: str) -> TlsFiles:
-    """A throwaway self-signed certificate for localhost/127.0.0.1 (openssl CLI)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "2",
-            "-subj",
-            f"/CN={name}",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return TlsFiles(cert, key)
 
 
 def client_context(server: TlsFiles, client: TlsFiles | None = None) -> ssl.SSLContext:
@@ -114,72 +51,55 @@ def client_context(server: TlsFiles, client: TlsFiles | None = None) -> ssl.SSLC
 # --------------------------------------------------------------------------- server
 
 
-@dataclass
-class Server:
-    """A running ``python -m headrace serve`` child process."""
+class Server(ServerProcess):
+    """A running ``python -m headrace -v serve`` child process with the Lumberjack
+    listeners on free ports (TLS only with ``tls``) and, with ``pravega``, the
+    controller and segment store too."""
 
-    process: subprocess.Popen[str]
-    data_dir: Path
-    port: int
-    tls_port: int
-    controller_port: int = 0
-    lines: list[str] = field(default_factory=list)
-    _queue: queue.Queue[str] = field(default_factory=queue.Queue)
-    _pump: threading.Thread | None = None
+    def __init__(
+        self,
+        data_dir: Path,
+        *args: str,
+        tls: TlsFiles | None = None,
+        tls_ca: Path | None = None,
+        port: int | None = None,
+        pravega: bool = False,
+    ) -> None:
+        ports: dict[str, int | None] = {"lumberjack": port}  # None: FREE
+        if tls is not None:
+            ports["lumberjack_tls"] = FREE
+        if pravega:
+            ports |= {"controller": FREE, "segment_store": FREE}
+        super().__init__(
+            data_dir,
+            ports=ports,
+            args=args,
+            global_args=["-v"],
+            tls=tls,
+            tls_ca=tls_ca,
+            start_timeout_s=START_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
+        )
+
+    @property
+    def port(self) -> int:
+        return self.port_of("lumberjack")
+
+    @property
+    def tls_port(self) -> int:
+        return self.ports.get("lumberjack_tls", 0)
+
+    @property
+    def controller_port(self) -> int:
+        return self.ports.get("controller", 0)
 
     @property
     def stderr(self) -> str:
-        return "".join(self.lines)
+        return self.log_text()
 
     def wait_for_line(self, needle: str, timeout_s: float = IO_TIMEOUT_S) -> str:
-        """Take stderr lines until one contains ``needle``; AssertionError after the deadline."""
-        deadline = time.monotonic() + timeout_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            for line in self.lines:
-                if needle in line:
-                    return line
-            try:
-                line = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if not line:
-                break
-            self.lines.append(line)
-        for line in self.lines:
-            if needle in line:
-                return line
-        raise AssertionError(f"no {needle!r} from headrace serve; stderr: {self.stderr}")
-
-    def drain(self) -> None:
-        while True:
-            try:
-                line = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if line:
-                self.lines.append(line)
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        """Stop the server and wait for it; returns its exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        try:
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-            if self._pump is not None:
-                self._pump.join(timeout=STOP_TIMEOUT_S)
-            assert self.process.stderr is not None
-            self.process.stderr.close()
-            self.drain()
-        return code
-
-
-START_ATTEMPTS = 3
-"""Tries with fresh ports when a free port was taken by someone else before the
-server bound it (other test runs share the machine)."""
+        """The first stderr line containing ``needle``; AssertionError after the deadline."""
+        return super().wait_for_line(needle, timeout_s)
 
 
 def start_server(
@@ -192,78 +112,7 @@ def start_server(
 ) -> Server:
     """Start ``headrace serve`` with the Lumberjack listeners on free ports (and,
     with ``pravega``, the controller and segment store too)."""
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            return _start_server(data_dir, args, tls, tls_ca, port, pravega)
-        except _PortTaken:
-            if port is not None or attempt == START_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
-
-
-class _PortTaken(AssertionError):
-    pass
-
-
-def _start_server(
-    data_dir: Path,
-    args: tuple[str, ...],
-    tls: TlsFiles | None,
-    tls_ca: Path | None,
-    port: int | None,
-    pravega: bool,
-) -> Server:
-    port = free_port() if port is None else port
-    tls_port = free_port() if tls is not None else 0
-    others = list(OTHER_LISTENERS_OFF)
-    controller_port = 0
-    if pravega:
-        controller_port = free_port()
-        others[1], others[3] = str(controller_port), str(free_port())
-    command = [
-        sys.executable,
-        "-m",
-        "headrace",
-        "-v",
-        "serve",
-        "--data-dir",
-        str(data_dir),
-        "--lumberjack-port",
-        str(port),
-        "--lumberjack-tls-port",
-        str(tls_port),
-        *others,
-        *args,
-    ]
-    if tls is not None:
-        command += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-    if tls_ca is not None:
-        command += ["--tls-ca", str(tls_ca)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
-    process = subprocess.Popen(
-        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
-    )
-    server = Server(process, data_dir, port, tls_port, controller_port)
-
-    def pump() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            server._queue.put(line)
-        server._queue.put("")
-
-    server._pump = threading.Thread(target=pump, daemon=True)
-    server._pump.start()
-    try:
-        server.wait_for_line("headrace ready", START_TIMEOUT_S)
-    except AssertionError as exc:
-        server.stop(signal.SIGKILL)
-        if "address already in use" in server.stderr.lower():
-            raise _PortTaken(str(exc)) from exc
-        raise
-    except BaseException:
-        server.stop(signal.SIGKILL)
-        raise
-    return server
+    return Server(data_dir, *args, tls=tls, tls_ca=tls_ca, port=port, pravega=pravega).start()
 
 
 # --------------------------------------------------------------------------- read back
