@@ -4,11 +4,13 @@ timestamps."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 from headrace.client import PravegaClient
 from headrace.client.tank import TankClient
-from headrace.protocols.tank import BundleMessage, CreateTopicResult, encode_bundle
+from headrace.protocols.tank import SEQ_NUM_TAIL, BundleMessage, CreateTopicResult, encode_bundle
 from tests.tank.conftest import running_server
 
 
@@ -72,3 +74,29 @@ async def test_tank_scope_option_moves_the_topics(tmp_path: Path) -> None:
             assert [s async for s in client.controller.list_streams("elsewhere")] == ["moved"]
             async with client.record_reader("elsewhere", "moved", tank_scope="elsewhere") as r:
                 assert [rec.value async for rec in r] == [b"here"]
+
+
+async def test_long_poll_is_woken_by_bundles_appended_through_pravega(tmp_path: Path) -> None:
+    """A consume parked at the tail wakes when a Pravega writer appends a bundle to the
+    topic's stream (the store's append notification, not a TANK produce), skips an
+    event that is not a bundle, and numbers the foreign bundle after the last one."""
+    long_wait_ms = 30_000
+    with running_server(tmp_path / "data", pravega=True) as server:
+        async with await TankClient.connect("127.0.0.1", server.port) as tank:
+            assert await tank.create_topic("woken", 1) is CreateTopicResult.CREATED
+            await tank.produce("woken", 0, [BundleMessage(b"t1", 1)])
+            began = time.monotonic()
+            waiting = asyncio.ensure_future(
+                tank.start_consume("woken", 0, SEQ_NUM_TAIL, max_wait_ms=long_wait_ms)
+            )
+            uri = f"tcp://127.0.0.1:{server.controller_port}"
+            async with PravegaClient(uri) as client:
+                writer = await client.create_writer("tank", "woken")
+                async with writer:
+                    await writer.write(b"not a bundle")
+                    await writer.write(encode_bundle([BundleMessage(b"p2", 2, b"pk")]))
+            result = await asyncio.wait_for(waiting, long_wait_ms / 1000)
+            woken_s = time.monotonic() - began
+    assert woken_s < 10.0  # the append, not the 30 s timer, ended the poll
+    assert [(m.seq_num, m.content, m.key) for m in result.messages] == [(2, b"p2", b"pk")]
+    assert result.high_water_mark == 2

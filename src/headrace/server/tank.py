@@ -75,7 +75,7 @@ from headrace.protocols.tank.codec import encode_varint
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
-from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
+from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, MAX_WAIT_S, SegmentStore
 from headrace.types import TableKey, TableUpdate
 
 __all__ = [
@@ -578,6 +578,23 @@ class TankBroker:
                 log.warning("tank: checkpoint of %s failed: %s", part.segment, exc)
         return t.ProduceError.OK
 
+    async def catch_up(self, part: _Partition) -> int:
+        """Re-read a partition whose segment grew through another front door (a
+        Pravega writer, the segment store); return the seq nums it gained.
+
+        Under the partition's lock, so a TANK append in progress finishes first
+        (its own growth is not foreign). Raises StoreError.
+        """
+        async with part.lock:
+            before = part.hwm
+            if part.loaded:
+                info = await self.store.info(part.segment)
+                if info.length <= part.length:
+                    return 0
+                log.info("tank: %s was appended to through another protocol", part.segment)
+            await self._load(part)
+            return max(part.hwm - before, 0)
+
     async def _put_anchor(self, part: _Partition, offset: int, first: int) -> None:
         update = TableUpdate(_anchor_key(part.segment, offset), _ANCHOR_VALUE.pack(first))
         await self.store.update_table(self.table, [update])
@@ -955,12 +972,20 @@ class TankHandler(ConnectionHandler):
             part.waiters.add(waiter)
         self._parked.add(waiter)
         timed_out = False
+        watched = {id(part): (part, length) for part, length, _ in at_end.values()}
+        watchers = [
+            asyncio.create_task(self._watch_foreign(part, length, waiter), name="tank-watch")
+            for part, length in watched.values()
+        ]
         try:
             async with asyncio.timeout(min(request.max_wait_ms, t.MAX_WAIT_MS) / 1000):
                 await waiter.event.wait()
         except TimeoutError:
             timed_out = True
         finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
             self._parked.discard(waiter)
             for part, _, _ in at_end.values():
                 part.waiters.discard(waiter)
@@ -969,6 +994,32 @@ class TankHandler(ConnectionHandler):
         async with self._reading:
             await self._room_for_chunks()
             return await self._woken_response(request, at_end, empty=False)
+
+    async def _watch_foreign(self, part: _Partition, length: int, waiter: _Waiter) -> None:
+        """Wake ``waiter`` when bundles reach the partition through another front door.
+
+        TANK's own produces wake parked consumes directly (``_append_locked``);
+        bytes appended by anything else (a Pravega writer writing bundles into
+        the topic's stream) only show in the store, whose append notification
+        (``wait_for_data``) this waits on, whatever protocol appended. Events
+        that are not bundles give no messages and do not wake the consume.
+        Runs until cancelled by the parked consume, or the segment is sealed.
+        """
+        store = self._broker.store
+        offset = length
+        while not waiter.event.is_set():
+            try:
+                if not await store.wait_for_data(part.segment, offset, MAX_WAIT_S):
+                    continue
+                gained = await self._broker.catch_up(part)
+            except StoreError as exc:  # deleted, closed: the consume answers on its timer
+                log.debug("tank: watching %s stopped: %s", part.segment, exc)
+                return
+            if gained:
+                waiter.appended(max(part.length - offset, 1))
+            elif part.length <= offset:
+                return  # sealed: nothing more will come
+            offset = part.length
 
     async def _woken_response(
         self,
