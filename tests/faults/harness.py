@@ -12,9 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,13 +19,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pylogbeat
 
 from headrace.client.tank import TankClient
 from headrace.errors import HeadraceError
 from headrace.protocols.tank import BundleMessage, CreateTopicResult, decode_bundle
+from tests._server import ServerProcess, free_port
 from tests.lumberjack.harness import stored_events
 
 HERE = Path(__file__).resolve().parent
@@ -56,80 +54,27 @@ BEATS_WINDOW = 50
 """Events per pylogbeat window (one Lumberjack acknowledgement)."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # --------------------------------------------------------------------------- server
 
 
-class FaultServer:
+class FaultServer(ServerProcess):
     """``headrace serve`` (or a runner script) on ports fixed for its lifetime,
     so that clients reconnect to the same addresses after a restart."""
 
     def __init__(self, data_dir: Path, *, runner: list[str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.ports = {name: free_port() for name in LISTENERS}
-        self.runner = runner
-        self.log_path = data_dir.with_name(data_dir.name + ".log")
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self._log: IO[bytes] | None = None
-
-    @property
-    def uri(self) -> str:
-        return f"tcp://127.0.0.1:{self.ports['controller']}"
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def start(self) -> None:
-        assert self.process is None or self.process.poll() is not None
-        args = [f"--{name}-port={port}" for name, port in self.ports.items()]
-        args.append("--lumberjack-tls-port=0")
-        if self.runner is None:
-            command = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(self.data_dir)]
-            command += ["--fsync", "always", *args]
-        else:
-            command = [sys.executable, *self.runner, str(self.data_dir), *args]
-        ready_before = self.log_text().count("headrace ready")
-        self._log = self.log_path.open("ab")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
-        env["PYTHONPATH"] = str(ROOT)
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=self._log, env=env, cwd=ROOT
+        super().__init__(
+            data_dir,
+            ports={name: free_port() for name in LISTENERS},
+            fsync="always" if runner is None else None,  # a runner takes port flags only
+            runner=runner,
+            start_timeout_s=START_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
         )
-        self.starts += 1
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while self.log_text().count("headrace ready") <= ready_before:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.signal(signal.SIGKILL)
-                raise AssertionError(f"headrace serve did not start:\n{self.log_text()[-5000:]}")
-            time.sleep(0.02)  # polling the log under a deadline
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def signal(self, signum: int) -> int | None:
         """Send ``signum`` and wait for the exit (SIGKILL after STOP_TIMEOUT_S);
         returns the exit code, None if it had to be killed."""
-        if self.process is None:
-            return None
-        code: int | None
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        try:
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=STOP_TIMEOUT_S)
-            code = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return code
+        return self.terminate(signum)
 
 
 def run_verify(data_dir: Path) -> subprocess.CompletedProcess[str]:
