@@ -289,7 +289,8 @@ async def run_connection(
     wake = asyncio.Event()
     closing = False
     handler.wake_writer = wake.set
-    slots = asyncio.Semaphore(pending_max)
+    pending = 0  # events being handled (a counter, not a Semaphore: no coroutine per event)
+    room = asyncio.Event()  # set whenever an event finishes
     tasks: set[asyncio.Task[None]] = set()
     previous: asyncio.Task[None] | None = None  # the last sequential event's task
     counts = {"requests": 0, "bytes_in": 0, "bytes_out": 0}
@@ -413,6 +414,7 @@ async def run_connection(
                 wake.set()  # look again: writing may have let more replies in
 
     async def run_event(event: object, after: asyncio.Task[None] | None) -> None:
+        nonlocal pending
         try:
             if after is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -425,7 +427,8 @@ async def run_connection(
             log.exception("%s %s: handling %s failed; closing", handler.name, peer, event)
             writer.transport.abort()
         finally:
-            slots.release()
+            pending -= 1
+            room.set()
             wake.set()
 
     writer_task = asyncio.create_task(write_loop(), name=f"{handler.name}-writer")
@@ -438,7 +441,9 @@ async def run_connection(
             if partial_since is not None:
                 wait_s = min(wait_s, partial_since + limits.partial_frame_timeout_s - clock())
             try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), max(wait_s, 0))
+                # One timer handle per read (asyncio.timeout), not wait_for's task.
+                async with asyncio.timeout(max(wait_s, 0)):
+                    data = await reader.read(READ_CHUNK_BYTES)
             except TimeoutError:
                 if (
                     partial_since is not None
@@ -468,12 +473,15 @@ async def run_connection(
                     counts["requests"] += 1
                     if observer is not None:
                         observer.request_received()
-                    await slots.acquire()
-                    after = previous if handler.sequential(event) else None
-                    task = asyncio.create_task(run_event(event, after))
+                    while pending >= pending_max:  # reading pauses: TCP slows the peer
+                        room.clear()
+                        await room.wait()
+                    pending += 1
+                    sequential = handler.sequential(event)
+                    task = asyncio.create_task(run_event(event, previous if sequential else None))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
-                    if handler.sequential(event):
+                    if sequential:
                         previous = task
             except RemoteProtocolError as exc:
                 close_reason("protocol_error")

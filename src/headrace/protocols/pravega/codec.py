@@ -88,6 +88,9 @@ legitimate frame is a Rust append batch of 8 MiB + 8 bytes of data.
 MAX_STRING_BYTES = 0xFFFF
 """Longest encoded string: the length prefix is a u16 (§2)."""
 
+_DATA_APPENDED_FRAME = struct.Struct(">ii16sqqqq")
+"""A whole DataAppended frame, every optional field written (as ``encode_command``
+writes them): one ``pack`` instead of a walk over the layout, per append."""
 _I8 = struct.Struct(">b")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -584,6 +587,19 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
             of range, a string over 65535 bytes or not encodable, an empty
             table key with a version), or the frame exceeds ``max_frame_bytes``.
     """
+    if type(cmd) is c.DataAppended:  # one per append: the hot reply
+        try:
+            return _DATA_APPENDED_FRAME.pack(
+                c.CommandType.DATA_APPENDED,
+                _DATA_APPENDED_FRAME.size - HEADER_SIZE_BYTES,
+                cmd.writer_id.bytes,
+                cmd.event_number,
+                cmd.previous_event_number,
+                cmd.request_id,
+                cmd.current_segment_write_offset,
+            )
+        except (struct.error, AttributeError) as exc:
+            raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
     out = bytearray(HEADER_SIZE_BYTES)
     try:
         if isinstance(cmd, c.SegmentsBatchMerged):
