@@ -13,12 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -26,8 +22,8 @@ from typing import TypeVar
 import pytest
 
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+from tests._server import FREE, ServerProcess
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 LUMBERJACK_STREAM = "logs/access"
@@ -36,61 +32,24 @@ T = TypeVar("T")
 _names = itertools.count()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Server:
+class Server(ServerProcess):
     """``python -m headrace serve`` with the listeners the Spark tests use."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.ports = {
-            name: free_port() for name in ["controller", "segment-store", "tank", "lumberjack"]
-        }
-        self.uri = f"tcp://127.0.0.1:{self.ports['controller']}"
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
-        args = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
-        args += ["--fsync", "never", "--lumberjack-stream", LUMBERJACK_STREAM]
-        for name, port in self.ports.items():
-            args += [f"--{name}-port", str(port)]
-        for name in ["lumberjack-tls", "rsio", "http"]:
-            args += [f"--{name}-port", "0"]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env, cwd=ROOT
+        listeners = ["controller", "segment_store", "tank", "lumberjack"]
+        super().__init__(
+            data_dir,
+            ports=dict.fromkeys(listeners, FREE),
+            fsync="never",
+            args=["--lumberjack-stream", LUMBERJACK_STREAM],
+            wait_for=listeners,
+            start_timeout_s=STARTUP_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
         )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        for port in self.ports.values():
-            self._wait_connectable(port, deadline)
-
-    def _wait_connectable(self, port: int, deadline: float) -> None:
-        while self.proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                    return
-            except OSError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)  # polling a port under a deadline, not synchronisation
-        self.stop()
-        raise AssertionError(f"server did not start: {self.stderr()}")
+        self.start()
 
     def stderr(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read().decode(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-        self._stderr.close()
+        return self.log_text()
 
     def run(self, work: Callable[[PravegaClient], Awaitable[T]]) -> T:
         """Run ``work`` with a fresh client (closed afterwards) and return its result."""
