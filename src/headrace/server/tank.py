@@ -73,10 +73,10 @@ from headrace.errors import (
 from headrace.protocols import tank as t
 from headrace.protocols.tank.codec import encode_varint
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import ConnectionHandler
+from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, MAX_WAIT_S, SegmentStore
-from headrace.types import TableKey, TableUpdate
+from headrace.types import FileRegion, TableKey, TableUpdate
 
 __all__ = [
     "CHECKPOINT_INTERVAL_BYTES",
@@ -123,6 +123,11 @@ MAX_RESPONSE_CHUNK_BYTES = 64 * 1024 * 1024
 largest fetch (spec 6.1), a quarter of the 256 MiB frame limit. Partitions past it
 get an empty chunk (the client asks again); a partition with data gets at least
 one bundle."""
+
+VIEW_MIN_BYTES = 64 * 1024
+"""Bundles at least this large go into a consume response as views of the bytes
+read from the store, written to the socket without being copied into the chunk
+or the frame; smaller ones are copied together (one write for many)."""
 
 MAX_CONSUME_READS_PER_CONNECTION = 2
 """Consume responses one connection may have in the making at once (parked
@@ -247,7 +252,23 @@ class _Partition:
 class _Chunk:
     base: int
     sparse: bool
-    data: bytes
+    parts: list[bytes | bytearray | memoryview]
+    """The chunk's bytes in order: runs of small entries copied together, large
+    bundles as views of the bytes read from the store (sent without a copy)."""
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _PartsResult(t.ConsumePartitionResult):
+    """A partition result whose chunk is ``parts`` (``chunk`` stays empty): the
+    handler sends them as they are (``TankConnection.send_split``)."""
+
+    parts: tuple[bytes | bytearray | memoryview, ...] = ()
+    size_bytes: int = 0
+
+
+def _chunk_size(result: t.ConsumePartitionResult) -> int:
+    return result.size_bytes if isinstance(result, _PartsResult) else len(result.chunk)
 
 
 class TankBroker:
@@ -627,7 +648,8 @@ class TankBroker:
         budget: int,
     ) -> _Chunk | None:
         end, hwm = part.length, part.hwm
-        out = bytearray()
+        out = bytearray()  # small entries, copied together
+        size = 0
         chunk: _Chunk | None = None
         previous_last = 0
         async for bundle in self._walk(part, start[0], start[1], end):
@@ -635,8 +657,8 @@ class TankBroker:
             if chunk is None:
                 if bundle.last < seq_num:
                     continue
-                chunk = _Chunk(bundle.first, bundle.sparse, b"")
-            elif len(out) >= fetch_size:
+                chunk = _Chunk(bundle.first, bundle.sparse, [])
+            elif size >= fetch_size:
                 break
             elif not bundle.sparse and bundle.first != previous_last + 1:
                 # An anchored bundle (ProduceWithSeqnum) after a gap: a client numbers
@@ -647,13 +669,20 @@ class TankBroker:
                 break
             previous_last = bundle.last
             entry = encode_varint(len(bundle.payload))
-            if out and len(out) + len(entry) + len(bundle.payload) > budget:
+            if size and size + len(entry) + len(bundle.payload) > budget:
                 break
             out += entry
-            out += bundle.payload
-        if chunk is None or not out:
+            if len(bundle.payload) >= VIEW_MIN_BYTES:
+                chunk.parts += (out, bundle.payload)
+                out = bytearray()
+            else:
+                out += bundle.payload
+            size += len(entry) + len(bundle.payload)
+        if chunk is None or not size:
             return None
-        chunk.data = bytes(out)
+        if out:
+            chunk.parts.append(out)
+        chunk.size_bytes = size
         return chunk
 
 
@@ -754,6 +783,9 @@ class TankHandler(ConnectionHandler):
         self._reading = asyncio.Semaphore(MAX_CONSUME_READS_PER_CONNECTION)
         self._queued_bytes = 0
         self._taken = asyncio.Event()
+        self._out: list[OutputPiece] = []
+        """Consume responses sent as pieces, in order ahead of what the connection
+        has queued since."""
 
     # ------------------------------------------------------------------ loop interface
 
@@ -782,15 +814,38 @@ class TankHandler(ConnectionHandler):
             return
         assert isinstance(event, t.Request)
         response = await handler(self, event)
-        if self._conn.state is not t.ConnectionState.ERROR:
+        if self._conn.state is t.ConnectionState.ERROR:
+            return
+        if not isinstance(response, t.ConsumeResponse):
             self._conn.send(response)
-            if isinstance(response, t.ConsumeResponse):
-                self._queued_bytes += _chunk_bytes(response)
+            return
+        parts: dict[tuple[int, int], tuple[bytes | bytearray | memoryview, ...]] = {}
+        for ti, topic in enumerate(response.topics):
+            if isinstance(topic, t.ConsumeTopicResult):
+                for pi, partition in enumerate(topic.partitions):
+                    if isinstance(partition, _PartsResult):
+                        parts[(ti, pi)] = partition.parts
+        if parts:
+            pieces = self._conn.send_split(response, parts)
+            queued = self._conn.data_to_send()  # responses before this one go first
+            if queued:
+                self._out.append(queued)
+            self._out += pieces
+        else:
+            self._conn.send(response)
+        self._queued_bytes += _chunk_bytes(response)
 
-    def data_to_send(self) -> bytes:
+    def output(self) -> list[OutputPiece]:
         self._queued_bytes = 0
         self._taken.set()
-        return self._conn.data_to_send()
+        pieces, self._out = self._out, []
+        queued = self._conn.data_to_send()
+        if queued:
+            pieces.append(queued)
+        return pieces
+
+    def data_to_send(self) -> bytes:
+        return b"".join(p for p in self.output() if not isinstance(p, FileRegion))
 
     async def _room_for_chunks(self) -> None:
         """Wait until the writer took the consume responses already queued (a client
@@ -908,7 +963,7 @@ class TankHandler(ConnectionHandler):
                         result = t.ConsumePartitionResult(pid, t.ConsumeError.SYSTEM_ERROR)
                         answer_now = True
                     else:
-                        budget -= len(result.chunk) if result is not None else 0
+                        budget -= _chunk_size(result) if result is not None else 0
                     if result is None:  # at the end: an empty entry unless it parks
                         at_end[(ti, pi)] = (part, part.length, part.hwm)
                         result = t.ConsumePartitionResult(
@@ -1048,7 +1103,7 @@ class TankHandler(ConnectionHandler):
                         t.ConsumePartitionResult(wanted.partition_id, high_water_mark=part.hwm)
                     )
                 else:
-                    budget -= len(chunk.data)
+                    budget -= chunk.size_bytes
                     partitions.append(_chunk_result(wanted.partition_id, chunk, part.hwm))
             topics.append(t.ConsumeTopicResult(topic.name, tuple(partitions)))
         return t.ConsumeResponse(request.request_id, tuple(topics))
@@ -1125,7 +1180,7 @@ class TankHandler(ConnectionHandler):
 
 def _chunk_bytes(response: t.ConsumeResponse) -> int:
     return sum(
-        len(p.chunk)
+        _chunk_size(p)
         for topic in response.topics
         if isinstance(topic, t.ConsumeTopicResult)
         for p in topic.partitions
@@ -1134,11 +1189,19 @@ def _chunk_bytes(response: t.ConsumeResponse) -> int:
 
 def _chunk_result(partition_id: int, chunk: _Chunk, hwm: int) -> t.ConsumePartitionResult:
     if chunk.sparse:  # the first bundle carries its own seq nums (spec 6.5)
-        return t.ConsumePartitionResult(
-            partition_id, t.ConsumeError.SPARSE_BUNDLE, high_water_mark=hwm, chunk=chunk.data
+        return _PartsResult(
+            partition_id,
+            t.ConsumeError.SPARSE_BUNDLE,
+            high_water_mark=hwm,
+            parts=tuple(chunk.parts),
+            size_bytes=chunk.size_bytes,
         )
-    return t.ConsumePartitionResult(
-        partition_id, base_seq_num=chunk.base, high_water_mark=hwm, chunk=chunk.data
+    return _PartsResult(
+        partition_id,
+        base_seq_num=chunk.base,
+        high_water_mark=hwm,
+        parts=tuple(chunk.parts),
+        size_bytes=chunk.size_bytes,
     )
 
 

@@ -19,6 +19,7 @@ from headrace.protocols.tank.codec import (
     encode,
     encode_bundle,
     encode_chunk_entry,
+    encode_consume_split,
     validate_bundle,
 )
 from headrace.protocols.tank.commands import (
@@ -149,5 +150,6 @@ __all__ = [
     "encode",
     "encode_bundle",
     "encode_chunk_entry",
+    "encode_consume_split",
     "validate_bundle",
 ]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypeGuard, TypeVar
 
 import cramjam
@@ -110,6 +110,7 @@ __all__ = [
     "encode",
     "encode_bundle",
     "encode_chunk_entry",
+    "encode_consume_split",
     "encode_frame",
     "encode_varint",
     "is_request",
@@ -581,18 +582,42 @@ _CONSUME_WITH_CHUNK = frozenset(
 
 
 def _encode_consume_response(writer: _Writer, message: ConsumeResponse) -> None:
+    header, chunks = _consume_response_parts(message, {})
+    writer.u32(len(header), "header_length")
+    writer.raw(header)
+    for chunk in chunks:
+        writer.raw(chunk)
+
+
+ChunkParts = Sequence[bytes | bytearray | memoryview]
+"""A chunk given as pieces that follow each other on the wire."""
+
+
+def _consume_response_parts(
+    message: ConsumeResponse, given: Mapping[tuple[int, int], ChunkParts]
+) -> tuple[bytes, list[bytes | bytearray | memoryview]]:
+    """The header of a consume response and its chunks in wire order.
+
+    A partition (topic index, partition index) named in ``given`` has its chunk
+    there, as pieces; the others carry theirs in ``chunk``.
+    """
     header = _Writer()
-    chunks: list[bytes] = []
+    chunks: list[bytes | bytearray | memoryview] = []
     header.u32(message.request_id, "request_id")
     header.u8(len(message.topics), "topics_count")
-    for topic in message.topics:
+    for ti, topic in enumerate(message.topics):
         header.name(topic.name, "topic")
         if isinstance(topic, ConsumeUnknownTopic):
             header.u8(topic.partitions_count, "partitions_count")
             header.u16(_UNKNOWN_TOPIC_MARK, "unknown topic mark")
             continue
         header.u8(len(topic.partitions), "partitions_count")
-        for partition in topic.partitions:
+        for pi, partition in enumerate(topic.partitions):
+            parts = given.get((ti, pi))
+            if parts is not None and partition.chunk:
+                raise LocalProtocolError("a chunk given as pieces must be empty in the message")
+            chunk_parts: ChunkParts = (partition.chunk,) if parts is None else parts
+            chunk_size = sum(len(part) for part in chunk_parts)
             header.u16(_check(partition.partition_id, _U16_MAX - 1, "partition_id"), "partition_id")
             flags = partition.error_or_flags
             header.u8(flags, "errorOrFlags")
@@ -601,21 +626,39 @@ def _encode_consume_response(writer: _Writer, message: ConsumeResponse) -> None:
             if partition.leader is not None:
                 header.endpoint(partition.leader)
             if flags not in _CONSUME_WITH_CHUNK:
-                if partition.chunk:
+                if chunk_size:
                     raise LocalProtocolError(f"{flags.name} carries no chunk")
                 continue
             if flags in _CONSUME_WITH_BASE:
                 header.u64(partition.base_seq_num, "base_seq_num")
             header.u64(partition.high_water_mark, "high_water_mark")
-            header.u32(len(partition.chunk), "chunk_length")
+            header.u32(chunk_size, "chunk_length")
             if flags == ConsumeError.BOUNDARY_CHECK:
                 header.u64(partition.first_available_seq_num, "first_available_seq_num")
-            if partition.chunk:
-                chunks.append(partition.chunk)
-    writer.u32(len(header), "header_length")
-    writer.raw(header.getvalue())
-    for chunk in chunks:
-        writer.raw(chunk)
+            chunks += (part for part in chunk_parts if len(part))
+    return header.getvalue(), chunks
+
+
+def encode_consume_split(
+    message: ConsumeResponse, chunks: Mapping[tuple[int, int], ChunkParts]
+) -> list[bytes | bytearray | memoryview]:
+    """A consume response's frame as pieces, its large chunks not copied.
+
+    ``chunks`` maps (topic index, partition index) to that partition's chunk
+    as pieces (its ``chunk`` in ``message`` stays empty); they are returned as
+    they are, after one piece holding the frame header and the response
+    header (chunks come last in a consume response, spec 6.5). Joined, the
+    pieces are ``encode`` of the message with those chunks in place.
+
+    Raises:
+        LocalProtocolError: as ``encode``; also for a named partition whose
+            ``chunk`` is not empty.
+    """
+    header, parts = _consume_response_parts(message, chunks)
+    size = _U32.size + len(header) + sum(len(part) for part in parts)
+    _check(size, MAX_PAYLOAD_BYTES, "payload size")
+    head = FRAME_HEADER.pack(MessageType.CONSUME, size) + _U32.pack(len(header)) + header
+    return [head, *parts]
 
 
 def _encode_discover_partitions_response(

@@ -17,7 +17,7 @@ topic names nor partition ids) and reject responses to requests it never made.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
@@ -26,10 +26,12 @@ from headrace.protocols.tank.codec import (
     MAX_PAYLOAD_BYTES,
     REQUEST_TYPES,
     RESPONSE_TYPES,
+    ChunkParts,
     decode_frame_header,
     decode_request,
     decode_response,
     encode,
+    encode_consume_split,
     is_request,
     is_response,
     message_type,
@@ -38,6 +40,7 @@ from headrace.protocols.tank.codec import (
 )
 from headrace.protocols.tank.commands import (
     ConnectionClosed,
+    ConsumeResponse,
     Event,
     Message,
     MessageType,
@@ -276,6 +279,26 @@ class TankConnection:
             assert is_response(message)
             self._settle_sent_response(message)
         self._outgoing += frame
+
+    def send_split(
+        self, response: ConsumeResponse, chunks: Mapping[tuple[int, int], ChunkParts]
+    ) -> list[bytes | bytearray | memoryview]:
+        """Send a consume response whose chunks the caller writes as they are.
+
+        Checked and settled like :meth:`send`, but not queued: the caller
+        writes :meth:`data_to_send` (what was queued before), then the returned
+        pieces, before anything queued later (``encode_consume_split``).
+
+        Raises:
+            LocalProtocolError: as :meth:`send`.
+        """
+        event = Input.SEND_RESPONSE
+        if TRANSITIONS.get((self._role, self._state, event)) is None:
+            self._transition(event)  # raises LocalProtocolError with the reason
+        pieces = encode_consume_split(response, chunks)
+        if self._transition(event) is Action.SETTLE:
+            self._settle_sent_response(response)
+        return pieces
 
     def _track_sent_request(self, request: Request) -> None:
         if request.request_id in self._client_in_flight:
