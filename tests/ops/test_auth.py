@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import stat
@@ -390,3 +391,68 @@ def test_segment_store_checks_every_token(auth_server: ServerProcess, stream: st
     assert auth_server.alive()
     log = auth_server.log_text()
     assert "refused ReadSegment on S/T/0.#epoch.0: bad delegation token signature" in log
+
+
+# --------------------------------------------------------------------------- our client
+
+
+def test_our_client_with_credentials(auth_server: ServerProcess, stream: str) -> None:
+    from headrace.client import PravegaClient
+    from headrace.client.controller import ScalingPolicy, Segment, StreamConfig
+    from headrace.client.errors import ReplyError
+    from headrace.errors import ServerError
+
+    async def check() -> None:
+        async with PravegaClient(auth_server.uri, credentials=ADMIN) as client:
+            assert await client.controller.create_scope("ours")
+            config = StreamConfig(ScalingPolicy.fixed(1))
+            assert await client.controller.create_stream("ours", "st", config)
+            async with await client.create_writer("ours", "st") as writer:
+                for i in range(10):
+                    await writer.write(f"e{i}".encode())
+                await writer.flush()
+            segment = Segment("ours", "st", 0)
+            data = await client.segments.read(segment, 0)
+            assert data.data.count(b"e") == 10
+            # A token that expired on the way: the client fetches a fresh one once.
+            key = _key(auth_server)
+            past = int(time.time()) - 5
+            stale = encode_token(
+                key, TokenClaims("admin", "prn::/scope:ours/stream:st", Permission.READ, past, 0)
+            )
+            client.controller._tokens[("ours", "st")] = (stale, time.time() + 3600)
+            again = await client.segments.read(segment, 0)
+            assert again.data == data.data
+            assert client.controller._tokens[("ours", "st")][0] != stale
+
+        async with PravegaClient(auth_server.uri, credentials=("admin", "wrong-pass")) as client:
+            with pytest.raises(ServerError, match="UNAUTHENTICATED"):
+                await client.controller.create_scope("nope")
+
+        async with PravegaClient(auth_server.uri, credentials=READER) as client:
+            data = await client.segments.read(Segment(SCOPE, "T", 0), 0)
+            assert data.offset == 0
+            with pytest.raises(ServerError, match="PERMISSION_DENIED"):
+                await client.controller.create_scope("nope")
+            writer = await client.create_writer(SCOPE, "T")
+            with pytest.raises(ReplyError, match="AuthTokenCheckFailed"):
+                await writer.write(b"not allowed")
+                await writer.flush()
+            with contextlib.suppress(ReplyError):
+                await writer.aclose()
+
+        async with PravegaClient(auth_server.uri) as client:  # no credentials at all
+            with pytest.raises(ServerError, match="UNAUTHENTICATED"):
+                await client.controller.create_scope("nope")
+
+    asyncio.run(asyncio.wait_for(check(), 60))
+
+
+def test_credentials_from_the_real_clients_environment_variables() -> None:
+    from headrace.client.pravega import credentials_from_env
+
+    env = {"pravega_client_auth_username": "u", "pravega_client_auth_password": "pw"}
+    assert credentials_from_env(env) == ("u", "pw")
+    assert credentials_from_env({**env, "pravega_client_auth_method": "basic"}) == ("u", "pw")
+    assert credentials_from_env({**env, "pravega_client_auth_method": "Bearer"}) is None
+    assert credentials_from_env({"pravega_client_auth_password": "pw"}) is None

@@ -96,8 +96,11 @@ class ByteStream:
         if self._set_up_on is not conn:
             conn.attach_writer(self._writer_id, self)
             rid = next_request_id()
+            token = await self._client.controller.delegation_token(
+                self.segment.scope, self.segment.stream
+            )
             conn.send_append(
-                self._writer_id, rid, p.SetupAppend(rid, self._writer_id, self.segment.name)
+                self._writer_id, rid, p.SetupAppend(rid, self._writer_id, self.segment.name, token)
             )
             reply = await self._next_reply()
             if not isinstance(reply, p.AppendSetup):

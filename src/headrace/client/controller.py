@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -33,6 +34,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from headrace.errors import ConnectionLost, RequestTimeout, ServerError
 from headrace.protocols.pravega import controller_pb2 as pb
+from headrace.protocols.pravega.auth import basic_header, token_expiry
 
 from ._conn import DEFAULT_RETRY, RetryPolicy
 from .errors import ControllerError
@@ -40,6 +42,7 @@ from .errors import ControllerError
 __all__ = [
     "CONTROLLER_TIMEOUT_S",
     "DEFAULT_TXN_LEASE_MS",
+    "TOKEN_REFRESH_MARGIN_S",
     "ControllerClient",
     "RetentionPolicy",
     "ScalingPolicy",
@@ -52,6 +55,11 @@ __all__ = [
 
 CONTROLLER_TIMEOUT_S = 30.0
 """Deadline of one controller call; the Rust client's request timeout."""
+
+TOKEN_REFRESH_MARGIN_S = 30.0
+"""A delegation token is fetched again when it has less than this left, so a
+request never leaves with a token that expires on the way (the server's
+default life is 600 s; one that lives shorter is refreshed at half its life)."""
 
 DEFAULT_TXN_LEASE_MS = 90_000
 """Transaction lease the Rust client asks for (controller spec §4)."""
@@ -220,6 +228,10 @@ class ControllerClient:
     Args:
         uri: ``tcp://host:port`` of the controller.
         timeout_s: deadline of each call.
+        credentials: ``(user, password)`` sent as Basic ``authorization``
+            metadata on every call, for a server with auth on; then the
+            segment-store requests carry delegation tokens
+            (:meth:`delegation_token`). None: no credentials, no tokens.
     """
 
     def __init__(
@@ -228,8 +240,13 @@ class ControllerClient:
         *,
         timeout_s: float = CONTROLLER_TIMEOUT_S,
         retry: RetryPolicy = DEFAULT_RETRY,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self.uri = uri
+        self._metadata: tuple[tuple[str, str], ...] = (
+            () if credentials is None else (("authorization", basic_header(*credentials)),)
+        )
+        self._tokens: dict[tuple[str, str], tuple[str, float]] = {}  # (scope, stream) -> token, exp
         self._target = parse_controller_uri(uri)
         self._timeout_s = timeout_s
         self._retry = retry
@@ -254,7 +271,7 @@ class ControllerClient:
         delays = self._retry.delays()
         while True:
             try:
-                response = await call(request, timeout=self._timeout_s)
+                response = await call(request, timeout=self._timeout_s, metadata=self._metadata)
                 break
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
@@ -275,6 +292,39 @@ class ControllerClient:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return RequestTimeout(f"controller {self._target}: {name} timed out")
         return ServerError(code.name, f"{name}: {exc.details()}")
+
+    # -- auth
+
+    async def delegation_token(self, scope: str, stream: str) -> str:
+        """The delegation token for ``scope/stream`` to put in segment-store requests.
+
+        Empty without credentials (a server with auth off ignores tokens).
+        Cached per stream and fetched again (``getDelegationToken``) once it
+        has less than ``TOKEN_REFRESH_MARGIN_S`` (or half its life) left.
+
+        Raises:
+            ServerError: ``UNAUTHENTICATED`` (bad credentials) or
+                ``PERMISSION_DENIED`` (no permission on the stream).
+        """
+        if not self._metadata:
+            return ""
+        now = time.time()
+        cached = self._tokens.get((scope, stream))
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        reply = await self._rpc("getDelegationToken", self._info(scope, stream), pb.DelegationToken)
+        token = str(reply.delegationToken)
+        expires = token_expiry(token)
+        if expires is None:  # no expiry claimed (or no token): keep it for the margin
+            refresh_at = now + TOKEN_REFRESH_MARGIN_S
+        else:
+            refresh_at = max(expires - TOKEN_REFRESH_MARGIN_S, now + (expires - now) / 2)
+        self._tokens[(scope, stream)] = (token, refresh_at)
+        return token
+
+    def forget_token(self, scope: str, stream: str) -> None:
+        """Drop the cached token of ``scope/stream`` (the server said it expired)."""
+        self._tokens.pop((scope, stream), None)
 
     @staticmethod
     def _info(scope: str, stream: str) -> pb.StreamInfo:

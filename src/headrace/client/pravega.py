@@ -12,6 +12,7 @@ every writer and reader made from it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from ._conn import DEFAULT_RETRY, ConnectionPool, RetryPolicy
@@ -29,7 +30,20 @@ from .writer import (
     EventWriter,
 )
 
-__all__ = ["PravegaClient"]
+__all__ = ["PravegaClient", "credentials_from_env"]
+
+
+def credentials_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(user, password)`` from the variables the real Pravega client reads
+    (``pravega_client_auth_method=Basic``, ``pravega_client_auth_username``,
+    ``pravega_client_auth_password``); None when they do not name Basic credentials."""
+    env = os.environ if environ is None else environ
+    method = env.get("pravega_client_auth_method", "Basic")
+    user = env.get("pravega_client_auth_username")
+    password = env.get("pravega_client_auth_password")
+    if method.lower() != "basic" or not user or password is None:
+        return None
+    return user, password
 
 
 class PravegaClient:
@@ -38,10 +52,21 @@ class PravegaClient:
     Args:
         controller_uri: ``tcp://host:port`` of the controller.
         retry: reconnect policy for segment-store connections.
+        credentials: ``(user, password)`` for a server with auth on: Basic
+            credentials on every controller call, and a delegation token per
+            stream in every segment-store request (fetched, cached and
+            refreshed by the controller client). See ``credentials_from_env``
+            for the real client's environment variables.
     """
 
-    def __init__(self, controller_uri: str, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
-        self.controller = ControllerClient(controller_uri)
+    def __init__(
+        self,
+        controller_uri: str,
+        *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
+        self.controller = ControllerClient(controller_uri, credentials=credentials)
         self.pool = ConnectionPool(retry)
         self.segments = SegmentClient(self.controller, self.pool)
         self._retry = retry

@@ -80,24 +80,41 @@ class SegmentClient:
         *,
         idempotent: bool = False,
     ) -> p.Command:
-        """Send ``cmd``; the reply if it is an ``expect``, else its error.
+        """Send ``cmd`` with the stream's delegation token; the reply if it is
+        an ``expect``, else its error.
 
         An ``idempotent`` request (reads, info) is sent again, on a new
         connection, when the connection is lost or the request times out,
         as the pool's retry policy allows (a server restart is invisible).
         """
         delays = self._pool.retry.delays()
+        refreshed = False
         while True:
             try:
                 conn = await self.connection(segment)
+                token = await self._controller.delegation_token(segment.scope, segment.stream)
+                if token:
+                    cmd = replace(cmd, delegation_token=token)  # type: ignore[type-var]
                 reply = await conn.request(cmd, timeout_s=timeout_s)
-                break
             except (ConnectionLost, RequestTimeout):
                 delay = next(delays, None) if idempotent else None
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
                 cmd = replace(cmd, request_id=next_request_id())  # type: ignore[type-var]
+                continue
+            if (
+                isinstance(reply, p.AuthTokenCheckFailed)
+                and reply.error_code == p.AuthTokenCheckFailed.TOKEN_EXPIRED
+                and not refreshed
+            ):
+                # The token ran out on the way (or the clocks disagree): once more
+                # with a fresh one; the server did nothing with the refused request.
+                refreshed = True
+                self._controller.forget_token(segment.scope, segment.stream)
+                cmd = replace(cmd, request_id=next_request_id())  # type: ignore[type-var]
+                continue
+            break
         if not isinstance(reply, expect):
             raise error_for_reply(reply)
         return reply

@@ -294,6 +294,8 @@ class _SegmentWriter:
         elif isinstance(cmd, p.WrongHost | p.InvalidEventNumber):
             log.warning("%s for %s: reconnecting", type(cmd).__name__, self.name)
             self._drop_connection()
+        elif isinstance(cmd, p.AuthTokenCheckFailed) and self._setup and not self._setup.done():
+            self._setup.set_result(cmd)  # _connect decides: a fresh token, or fail
         else:
             # An error reply we cannot recover from on this segment.
             self.owner._fail_events(self.take_unacked(), error_for_reply(cmd))
@@ -374,7 +376,8 @@ class _SegmentWriter:
         self._setup = asyncio.get_running_loop().create_future()
         conn.attach_writer(self.writer_id, self)
         self._conn = conn
-        conn.send_append(self.writer_id, rid, p.SetupAppend(rid, self.writer_id, self.name))
+        token = await self.owner._token(self.segment)
+        conn.send_append(self.writer_id, rid, p.SetupAppend(rid, self.writer_id, self.name, token))
         try:
             async with asyncio.timeout(SETUP_TIMEOUT_S):
                 reply = await self._setup
@@ -389,6 +392,13 @@ class _SegmentWriter:
         if not isinstance(reply, p.AppendSetup):
             self._conn = None
             conn.detach_writer(self.writer_id)
+            if (
+                isinstance(reply, p.AuthTokenCheckFailed)
+                and reply.error_code == p.AuthTokenCheckFailed.TOKEN_EXPIRED
+            ):
+                # Set up again (after the retry policy's delay) with a fresh token.
+                self.owner._controller.forget_token(self.segment.scope, self.segment.stream)
+                raise ConnectionLost(f"SetupAppend {self.name}: delegation token expired")
             raise error_for_reply(reply)
         if self._set_up_before:
             self.owner._stats.reconnects += 1
@@ -457,16 +467,19 @@ class _SegmentWriter:
         """
         try:
             rid = next_request_id()
-            created = await conn.request(p.CreateTransientSegment(rid, self.writer_id, self.name))
+            token = await self.owner._token(self.segment)
+            created = await conn.request(
+                p.CreateTransientSegment(rid, self.writer_id, self.name, token)
+            )
             if isinstance(created, p.NoSuchSegment | p.SegmentIsSealed):
                 self._mark_sealed()
                 return
             if not isinstance(created, p.SegmentCreated):
                 raise error_for_reply(created)
             transient = created.segment
-            await _fill_transient(conn, transient, bytes(blk.data))
+            await _fill_transient(conn, transient, bytes(blk.data), token)
             rid = next_request_id()
-            merged = await conn.request(p.MergeSegments(rid, self.name, transient))
+            merged = await conn.request(p.MergeSegments(rid, self.name, transient, token))
             if isinstance(merged, p.NoSuchSegment | p.SegmentIsSealed):
                 self._mark_sealed()
                 return
@@ -519,14 +532,16 @@ class _ReplyQueue:
         return item
 
 
-async def _fill_transient(conn: SegmentStoreConnection, transient: str, data: bytes) -> None:
+async def _fill_transient(
+    conn: SegmentStoreConnection, transient: str, data: bytes, token: str
+) -> None:
     """Write ``data`` (one framed event) into a new transient segment, in chunks."""
     writer_id = uuid4()
     replies = _ReplyQueue()
     conn.attach_writer(writer_id, replies)
     try:
         rid = next_request_id()
-        conn.send_append(writer_id, rid, p.SetupAppend(rid, writer_id, transient))
+        conn.send_append(writer_id, rid, p.SetupAppend(rid, writer_id, transient, token))
         setup = await replies.next()
         if not isinstance(setup, p.AppendSetup):
             raise error_for_reply(setup)
@@ -749,6 +764,10 @@ class EventWriter:
         await self.aclose()
 
     # ------------------------------------------------------------------ bookkeeping
+
+    async def _token(self, segment: Segment) -> str:
+        """The delegation token for the stream of ``segment`` ("" with auth off)."""
+        return await self._controller.delegation_token(segment.scope, segment.stream)
 
     def _release(self, events: list[_Pending]) -> None:
         self._release_counts(len(events), sum(len(e.framed) for e in events))
