@@ -25,6 +25,7 @@ from click.testing import CliRunner
 from headrace.cli.verify import verify
 from headrace.errors import (
     SegmentNotFound,
+    StorageFull,
     StoreClosed,
     StoreError,
 )
@@ -345,6 +346,60 @@ async def test_a_cancelled_append_does_not_cancel_the_others_of_its_round(tmp_pa
         assert (await store.read("s", 0, 100)).data == b"012"
     finally:
         ops.gate.set()
+        await store.close()
+
+
+class FailingWriteOps(FileOps):
+    """Fails every WAL write once ``fail`` is set (a disk that just filled up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
+        if self.fail:
+            raise OSError(28, "injected ENOSPC")
+        super().write(fd, buffers, size_bytes)
+
+
+async def test_a_burst_past_the_pending_limit_is_written_in_order(tmp_path: Path) -> None:
+    """Appends beyond MAX_PENDING_WAL_BYTES are handed to the sync thread before
+    the round that syncs them; the WAL keeps their order across a reopen."""
+    store = await DiskStore.open(tmp_path, container_count=1)
+    chunks = [bytes([i]) * (3 * 1024 * 1024 + i) for i in range(5)]
+    try:
+        await store.create_segment("s")
+        results = await asyncio.gather(*(store.append("s", chunk) for chunk in chunks))
+        assert [r.offset for r in results] == sorted(r.offset for r in results)
+    finally:
+        await store.close()
+    store = await DiskStore.open(tmp_path)
+    try:
+        assert await _read_all(store, "s") == b"".join(chunks)
+    finally:
+        await store.close()
+
+
+async def test_a_failed_write_is_never_vouched_for_by_a_later_sync(tmp_path: Path) -> None:
+    ops = FailingWriteOps()
+    store = await DiskStore.open(tmp_path, file_ops=ops, container_count=1)
+    await store.create_segment("s")
+    await store.append("s", b"acked")
+    ops.fail = True
+    chunk = b"x" * (3 * 1024 * 1024)  # three of them pass the pending limit: a queued write
+    outcomes = await asyncio.gather(
+        *(store.append("s", chunk) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(o, StorageFull) for o in outcomes), outcomes
+    ops.fail = False
+    with pytest.raises(StoreClosed):
+        await store.append("s", b"after")
+    assert (await store.read("s", 0, 100)).data == b"acked"
+    await store.close()
+    store = await DiskStore.open(tmp_path)
+    try:
+        assert await _read_all(store, "s") == b"acked"
+    finally:
         await store.close()
 
 

@@ -8,10 +8,15 @@ applied, and an append's offset is fixed when it is issued. The caller then
 awaits ``durable(seq)``:
 
 * ``fsync=always``: the caller parks until the committer has synced the WAL
-  past ``seq``. Each round the committer writes every queued record with one
-  ``writev`` and their data with one ``pwritev`` per contiguous run, then
-  syncs the WAL in the container's sync thread (one long-lived thread, not an
-  executor submission per round); records queued during a sync are covered
+  past ``seq``. Each round the committer takes every queued record, and the
+  container's sync thread (one long-lived thread, not an executor submission
+  per round) writes them with one ``writev`` and their data with one
+  ``pwritev`` per contiguous run, then syncs the WAL: the copies into the page
+  cache run beside the event loop (they release the GIL), not on it. The
+  thread runs its jobs in order, so the WAL's order is the order records were
+  taken; it writes through its own duplicates of the data-file fds, so the
+  loop closing an fd (the LRU of open files) cannot touch a write in progress;
+  and after a failed write no later job may report success. Records queued during a sync are covered
   by the next round, so one sync serves every segment of the container
   (group commit). Every caller parked for a round awaits the same future,
   resolved once per round. Durable effects (a longer ``durable_length``, a
@@ -75,6 +80,45 @@ the default four containers this stays well under the usual 1024-fd limit."""
 
 OnDurable = tuple[int, int, Callable[[], None]]
 """(seq, tie-breaker, callback): run by the committer once ``seq`` is durable."""
+
+
+class _Writes:
+    """Queued records and their data, taken off the container in one step.
+
+    ``run`` writes them: the records to the WAL (one ``writev``), the data to
+    the data files (one ``pwritev`` per contiguous run). With ``owned_fds`` the
+    data-file fds are duplicates this object closes, so it may run in another
+    thread while the loop opens and closes the container's own fds.
+    """
+
+    __slots__ = ("buffers", "owned_fds", "runs", "size_bytes", "wal_fd")
+
+    def __init__(
+        self,
+        wal_fd: int,
+        buffers: list[bytes | memoryview],
+        size_bytes: int,
+        runs: list[tuple[int, list[bytes | memoryview], int]],
+        owned_fds: list[int],
+    ) -> None:
+        self.wal_fd = wal_fd
+        self.buffers = buffers
+        self.size_bytes = size_bytes
+        self.runs = runs
+        self.owned_fds = owned_fds
+
+    def run(self, ops: FileOps) -> None:
+        try:
+            ops.write(self.wal_fd, self.buffers, self.size_bytes)
+            for fd, run, position in self.runs:
+                ops.pwritev(fd, run, position)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in self.owned_fds:
+            os.close(fd)
+        self.owned_fds = []
 
 
 class SyncThread:
@@ -219,6 +263,8 @@ class Container:
         self._round: asyncio.Future[None] | None = None
         """Resolved when the next sync round ends; every parked caller awaits it."""
         self._sync_thread: SyncThread | None = None
+        self._write_error: BaseException | None = None
+        """Set (in the sync thread) when a write failed: every later job fails too."""
         self._wake = asyncio.Event()
         self._closing = False
         self.failure: BaseException | None = None
@@ -270,40 +316,105 @@ class Container:
         self._pending += buffers
         self._pending_bytes += len(buffers[0]) + len(buffers[1])
         self._pending_writes += self.state.apply(seq, record)
-        if not self._batched or self._pending_bytes >= MAX_PENDING_WAL_BYTES:
+        if not self._batched:
             self._flush()
+        elif self._pending_bytes >= MAX_PENDING_WAL_BYTES:
+            if self._sync_thread is None:
+                self._flush()
+            else:
+                self._queue_writes()
         if self._wal.size_bytes + self._pending_bytes >= self.checkpoint_wal_bytes:
             self._wake.set()
         return seq
 
     def _flush(self) -> None:
-        """Write the queued records to the WAL and their data to the data files."""
-        if not self._pending:
+        """Write the queued records to the WAL and their data to the data files, now."""
+        writes = self._take_pending(own_fds=False)
+        if writes is None:
             return
+        try:
+            writes.run(self.ops)
+        except OSError as exc:
+            self.fail(exc)
+            raise _error_for(exc) from exc
+
+    def _take_pending(self, *, own_fds: bool) -> _Writes | None:
+        """Take the queued records and their data as one ``_Writes`` (None: nothing).
+
+        The WAL's size counts them from here, so checkpoints start on time.
+        Raises StoreClosed / StorageFull (and fails the store) if a data file
+        cannot be opened.
+        """
+        if not self._pending:
+            return None
         buffers, size, writes = self._pending, self._pending_bytes, self._pending_writes
         self._pending, self._pending_bytes, self._pending_writes = [], 0, []
+        self._wal.size_bytes += size
+        by_segment: dict[int, list[tuple[int, bytes | memoryview]]] = {}
+        for segment_id, offset, data in writes:
+            by_segment.setdefault(segment_id, []).append((offset, data))
+        runs: list[tuple[int, list[bytes | memoryview], int]] = []
+        owned: list[int] = []
         try:
-            self._wal.append(buffers, size, self.ops)
-            by_segment: dict[int, list[tuple[int, bytes | memoryview]]] = {}
-            for segment_id, offset, data in writes:
-                by_segment.setdefault(segment_id, []).append((offset, data))
             for segment_id, chunks in by_segment.items():  # contiguous runs: one pwritev each
                 fd = self.files.fd(segment_id)
+                if own_fds:
+                    fd = os.dup(fd)
+                    owned.append(fd)
                 run: list[bytes | memoryview] = []
                 run_offset = run_end = -1
                 for offset, data in chunks:
                     if offset != run_end and run:
-                        self.ops.pwritev(fd, run, run_offset)
+                        runs.append((fd, run, run_offset))
                         run = []
                     if not run:
                         run_offset = run_end = offset
                     run.append(data)
                     run_end += len(data)
                 if run:
-                    self.ops.pwritev(fd, run, run_offset)
+                    runs.append((fd, run, run_offset))
         except OSError as exc:
+            for fd in owned:
+                os.close(fd)
             self.fail(exc)
             raise _error_for(exc) from exc
+        return _Writes(self._wal.fd, buffers, size, runs, owned)
+
+    def _queue_writes(self) -> None:
+        """Hand the queued records to the sync thread without waiting (a burst
+        between two sync rounds: bounds the memory it holds)."""
+        writes = self._take_pending(own_fds=True)
+        if writes is None:
+            return
+        assert self._sync_thread is not None
+        done = self._sync_thread.run(functools.partial(self._write_job, writes, None))
+        done.add_done_callback(self._after_queued_writes)
+
+    def _after_queued_writes(self, done: asyncio.Future[None]) -> None:
+        if done.cancelled():
+            return
+        exc = done.exception()
+        if exc is not None:
+            self.fail(exc)
+
+    def _write_job(self, writes: _Writes | None, sync_fd: int | None) -> None:
+        """In the sync thread: write ``writes``, then sync the WAL at ``sync_fd``.
+
+        After one failed write every later job fails with the same error: a
+        sync must never vouch for records whose write did not happen.
+        """
+        if self._write_error is not None:
+            if writes is not None:
+                writes.close()
+            raise self._write_error
+        if writes is not None:
+            try:
+                writes.run(self.ops)
+            except BaseException as exc:
+                self._write_error = exc
+                raise
+        if sync_fd is not None:
+            self.ops.sync_wal(sync_fd)
 
     async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
         """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
@@ -395,16 +506,27 @@ class Container:
                 return
             periodic = False
             target = self.state.last_seq
-            self._flush()
-            if self.synced_seq < target:
-                await self._in_sync_thread(functools.partial(self.ops.sync_wal, self._wal.fd))
+            if self._sync_thread is None:
+                self._flush()
+                if self.synced_seq < target:
+                    await asyncio.to_thread(self.ops.sync_wal, self._wal.fd)
+            else:
+                writes = self._take_pending(own_fds=True)
+                sync_fd = self._wal.fd if self.synced_seq < target else None
+                if writes is not None or sync_fd is not None:
+                    await self._sync_thread.run(functools.partial(self._write_job, writes, sync_fd))
             self._mark_synced(target)
 
     async def _in_sync_thread(self, job: Callable[[], None]) -> None:
+        """Run ``job`` after every write handed to the sync thread before it."""
         if self._sync_thread is None:  # never started (a container being set up)
             await asyncio.to_thread(job)
         else:
-            await self._sync_thread.run(job)
+            await self._sync_thread.run(functools.partial(self._after_writes, job))
+
+    def _after_writes(self, job: Callable[[], None]) -> None:
+        self._write_job(None, None)  # raises if an earlier write failed
+        job()
 
     def _mark_synced(self, target: int) -> None:
         self.synced_seq = max(self.synced_seq, target)
@@ -432,7 +554,12 @@ class Container:
             await self._checkpointing
         if self.failure is not None or self.state.last_seq < self._wal.first_seq:
             return  # failed, or nothing since the last checkpoint
-        self._flush()  # queued records belong in the file being closed
+        # Queued records belong in the file being closed; the sync thread writes
+        # them before it syncs that file (its jobs run in order).
+        if self._sync_thread is None:
+            self._flush()
+        else:
+            self._queue_writes()
         captured = self.state.capture()
         seq = captured.snapshot.last_seq
         old_wal, old_paths = self._wal, self._wal_paths
