@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from headrace.client import PravegaClient
 from headrace.client.rsio import RsioClient, decode_record
 from headrace.client.tank import TankClient
+from headrace.client.tls import TlsOptions
 from headrace.protocols.rsio import (
     Cancel,
     OnComplete,
@@ -111,15 +111,16 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
 
 async def test_tls_subscription(tls_server: tuple[Server, Path]) -> None:
     server, cert = tls_server
-    pravega = PravegaClient(server.controller_uri)
+    # Every port of the server speaks TLS, the controller's and the segment store's too.
+    tls = TlsOptions(ca_file=cert)
+    pravega = PravegaClient(f"tls://127.0.0.1:{server.controller_port}", tls=tls)
     try:
         scope, stream = await new_stream(pravega)
         await write_events(pravega, scope, stream, [b"secret"])
         await pravega.controller.seal_stream(scope, stream)
     finally:
         await pravega.aclose()
-    context = ssl.create_default_context(cafile=cert)
-    client = await RsioClient.connect("127.0.0.1", server.rsio_port, ssl_context=context)
+    client = await RsioClient.connect("127.0.0.1", server.rsio_port, ssl_context=tls.ssl_context())
     try:
         got = await asyncio.wait_for(_all(client, f"{scope}/{stream}"), WAIT_S)
         assert got == [b"secret"]

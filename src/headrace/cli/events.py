@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
-from headrace.client import PravegaClient, Record, Segment
+from headrace.client import Record, Segment
 
-from ._client import controller_option, run, split_stream
+from ._client import controller_option, pravega_client, run, split_stream
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
@@ -43,7 +43,7 @@ def write(controller: str, name: str, file: BinaryIO, routing_key: str | None) -
 
     async def go() -> int:
         count = 0
-        async with PravegaClient(controller) as client:
+        async with pravega_client(controller) as client:
             writer = await client.create_writer(scope, st)
             try:
                 if show:
@@ -115,7 +115,7 @@ async def _stream_records(
     limit: int | None, fmt: str,
 ) -> None:  # fmt: skip
     out = sys.stdout.buffer
-    async with PravegaClient(controller) as client:
+    async with pravega_client(controller) as client:
         positions: dict[Segment, int] | None = None
         if start == "tail":
             positions = {

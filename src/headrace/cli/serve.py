@@ -222,7 +222,7 @@ def render_docs() -> str:
         "connection of a TCP front door logs one `headrace.access` line with its",
         "protocol, peer, requests, bytes each way, duration and the reason it closed",
         "(`eof`, `idle`, `protocol_error`, `handler_error`, `frame_too_large`,",
-        "`partial_frame_timeout`, `not_reading`, `refused`, `shutdown`, `closed`).",
+        "`partial_frame_timeout`, `not_reading`, `refused`, `tls_failed`, `shutdown`, `closed`).",
         "The controller (gRPC) logs one line per call instead (at debug level, `-vv`).",
         "",
     ]

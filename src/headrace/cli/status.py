@@ -4,15 +4,24 @@ Reads ``/health`` and ``/metrics`` (the Prometheus text format, parsed with
 prometheus-client's parser) and prints listeners, connections, traffic,
 storage and latency. Exit status 0 when the server reports healthy, 1 when
 it answers but is not (a listener down), 2 when it cannot be reached.
+
+A server started with ``--tls-cert`` serves HTTPS on that port: ``--https``
+(or any of ``--ca``, ``--client-cert``, ``--insecure``) reads it over TLS.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import urllib.error
 import urllib.request
 
 import click
+
+from headrace.errors import HeadraceError
+
+from ._client import client_tls, tls_options
 
 __all__ = ["status"]
 
@@ -20,9 +29,9 @@ TIMEOUT_S = 5.0
 """Per request: a healthy server answers in milliseconds."""
 
 
-def _get(url: str) -> tuple[int, bytes]:
+def _get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S, context=context) as response:
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:  # 503 still carries the health report
         return exc.code, exc.read()
@@ -72,14 +81,28 @@ def _mean_ms(values: dict[tuple[str, tuple[tuple[str, str], ...]], float], name:
     show_default=True,
     help="The server's HTTP port (/health, /metrics).",
 )
-def status(host: str, http_port: int) -> None:
+@click.option("--https", is_flag=True, help="The port speaks TLS (the server has --tls-cert).")
+@tls_options
+def status(host: str, http_port: int, https: bool) -> None:
     """Print a summary of a running server (from its HTTP port)."""
-    base = f"http://{host}:{http_port}"
+    tls = client_tls()
+    if tls is None and https:
+        from headrace.client.tls import TlsOptions
+
+        tls = TlsOptions()  # the system's CAs
     try:
-        health_status, health_body = _get(f"{base}/health")
-        _, metrics_body = _get(f"{base}/metrics")
-    except (OSError, urllib.error.URLError) as exc:
-        click.echo(f"headrace status: cannot reach {base}: {exc}", err=True)
+        context = None if tls is None else tls.ssl_context()
+    except HeadraceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    base = f"{'http' if context is None else 'https'}://{host}:{http_port}"
+    try:
+        health_status, health_body = _get(f"{base}/health", context)
+        _, metrics_body = _get(f"{base}/metrics", context)
+    except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
+        hint = ""
+        if context is None and isinstance(exc, http.client.RemoteDisconnected):
+            hint = " (if the server has --tls-cert, use --https and --ca FILE)"
+        click.echo(f"headrace status: cannot reach {base}: {exc}{hint}", err=True)
         raise SystemExit(2) from exc
     report = json.loads(health_body)
     values = _samples(metrics_body.decode())

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from headrace.client import PravegaClient, RetentionPolicy, ScalingPolicy, StreamConfig
+from headrace.client import RetentionPolicy, ScalingPolicy, StreamConfig
 from headrace.client.controller import RetentionType
 
-from ._client import controller_option, run, split_stream
+from ._client import controller_option, pravega_client, run, split_stream
 
 __all__ = ["stream"]
 
@@ -44,7 +44,7 @@ def create(
     config = StreamConfig(ScalingPolicy.fixed(segments), retention, tags or None)
 
     async def go() -> bool:
-        async with PravegaClient(controller) as client:
+        async with pravega_client(controller) as client:
             await client.controller.create_scope(scope)
             return await client.controller.create_stream(scope, st, config)
 
@@ -59,7 +59,7 @@ def list_(controller: str, scope: str | None) -> None:
     """List scopes, or the streams of SCOPE."""
 
     async def go() -> list[str]:
-        async with PravegaClient(controller) as client:
+        async with pravega_client(controller) as client:
             if scope is None:
                 return [s async for s in client.controller.list_scopes()]
             return [s async for s in client.controller.list_streams(scope)]
@@ -76,7 +76,7 @@ def info(controller: str, name: str) -> None:
     scope, st = split_stream(name)
 
     async def go() -> dict[str, object]:
-        async with PravegaClient(controller) as client:
+        async with pravega_client(controller) as client:
             config = await client.controller.get_stream_config(scope, st)
             segments = []
             for r in await client.controller.get_current_segments(scope, st):
@@ -112,7 +112,7 @@ def delete(controller: str, name: str) -> None:
     scope, st = split_stream(name)
 
     async def go() -> bool:
-        async with PravegaClient(controller) as client:
+        async with pravega_client(controller) as client:
             if not await client.controller.stream_exists(scope, st):
                 return False
             await client.controller.seal_stream(scope, st)

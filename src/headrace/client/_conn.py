@@ -32,6 +32,7 @@ import contextlib
 import itertools
 import logging
 import random
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,6 +40,8 @@ from uuid import UUID
 
 from headrace.errors import ConnectionLost, ProtocolError, RequestTimeout
 from headrace.protocols import pravega as p
+
+from .errors import TlsCertificateError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -93,12 +96,16 @@ def map_exceptions(what: str) -> Iterator[None]:
 
     ``OSError`` (refused, reset, unreachable, broken pipe) and
     ``asyncio.IncompleteReadError`` become :class:`ConnectionLost`;
-    ``TimeoutError`` becomes :class:`RequestTimeout`. Both are retriable.
+    ``TimeoutError`` becomes :class:`RequestTimeout`. Both are retriable. A
+    server certificate that does not verify becomes :class:`TlsCertificateError`,
+    which is not.
     """
     try:
         yield
     except TimeoutError as exc:
         raise RequestTimeout(f"{what}: timed out") from exc
+    except ssl.SSLCertVerificationError as exc:
+        raise TlsCertificateError(f"{what}: {exc.verify_message or exc}") from exc
     except (OSError, asyncio.IncompleteReadError) as exc:
         raise ConnectionLost(f"{what}: {exc}") from exc
 
@@ -168,9 +175,17 @@ class SegmentStoreConnection:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, *, timeout_s: float = CONNECT_TIMEOUT_S
+        cls,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float = CONNECT_TIMEOUT_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> SegmentStoreConnection:
         """Open a connection and complete the Hello exchange.
+
+        ``ssl_context``: speak TLS, checking the certificate against ``host``
+        (the TLS handshake counts within ``timeout_s``).
 
         Raises:
             ConnectionLost: the server refused, reset or closed the connection,
@@ -179,7 +194,9 @@ class SegmentStoreConnection:
         """
         with map_exceptions(f"connect to {host}:{port}"):
             async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(host, port, limit=READ_CHUNK_BYTES)
+                reader, writer = await asyncio.open_connection(
+                    host, port, limit=READ_CHUNK_BYTES, ssl=ssl_context
+                )
                 writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
                 conn = p.PravegaConnection(p.Role.CLIENT)
                 writer.write(conn.data_to_send())
@@ -371,10 +388,14 @@ class ConnectionPool:
 
     Args:
         retry: how to retry opening a connection.
+        ssl_context: connect over TLS with it (None: plaintext).
     """
 
-    def __init__(self, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    def __init__(
+        self, retry: RetryPolicy = DEFAULT_RETRY, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.retry = retry
+        self.ssl_context = ssl_context
         self._conns: dict[tuple[str, int], SegmentStoreConnection] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._closed = False
@@ -395,7 +416,7 @@ class ConnectionPool:
             conn = self._conns.get(endpoint)
             if conn is not None and not conn.is_closed:
                 return conn
-            conn = await connect_with_retry(endpoint, self.retry)
+            conn = await connect_with_retry(endpoint, self.retry, ssl_context=self.ssl_context)
             self._conns[endpoint] = conn
             return conn
 
@@ -408,13 +429,21 @@ class ConnectionPool:
 
 
 async def connect_with_retry(
-    endpoint: tuple[str, int], retry: RetryPolicy = DEFAULT_RETRY
+    endpoint: tuple[str, int],
+    retry: RetryPolicy = DEFAULT_RETRY,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> SegmentStoreConnection:
-    """Connect to ``endpoint``, retrying retriable failures as ``retry`` says."""
+    """Connect to ``endpoint``, retrying retriable failures as ``retry`` says.
+
+    A failed TLS handshake is a ``ConnectionLost`` like any refused
+    connection and is retried, except a certificate that does not verify
+    (``TlsCertificateError``), which fails at once.
+    """
     delays = retry.delays()
     while True:
         try:
-            return await SegmentStoreConnection.connect(*endpoint)
+            return await SegmentStoreConnection.connect(*endpoint, ssl_context=ssl_context)
         except (ConnectionLost, RequestTimeout) as exc:
             delay = next(delays, None)
             if delay is None:

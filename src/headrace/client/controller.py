@@ -38,6 +38,7 @@ from headrace.protocols.pravega.auth import basic_header, token_expiry
 
 from ._conn import DEFAULT_RETRY, RetryPolicy
 from .errors import ControllerError
+from .tls import TLS_SCHEMES, TlsOptions, uri_wants_tls
 
 __all__ = [
     "CONTROLLER_TIMEOUT_S",
@@ -209,14 +210,18 @@ class TxnState(IntEnum):
 
 
 def parse_controller_uri(uri: str) -> str:
-    """``tcp://host:port`` (or ``host:port``) -> the grpc target ``host:port``.
+    """``tcp://host:port`` (or ``host:port``, or a TLS scheme such as
+    ``tls://host:port``) -> the grpc target ``host:port``.
 
     Raises:
-        ValueError: a TLS scheme (not supported by this client yet) or no port.
+        ValueError: an unknown scheme, or no port.
     """
     parsed = urlparse(uri if "://" in uri else f"tcp://{uri}")
-    if parsed.scheme not in {"tcp", "pravega"}:
-        raise ValueError(f"controller URI scheme {parsed.scheme!r} is not supported (tcp only)")
+    if parsed.scheme not in {"tcp", "pravega", *TLS_SCHEMES}:
+        raise ValueError(
+            f"controller URI scheme {parsed.scheme!r} is not supported "
+            f"(tcp, or for TLS one of {', '.join(sorted(TLS_SCHEMES))})"
+        )
     if parsed.hostname is None or parsed.port is None:
         raise ValueError(f"controller URI {uri!r} needs a host and a port")
     return f"{parsed.hostname}:{parsed.port}"
@@ -226,12 +231,15 @@ class ControllerClient:
     """An asyncio client of one controller. Close it with :meth:`aclose`.
 
     Args:
-        uri: ``tcp://host:port`` of the controller.
+        uri: ``tcp://host:port`` of the controller; ``tls://host:port`` (or
+            ``ssl``, ``tcps``, ``pravegas``) for TLS with the system's CAs.
         timeout_s: deadline of each call.
         credentials: ``(user, password)`` sent as Basic ``authorization``
             metadata on every call, for a server with auth on; then the
             segment-store requests carry delegation tokens
             (:meth:`delegation_token`). None: no credentials, no tokens.
+        tls: TLS settings (CA file, client certificate); given, the channel
+            uses TLS whatever the scheme.
     """
 
     def __init__(
@@ -240,6 +248,7 @@ class ControllerClient:
         *,
         timeout_s: float = CONTROLLER_TIMEOUT_S,
         retry: RetryPolicy = DEFAULT_RETRY,
+        tls: TlsOptions | None = None,
         credentials: tuple[str, str] | None = None,
     ) -> None:
         self.uri = uri
@@ -250,7 +259,16 @@ class ControllerClient:
         self._target = parse_controller_uri(uri)
         self._timeout_s = timeout_s
         self._retry = retry
-        self._channel = grpc.aio.insecure_channel(self._target, options=_CHANNEL_OPTIONS)
+        if tls is None and uri_wants_tls(uri):
+            tls = TlsOptions()
+        self.tls = tls
+        """The TLS settings in use (None: plaintext); the segment store is reached the same way."""
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(self._target, options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.aio.secure_channel(
+                self._target, tls.grpc_credentials(), options=_CHANNEL_OPTIONS
+            )
 
     async def aclose(self) -> None:
         await self._channel.close()

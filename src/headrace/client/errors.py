@@ -13,6 +13,7 @@ from, so callers branch on the class and read data from attributes::
         ├── TableKeyVersionError(segment)       TableKeyBadVersion / TableKeyDoesNotExist
         └── WrongHostError(segment, correct_host)   retriable
     ControllerError(status)                     a controller status other than success
+    TlsCertificateError                         the server's certificate did not verify
 
 ``ConnectionLost`` and ``RequestTimeout`` (``headrace.errors``) are the
 retriable transport errors.
@@ -31,6 +32,7 @@ __all__ = [
     "SegmentIsSealedError",
     "SegmentIsTruncatedError",
     "TableKeyVersionError",
+    "TlsCertificateError",
     "WrongHostError",
     "error_for_reply",
 ]
@@ -93,6 +95,14 @@ class ControllerError(ClientError):
         super().__init__(f"{what}: {status}")
         self.what = what
         self.status = status
+
+
+class TlsCertificateError(ClientError):
+    """The server's TLS certificate did not verify (unknown CA, wrong name, expired).
+
+    Not retriable: trying again meets the same certificate. Give the client the
+    server's CA (``TlsOptions(ca_file=...)``) or the name on the certificate.
+    """
 
 
 def _describe(reply: p.Command) -> str:

@@ -22,6 +22,7 @@ from .kvtable import KeyValueTable
 from .reader import ReaderGroup
 from .records import DEFAULT_TANK_SCOPE, RecordReader
 from .segments import SegmentClient
+from .tls import TlsOptions
 from .transactions import Transaction
 from .writer import (
     MAX_BLOCKS_IN_FLIGHT,
@@ -50,8 +51,14 @@ class PravegaClient:
     """Entry point of the client library. Close with :meth:`aclose`.
 
     Args:
-        controller_uri: ``tcp://host:port`` of the controller.
+        controller_uri: ``tcp://host:port`` of the controller; ``tls://host:port``
+            (or ``ssl``, ``tcps``, ``pravegas``) for TLS to the controller and the
+            segment store, trusting the system's CAs.
         retry: reconnect policy for segment-store connections.
+        tls: TLS settings for both the controller and the segment store (a CA
+            file, ``verify=False``, a client certificate); given, TLS is used
+            whatever the scheme. The segment store's certificate is checked
+            against the host name the controller hands out (``getURI``).
         credentials: ``(user, password)`` for a server with auth on: Basic
             credentials on every controller call, and a delegation token per
             stream in every segment-store request (fetched, cached and
@@ -64,10 +71,12 @@ class PravegaClient:
         controller_uri: str,
         *,
         retry: RetryPolicy = DEFAULT_RETRY,
+        tls: TlsOptions | None = None,
         credentials: tuple[str, str] | None = None,
     ) -> None:
-        self.controller = ControllerClient(controller_uri, credentials=credentials)
-        self.pool = ConnectionPool(retry)
+        self.controller = ControllerClient(controller_uri, tls=tls, credentials=credentials)
+        tls = self.controller.tls
+        self.pool = ConnectionPool(retry, ssl_context=None if tls is None else tls.ssl_context())
         self.segments = SegmentClient(self.controller, self.pool)
         self._retry = retry
 

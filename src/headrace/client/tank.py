@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -41,6 +42,8 @@ from headrace.errors import (
 )
 from headrace.protocols import tank as t
 from headrace.protocols.tank.codec import is_response
+
+from .errors import TlsCertificateError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -118,16 +121,26 @@ class TankClient:
         *,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> TankClient:
         """Open a connection (the broker's greeting is not waited for, as in TANK).
 
+        ``ssl_context``: speak TLS (``TlsOptions.ssl_context()``); the
+        handshake, a client certificate included, happens within
+        ``connect_timeout_s``. TANK has no credentials of its own: against a
+        server started with ``--tls-ca``, the client certificate is the credential.
+
         Raises:
-            ConnectionLost: the connection could not be made in time.
+            ConnectionLost: the connection (or its TLS handshake) could not be
+                made in time.
+            TlsCertificateError: the server's certificate did not verify.
         """
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), connect_timeout_s
+                asyncio.open_connection(host, port, ssl=ssl_context), connect_timeout_s
             )
+        except ssl.SSLCertVerificationError as exc:
+            raise TlsCertificateError(f"{host}:{port}: {exc.verify_message or exc}") from exc
         except (OSError, TimeoutError) as exc:
             raise ConnectionLost(f"cannot connect to {host}:{port}: {exc}") from exc
         return cls(reader, writer, request_timeout_s=request_timeout_s)

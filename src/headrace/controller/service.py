@@ -452,10 +452,9 @@ class ControllerService:
         permission on it (empty with auth off: the client then sends none).
 
         The permission is the strongest the user holds, whatever
-        ``accessOperation`` asks (the Rust client 0.3.8 sends UNSPECIFIED for
-        writers, readers and reader-group tables alike); the segment store
-        checks each command against it. A user with no permission at all gets
-        PERMISSION_DENIED here already.
+        ``accessOperation`` asks (the Rust client asks READ_WRITE even for a
+        reader); the segment store checks each command against it. A user
+        with no permission at all gets PERMISSION_DENIED here already.
         """
         if self.auth is None:
             return pb.DelegationToken(delegationToken="")
@@ -780,6 +779,8 @@ class ControllerServer:
         auto_scale_interval_s: float = AUTO_SCALE_INTERVAL_S,
         interceptors: Sequence[Any] = (),
         auth: ControllerAuth | None = None,
+        credentials: Any = None,
+        advertise_host: str | None = None,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -797,6 +798,10 @@ class ControllerServer:
             interceptors: ``grpc.aio.ServerInterceptor`` objects (metrics).
             auth: check credentials and permissions on every RPC and sign
                 delegation tokens; None: auth is off.
+            credentials: ``grpc.ServerCredentials`` to serve TLS with (the
+                server layer builds them from ``--tls-*``); None: plaintext.
+            advertise_host: the host ``getControllerServerList`` names for this
+                controller (default: ``host``); under TLS, a name on the certificate.
 
         Raises:
             OSError: the address could not be bound.
@@ -812,7 +817,11 @@ class ControllerServer:
             interceptors=list(interceptors),
         )
         try:
-            bound = server.add_insecure_port(_bind_address(host, port))
+            address = _bind_address(host, port)
+            if credentials is None:
+                bound = server.add_insecure_port(address)
+            else:
+                bound = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             await server.stop(None)
             raise OSError(f"controller cannot listen on {host}:{port}: {exc}") from exc
@@ -822,7 +831,7 @@ class ControllerServer:
         service = ControllerService(
             model,
             segment_store=(_advertised_host(segment_store[0]), segment_store[1]),
-            controller=(_advertised_host(host), bound),
+            controller=(_advertised_host(advertise_host or host), bound),
             auth=auth,
         )
         server.add_generic_rpc_handlers((build_handler(service),))

@@ -5,6 +5,15 @@ accepted socket with a fresh handler, refuses connections beyond
 ``max_connections`` (closed at once, logged), and returns a ``Listener`` whose
 ``aclose`` stops accepting, cancels the connections' loops and waits for them
 (each one releases its sessions in ``on_close``).
+
+TLS: given an ``ssl_context``, the accept loop does the server handshake
+itself (``StreamWriter.start_tls``) rather than letting ``asyncio.start_server``
+do it, because asyncio only logs a failed handshake in debug mode. Here a
+client that is not speaking TLS (a plaintext client on a TLS port), presents
+no or a wrong client certificate, or stalls the handshake past
+``TLS_HANDSHAKE_TIMEOUT_S`` gets a logged close: a warning, an access line
+with ``reason=tls_failed`` and ``headrace_errors_total{kind="tls_failed"}``.
+The handshake counts against ``max_connections`` like any connection.
 """
 
 from __future__ import annotations
@@ -18,17 +27,23 @@ from headrace.server._loop import (
     LISTENER_SETTINGS,
     MAX_CONNECTIONS,
     ConnectionHandler,
+    ConnectionObserver,
     log_access,
     run_connection,
 )
 from headrace.server.app import Listener
 
-__all__ = ["MAX_CONNECTIONS", "start_tcp_listener"]
+__all__ = ["MAX_CONNECTIONS", "TLS_HANDSHAKE_TIMEOUT_S", "start_tcp_listener"]
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 10.0
 """How long closing a listener waits for its connections' loops to finish."""
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""Longest a TLS handshake may take: a few round trips for any real client, even
+across continents; a peer that connects and stalls would otherwise hold a
+connection slot (asyncio's own default is 60 s)."""
 
 
 async def start_tcp_listener(
@@ -67,6 +82,13 @@ async def start_tcp_listener(
         assert task is not None
         connections.add(task)
         try:
+            # The handshake must be the first await here: until ``start_tls``
+            # swaps the protocol, the plain StreamReader would take the
+            # ClientHello into its own buffer, where TLS never sees it.
+            if ssl_context is not None and not await _handshake(
+                name, writer, ssl_context, observer
+            ):
+                return
             await run_connection(
                 reader,
                 writer,
@@ -84,7 +106,7 @@ async def start_tcp_listener(
         finally:
             connections.discard(task)
 
-    server = await asyncio.start_server(on_connect, host, port, ssl=ssl_context)
+    server = await asyncio.start_server(on_connect, host, port)
     bound = server.sockets[0].getsockname()[1]
 
     async def close() -> None:
@@ -96,3 +118,37 @@ async def start_tcp_listener(
         await server.wait_closed()
 
     return Listener(name, bound, close)
+
+
+async def _handshake(
+    name: str,
+    writer: asyncio.StreamWriter,
+    ssl_context: ssl.SSLContext,
+    observer: ConnectionObserver | None,
+) -> bool:
+    """Do the server side of a TLS handshake on an accepted connection.
+
+    Returns True when the connection now speaks TLS; False when the handshake
+    failed, the connection is closed and the failure logged and counted.
+    """
+    peer = writer.get_extra_info("peername")
+    clock = asyncio.get_running_loop().time
+    started_at = clock()
+    try:
+        await writer.start_tls(ssl_context, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+    except asyncio.CancelledError:
+        writer.transport.abort()
+        raise
+    except Exception as exc:  # ssl.SSLError, a reset, the timeout: all the peer's doing
+        log.warning("%s: TLS handshake with %s failed: %s", name, _address(peer), exc)
+        writer.transport.abort()
+        if observer is not None:
+            observer.connection_opened()
+            observer.connection_closed("tls_failed")
+        log_access(name, peer, {}, clock() - started_at, "tls_failed")
+        return False
+    return True
+
+
+def _address(peer: object) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)

@@ -125,6 +125,7 @@ ERROR_REASONS = frozenset(
         "partial_frame_timeout",
         "not_reading",
         "refused",
+        "tls_failed",
     }
 )
 """Close reasons that count as errors (``headrace_errors_total{kind=...}``)."""

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from headrace.controller.model import ControllerModel
 from headrace.server._loop import LISTENER_SETTINGS, ListenerSettings
 from headrace.server.config import ServerConfig
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
+from headrace.server.tls import server_ssl_context
 from headrace.store.api import SegmentStore
 
 __all__ = ["LISTENER_STARTERS", "Listener", "ServerApp"]
@@ -65,6 +67,7 @@ class ServerApp:
         self._listeners: list[Listener] = []
         self._stopping = asyncio.Event()
         self._closed = False
+        self._ssl_context: ssl.SSLContext | None = None
         self.metrics = ServerMetrics()
         self.metrics.attach(self)
 
@@ -101,6 +104,18 @@ class ServerApp:
         }
         ok = not self._closed and all(entry["up"] for entry in listeners.values())
         return ok, {"status": "ok" if ok else "unavailable", "listeners": listeners}
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The one server ``SSLContext`` of every TLS listener; None without ``--tls-cert``.
+
+        Built once, on first use, so every listener shares it (and a bad
+        certificate stops the start at the first listener, with a ``ConfigError``).
+        """
+        if self.config.tls is None:
+            return None
+        if self._ssl_context is None:
+            self._ssl_context = server_ssl_context(self.config.tls)
+        return self._ssl_context
 
     @property
     def ports(self) -> dict[str, int]:

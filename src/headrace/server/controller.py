@@ -2,8 +2,11 @@
 
 Registers itself as the ``controller`` listener (default port 9090). The
 segment-store endpoint that ``getURI`` returns is the app's own segment-store
-listener (``config.host`` and ``config.ports["segment_store"]``): the combined
-server is its own segment store.
+listener (``config.advertise_host``, else ``config.host``, and
+``config.ports["segment_store"]``): the combined server is its own segment
+store. With ``--tls-cert/--tls-key`` the controller serves gRPC over TLS on the
+same port; the Pravega client then uses the ``getURI`` host as the TLS server
+name, so it must be a DNS name on the certificate (``--advertise-host``).
 
 gRPC owns the controller's connections, so the connection loop's counters do
 not see them; an interceptor counts its calls as ``controller`` requests.
@@ -20,6 +23,7 @@ from headrace.controller.auth import Authenticator, TokenIssuer, load_or_create_
 from headrace.controller.service import ControllerAuth, ControllerServer
 from headrace.server._loop import LISTENER_SETTINGS, ConnectionObserver
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.tls import grpc_server_credentials
 
 __all__ = ["start_controller"]
 
@@ -60,6 +64,10 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
     Raises:
         OSError: the address could not be bound.
     """
+    credentials = None
+    if app.config.tls is not None:
+        app.ssl_context()  # checks the files and the key before gRPC gets them
+        credentials = grpc_server_credentials(app.config.tls)
     advertised = app.config.advertise_host or app.config.host
     segment_store = (advertised, app.config.ports.get("segment_store", 0))
     retention_interval_s = app.config.retention_interval_s
@@ -74,6 +82,8 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
         auto_scale_interval_s=app.config.auto_scale_interval_s,
         model=app.controller,
         interceptors=[] if observer is None else [_CountCalls(observer)],
+        credentials=credentials,
+        advertise_host=app.config.advertise_host,
         auth=_auth(app),
     )
     return Listener("controller", server.port, server.aclose)

@@ -194,8 +194,10 @@ def _messages(stream: bytes) -> bytes:
 
 
 async def start_http(app: ServerApp, host: str, port: int) -> Listener:
-    """Serve the HTTP port on (host, port)."""
-    return await start_tcp_listener("http", host, port, lambda: HttpHandler(app))
+    """Serve the HTTP port on (host, port): HTTPS when a certificate is configured."""
+    return await start_tcp_listener(
+        "http", host, port, lambda: HttpHandler(app), ssl_context=app.ssl_context()
+    )
 
 
 LISTENER_STARTERS["http"] = start_http

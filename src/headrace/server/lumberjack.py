@@ -77,7 +77,6 @@ from headrace.server.lumberjack_config import (
     LumberjackConfig,
     parse_field_path,
 )
-from headrace.server.tls import server_ssl_context
 from headrace.store.api import MAX_APPEND_BYTES, SegmentStore
 
 __all__ = [
@@ -554,9 +553,9 @@ async def _start(app: ServerApp, name: str, host: str, port: int, *, tls: bool) 
     config = app.config.lumberjack
     ssl_context = None
     if tls:
-        if app.config.tls is None:
+        ssl_context = app.ssl_context()
+        if ssl_context is None:
             raise RuntimeError("the lumberjack_tls listener needs --tls-cert and --tls-key")
-        ssl_context = server_ssl_context(app.config.tls)
     target = LumberjackTarget(app, config)
     return await start_tcp_listener(
         name,

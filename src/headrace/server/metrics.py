@@ -6,7 +6,7 @@ process never share counters). What is counted where:
 * connections, requests and bytes per protocol: the connection loop reports
   to a ``ListenerMetrics`` (a ``ConnectionObserver``) per TCP listener;
 * errors by kind: connections closed for a fault (protocol error, a limit,
-  a handler failure, refused at ``max_connections``);
+  a handler failure, refused at ``max_connections``, a failed TLS handshake);
 * append and fsync latency: ``MeteredDiskStore`` times each stream append
   from the call to its acknowledgement, and ``TimedFileOps`` each WAL sync;
 * stored bytes, segments, streams, parked readers, listeners up: read when

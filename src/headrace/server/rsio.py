@@ -75,7 +75,6 @@ from headrace.protocols.rsio.states import PublisherState, SubscriberState
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
-from headrace.server.tls import server_ssl_context
 from headrace.store.api import MAX_APPEND_BYTES, MAX_WAIT_S
 
 __all__ = [
@@ -800,10 +799,8 @@ def _frame(payloads: list[bytes]) -> bytes:
 
 async def start_rsio(app: ServerApp, host: str, port: int) -> Listener:
     """Serve RS-IO on (host, port), over TLS when a certificate is configured."""
-    tls = app.config.tls
-    ssl_context = server_ssl_context(tls) if tls is not None else None
     return await start_tcp_listener(
-        "rsio", host, port, lambda: RsioHandler(app), ssl_context=ssl_context
+        "rsio", host, port, lambda: RsioHandler(app), ssl_context=app.ssl_context()
     )
 
 

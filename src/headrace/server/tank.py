@@ -1220,7 +1220,9 @@ DISPATCH: dict[type, Handler] = {
 
 
 async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
-    """Serve the TANK protocol on (host, port) over ``app.store``.
+    """Serve the TANK protocol on (host, port) over ``app.store``, over TLS when a
+    certificate is configured (TANK has no credentials: with ``--tls-ca`` the
+    client certificate is the credential).
 
     Raises:
         OSError: the address could not be bound.
@@ -1230,7 +1232,9 @@ async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
     broker = TankBroker(app.store, app.controller, scope)
     await broker.start()
-    return await start_tcp_listener("tank", host, port, lambda: TankHandler(broker))
+    return await start_tcp_listener(
+        "tank", host, port, lambda: TankHandler(broker), ssl_context=app.ssl_context()
+    )
 
 
 LISTENER_STARTERS["tank"] = start_tank
