@@ -452,9 +452,10 @@ class ControllerService:
         permission on it (empty with auth off: the client then sends none).
 
         The permission is the strongest the user holds, whatever
-        ``accessOperation`` asks (the Rust client asks READ_WRITE even for a
-        reader); the segment store checks each command against it. A user
-        with no permission at all gets PERMISSION_DENIED here already.
+        ``accessOperation`` asks (the Rust client 0.3.8 sends UNSPECIFIED for
+        writers, readers and reader-group tables alike); the segment store
+        checks each command against it. A user with no permission at all gets
+        PERMISSION_DENIED here already.
         """
         if self.auth is None:
             return pb.DelegationToken(delegationToken="")

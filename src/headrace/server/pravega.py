@@ -49,6 +49,7 @@ Behaviour the client depends on, and where it is kept:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import ssl
@@ -85,11 +86,14 @@ from headrace.protocols.pravega.auth import (
     segment_resource,
 )
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import ConnectionHandler
+from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.store.api import SegmentStore
 from headrace.types import (
     AppendResult,
+    FileRegion,
+    ReadResult,
+    RegionRead,
     TableEntry,
     TableKey,
     TableUpdate,
@@ -124,6 +128,12 @@ more, and a smaller reply bounds the memory one request holds."""
 
 MIN_READ_REPLY_BYTES = 8
 """Java serves at least this much when asked for less (``max(8, suggested)``, §6)."""
+
+MIN_REGION_BYTES = 64 * 1024
+"""Reads at least this large go out with ``sendfile`` from the data file (on
+plain TCP); smaller ones are copied, which is cheaper than opening the file
+for them. Also the size from which read data is written as it is instead of
+being copied into the reply frame."""
 
 MAX_TABLE_ITEMS_PER_REPLY = 10_000
 """Most keys or entries one table iteration or delta reply carries, whatever
@@ -187,7 +197,10 @@ class PravegaHandler(ConnectionHandler):
         self._admissions: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._admitted_waking = 0
         self._conn = p.PravegaConnection(p.Role.SERVER)
-        self._closing_reply = b""  # a protocol error's reply, after which nothing else goes
+        self._out: list[OutputPiece] = []
+        """Output in order ahead of what the connection has queued: replies whose
+        data goes out as it is (a file region or a large buffer) and, after a
+        protocol error, the last replies and the error's."""
         self._failed = False
         # Per writer on this connection: the last event number acknowledged
         # (DataAppended.previous_event_number), and the ack the next one waits for.
@@ -300,13 +313,25 @@ class PravegaHandler(ConnectionHandler):
                 return TokenInvalid(f"the token does not cover segment {segment!r}")
         return None
 
-    def data_to_send(self) -> bytes:
+    def output(self) -> list[OutputPiece]:
         self._unsent_bytes = 0
         self._taken.set()
-        if self._failed:
-            data, self._closing_reply = self._closing_reply, b""
-            return data
-        return self._conn.data_to_send()
+        pieces, self._out = self._out, []
+        if not self._failed:
+            queued = self._conn.data_to_send()
+            if queued:
+                pieces.append(queued)
+        return pieces
+
+    def data_to_send(self) -> bytes:
+        parts: list[bytes | bytearray | memoryview] = []
+        for piece in self.output():
+            if isinstance(piece, FileRegion):
+                with piece:
+                    parts.append(piece.read())
+            else:
+                parts.append(piece)
+        return b"".join(parts)
 
     async def _room_for(self, size_bytes: int) -> None:
         """Wait until a read reply of ``size_bytes`` fits under ``MAX_UNSENT_REPLY_BYTES``
@@ -329,12 +354,16 @@ class PravegaHandler(ConnectionHandler):
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # What was queued before the bad frame still goes out, then the hint.
-        self._closing_reply = self._conn.data_to_send()
+        self._out.append(self._conn.data_to_send())
         if isinstance(exc.reply_hint, p.Command):
-            self._closing_reply += p.encode_command(exc.reply_hint)
+            self._out.append(p.encode_command(exc.reply_hint))
         self._failed = True
 
     async def on_close(self) -> None:
+        for piece in self._out:  # never taken by the writer
+            if isinstance(piece, FileRegion):
+                piece.close()
+        self._out.clear()
         for future in self._ack_tail.values():
             if not future.done():
                 future.cancel()
@@ -440,11 +469,21 @@ class PravegaHandler(ConnectionHandler):
 
     # ------------------------------------------------------------------ reads (§6)
 
+    async def _read(self, cmd: p.ReadSegment, size: int) -> ReadResult | RegionRead:
+        """The store's answer: a file region to ``sendfile`` when the connection
+        can and the read is large, else bytes."""
+        if self.sendfile_ok:
+            return await self._store.read_region(
+                cmd.segment, cmd.offset, size, min_region_bytes=MIN_REGION_BYTES
+            )
+        return await self._store.read(cmd.segment, cmd.offset, size)
+
     async def _read_segment(self, cmd: p.ReadSegment) -> None:
         size = min(max(cmd.suggested_length, MIN_READ_REPLY_BYTES), MAX_READ_REPLY_BYTES)
+        result: ReadResult | RegionRead
         try:
-            result = await self._store.read(cmd.segment, cmd.offset, size)
-            ready = bool(result.data) or result.end_of_segment
+            result = await self._read(cmd, size)
+            ready = isinstance(result, RegionRead) or bool(result.data) or result.end_of_segment
         except BadOffset:  # beyond the tail: wait for the segment to get there
             ready = False
         if not ready:
@@ -462,18 +501,44 @@ class PravegaHandler(ConnectionHandler):
                     p.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
                 )
                 return
-            result = await self._store.read(cmd.segment, cmd.offset, size)
-        await self._room_for(len(result.data))
-        self._reply(
-            p.SegmentRead(
-                cmd.segment,
-                cmd.offset,
-                result.at_tail,
-                result.end_of_segment,
-                result.data,
-                cmd.request_id,
-            )
+            result = await self._read(cmd, size)
+        if isinstance(result, RegionRead):
+            payload: FileRegion | bytes = result.region
+            size_bytes = result.region.size_bytes
+        else:
+            payload = result.data
+            size_bytes = len(payload)
+        try:
+            await self._room_for(size_bytes)
+        except BaseException:
+            if isinstance(payload, FileRegion):
+                payload.close()
+            raise
+        reply = p.SegmentRead(
+            cmd.segment, cmd.offset, result.at_tail, result.end_of_segment, b"", cmd.request_id
         )
+        self._reply_with_data(reply, payload, size_bytes)
+
+    def _reply_with_data(
+        self, reply: p.SegmentRead, data: FileRegion | bytes, size_bytes: int
+    ) -> None:
+        """Queue ``reply`` (its empty bytes field standing for ``data``) so that a large
+        ``data`` goes out as it is: a file region by ``sendfile``, bytes uncopied."""
+        try:
+            if self._failed:
+                log.debug("pravega: dropping %s after a protocol error", type(reply).__name__)
+            elif isinstance(data, bytes) and size_bytes < MIN_REGION_BYTES:
+                self._conn.send(dataclasses.replace(reply, data=data))
+            else:
+                prefix, suffix = self._conn.send_split(reply, size_bytes)
+                queued = self._conn.data_to_send()  # replies before this one go first
+                if queued:
+                    self._out.append(queued)
+                self._out += (prefix, data, suffix)
+                data = b""  # handed over: the writer closes the region
+        finally:
+            if isinstance(data, FileRegion):
+                data.close()
 
     # ------------------------------------------------------------------ segments (§7)
 
