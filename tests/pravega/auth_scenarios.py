@@ -24,6 +24,9 @@ import pravega_client as pc
 READ_DEADLINE_S = 60.0
 """Longest a scenario keeps reading before it reports what it has."""
 
+LARGE_EVENT_BYTES = 9 * 1024 * 1024
+"""Over the client's 8 MiB append limit: the large-event path (wire spec §5.5)."""
+
 
 def _manager(uri: str) -> Any:
     return pc.StreamManager(uri, True, False)  # auth_enabled=True, tls_enabled=False
@@ -35,6 +38,16 @@ async def _read(reader: Any, want: int) -> list[str]:
     while len(got) < want and time.monotonic() < deadline:
         slice_ = await reader.get_segment_slice_async()
         got += [event.data().decode() for event in slice_]
+        reader.release_segment(slice_)
+    return got
+
+
+async def _read_bytes(reader: Any, want: int) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + READ_DEADLINE_S
+    while len(got) < want and time.monotonic() < deadline:
+        slice_ = await reader.get_segment_slice_async()
+        got += [event.data() for event in slice_]
         reader.release_segment(slice_)
     return got
 
@@ -51,7 +64,19 @@ def write_read(uri: str, scope: str, count: str) -> dict[str, Any]:
     rg = m.create_reader_group("rg", scope, "st")
     reader = rg.create_reader("r1")
     got = asyncio.run(_read(reader, n))
-    return {"created": created, "read": sorted(got, key=lambda e: int(e[1:]))}
+    # Over 8 MiB: CreateTransientSegment, appends to it and MergeSegments, each with the token.
+    m.create_stream(scope, "big", 1)
+    large = m.create_writer(scope, "big")
+    large.write_event_bytes(b"L" * LARGE_EVENT_BYTES)
+    large.flush()
+    big = asyncio.run(
+        _read_bytes(m.create_reader_group("rgbig", scope, "big").create_reader("r"), 1)
+    )
+    return {
+        "created": created,
+        "read": sorted(got, key=lambda e: int(e[1:])),
+        "large": [len(e) for e in big],
+    }
 
 
 def read_only(uri: str, scope: str, count: str) -> dict[str, Any]:

@@ -105,6 +105,7 @@ def test_admin_writes_and_reads_with_tokens(server: ServerProcess, written: dict
     result = written
     assert result["created"] == [True, True]
     assert result["read"] == [f"e{i}" for i in range(50)]
+    assert result["large"] == [9 * 1024 * 1024]
     assert "refused" not in server.log_text()  # every token the client sent was good
 
 
