@@ -75,3 +75,39 @@ def test_mutated_bundles_agree(bundle: bytes, data: st.DataObject) -> None:
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_agree(raw: bytes) -> None:
     assert validates(raw) == decodes(raw)
+
+
+@st.composite
+def uniform_bundles(draw: st.DrawFn) -> bytes:
+    """Fixed-size records, the shape validated without a walk: one content size,
+    one key size, timestamps all equal (only the first message carries one) or not."""
+    count = draw(st.integers(1, 60))
+    size = draw(st.sampled_from([0, 1, 100, 127, 128, 300, 20_000]))
+    key_size = draw(st.sampled_from([0, 1, 16]))
+    same_ts = draw(st.booleans())
+    base = [
+        BundleMessage(
+            draw(st.binary(min_size=size, max_size=size)),
+            1_700_000_000_000 if same_ts else draw(st.integers(0, 2**63)),
+            draw(st.binary(min_size=key_size, max_size=key_size)),
+        )
+        for _ in range(count)
+    ]
+    return encode_bundle(base, compress=draw(st.booleans()))
+
+
+@given(uniform_bundles())
+def test_uniform_bundles_validate(bundle: bytes) -> None:
+    assert validates(bundle) and decodes(bundle)
+
+
+@settings(max_examples=500)
+@given(uniform_bundles(), st.data())
+def test_mutated_uniform_bundles_agree(bundle: bytes, data: st.DataObject) -> None:
+    mutated = bytearray(bundle)
+    for _ in range(data.draw(st.integers(1, 2))):
+        position = data.draw(st.integers(0, len(mutated) - 1))
+        mutated[position] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.sampled_from([len(mutated), len(mutated) - 1, len(mutated) + 1]))
+    mutated = mutated[:cut] + data.draw(st.binary(max_size=1))
+    assert validates(bytes(mutated)) == decodes(bytes(mutated))

@@ -1294,6 +1294,8 @@ def validate_bundle(bundle: bytes | bytearray | memoryview) -> BundleHeader:
     data = bytes(memoryview(bundle)[header.size_bytes :])
     if header.codec == BundleCodec.SNAPPY:
         data = _decompress(data)
+    if not header.sparse and _uniform_message_set(data, header.msg_count):
+        return header
     end = len(data)
     count = header.msg_count
     middle_sparse = header.sparse and count > 2
@@ -1334,6 +1336,70 @@ def validate_bundle(bundle: bytes | bytearray | memoryview) -> BundleHeader:
     if position != end:
         raise RemoteProtocolError(f"bundle: {end - position} unexpected trailing bytes")
     return header
+
+
+_HAVE_KEY = int(MessageFlags.HAVE_KEY)
+_USE_LAST_TS = int(MessageFlags.USE_LAST_SPECIFIED_TS)
+
+
+def _uniform_message_set(data: bytes, count: int) -> bool:
+    """Whether ``data`` is ``count`` messages laid out alike, checked at C speed.
+
+    A producer of fixed-size records (one schema, one key length) sends
+    messages whose flags, key length and content-length bytes are all equal
+    after the first (which alone carries the timestamp when the rest say
+    "same as the last"), so every message after the first has the same size
+    ``m``. Then each of those bytes, taken every ``m`` bytes (one strided
+    slice, no Python loop), must repeat one value, and the messages parse
+    exactly as the walk in ``validate_bundle`` would parse them. False (not
+    an error) sends any other message set, valid or not, to the walk.
+    Non-sparse bundles only: sparse ones carry per-message seq-num deltas.
+    """
+    first = _message_layout(data, 0)
+    if first is None or count < 3:
+        return False
+    base = first[0]
+    rest = _message_layout(data, base)
+    if rest is None:
+        return False
+    size, layout = rest
+    if base + size * (count - 1) != len(data):
+        return False
+    return all(data[base + at :: size] == bytes((data[base + at],)) * (count - 1) for at in layout)
+
+
+def _message_layout(data: bytes, start: int) -> tuple[int, list[int]] | None:
+    """The size of the message at ``start`` and the positions (relative to it) of
+    its layout bytes: flags, key length, content-length varint. None if it does
+    not parse (the walk then says why)."""
+    end = len(data)
+    if start >= end:
+        return None
+    flags = data[start]
+    layout = [0]
+    position = start + 1
+    if not flags & _USE_LAST_TS:
+        position += 8
+    if flags & _HAVE_KEY:
+        if position >= end:
+            return None
+        layout.append(position - start)
+        position += 1 + data[position]
+    varint_start = position
+    length = shift = 0
+    while True:
+        if position >= end or position - varint_start >= MAX_VARINT_BYTES:
+            return None
+        byte = data[position]
+        layout.append(position - start)
+        position += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    if length > MAX_VARINT_VALUE:
+        return None
+    return position + length - start, layout
 
 
 def _bundle_first(header: BundleHeader, first_seq_num: int | None) -> int:
