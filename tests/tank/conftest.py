@@ -22,8 +22,14 @@ class TankServer(ServerProcess):
     """One ``python -m headrace serve`` process serving TANK on ``port``."""
 
     def __init__(
-        self, data_dir: Path, *, pravega: bool = False, extra_args: tuple[str, ...] = ()
+        self,
+        data_dir: Path,
+        *,
+        pravega: bool = False,
+        extra_args: tuple[str, ...] = (),
+        verbose: bool = False,
     ) -> None:
+        """``verbose``: ``-v``, so that info lines (access lines) are logged."""
         ports: dict[str, int | None] = {"tank": FREE}
         if pravega:  # also serve the controller and segment store
             ports |= {"controller": FREE, "segment_store": FREE}
@@ -31,6 +37,7 @@ class TankServer(ServerProcess):
             data_dir,
             ports=ports,
             args=extra_args,
+            global_args=["-v"] if verbose else [],
             start_timeout_s=START_TIMEOUT_S,
             stop_timeout_s=STOP_TIMEOUT_S,
         )
@@ -53,9 +60,13 @@ class TankServer(ServerProcess):
 
 @contextlib.contextmanager
 def running_server(
-    data_dir: Path, *, pravega: bool = False, extra_args: tuple[str, ...] = ()
+    data_dir: Path,
+    *,
+    pravega: bool = False,
+    extra_args: tuple[str, ...] = (),
+    verbose: bool = False,
 ) -> Iterator[TankServer]:
-    server = TankServer(data_dir, pravega=pravega, extra_args=extra_args)
+    server = TankServer(data_dir, pravega=pravega, extra_args=extra_args, verbose=verbose)
     server.start()
     try:
         yield server

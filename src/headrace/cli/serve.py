@@ -223,6 +223,8 @@ def render_docs() -> str:
         "protocol, peer, requests, bytes each way, duration and the reason it closed",
         "(`eof`, `idle`, `protocol_error`, `handler_error`, `frame_too_large`,",
         "`partial_frame_timeout`, `not_reading`, `refused`, `tls_failed`, `shutdown`, `closed`).",
+        "A TANK connection with no request within `--tank-first-request-timeout` closes",
+        "with `first_request_timeout`, as the TANK broker closes it.",
         "The controller (gRPC) logs one line per call instead (at debug level, `-vv`).",
         "",
     ]

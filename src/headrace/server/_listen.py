@@ -56,12 +56,15 @@ async def start_tcp_listener(
     max_connections: int | None = None,
     idle_timeout_s: float | None = None,
     max_pending_events: int | None = None,
+    first_request_timeout_s: float | None = None,
 ) -> Listener:
     """Serve ``make_handler()`` connections on (host, port); port 0 picks a free port.
 
     Limits and metrics come from ``LISTENER_SETTINGS`` (set by ``ServerApp``);
     ``max_connections``, ``idle_timeout_s`` and ``max_pending_events``, when
-    given, override its limits for this listener.
+    given, override its limits for this listener. ``first_request_timeout_s``:
+    a connection that has sent no whole request this long after opening is
+    closed (None: no such limit).
     """
     connections: set[asyncio.Task[None]] = set()
     settings = LISTENER_SETTINGS.get()
@@ -98,6 +101,7 @@ async def start_tcp_listener(
                 max_pending_events=max_pending_events,
                 observer=observer,
                 listener=name,
+                first_request_timeout_s=first_request_timeout_s,
             )
         except asyncio.CancelledError:
             pass

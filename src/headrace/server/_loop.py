@@ -29,7 +29,9 @@ replies inside the sans-I/O object; the loop writes whatever
   ``partial_frame_timeout_s`` of its first byte (the handler says how many
   bytes of a frame it holds: ``partial_frame_bytes``); reply bytes the peer
   has not taken are bounded by ``max_buffered_bytes``; a connection that
-  sends nothing for ``idle_timeout_s`` is closed.
+  sends nothing for ``idle_timeout_s`` is closed, and so is one that has
+  not sent a whole request within ``first_request_timeout_s`` of opening,
+  where its front door sets one (TANK, as the TANK broker does).
 * **Accounting**: bytes each way and requests (events) are reported to the
   listener's ``ConnectionObserver`` (metrics), and one ``headrace.access``
   line is logged when the connection closes, with why it closed.
@@ -274,10 +276,13 @@ async def run_connection(
     max_pending_events: int | None = None,
     observer: ConnectionObserver | None = None,
     listener: str | None = None,
+    first_request_timeout_s: float | None = None,
 ) -> None:
     """Serve one connection until EOF, a protocol error, a limit, or cancellation.
 
     ``idle_timeout_s`` and ``max_pending_events``, when given, override ``limits``.
+    ``first_request_timeout_s``: close the connection if no whole request has
+    arrived this long after it opened (None: no such limit, only the idle one).
     ``listener`` names the connection's protocol in its access line (default:
     the handler's name).
     """
@@ -287,6 +292,9 @@ async def run_connection(
     peer = writer.get_extra_info("peername")
     clock = asyncio.get_running_loop().time
     opened_at = clock()
+    first_request_by = (
+        None if first_request_timeout_s is None else opened_at + first_request_timeout_s
+    )
     wake = asyncio.Event()
     closing = False
     handler.wake_writer = wake.set
@@ -441,6 +449,8 @@ async def run_connection(
             wait_s = idle_s
             if partial_since is not None:
                 wait_s = min(wait_s, partial_since + limits.partial_frame_timeout_s - clock())
+            if first_request_by is not None:
+                wait_s = min(wait_s, first_request_by - clock())
             try:
                 # One timer handle per read (asyncio.timeout), not wait_for's task.
                 async with asyncio.timeout(max(wait_s, 0)):
@@ -456,6 +466,15 @@ async def run_connection(
                         handler.name,
                         peer,
                         limits.partial_frame_timeout_s,
+                    )
+                    break
+                if first_request_by is not None and clock() >= first_request_by:
+                    close_reason("first_request_timeout")
+                    log.info(
+                        "%s %s: no request within %.1f s; closing",
+                        handler.name,
+                        peer,
+                        first_request_timeout_s,
                     )
                     break
                 if handler.busy():
@@ -492,6 +511,8 @@ async def run_connection(
             if not data:
                 close_reason("eof")
                 break
+            if counts["requests"]:
+                first_request_by = None
             partial = handler.partial_frame_bytes()
             if partial > limits.max_frame_bytes:
                 close_reason("frame_too_large")

@@ -28,6 +28,7 @@ from headrace.protocols.lumberjack import (
     MAX_FRAME_BYTES,
     MAX_WINDOW_COUNT,
 )
+from headrace.protocols.tank import FIRST_REQUEST_TIMEOUT_S as TANK_FIRST_REQUEST_TIMEOUT_S
 from headrace.server._loop import (
     IDLE_TIMEOUT_S,
     MAX_BUFFERED_BYTES,
@@ -116,6 +117,8 @@ class ServerConfig:
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
     auto_scale_interval_s: float = DEFAULT_AUTO_SCALE_INTERVAL_S
     tank_scope: str = "tank"  # the scope holding TANK topics (DESIGN.md section 2)
+    tank_first_request_timeout_s: float = TANK_FIRST_REQUEST_TIMEOUT_S
+    """A TANK connection with no request this long after opening is closed (as TANK does)."""
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
@@ -152,6 +155,8 @@ class ServerConfig:
             raise ConfigError("--idle-timeout must be positive")
         if not self.limits.partial_frame_timeout_s > 0:
             raise ConfigError("--partial-frame-timeout must be positive")
+        if not self.tank_first_request_timeout_s > 0:
+            raise ConfigError("--tank-first-request-timeout must be positive")
         self.lumberjack.validate()
 
     def enabled_listeners(self) -> dict[str, int]:
@@ -328,6 +333,15 @@ OPTIONS: tuple[Option, ...] = (
         "Limits",
         0.001,
     ),
+    Option(
+        "tank_first_request_timeout",
+        float,
+        TANK_FIRST_REQUEST_TIMEOUT_S,
+        "Seconds a TANK connection may go without a request after it opened before "
+        "it is closed (the TANK broker's own limit).",
+        "Limits",
+        0.001,
+    ),
     # -- TLS
     Option(
         "tls_cert",
@@ -501,6 +515,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         fsync=FsyncPolicy(fsync),
         fsync_interval_s=float(get("fsync_interval", float)),
         tank_scope=str(get("tank_scope", str)),
+        tank_first_request_timeout_s=float(get("tank_first_request_timeout", float)),
         retention_interval_s=float(get("retention_interval", float)),
         auto_scale_interval_s=float(get("auto_scale_interval", float)),
         ports={name: int(get(f"{name}_port", int)) for name in DEFAULT_PORTS},

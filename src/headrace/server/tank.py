@@ -1233,7 +1233,12 @@ async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
     broker = TankBroker(app.store, app.controller, scope)
     await broker.start()
     return await start_tcp_listener(
-        "tank", host, port, lambda: TankHandler(broker), ssl_context=app.ssl_context()
+        "tank",
+        host,
+        port,
+        lambda: TankHandler(broker),
+        first_request_timeout_s=app.config.tank_first_request_timeout_s,
+        ssl_context=app.ssl_context(),
     )
 
 
