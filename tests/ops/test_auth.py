@@ -456,3 +456,31 @@ def test_credentials_from_the_real_clients_environment_variables() -> None:
     assert credentials_from_env({**env, "pravega_client_auth_method": "basic"}) == ("u", "pw")
     assert credentials_from_env({**env, "pravega_client_auth_method": "Bearer"}) is None
     assert credentials_from_env({"pravega_client_auth_password": "pw"}) is None
+
+
+def test_cli_commands_take_credentials(auth_server: ServerProcess, tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("admin-secret\n")
+    creds = ["--controller", auth_server.uri, "--user", "admin", "--password-file", str(password)]
+    created = _cli("stream", "create", "cli/st", *creds)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.strip() == "created: cli/st"
+    wrote = _cli("write", "cli/st", "-", *creds, stdin="one\ntwo\n")
+    assert wrote.returncode == 0, wrote.stderr
+    read = _cli("read", "cli/st", *creds)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.splitlines() == ["one", "two"]
+    anonymous = _cli("stream", "create", "cli/other", "--controller", auth_server.uri)
+    assert anonymous.returncode == 1 and "UNAUTHENTICATED" in anonymous.stderr
+    env_creds = subprocess.run(
+        [sys.executable, "-m", "headrace", "read", "cli/st", "--controller", auth_server.uri],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(
+            {"pravega_client_auth_username": "reader", "pravega_client_auth_password": "x"}
+        ),
+    )
+    assert env_creds.returncode == 1 and "UNAUTHENTICATED" in env_creds.stderr
+    half = _cli("stream", "create", "cli/other", "--controller", auth_server.uri, "--user", "a")
+    assert half.returncode == 2 and "go together" in half.stderr

@@ -5,6 +5,12 @@ TLS: ``tls_options`` adds ``--ca``, ``--client-cert``, ``--client-key`` and
 ``--insecure`` to a command (``controller_option`` adds them with
 ``--controller``); ``client_tls`` turns them into ``TlsOptions``. TLS is on
 when the controller URI has a TLS scheme (``tls://``) or any of them is given.
+
+Auth: ``controller_option`` also adds ``--user`` and ``--password-file`` (or
+``HEADRACE_USER`` / ``HEADRACE_PASSWORD_FILE``); without them the real Pravega
+client's variables (``pravega_client_auth_username`` / ``_password``) are
+used if set. ``client_credentials`` turns them into ``(user, password)`` for a
+server with ``--auth-password-file``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ if TYPE_CHECKING:  # imported when used: ``headrace status`` stays free of grpc 
 
 __all__ = [
     "CONTROLLER_DEFAULT",
+    "client_credentials",
     "client_tls",
     "controller_option",
     "pravega_client",
@@ -31,6 +38,9 @@ __all__ = [
     "split_stream",
     "tls_options",
 ]
+
+_AUTH_META = "headrace.auth"
+"""Key of the auth flags' values in the click context's ``meta``."""
 
 _TLS_META = "headrace.tls"
 """Key of the TLS flags' values in the click context's ``meta``."""
@@ -50,7 +60,54 @@ def controller_option(f: F) -> F:
         show_default=True,
         envvar="HEADRACE_CONTROLLER",
         help="Controller URI (tls://host:port for TLS).",
-    )(tls_options(f))
+    )(tls_options(auth_options(f)))
+
+
+def _remember_auth(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    ctx.meta.setdefault(_AUTH_META, {})[param.name] = value
+    return value
+
+
+def auth_options(f: F) -> F:
+    """``--user`` and ``--password-file``, read by ``client_credentials``."""
+    f = click.option(
+        "--password-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="HEADRACE_PASSWORD_FILE",
+        expose_value=False,
+        callback=_remember_auth,
+        help="Auth: file whose first line is the --user's password.",
+    )(f)
+    return click.option(
+        "--user",
+        envvar="HEADRACE_USER",
+        expose_value=False,
+        callback=_remember_auth,
+        help="Auth: user name, for a server started with --auth-password-file.",
+    )(f)
+
+
+def client_credentials() -> tuple[str, str] | None:
+    """The running command's ``(user, password)``; None: no credentials.
+
+    Raises:
+        click.UsageError: ``--user`` without ``--password-file`` or the reverse,
+            or an unreadable password file.
+    """
+    from headrace.client.pravega import credentials_from_env
+
+    values = click.get_current_context().meta.get(_AUTH_META, {})
+    user, path = values.get("user"), values.get("password_file")
+    if user is None and path is None:
+        return credentials_from_env()
+    if user is None or path is None:
+        raise click.UsageError("--user and --password-file go together")
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            password = f.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.UsageError(f"cannot read --password-file {path}: {exc}") from exc
+    return str(user), password
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
@@ -115,10 +172,10 @@ def client_tls(uri: str = "") -> TlsOptions | None:
 
 
 def pravega_client(controller: str) -> PravegaClient:
-    """A ``PravegaClient`` of ``controller`` with the command's TLS flags."""
+    """A ``PravegaClient`` of ``controller`` with the command's TLS and auth flags."""
     from headrace.client import PravegaClient
 
-    return PravegaClient(controller, tls=client_tls(controller))
+    return PravegaClient(controller, tls=client_tls(controller), credentials=client_credentials())
 
 
 def split_stream(value: str) -> tuple[str, str]:
