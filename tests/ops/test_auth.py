@@ -52,6 +52,7 @@ from headrace.protocols.pravega.auth import (
     parse_grant,
     segment_resource,
 )
+from headrace.server.config import LISTENER_NAMES
 from tests._server import FREE, ServerProcess, server_env
 from tests.server.test_pravega_server import Raw
 
@@ -484,3 +485,37 @@ def test_cli_commands_take_credentials(auth_server: ServerProcess, tmp_path: Pat
     assert env_creds.returncode == 1 and "UNAUTHENTICATED" in env_creds.stderr
     half = _cli("stream", "create", "cli/other", "--controller", auth_server.uri, "--user", "a")
     assert half.returncode == 2 and "go together" in half.stderr
+
+
+def _serve_fails(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``headrace serve`` with only the segment store (on a free port) and ``args``;
+    it must stop by itself at start."""
+    from tests._server import free_port
+
+    ports = [f"--{name.replace('_', '-')}-port=0" for name in LISTENER_NAMES]
+    return subprocess.run(
+        [sys.executable, "-m", "headrace", "serve", "--data-dir", str(tmp_path / "data"),
+         *ports, f"--segment-store-port={free_port()}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+    )  # fmt: skip
+
+
+def test_serve_refuses_a_bad_password_file_or_an_open_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad-users"
+    bad.write_text("# users\nalice:plaintext:prn::/*,READ_UPDATE;\n")
+    done = _serve_fails(tmp_path, "--auth-password-file", str(bad))
+    assert done.returncode == 1
+    assert "line 2" in done.stderr and "$scrypt$" in done.stderr
+    missing = _serve_fails(tmp_path, "--auth-password-file", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "--auth-password-file" in missing.stderr
+    good = tmp_path / "users"
+    _add_user(good, *ADMIN, "prn::/*,READ_UPDATE")
+    (tmp_path / "data").mkdir(exist_ok=True)
+    key = tmp_path / "data" / TOKEN_KEY_FILE
+    key.write_bytes(b"k" * 32)
+    key.chmod(0o644)
+    done = _serve_fails(tmp_path, "--auth-password-file", str(good))
+    assert done.returncode == 1 and "readable by others" in done.stderr

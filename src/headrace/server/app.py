@@ -20,6 +20,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 
+from headrace.controller.auth import PasswordFile, load_or_create_key
 from headrace.controller.model import ControllerModel
 from headrace.server._loop import LISTENER_SETTINGS, ListenerSettings
 from headrace.server.config import ServerConfig
@@ -138,6 +139,10 @@ class ServerApp:
             store.metrics = self.metrics
             self._store = store
         try:
+            if self.config.auth is not None:
+                # A bad password file or key stops the start whichever listeners run.
+                PasswordFile.load(self.config.auth.password_file)
+                load_or_create_key(self.config.data_dir)
             self._controller = await ControllerModel.open(self._store)
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
