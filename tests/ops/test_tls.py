@@ -188,13 +188,22 @@ def errors_metric(srv: ServerProcess, context: ssl.SSLContext, protocol: str) ->
     return 0.0
 
 
-def wait_access_line(srv: ServerProcess, listener: str, reason: str) -> str:
-    """The first access line of ``listener`` with ``reason``; fails after ``WAIT_S``."""
+def access_lines(srv: ServerProcess, listener: str, reason: str) -> list[str]:
+    return [
+        line
+        for line in srv.log_text().splitlines()
+        if f"headrace.access: {listener} " in line and f"reason={reason}" in line
+    ]
+
+
+def wait_access_line(srv: ServerProcess, listener: str, reason: str, *, after: int = 0) -> str:
+    """The access line of ``listener`` with ``reason`` after the first ``after``
+    such lines; fails after ``WAIT_S``."""
     deadline = time.monotonic() + WAIT_S
     while True:
-        for line in srv.log_text().splitlines():
-            if f"headrace.access: {listener} " in line and f"reason={reason}" in line:
-                return line
+        lines = access_lines(srv, listener, reason)
+        if len(lines) > after:
+            return lines[after]
         if time.monotonic() >= deadline:
             raise AssertionError(
                 f"no {listener} access line with reason={reason}:\n{srv.log_tail()}"
@@ -340,6 +349,7 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
         name: await asyncio.to_thread(errors_metric, server, context, name)
         for name in PLAINTEXT_HELLOS
     }
+    seen = {name: len(access_lines(server, name, "tls_failed")) for name in PLAINTEXT_HELLOS}
     # A TLS client already connected must not notice the plaintext ones.
     bystander = await TankClient.connect("localhost", server.port_of("tank"), ssl_context=context)
     async with bystander:
@@ -354,7 +364,7 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
             writer.close()
             # Nothing in plaintext comes back: the server closes (TLS alert bytes at most).
             assert not answer.startswith((b"HTTP", b"\x03\x02", b"\xff\xff\xff\x81", b"2A"))
-            assert wait_access_line(server, name, "tls_failed")
+            assert wait_access_line(server, name, "tls_failed", after=seen[name])
         await bystander.produce("bystander", 0, [BundleMessage(b"still here", 1, b"")])
         consumed = await bystander.consume("bystander", 0, 0)
         assert [m.content for m in consumed.messages] == [b"still here"]
@@ -370,6 +380,21 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
         sock.settimeout(WAIT_S)
         sock.sendall(b"2W\x00\x00\x00\x01" + _lumberjack_json(1, b'{"m":"plain"}'))
         assert sock.recv(6) == b"2A\x00\x00\x00\x01"
+
+
+async def test_a_stalled_handshake_is_closed_after_the_bound(server: ServerProcess) -> None:
+    from headrace.server._listen import TLS_HANDSHAKE_TIMEOUT_S
+
+    before = len(access_lines(server, "rsio", "tls_failed"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port_of("rsio"))
+    opened = time.monotonic()
+    try:  # connect and say nothing: the server must not wait for ever
+        assert await asyncio.wait_for(reader.read(1024), TLS_HANDSHAKE_TIMEOUT_S + WAIT_S) == b""
+    finally:
+        writer.close()
+    assert time.monotonic() - opened >= TLS_HANDSHAKE_TIMEOUT_S * 0.9
+    line = wait_access_line(server, "rsio", "tls_failed", after=before)
+    assert "requests=0" in line
 
 
 def _lumberjack_json(seq: int, payload: bytes) -> bytes:
