@@ -184,6 +184,16 @@ def render_docs() -> str:
             "",
         ],
     }
+    notes["Auth"] = [
+        "Auth covers the two Pravega front doors (controller and segment store): the",
+        "controller checks Basic credentials and per-resource grants on every call and",
+        "signs delegation tokens (key: `auth-token.key` in the data directory, created",
+        "at the first start, mode 0600); the segment store accepts only requests whose",
+        "token covers their stream. Manage users with `headrace user add|remove|list",
+        "--file F`. TANK, Lumberjack, RS-IO and HTTP have no credentials of their own:",
+        "protect them with `--tls-ca` or turn them off. See `threat-model.md`.",
+        "",
+    ]
     for section, options in sections.items():
         lines += [f"## {section}", "", *notes.get(section, [])]
         lines += ["| key | flag | environment | default | meaning |"]
