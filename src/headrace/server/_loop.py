@@ -77,7 +77,9 @@ log = logging.getLogger(__name__)
 access_log = logging.getLogger("headrace.access")
 
 READ_CHUNK_BYTES = 256 * 1024
-"""Bytes asked of the socket per read: big enough for a full append block in a few reads."""
+"""Bytes asked of the socket per read: big enough for a full append block in a few reads.
+Also the listeners' ``StreamReader`` limit, so asyncio pauses a connection's reading
+only past twice this (512 KiB) buffered while the loop is not reading it."""
 
 MAX_PENDING_EVENTS = 256
 """Events of one connection being handled at once; reading pauses beyond it.
