@@ -42,6 +42,7 @@ from headrace.client import PravegaClient, RetryPolicy, SegmentStoreConnection
 from headrace.client.controller import ControllerClient, ScalingPolicy, StreamConfig
 from headrace.client.errors import TlsCertificateError
 from headrace.client.rsio import RsioClient
+from headrace.client.sync import SyncClient
 from headrace.client.tank import TankClient
 from headrace.client.tls import TlsOptions
 from headrace.errors import ConnectionLost
@@ -282,6 +283,16 @@ async def test_own_clients_work_over_tls(server: ServerProcess, pki: Pki) -> Non
     status, body = await asyncio.to_thread(https_get, server, "/health", tls.ssl_context())
     assert status == 200
     assert json.loads(body)["status"] == "ok"
+
+
+def test_sync_client_over_tls(server: ServerProcess, pki: Pki) -> None:
+    with SyncClient(tls_uri(server), tls=TlsOptions(ca_file=pki.ca), timeout_s=WAIT_S) as hr:
+        assert hr.create_scope("sync")
+        assert hr.create_stream("sync", "st")
+        with hr.writer("sync", "st") as writer:
+            writer.write(b"blocking")
+        hr.run(hr.client.controller.seal_stream("sync", "st"))
+        assert [record.value for record in hr.records("sync", "st")] == [b"blocking"]
 
 
 async def _elements(client: RsioClient, publisher: str) -> list[bytes]:

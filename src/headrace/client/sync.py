@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from .controller import ScalingPolicy, StreamConfig
 from .pravega import PravegaClient
 from .records import Record
+from .tls import TlsOptions
 from .writer import EventWriter
 
 __all__ = ["CALL_TIMEOUT_S", "SyncClient", "SyncWriter"]
@@ -41,14 +42,21 @@ T = TypeVar("T")
 class SyncClient:
     """A :class:`PravegaClient` driven from ordinary (non-async) code. Close with :meth:`close`."""
 
-    def __init__(self, controller_uri: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        controller_uri: str,
+        *,
+        timeout_s: float = CALL_TIMEOUT_S,
+        tls: TlsOptions | None = None,
+    ) -> None:
+        """``tls``: as :class:`PravegaClient`'s (a ``tls://`` URI alone uses the system's CAs)."""
         self._timeout_s = timeout_s
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="headrace-client", daemon=True
         )
         self._thread.start()
-        self.client: PravegaClient = self.run(_make_client(controller_uri))
+        self.client: PravegaClient = self.run(_make_client(controller_uri, tls))
         """The async client; pass its coroutines to :meth:`run`."""
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -121,8 +129,9 @@ class SyncWriter:
         self.close()
 
 
-async def _make_client(uri: str) -> PravegaClient:
-    return PravegaClient(uri)  # built on the loop thread: grpc.aio binds to the running loop
+async def _make_client(uri: str, tls: TlsOptions | None) -> PravegaClient:
+    # Built on the loop thread: grpc.aio binds to the running loop.
+    return PravegaClient(uri, tls=tls)
 
 
 async def _anext(iterator: AsyncIterator[T]) -> T:
