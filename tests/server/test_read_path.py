@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+from headrace.client.tls import TlsOptions
 from headrace.protocols import pravega as p
 from headrace.server.pravega import MAX_READ_REPLY_BYTES, MIN_READ_REPLY_BYTES, MIN_REGION_BYTES
 from headrace.store.disk.format import SIDECAR_BLOCK_BYTES
-from tests._server import FREE, ServerProcess
+from tests._server import FREE, ServerProcess, make_certificate
 
 WAIT_S = 30.0
 """Bound on any one client call or wait in these tests (2 busy cores)."""
@@ -309,3 +310,47 @@ def test_client_vanishing_mid_sendfile_closes_only_its_connection(
             assert await _read_all(client, segment, 0, len(stored)) == stored
 
     _run(still_serving())
+
+
+# ---------------------------------------------------------------------- TLS
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp("read-path-tls")
+    serve = ServerProcess(
+        directory / "data",
+        ports={"controller": FREE, "segment_store": FREE},
+        args=["--log-format", "json", "--fsync", "never"],
+        tls=make_certificate(directory, "server"),
+    )
+    serve.start()
+    try:
+        yield serve
+    finally:
+        serve.stop()
+
+
+def test_reads_over_tls_match_byte_for_byte(tls_server: ServerProcess) -> None:
+    """TLS cannot use sendfile: the same reads go out as copies through the cipher,
+    large and small, pipelined, and arrive exactly as written."""
+    assert tls_server.tls is not None
+    events = _events(7000, 5 * 1024 * 1024)
+    stored = _stored(events)
+    tls = TlsOptions(ca_file=tls_server.tls.cert)
+    uri = f"tls://127.0.0.1:{tls_server.port_of('controller')}"
+
+    async def scenario() -> None:
+        async with PravegaClient(uri, tls=tls) as client:
+            segment = await _stream_with(client, "tls", events)
+            assert await _read_all(client, segment, 0, len(stored)) == stored
+
+            async def one(offset: int, suggested: int) -> None:
+                got = await client.segments.read(segment, offset, suggested_bytes=suggested)
+                assert got.data == stored[offset : offset + min(suggested, len(stored) - offset)]
+
+            offsets = range(1, len(stored), 777_777)
+            await asyncio.gather(*(one(o, MAX_READ_REPLY_BYTES) for o in offsets))
+            await asyncio.gather(*(one(o, MIN_REGION_BYTES - 1) for o in offsets))
+
+    _run(scenario())

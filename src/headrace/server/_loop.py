@@ -319,6 +319,7 @@ async def run_connection(
     sock = writer.get_extra_info("socket")
     handler.sendfile_ok = (
         writer.get_extra_info("sslcontext") is None
+        and writer.get_extra_info("ssl_object") is None  # however TLS was started
         and sock is not None
         and isinstance(transport, asyncio.WriteTransport)
     )
