@@ -411,3 +411,41 @@ class ServerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.terminate()
+
+
+class PravegaServer(ServerProcess):
+    """What a Pravega client needs: the controller and (unless told otherwise) the
+    segment store on free ports, every other listener off, up once both accept
+    connections. The constructor starts it."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        fsync: str,
+        args: Sequence[str] = (),
+        segment_store: bool = True,
+        start_timeout_s: float = START_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> None:
+        ports: dict[str, int | None] = {"controller": FREE}
+        if segment_store:
+            ports["segment_store"] = FREE
+        super().__init__(
+            data_dir,
+            ports=ports,
+            fsync=fsync,
+            args=args,
+            wait_for=list(ports),
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        self.start()
+
+    @property
+    def controller_port(self) -> int:
+        return self.port_of("controller")
+
+    @property
+    def segment_store_port(self) -> int:
+        return self.ports.get("segment_store", 0)

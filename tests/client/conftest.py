@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from headrace.client import ControllerClient
-from tests._server import FREE, ServerProcess
+from tests._server import PravegaServer
 
 HERE = Path(__file__).resolve().parent
 REAL_CLIENT = HERE / "real_client.py"
@@ -29,21 +29,13 @@ STOP_TIMEOUT_S = 15.0
 SCENARIO_TIMEOUT_S = 90.0  # a failing real-client call retries ~61 s; a healthy scenario < 10 s
 
 
-class Server(ServerProcess):
+class Server(PravegaServer):
     """``python -m headrace serve`` with the controller and segment-store listeners."""
 
     def __init__(self, data_dir: Path, *, fsync: str = "never") -> None:
         super().__init__(
-            data_dir,
-            ports={"controller": FREE, "segment_store": FREE},
-            fsync=fsync,
-            wait_for=["controller", "segment_store"],
-            start_timeout_s=STARTUP_TIMEOUT_S,
-            stop_timeout_s=STOP_TIMEOUT_S,
+            data_dir, fsync=fsync, start_timeout_s=STARTUP_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S
         )
-        self.start()
-        self.controller_port = self.port_of("controller")
-        self.segment_store_port = self.port_of("segment_store")
 
     @property
     def proc(self) -> subprocess.Popen[bytes] | None:

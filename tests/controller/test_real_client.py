@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests._server import FREE, ServerProcess
+from tests._server import PravegaServer
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "real_client_scenarios.py"
@@ -26,7 +26,7 @@ SCENARIO_TIMEOUT_S = 90.0  # a retried failure takes ~61 s; a healthy scenario w
 STOP_TIMEOUT_S = 15.0
 
 
-class Controller(ServerProcess):
+class Controller(PravegaServer):
     """``python -m headrace serve`` with the controller listener (and the segment
     store's, if asked), on the disk store in ``data_dir``."""
 
@@ -39,20 +39,15 @@ class Controller(ServerProcess):
         extra: Sequence[str] = (),
     ) -> None:
         """``extra``: more ``headrace serve`` options, e.g. ``--retention-interval 0.2``."""
-        ports: dict[str, int | None] = {"controller": FREE}
-        if segment_store:
-            ports["segment_store"] = FREE
         super().__init__(
             data_dir,
-            ports=ports,
             fsync=fsync,
             args=extra,
-            wait_for=list(ports),
+            segment_store=segment_store,
             start_timeout_s=STARTUP_TIMEOUT_S,
             stop_timeout_s=STOP_TIMEOUT_S,
         )
-        self.start()
-        self.port = self.port_of("controller")
+        self.port = self.controller_port
 
     @property
     def proc(self) -> subprocess.Popen[bytes]:

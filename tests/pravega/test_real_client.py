@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests._server import FREE, ServerProcess
+from tests._server import PravegaServer
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios.py"
@@ -47,7 +47,7 @@ def scenario_result(scenario: str, stdout: str, stderr: str, returncode: int) ->
     return result
 
 
-class Headrace(ServerProcess):
+class Headrace(PravegaServer):
     """``python -m headrace serve`` with the controller and the segment store on
     free ports and the disk store in ``data_dir``; restartable on the same ports."""
 
@@ -55,16 +55,11 @@ class Headrace(ServerProcess):
         """``extra``: more ``headrace serve`` options, e.g. ``--retention-interval 0.2``."""
         super().__init__(
             data_dir,
-            ports={"controller": FREE, "segment_store": FREE},
             fsync=fsync,
             args=extra,
-            wait_for=["controller", "segment_store"],
             start_timeout_s=STARTUP_TIMEOUT_S,
             stop_timeout_s=STOP_TIMEOUT_S,
         )
-        self.start()
-        self.controller_port = self.port_of("controller")
-        self.segment_store_port = self.port_of("segment_store")
 
     @property
     def stderr_text(self) -> str:
