@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from headrace.client.tank import TankClient
+from headrace.client.tls import TlsOptions
 from headrace.protocols.tank import (
     BundleMessage,
     Consume,
@@ -25,7 +27,8 @@ from headrace.protocols.tank import (
     encode_consume_split,
 )
 from headrace.server.tank import VIEW_MIN_BYTES
-from tests.tank.conftest import TankServer
+from tests._server import make_certificate
+from tests.tank.conftest import TankServer, running_server
 
 
 @pytest.fixture
@@ -112,3 +115,24 @@ def test_encode_consume_split_joins_to_encode() -> None:
     assert pieces[-2] is first and pieces[-1] is rest  # handed over, not copied
     frame = b"".join(pieces)
     assert decode_response(frame[0], frame[5:]) == whole
+
+
+async def test_chunks_over_tls_are_the_produced_bundles(tmp_path: Path) -> None:
+    """The views of large bundles go through the cipher like any bytes."""
+    pem = make_certificate(tmp_path / "pki", "tank")
+    args = ("--tls-cert", str(pem.cert), "--tls-key", str(pem.key))
+    bundles = _bundles()
+    context = TlsOptions(ca_file=pem.cert).ssl_context()
+    with running_server(tmp_path / "data", extra_args=args) as server:
+        tank = await TankClient.connect("127.0.0.1", server.port, ssl_context=context)
+        async with tank:
+            assert await tank.create_topic("tls_pieces", 1) is CreateTopicResult.CREATED
+            for bundle in bundles:
+                await tank.produce_bundle("tls_pieces", 0, bundle)
+            wanted = (ConsumePartition(0, 1, 4 * 1024 * 1024),)
+            request = Consume(tank.next_request_id(), (ConsumeTopic("tls_pieces", wanted),))
+            response = await tank.request(request)
+    assert isinstance(response, ConsumeResponse)
+    topic = response.topics[0]
+    assert isinstance(topic, ConsumeTopicResult)
+    assert topic.partitions[0].chunk == b"".join(encode_chunk_entry(b) for b in bundles)
