@@ -519,3 +519,16 @@ def test_serve_refuses_a_bad_password_file_or_an_open_key(tmp_path: Path) -> Non
     key.chmod(0o644)
     done = _serve_fails(tmp_path, "--auth-password-file", str(good))
     assert done.returncode == 1 and "readable by others" in done.stderr
+
+
+def test_sync_client_with_credentials(auth_server: ServerProcess) -> None:
+    from headrace.client.sync import SyncClient
+
+    with SyncClient(auth_server.uri, credentials=ADMIN, timeout_s=WAIT_S * 3) as hr:
+        hr.create_scope("sync")
+        hr.create_stream("sync", "st")
+        writer = hr.writer("sync", "st")
+        writer.write(b"blocking")
+        writer.flush()
+        writer.close()
+        assert [r.value for r in hr.records("sync", "st")] == [b"blocking"]

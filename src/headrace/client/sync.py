@@ -48,15 +48,17 @@ class SyncClient:
         *,
         timeout_s: float = CALL_TIMEOUT_S,
         tls: TlsOptions | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
-        """``tls``: as :class:`PravegaClient`'s (a ``tls://`` URI alone uses the system's CAs)."""
+        """``tls``, ``credentials``: as :class:`PravegaClient`'s (a ``tls://`` URI
+        alone uses the system's CAs)."""
         self._timeout_s = timeout_s
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="headrace-client", daemon=True
         )
         self._thread.start()
-        self.client: PravegaClient = self.run(_make_client(controller_uri, tls))
+        self.client: PravegaClient = self.run(_make_client(controller_uri, tls, credentials))
         """The async client; pass its coroutines to :meth:`run`."""
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -129,9 +131,11 @@ class SyncWriter:
         self.close()
 
 
-async def _make_client(uri: str, tls: TlsOptions | None) -> PravegaClient:
+async def _make_client(
+    uri: str, tls: TlsOptions | None, credentials: tuple[str, str] | None
+) -> PravegaClient:
     # Built on the loop thread: grpc.aio binds to the running loop.
-    return PravegaClient(uri, tls=tls)
+    return PravegaClient(uri, tls=tls, credentials=credentials)
 
 
 async def _anext(iterator: AsyncIterator[T]) -> T:
