@@ -51,6 +51,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,7 +63,7 @@ from headrace.store.disk.log import FileOps, WalWriter, fsync_dir
 from headrace.store.disk.recovery import create_segment_files, write_checkpoint
 from headrace.store.disk.segment import Captured, ContainerState, Write
 
-__all__ = ["CHECKPOINT_WAL_BYTES", "MAX_OPEN_DATA_FILES", "Container"]
+__all__ = ["CHECKPOINT_WAL_BYTES", "MAX_OPEN_DATA_FILES", "YIELD_INTERVAL_S", "Container"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ second of disk bandwidth, while checkpoints (a few fsyncs each) stay rare."""
 MAX_PENDING_WAL_BYTES = 8 * 1024 * 1024
 """Queued record bytes that make ``write`` flush at once instead of waiting for the
 committer: bounds the memory held by a burst between two event-loop turns."""
+
+YIELD_INTERVAL_S = 0.001
+"""Under ``never`` and ``interval`` an acknowledged append yields to the event loop
+at least this often (and whenever the committer has work), so a task appending in
+a loop cannot starve the committer; yielding on every append cost a loop round each."""
 
 MAX_OPEN_DATA_FILES = 256
 """Data files a container keeps open (least recently used closed first): with
@@ -263,6 +269,8 @@ class Container:
         self._round: asyncio.Future[None] | None = None
         """Resolved when the next sync round ends; every parked caller awaits it."""
         self._sync_thread: SyncThread | None = None
+        self._clock = time.monotonic
+        self._yielded_at = 0.0
         self._write_error: BaseException | None = None
         """Set (in the sync thread) when a write failed: every later job fails too."""
         self._wake = asyncio.Event()
@@ -423,10 +431,15 @@ class Container:
         if self.policy is not FsyncPolicy.ALWAYS:
             if on_durable is not None:
                 on_durable()
-            # Acknowledged without waiting, so yield once: a task appending in a
-            # loop would otherwise never let the committer run its interval sync
-            # or a checkpoint, and the loss bound of ``interval`` would not hold.
-            await asyncio.sleep(0)
+            # Acknowledged without waiting, so yield now and then: a task appending
+            # in a loop would otherwise never let the committer run its interval
+            # sync or a checkpoint, and the loss bound of ``interval`` would not
+            # hold. Not on every append: a yield is one more event-loop round
+            # (an epoll_wait) in every small append's latency.
+            now = self._clock()
+            if now - self._yielded_at >= YIELD_INTERVAL_S or self._wake.is_set():
+                self._yielded_at = now
+                await asyncio.sleep(0)
             return
         if seq <= self.synced_seq:
             if on_durable is not None:
