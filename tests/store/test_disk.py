@@ -665,6 +665,30 @@ async def test_read_region_excludes_appends_not_yet_durable(tmp_path: Path) -> N
         await store.close()
 
 
+async def test_open_regions_are_bounded_then_reads_are_copies(tmp_path: Path) -> None:
+    """Past ``max_open_regions`` (descriptors) a large read comes back as bytes."""
+    store = await DiskStore.open(tmp_path)
+    store.max_open_regions = 2
+    try:
+        await store.create_segment("s")
+        data = os.urandom(100_000)
+        await store.append("s", data)
+        first = await store.read_region("s", 0, 50_000)
+        second = await store.read_region("s", 1, 50_000)
+        assert isinstance(first, RegionRead) and isinstance(second, RegionRead)
+        third = await store.read_region("s", 2, 50_000)
+        assert isinstance(third, ReadResult) and third.data == data[2:50_002]
+        first.region.close()
+        first.region.close()  # counted once
+        fourth = await store.read_region("s", 3, 50_000)
+        assert isinstance(fourth, RegionRead)
+        assert isinstance(await store.read_region("s", 4, 50_000), ReadResult)
+        second.region.close()
+        fourth.region.close()
+    finally:
+        await store.close()
+
+
 async def test_open_region_keeps_truncated_blocks_until_closed(tmp_path: Path) -> None:
     """A checkpoint does not punch out truncated blocks a region still points into;
     a checkpoint after the region is closed does."""

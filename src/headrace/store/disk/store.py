@@ -127,8 +127,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _release_region(segment: Segment) -> None:
-    segment.open_regions -= 1
+MAX_OPEN_REGIONS = 256
+"""File regions (each holding a descriptor) a store hands out before it answers
+``read_region`` with bytes instead: regions live until their bytes are sent, so
+clients pipelining many large reads could otherwise use up the process's
+descriptors (the usual limit is 1024) and starve accept and the WAL."""
 
 
 class DiskStore(BaseStore):
@@ -149,6 +152,8 @@ class DiskStore(BaseStore):
         """Sources of merges between their commit and their deletion."""
         self._background: set[asyncio.Future[None]] = set()
         """Merge completions that outlive a cancelled caller; close waits for them."""
+        self.max_open_regions = MAX_OPEN_REGIONS
+        self._open_regions = 0
 
     @classmethod
     async def open(
@@ -340,7 +345,7 @@ class DiskStore(BaseStore):
         delete or the descriptor cache closing theirs does not affect it) and
         pins the segment's truncated blocks until it is closed."""
         c, s, count = self._readable(name, offset, max_bytes)
-        if not count or count < min_region_bytes:
+        if not count or count < min_region_bytes or self._open_regions >= self.max_open_regions:
             return await self.read(name, offset, max_bytes)
         length = s.durable_length
         end = offset + count
@@ -349,8 +354,13 @@ class DiskStore(BaseStore):
         except OSError as exc:
             raise StoreError(f"cannot open the data file of {name!r}: {exc}") from exc
         s.open_regions += 1
-        region = FileRegion(fd, offset, count, functools.partial(_release_region, s))
+        self._open_regions += 1
+        region = FileRegion(fd, offset, count, functools.partial(self._release_region, s))
         return RegionRead(offset, region, end == length, s.sealed_durable and end == length)
+
+    def _release_region(self, segment: Segment) -> None:
+        segment.open_regions -= 1
+        self._open_regions -= 1
 
     async def info(self, name: str) -> SegmentInfo:
         c, _ = self._lookup(name)
