@@ -514,6 +514,18 @@ class PravegaHandler(ConnectionHandler):
             if isinstance(payload, FileRegion):
                 payload.close()
             raise
+        if isinstance(payload, bytes) and size_bytes < MIN_REGION_BYTES:  # a tail read, mostly
+            self._reply(
+                p.SegmentRead(
+                    cmd.segment,
+                    cmd.offset,
+                    result.at_tail,
+                    result.end_of_segment,
+                    payload,
+                    cmd.request_id,
+                )
+            )
+            return
         reply = p.SegmentRead(
             cmd.segment, cmd.offset, result.at_tail, result.end_of_segment, b"", cmd.request_id
         )
