@@ -9,9 +9,7 @@ calls hold the GIL and retry for about a minute against a dead server), see
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 
 from headrace.client import ControllerClient
-from tests._server import PravegaServer
+from tests._server import PravegaServer, run_scenario
 
 HERE = Path(__file__).resolve().parent
 REAL_CLIENT = HERE / "real_client.py"
@@ -46,23 +44,7 @@ class Server(PravegaServer):
 
     def run_real_client(self, scenario: str, *args: str) -> dict[str, Any]:
         """Run a scenario of ``real_client.py`` in a child process; its last stdout line is JSON."""
-        done = subprocess.run(
-            [sys.executable, str(REAL_CLIENT), scenario, self.uri, *args],
-            capture_output=True,
-            timeout=SCENARIO_TIMEOUT_S,
-            text=True,
-        )
-        # The result counts, not the exit code: the client can crash after its
-        # work was printed.
-        lines = done.stdout.strip().splitlines()
-        try:
-            result: dict[str, Any] = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            raise AssertionError(
-                f"{scenario} printed no result (exit code {done.returncode}):\n"
-                f"{done.stderr[-4000:]}"
-            ) from None
-        return result
+        return run_scenario(REAL_CLIENT, scenario, self.uri, *args, timeout_s=SCENARIO_TIMEOUT_S)[0]
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,14 @@ child process with a hard timeout and prints JSON that these tests assert on.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests._server import PravegaServer
+from tests._server import PravegaServer, run_scenario
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "real_client_scenarios.py"
@@ -55,22 +53,7 @@ class Controller(PravegaServer):
         return self.process
 
     def run(self, scenario: str) -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, str(SCENARIOS), scenario, self.uri],
-            capture_output=True,
-            timeout=SCENARIO_TIMEOUT_S,
-            text=True,
-        )
-        # The result counts, not the exit code: the client can crash after its
-        # work was printed.
-        lines = done.stdout.strip().splitlines()
-        try:
-            result: dict[str, Any] = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            raise AssertionError(
-                f"{scenario} printed no result (exit code {done.returncode}):\n{done.stderr}"
-            ) from None
-        return result
+        return run_scenario(SCENARIOS, scenario, self.uri, timeout_s=SCENARIO_TIMEOUT_S)[0]
 
     def stderr(self) -> str:
         return self.log_text()

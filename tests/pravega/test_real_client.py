@@ -12,7 +12,6 @@ issue's full run is 100000; the default keeps CI fast).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests._server import PravegaServer
+from tests._server import PravegaServer, run_scenario
+from tests._server import scenario_result as scenario_result  # also used by other tests here
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios.py"
@@ -32,19 +32,6 @@ EVENT_COUNT = int(os.environ.get("HEADRACE_PRAVEGA_EVENTS", "20000"))
 STARTUP_TIMEOUT_S = 30.0
 SCENARIO_TIMEOUT_S = 240.0  # a healthy scenario takes seconds; a retried failure ~61 s per call
 STOP_TIMEOUT_S = 20.0
-
-
-def scenario_result(scenario: str, stdout: str, stderr: str, returncode: int) -> dict[str, Any]:
-    """The JSON object on the last line of a scenario's stdout (the client logs
-    to stdout too, before it); fails with the child's stderr if there is none."""
-    lines = stdout.strip().splitlines()
-    try:
-        result: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        raise AssertionError(
-            f"{scenario} printed no result (exit code {returncode}):\n{stderr[-5000:]}"
-        ) from None
-    return result
 
 
 class Headrace(PravegaServer):
@@ -69,15 +56,8 @@ class Headrace(PravegaServer):
         return self.run_with_stderr(scenario, *args)[0]
 
     def run_with_stderr(self, scenario: str, *args: str) -> tuple[dict[str, Any], str]:
-        """The scenario's JSON result and its stderr. The result counts, not
-        the exit code: the client can crash after its work was printed."""
-        done = subprocess.run(
-            [sys.executable, str(SCENARIOS), scenario, self.uri, *args],
-            capture_output=True,
-            timeout=SCENARIO_TIMEOUT_S,
-            text=True,
-        )
-        return scenario_result(scenario, done.stdout, done.stderr, done.returncode), done.stderr
+        """The scenario's JSON result and its stderr."""
+        return run_scenario(SCENARIOS, scenario, self.uri, *args, timeout_s=SCENARIO_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
