@@ -403,6 +403,51 @@ async def test_a_failed_write_is_never_vouched_for_by_a_later_sync(tmp_path: Pat
         await store.close()
 
 
+async def test_data_files_evicted_during_threaded_writes_stay_open_until_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for two open data files, appends to eight segments evict fds that
+    the sync thread is writing through; pinned fds close only after their write."""
+    from headrace.store.disk import container
+
+    monkeypatch.setattr(container, "MAX_OPEN_DATA_FILES", 2)
+    store = await DiskStore.open(tmp_path, container_count=1)
+    names = [f"s{i}" for i in range(8)]
+    try:
+        for name in names:
+            await store.create_segment(name)
+        for round_ in range(5):
+            await asyncio.gather(
+                *(store.append(name, b"%s-%d;" % (name.encode(), round_)) for name in names)
+            )
+    finally:
+        await store.close()
+    store = await DiskStore.open(tmp_path)
+    try:
+        for name in names:
+            expected = b"".join(b"%s-%d;" % (name.encode(), r) for r in range(5))
+            assert await _read_all(store, name) == expected
+    finally:
+        await store.close()
+
+
+def test_a_pinned_data_file_closes_when_unpinned(tmp_path: Path) -> None:
+    from headrace.store.disk.container import DataFiles
+    from headrace.store.disk.layout import ContainerPaths
+
+    paths = ContainerPaths(tmp_path, 0)
+    paths.segments_dir.mkdir(parents=True)
+    files = DataFiles(paths)
+    files.create(1)
+    fd = files.pin(1)
+    files.forget(1)  # a delete while a write is in progress
+    os.fstat(fd)  # still open
+    files.unpin([fd])
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    files.close()
+
+
 class FailingSyncOps(FileOps):
     def __init__(self) -> None:
         super().__init__()

@@ -14,8 +14,8 @@ awaits ``durable(seq)``:
   ``pwritev`` per contiguous run, then syncs the WAL: the copies into the page
   cache run beside the event loop (they release the GIL), not on it. The
   thread runs its jobs in order, so the WAL's order is the order records were
-  taken; it writes through its own duplicates of the data-file fds, so the
-  loop closing an fd (the LRU of open files) cannot touch a write in progress;
+  taken; the data-file fds it writes through are pinned until it is done, so
+  the loop closing an fd (the LRU of open files, a delete) waits for it;
   and after a failed write no later job may report success. Records queued during a sync are covered
   by the next round, so one sync serves every segment of the container
   (group commit). Every caller parked for a round awaits the same future,
@@ -92,12 +92,12 @@ class _Writes:
     """Queued records and their data, taken off the container in one step.
 
     ``run`` writes them: the records to the WAL (one ``writev``), the data to
-    the data files (one ``pwritev`` per contiguous run). With ``owned_fds`` the
-    data-file fds are duplicates this object closes, so it may run in another
-    thread while the loop opens and closes the container's own fds.
+    the data files (one ``pwritev`` per contiguous run). ``pinned`` are the
+    data-file fds pinned for it (``DataFiles.pin``) when it runs in the sync
+    thread, unpinned on the loop thread once it is done.
     """
 
-    __slots__ = ("buffers", "owned_fds", "runs", "size_bytes", "wal_fd")
+    __slots__ = ("buffers", "pinned", "runs", "size_bytes", "wal_fd")
 
     def __init__(
         self,
@@ -105,26 +105,18 @@ class _Writes:
         buffers: list[bytes | memoryview],
         size_bytes: int,
         runs: list[tuple[int, list[bytes | memoryview], int]],
-        owned_fds: list[int],
+        pinned: list[int],
     ) -> None:
         self.wal_fd = wal_fd
         self.buffers = buffers
         self.size_bytes = size_bytes
         self.runs = runs
-        self.owned_fds = owned_fds
+        self.pinned = pinned
 
     def run(self, ops: FileOps) -> None:
-        try:
-            ops.write(self.wal_fd, self.buffers, self.size_bytes)
-            for fd, run, position in self.runs:
-                ops.pwritev(fd, run, position)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        for fd in self.owned_fds:
-            os.close(fd)
-        self.owned_fds = []
+        ops.write(self.wal_fd, self.buffers, self.size_bytes)
+        for fd, run, position in self.runs:
+            ops.pwritev(fd, run, position)
 
 
 class SyncThread:
@@ -139,16 +131,28 @@ class SyncThread:
 
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[
-            tuple[Callable[[], None], asyncio.Future[None], asyncio.AbstractEventLoop] | None
+            tuple[
+                Callable[[], None],
+                asyncio.Future[None],
+                asyncio.AbstractEventLoop,
+                Callable[[], None] | None,
+            ]
+            | None
         ] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, job: Callable[[], None]) -> asyncio.Future[None]:
-        """Run ``job`` in the thread; the future resolves (in this loop) when it returns."""
+    def run(
+        self, job: Callable[[], None], after: Callable[[], None] | None = None
+    ) -> asyncio.Future[None]:
+        """Run ``job`` in the thread; the future resolves (in this loop) when it returns.
+
+        ``after`` runs in the loop when the job has returned or raised, even if
+        the future was cancelled meanwhile (it releases what the job used).
+        """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._jobs.put((job, future, loop))
+        self._jobs.put((job, future, loop, after))
         return future
 
     def stop(self) -> None:
@@ -157,19 +161,24 @@ class SyncThread:
 
     def _serve(self) -> None:
         while (item := self._jobs.get()) is not None:
-            job, future, loop = item
+            job, future, loop, after = item
             try:
                 job()
             except BaseException as exc:  # handed to the awaiting committer
-                _resolve_soon(loop, future, exc)
+                _resolve_soon(loop, future, exc, after)
             else:
-                _resolve_soon(loop, future, None)
+                _resolve_soon(loop, future, None, after)
 
 
 def _resolve_soon(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None], exc: BaseException | None
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[None],
+    exc: BaseException | None,
+    after: Callable[[], None] | None,
 ) -> None:
     def resolve() -> None:
+        if after is not None:
+            after()
         if future.done():
             return  # the committer was cancelled meanwhile
         if exc is None:
@@ -187,26 +196,53 @@ class DataFiles:
     def __init__(self, paths: ContainerPaths) -> None:
         self.paths = paths
         self._fds: dict[int, int] = {}
+        self._pins: dict[int, int] = {}
+        """fd -> writes in the sync thread that use it: such an fd is not closed..."""
+        self._retired: set[int] = set()
+        """...until the last of them is done, even if evicted or forgotten meanwhile."""
 
     def fd(self, segment_id: int) -> int:
         fd = self._fds.pop(segment_id, None)
         if fd is None:
             if len(self._fds) >= MAX_OPEN_DATA_FILES:
-                os.close(self._fds.pop(next(iter(self._fds))))
+                self._close(self._fds.pop(next(iter(self._fds))))
             fd = os.open(self.paths.data(segment_id), os.O_RDWR)
         self._fds[segment_id] = fd
         return fd
 
+    def pin(self, segment_id: int) -> int:
+        """The segment's fd, kept open until ``unpin`` (for a write in another thread)."""
+        fd = self.fd(segment_id)
+        self._pins[fd] = self._pins.get(fd, 0) + 1
+        return fd
+
+    def unpin(self, fds: list[int]) -> None:
+        for fd in fds:
+            count = self._pins[fd] - 1
+            if count:
+                self._pins[fd] = count
+                continue
+            del self._pins[fd]
+            if fd in self._retired:
+                self._retired.discard(fd)
+                os.close(fd)
+
+    def _close(self, fd: int) -> None:
+        if fd in self._pins:
+            self._retired.add(fd)
+        else:
+            os.close(fd)
+
     def create(self, segment_id: int) -> None:
         self.forget(segment_id)
         if len(self._fds) >= MAX_OPEN_DATA_FILES:
-            os.close(self._fds.pop(next(iter(self._fds))))
+            self._close(self._fds.pop(next(iter(self._fds))))
         self._fds[segment_id] = create_segment_files(self.paths, segment_id)
 
     def forget(self, segment_id: int) -> None:
         fd = self._fds.pop(segment_id, None)
         if fd is not None:
-            os.close(fd)
+            self._close(fd)
 
     def open_reader(self, segment_id: int) -> int:
         """A new read-only descriptor of the segment's data file, for the caller to close.
@@ -229,9 +265,11 @@ class DataFiles:
         return data
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd in [*self._fds.values(), *self._retired]:
             os.close(fd)
         self._fds.clear()
+        self._retired.clear()
+        self._pins.clear()
 
 
 class Container:
@@ -267,7 +305,13 @@ class Container:
         self._wanted_seq = state.last_seq
         """Highest seq a caller waits to see synced."""
         self._round: asyncio.Future[None] | None = None
-        """Resolved when the next sync round ends; every parked caller awaits it."""
+        """Resolved when the next sync round ends: callers whose record is not in the
+        round now syncing await it."""
+        self._syncing: asyncio.Future[None] | None = None
+        """Resolved when the round now syncing ends: callers whose record it covers
+        (seq <= ``_syncing_target``) await it, so each caller is woken once."""
+        self._syncing_target = -1
+        """Last seq the round now syncing covers (-1: no round is syncing)."""
         self._sync_thread: SyncThread | None = None
         self._clock = time.monotonic
         self._yielded_at = 0.0
@@ -337,7 +381,7 @@ class Container:
 
     def _flush(self) -> None:
         """Write the queued records to the WAL and their data to the data files, now."""
-        writes = self._take_pending(own_fds=False)
+        writes = self._take_pending(pin=False)
         if writes is None:
             return
         try:
@@ -346,7 +390,7 @@ class Container:
             self.fail(exc)
             raise _error_for(exc) from exc
 
-    def _take_pending(self, *, own_fds: bool) -> _Writes | None:
+    def _take_pending(self, *, pin: bool) -> _Writes | None:
         """Take the queued records and their data as one ``_Writes`` (None: nothing).
 
         The WAL's size counts them from here, so checkpoints start on time.
@@ -362,13 +406,14 @@ class Container:
         for segment_id, offset, data in writes:
             by_segment.setdefault(segment_id, []).append((offset, data))
         runs: list[tuple[int, list[bytes | memoryview], int]] = []
-        owned: list[int] = []
+        pinned: list[int] = []
         try:
             for segment_id, chunks in by_segment.items():  # contiguous runs: one pwritev each
-                fd = self.files.fd(segment_id)
-                if own_fds:
-                    fd = os.dup(fd)
-                    owned.append(fd)
+                if pin:
+                    fd = self.files.pin(segment_id)
+                    pinned.append(fd)
+                else:
+                    fd = self.files.fd(segment_id)
                 run: list[bytes | memoryview] = []
                 run_offset = run_end = -1
                 for offset, data in chunks:
@@ -382,20 +427,22 @@ class Container:
                 if run:
                     runs.append((fd, run, run_offset))
         except OSError as exc:
-            for fd in owned:
-                os.close(fd)
+            self.files.unpin(pinned)
             self.fail(exc)
             raise _error_for(exc) from exc
-        return _Writes(self._wal.fd, buffers, size, runs, owned)
+        return _Writes(self._wal.fd, buffers, size, runs, pinned)
 
     def _queue_writes(self) -> None:
         """Hand the queued records to the sync thread without waiting (a burst
         between two sync rounds: bounds the memory it holds)."""
-        writes = self._take_pending(own_fds=True)
+        writes = self._take_pending(pin=True)
         if writes is None:
             return
         assert self._sync_thread is not None
-        done = self._sync_thread.run(functools.partial(self._write_job, writes, None))
+        done = self._sync_thread.run(
+            functools.partial(self._write_job, writes, None),
+            functools.partial(self.files.unpin, writes.pinned),
+        )
         done.add_done_callback(self._after_queued_writes)
 
     def _after_queued_writes(self, done: asyncio.Future[None]) -> None:
@@ -412,8 +459,6 @@ class Container:
         sync must never vouch for records whose write did not happen.
         """
         if self._write_error is not None:
-            if writes is not None:
-                writes.close()
             raise self._write_error
         if writes is not None:
             try:
@@ -467,14 +512,22 @@ class Container:
         while seq > self.synced_seq:
             if self.failure is not None:
                 raise _failure_error(self.failure)
-            round_ = self._round
-            if round_ is None or round_.done():
-                round_ = self._round = asyncio.get_running_loop().create_future()
             try:
-                await round_
+                await self._round_for(seq)
             except asyncio.CancelledError:
                 if task is None or task.cancelling():
                     raise
+
+    def _round_for(self, seq: int) -> asyncio.Future[None]:
+        """The shared future a caller waiting for ``seq`` awaits (created when needed,
+        or again when another caller's cancellation cancelled it)."""
+        if seq <= self._syncing_target:
+            if self._syncing is None or self._syncing.done():
+                self._syncing = asyncio.get_running_loop().create_future()
+            return self._syncing
+        if self._round is None or self._round.done():
+            self._round = asyncio.get_running_loop().create_future()
+        return self._round
 
     async def barrier(self) -> None:
         """Wait until everything written so far is durable under the policy."""
@@ -519,15 +572,23 @@ class Container:
                 return
             periodic = False
             target = self.state.last_seq
+            # Callers parked so far wait for this round; later ones for the next.
+            self._syncing, self._round = self._round, None
+            self._syncing_target = target
             if self._sync_thread is None:
                 self._flush()
                 if self.synced_seq < target:
                     await asyncio.to_thread(self.ops.sync_wal, self._wal.fd)
             else:
-                writes = self._take_pending(own_fds=True)
+                writes = self._take_pending(pin=True)
                 sync_fd = self._wal.fd if self.synced_seq < target else None
                 if writes is not None or sync_fd is not None:
-                    await self._sync_thread.run(functools.partial(self._write_job, writes, sync_fd))
+                    await self._sync_thread.run(
+                        functools.partial(self._write_job, writes, sync_fd),
+                        None
+                        if writes is None
+                        else functools.partial(self.files.unpin, writes.pinned),
+                    )
             self._mark_synced(target)
 
     async def _in_sync_thread(self, job: Callable[[], None]) -> None:
@@ -546,12 +607,19 @@ class Container:
         callbacks = self._on_durable
         while callbacks and callbacks[0][0] <= target:
             heapq.heappop(callbacks)[2]()
-        self._wake_parked()
+        syncing, self._syncing = self._syncing, None
+        self._syncing_target = -1
+        if syncing is not None and not syncing.done():
+            syncing.set_result(None)
+        if self._wanted_seq <= self.synced_seq:  # e.g. a checkpoint synced them all
+            self._wake_parked()
 
     def _wake_parked(self) -> None:
-        round_, self._round = self._round, None
-        if round_ is not None and not round_.done():
-            round_.set_result(None)
+        for round_ in (self._syncing, self._round):
+            if round_ is not None and not round_.done():
+                round_.set_result(None)
+        self._syncing = self._round = None
+        self._syncing_target = -1
 
     async def _checkpoint(self, *, wait: bool = False) -> None:
         """Start a checkpoint (at most one runs at a time); with ``wait``, finish it.
