@@ -12,6 +12,7 @@ I/O failure stops the store instead of acknowledging.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import threading
@@ -398,6 +399,36 @@ async def test_a_failed_write_is_never_vouched_for_by_a_later_sync(tmp_path: Pat
     await store.close()
     store = await DiskStore.open(tmp_path)
     try:
+        assert await _read_all(store, "s") == b"acked"
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+async def test_a_failed_writer_append_is_never_reported_as_stored(
+    tmp_path: Path, policy: FsyncPolicy
+) -> None:
+    """After a failed write no policy shows the failed append's writer number: a
+    reconnecting Pravega writer asks for it (SetupAppend) and retries the append;
+    either answer would acknowledge events that are not on disk."""
+    ops = FailingWriteOps()
+    store = await DiskStore.open(tmp_path, file_ops=ops, container_count=1, fsync=policy)
+    await store.create_segment("s")
+    await store.append("s", b"acked", writer=WriterAppend(W1, 1))
+    ops.fail = True
+    with pytest.raises(StorageFull):
+        await store.append("s", b"failed", writer=WriterAppend(W1, 2))
+    ops.fail = False
+    with pytest.raises((StoreClosed, StorageFull)):
+        await store.get_attribute("s", W1)
+    with pytest.raises((StoreClosed, StorageFull)):
+        await store.append("s", b"failed", writer=WriterAppend(W1, 2))  # the retry
+    assert (await store.read("s", 0, 100)).data == b"acked"
+    with contextlib.suppress(StoreClosed):  # its closing checkpoint may be refused too
+        await store.close()
+    store = await DiskStore.open(tmp_path)
+    try:
+        assert await store.get_attribute("s", W1) == 1
         assert await _read_all(store, "s") == b"acked"
     finally:
         await store.close()

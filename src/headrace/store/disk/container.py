@@ -530,7 +530,19 @@ class Container:
         return self._round
 
     async def barrier(self) -> None:
-        """Wait until everything written so far is durable under the policy."""
+        """Wait until everything written so far is durable under the policy.
+
+        After a failure under ``never``/``interval`` this raises: the failed
+        record was applied to the in-memory state before its write failed, so
+        that state (a writer's last event number above all) is ahead of the
+        disk and must not be shown; a reconnecting Pravega writer would take
+        the failed events as stored. (Under ``always`` the wait below raises.)
+
+        Raises:
+            StoreClosed, StorageFull: the container failed and state may be ahead of the disk.
+        """
+        if self.failure is not None and self.policy is not FsyncPolicy.ALWAYS:
+            raise _failure_error(self.failure)
         if self.policy is FsyncPolicy.ALWAYS and self.synced_seq < self.state.last_seq:
             await self.durable(self.state.last_seq)
 
