@@ -37,6 +37,7 @@ from headrace.errors import (
 from headrace.store.api import (
     MAX_APPEND_BYTES,
     MAX_NAME_BYTES,
+    MAX_SEGMENT_ATTRIBUTES,
     MAX_TABLE_BATCH_BYTES,
     MAX_TABLE_KEY_BYTES,
     MAX_TABLE_VALUE_BYTES,
@@ -316,6 +317,31 @@ class StoreContract:
         assert dup == AppendResult(0, 0, 7, True)
         fresh = await store.append("s", b"x", writer=WriterAppend(W1, 8))
         assert fresh == AppendResult(0, 1, 7, False)
+
+    async def test_attributes_past_the_bound_drop_the_least_recently_set(
+        self, store: SegmentStore
+    ) -> None:
+        """A segment keeps MAX_SEGMENT_ATTRIBUTES attributes, writer numbers and
+        update_attribute's alike; the least recently set go first, and a writer
+        whose number was dropped has lost its dedup (its retry is stored)."""
+        await store.create_segment("s")
+        assert await store.update_attribute("s", A1, 5, NULL_ATTRIBUTE_VALUE)  # oldest
+        await store.append("s", b"1", writer=WriterAppend(W1, 1))
+        await store.append("s", b"2", writer=WriterAppend(W2, 1))
+        await store.append("s", b"1", writer=WriterAppend(W1, 2))  # W1 used again: now newest
+        fresh = [UUID(int=0x1000 + i) for i in range(MAX_SEGMENT_ATTRIBUTES - 1)]
+        await asyncio.gather(*(store.append("s", b"f", writer=WriterAppend(w, 1)) for w in fresh))
+        attributes = dict((await store.info("s")).attributes)
+        assert len(attributes) == MAX_SEGMENT_ATTRIBUTES
+        assert A1 not in attributes and W2 not in attributes  # the two set longest ago
+        assert await store.get_attribute("s", A1) == NULL_ATTRIBUTE_VALUE
+        assert await store.get_attribute("s", W1) == 2
+        assert all(attributes[w] == 1 for w in fresh)
+        retry = await store.append("s", b"2", writer=WriterAppend(W2, 1))
+        assert not retry.duplicate  # the documented cost of the bound
+        assert await store.get_attribute("s", W2) == 1
+        assert await store.get_attribute("s", W1) == NULL_ATTRIBUTE_VALUE  # set before fresh
+        assert await store.get_attribute("s", fresh[0]) == 1
 
     async def test_append_to_sealed_raises_segment_sealed(self, store: SegmentStore) -> None:
         await store.create_segment("s")

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,12 +31,20 @@ from headrace.errors import (
     StoreClosed,
     StoreError,
 )
+from headrace.store import MemoryStore
 from headrace.store.api import FsyncPolicy
 from headrace.store.disk import DiskStore, FileOps
 from headrace.store.disk.format import SIDECAR_BLOCK_BYTES
 from headrace.store.disk.layout import container_of
 from headrace.store.disk.verify import verify_data_dir
-from headrace.types import ReadResult, RegionRead, SegmentKind, TableUpdate, WriterAppend
+from headrace.types import (
+    NULL_ATTRIBUTE_VALUE,
+    ReadResult,
+    RegionRead,
+    SegmentKind,
+    TableUpdate,
+    WriterAppend,
+)
 from tests.store.contract import ODD_NAMES, StoreContract
 
 W1 = UUID(int=1)
@@ -839,3 +848,51 @@ def test_crc32_is_zlibs_crc32() -> None:
         data = os.urandom(size)
         assert crc32(data) == zlib.crc32(data)
         assert crc32(memoryview(data)[1:], 0xDEADBEEF) == zlib.crc32(data[1:], 0xDEADBEEF)
+
+
+async def _attributes(store: DiskStore, name: str) -> list[tuple[UUID, int]]:
+    """A segment's attributes in the store's order (least recently set first)."""
+    return list((await store.info(name)).attributes.items())
+
+
+async def test_attribute_bound_and_order_survive_a_restart_and_a_crash(tmp_path: Path) -> None:
+    """The bound is applied in replay and snapshots keep the least-recently-set
+    order, so a store reopened after a clean stop (snapshot) or from a crash
+    image (WAL replay) holds exactly the attributes the live store held, and
+    evicts the same one next."""
+    writers = [UUID(int=0x100 + i) for i in range(6)]
+    store = await DiskStore.open(tmp_path / "live", container_count=1, max_segment_attributes=4)
+    try:
+        await store.create_segment("s")
+        for number, w in enumerate(writers[:5], start=1):
+            await store.append("s", b"x", writer=WriterAppend(w, number))
+        await store.append("s", b"y", writer=WriterAppend(writers[1], 9))  # used again: newest
+        live = await _attributes(store, "s")
+        assert live == [(writers[2], 3), (writers[3], 4), (writers[4], 5), (writers[1], 9)]
+        # A crash image: what is on disk now (fsync=always: every append is synced).
+        shutil.copytree(tmp_path / "live", tmp_path / "crash")
+    finally:
+        await store.close()
+    for name in ("live", "crash"):
+        store = await DiskStore.open(tmp_path / name, max_segment_attributes=4)
+        try:
+            assert await _attributes(store, "s") == live, name
+            await store.append("s", b"z", writer=WriterAppend(writers[5], 1))
+            assert await store.get_attribute("s", writers[2]) == NULL_ATTRIBUTE_VALUE, name
+            assert await store.get_attribute("s", writers[1]) == 9, name
+        finally:
+            await store.close()
+    # A lower bound trims at the next open, keeping the most recently set.
+    store = await DiskStore.open(tmp_path / "live", max_segment_attributes=2)
+    try:
+        assert await _attributes(store, "s") == [(writers[1], 9), (writers[5], 1)]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("bound", [0, -1])
+async def test_an_attribute_bound_below_one_is_refused(tmp_path: Path, bound: int) -> None:
+    with pytest.raises(ValueError, match="max_segment_attributes"):
+        await DiskStore.open(tmp_path, max_segment_attributes=bound)
+    with pytest.raises(ValueError, match="max_segment_attributes"):
+        MemoryStore(max_segment_attributes=bound)

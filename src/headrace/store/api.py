@@ -45,6 +45,7 @@ __all__ = [
     "MAX_APPEND_BYTES",
     "MAX_NAME_BYTES",
     "MAX_READ_BYTES",
+    "MAX_SEGMENT_ATTRIBUTES",
     "MAX_TABLE_BATCH_BYTES",
     "MAX_TABLE_KEY_BYTES",
     "MAX_TABLE_VALUE_BYTES",
@@ -74,6 +75,15 @@ MAX_TABLE_BATCH_BYTES = 16 * 1024 * 1024
 
 MAX_WAIT_S = 60.0
 """Longest a long-poll wait may park; protocol adapters use much shorter holds."""
+
+MAX_SEGMENT_ATTRIBUTES = 4096
+"""Attributes one segment keeps (the default; the stores take
+``max_segment_attributes``). Every Pravega writer leaves its writer id behind as
+an attribute, so without a bound a segment's metadata (and every snapshot)
+grows with the number of writers that ever wrote to it. Past the bound the
+least recently set attribute is dropped. 4096 is Pravega's own bound on the
+attributes a segment keeps in memory (``extended.attribute.cached.count.max``);
+at 24 bytes each it caps a segment's attributes at 96 KiB of snapshot."""
 
 
 @runtime_checkable
@@ -114,6 +124,13 @@ class SegmentStore(Protocol):
         retry of one already stored: nothing is written and the result says
         ``duplicate=True``. With ``expected_offset``, the append happens only if
         the segment length (counting appends still in flight) equals it.
+
+        A segment keeps at most ``max_segment_attributes`` attributes (writer
+        numbers and those set by ``update_attribute`` alike): setting one makes
+        it the most recently used, and past the bound the least recently set
+        one is dropped (it reads as ``NULL_ATTRIBUTE_VALUE`` again). So a
+        writer idle while that many others wrote to the segment loses its
+        dedup: its next append is stored whatever its number.
 
         Raises:
             SegmentNotFound, SegmentTypeMismatch (a table segment),

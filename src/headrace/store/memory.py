@@ -22,8 +22,14 @@ from headrace.errors import (
     StoreClosed,
     StoreError,
 )
+from headrace.store._attributes import check_attribute_bound, set_attribute
 from headrace.store._base import BaseStore, SegmentState
-from headrace.store.api import MAX_APPEND_BYTES, MAX_NAME_BYTES, MAX_READ_BYTES
+from headrace.store.api import (
+    MAX_APPEND_BYTES,
+    MAX_NAME_BYTES,
+    MAX_READ_BYTES,
+    MAX_SEGMENT_ATTRIBUTES,
+)
 from headrace.types import (
     NULL_ATTRIBUTE_VALUE,
     AppendResult,
@@ -67,10 +73,16 @@ class _Segment:
 
 
 class MemoryStore(BaseStore):
-    """The store contract over dictionaries: no durability, no files."""
+    """The store contract over dictionaries: no durability, no files.
 
-    def __init__(self) -> None:
+    Args:
+        max_segment_attributes: attributes a segment keeps, least recently set
+            dropped first (``MAX_SEGMENT_ATTRIBUTES``).
+    """
+
+    def __init__(self, *, max_segment_attributes: int = MAX_SEGMENT_ATTRIBUTES) -> None:
         super().__init__()
+        self.max_segment_attributes = check_attribute_bound(max_segment_attributes)
         self._segments: dict[str, _Segment] = {}
         self._merged: dict[str, str] = {}  # source -> target, insertion-ordered, bounded
         self._closed = False
@@ -121,7 +133,9 @@ class MemoryStore(BaseStore):
         offset = s.length
         s.data += data
         if writer is not None:
-            s.attributes[writer.writer_id] = writer.event_number
+            set_attribute(
+                s.attributes, writer.writer_id, writer.event_number, self.max_segment_attributes
+            )
         s.last_modified_ms = now_ms()
         self._notify(name)
         return AppendResult(offset, s.length, previous)
@@ -204,7 +218,7 @@ class MemoryStore(BaseStore):
         if new_value == NULL_ATTRIBUTE_VALUE:
             s.attributes.pop(attribute_id, None)
         else:
-            s.attributes[attribute_id] = new_value
+            set_attribute(s.attributes, attribute_id, new_value, self.max_segment_attributes)
         s.last_modified_ms = now_ms()
         return True
 

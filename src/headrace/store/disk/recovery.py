@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import cast
 
 from headrace.errors import CorruptionError
+from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
 from headrace.store.disk.format import (
     WAL_HEADER,
     CreateRecord,
@@ -377,7 +378,9 @@ class Analysed:
     effects: list[Effect]
 
 
-def analyse_container(paths: ContainerPaths) -> Analysed:
+def analyse_container(
+    paths: ContainerPaths, *, max_attributes: int = MAX_SEGMENT_ATTRIBUTES
+) -> Analysed:
     """Steps 1-3 of the module docstring, and step 4 in memory only: every check
     that can fail runs before anything on disk is touched.
 
@@ -389,7 +392,7 @@ def analyse_container(paths: ContainerPaths) -> Analysed:
         check_sidecar(paths, seg)
         data_size(paths, seg)
     plan = plan_replay(paths, snap.last_seq)
-    state = ContainerState.from_snapshot(snap)
+    state = ContainerState.from_snapshot(snap, max_attributes=max_attributes)
     effects: list[Effect] = []
     for scan in plan.scans:
         for position, seq, record in scan.records:
@@ -543,15 +546,16 @@ def _open_wal(paths: ContainerPaths, state: ContainerState, ops: FileOps) -> Wal
 
 
 def recover_store(
-    root: Path, container_count: int, ops: FileOps
+    root: Path, container_count: int, ops: FileOps, *, max_attributes: int = MAX_SEGMENT_ATTRIBUTES
 ) -> tuple[Manifest, list[tuple[ContainerState, WalWriter]]]:
     """Open (or create) a data dir: recover every container and checkpoint it.
 
     Returns the manifest and, per container, its state and a fresh WAL file.
+    ``max_attributes``: attributes a segment keeps (``store/_attributes.py``).
     """
     manifest = init_or_load_manifest(root, container_count, ops)
     all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
-    analysed = [analyse_container(paths) for paths in all_paths]
+    analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
     for one in analysed:  # only once every container passed its checks
         repair_container(one, ops)
     states = [one.state for one in analysed]

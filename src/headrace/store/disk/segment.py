@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from headrace.store._attributes import set_attribute, trim_attributes
+from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
 from headrace.store.disk.format import (
     SIDECAR_BLOCK_BYTES,
     SIDECAR_HEADER,
@@ -142,8 +144,11 @@ class Captured:
 class ContainerState:
     """Metadata of one container's segments, changed only by ``apply``."""
 
-    def __init__(self, container_id: int) -> None:
+    def __init__(self, container_id: int, *, max_attributes: int = MAX_SEGMENT_ATTRIBUTES) -> None:
         self.container_id = container_id
+        self.max_attributes = max_attributes
+        """Attributes a segment keeps (``store/_attributes.py``): applied live and
+        in replay alike, so a restart keeps what the stopped store kept."""
         self.last_seq = 0
         self.next_segment_id = 1
         self.by_id: dict[int, Segment] = {}
@@ -164,8 +169,10 @@ class ContainerState:
     # ------------------------------------------------------------------ snapshots
 
     @classmethod
-    def from_snapshot(cls, snap: Snapshot) -> ContainerState:
-        state = cls(snap.container_id)
+    def from_snapshot(
+        cls, snap: Snapshot, *, max_attributes: int = MAX_SEGMENT_ATTRIBUTES
+    ) -> ContainerState:
+        state = cls(snap.container_id, max_attributes=max_attributes)
         state.last_seq = snap.last_seq
         state.next_segment_id = snap.next_segment_id
         for s in snap.segments:
@@ -183,6 +190,8 @@ class ContainerState:
                 sidecar_size=s.sidecar_size,
                 block_offset=s.length,
             )
+            if len(seg.attributes) > max_attributes:  # the bound was lowered since
+                trim_attributes(seg.attributes, max_attributes)
             state.by_id[seg.segment_id] = seg
             state.by_name[seg.name] = seg
         state.merged = dict(snap.merged)
@@ -268,7 +277,8 @@ class ContainerState:
         seg.extend_checksum(record.offset, data)
         seg.length += len(data)
         if record.writer is not None:
-            seg.attributes[record.writer.writer_id] = record.writer.event_number
+            w = record.writer
+            set_attribute(seg.attributes, w.writer_id, w.event_number, self.max_attributes)
         seg.modified_ms = record.modified_ms
         return [(record.segment_id, record.offset, data)] if len(data) else []
 
@@ -314,7 +324,7 @@ class ContainerState:
                 if value == NULL_ATTRIBUTE_VALUE:
                     seg.attributes.pop(attribute_id, None)
                 else:
-                    seg.attributes[attribute_id] = value
+                    set_attribute(seg.attributes, attribute_id, value, self.max_attributes)
                 seg.modified_ms = ms
             case MergeDataRecord(sid, offset, data):
                 # The chunk goes to the data file now, past the segment's length,

@@ -48,8 +48,14 @@ from headrace.errors import (
     StoreClosed,
     StoreError,
 )
+from headrace.store._attributes import check_attribute_bound
 from headrace.store._base import BaseStore, SegmentState
-from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, FsyncPolicy
+from headrace.store.api import (
+    MAX_APPEND_BYTES,
+    MAX_READ_BYTES,
+    MAX_SEGMENT_ATTRIBUTES,
+    FsyncPolicy,
+)
 from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, Container
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
@@ -111,12 +117,12 @@ def _forget_task(
 
 
 def _open_data_dir(
-    root: Path, container_count: int, ops: FileOps
+    root: Path, container_count: int, ops: FileOps, max_attributes: int
 ) -> tuple[int, Manifest, list[tuple[ContainerState, WalWriter]]]:
     """Lock the data dir and recover it (blocking); the lock is held on success."""
     lock_fd = _lock_data_dir(root)
     try:
-        manifest, opened = recover_store(root, container_count, ops)
+        manifest, opened = recover_store(root, container_count, ops, max_attributes=max_attributes)
     except BaseException:
         os.close(lock_fd)
         raise
@@ -165,6 +171,7 @@ class DiskStore(BaseStore):
         container_count: int = 4,
         checkpoint_wal_bytes: int = CHECKPOINT_WAL_BYTES,
         file_ops: FileOps | None = None,
+        max_segment_attributes: int = MAX_SEGMENT_ATTRIBUTES,
     ) -> DiskStore:
         """Open the data dir at ``path``, creating it if needed, and recover it.
 
@@ -176,6 +183,9 @@ class DiskStore(BaseStore):
                 keeps the count in its manifest.
             checkpoint_wal_bytes: WAL size that triggers a checkpoint.
             file_ops: the syscall layer (tests inject faults or count syncs).
+            max_segment_attributes: attributes a segment keeps, least recently
+                set dropped first (``MAX_SEGMENT_ATTRIBUTES``); applied in
+                recovery too, so lowering it trims at the next open.
 
         Raises:
             CorruptionError: damage recovery must not guess about (see recovery.py).
@@ -183,10 +193,11 @@ class DiskStore(BaseStore):
         """
         if fsync_interval_s <= 0:
             raise ValueError("fsync_interval_s must be positive")
+        max_attributes = check_attribute_bound(max_segment_attributes)
         root = Path(path)
         ops = file_ops or FileOps()
         opening = asyncio.ensure_future(
-            asyncio.to_thread(_open_data_dir, root, container_count, ops)
+            asyncio.to_thread(_open_data_dir, root, container_count, ops, max_attributes)
         )
         try:
             lock_fd, manifest, opened = await asyncio.shield(opening)
