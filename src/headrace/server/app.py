@@ -134,6 +134,7 @@ class ServerApp:
                 fsync_interval_s=self.config.fsync_interval_s,
                 container_count=self.config.container_count,
                 file_ops=TimedFileOps(self.metrics.fsync_seconds.observe),
+                max_segment_attributes=self.config.max_segment_attributes,
             )
             assert isinstance(store, MeteredDiskStore)  # DiskStore.open builds ``cls``
             store.metrics = self.metrics

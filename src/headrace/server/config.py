@@ -48,7 +48,7 @@ from headrace.server.lumberjack_config import (
 )
 from headrace.server.lumberjack_config import IDLE_TIMEOUT_S as LUMBERJACK_IDLE_TIMEOUT_S
 from headrace.server.tls import TlsConfig
-from headrace.store.api import FsyncPolicy
+from headrace.store.api import MAX_SEGMENT_ATTRIBUTES, FsyncPolicy
 
 __all__ = [
     "DEFAULT_AUTO_SCALE_INTERVAL_S",
@@ -114,6 +114,9 @@ class ServerConfig:
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
     container_count: int = DEFAULT_CONTAINER_COUNT
+    max_segment_attributes: int = MAX_SEGMENT_ATTRIBUTES
+    """Attributes (Pravega writer ids and their event numbers) a segment keeps;
+    the least recently set are dropped past it (``store/api.py``)."""
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
     auto_scale_interval_s: float = DEFAULT_AUTO_SCALE_INTERVAL_S
     tank_scope: str = "tank"  # the scope holding TANK topics (DESIGN.md section 2)
@@ -144,6 +147,8 @@ class ServerConfig:
             raise ConfigError("--auto-scale-interval must be positive")
         if self.container_count < 1:
             raise ConfigError("container count must be at least 1")
+        if self.max_segment_attributes < 1:
+            raise ConfigError("--max-segment-attributes must be at least 1")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"--log-format {self.log_format!r} is not one of {LOG_FORMATS}")
         for name in ("max_connections", "max_frame_bytes", "max_buffered_bytes"):
@@ -255,6 +260,16 @@ OPTIONS: tuple[Option, ...] = (
         "Seconds between fsyncs under --fsync interval.",
         "General",
         0.001,
+    ),
+    Option(
+        "max_segment_attributes",
+        int,
+        MAX_SEGMENT_ATTRIBUTES,
+        "Writer ids (with their last event numbers) a segment keeps for Pravega append "
+        "dedup; past it the least recently used is dropped, and that writer's next "
+        "append is stored even if it is a retry.",
+        "General",
+        1,
     ),
     Option(
         "retention_interval",
@@ -514,6 +529,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         advertise_host=None if v["advertise_host"] is None else str(get("advertise_host", str)),
         fsync=FsyncPolicy(fsync),
         fsync_interval_s=float(get("fsync_interval", float)),
+        max_segment_attributes=int(get("max_segment_attributes", int)),
         tank_scope=str(get("tank_scope", str)),
         tank_first_request_timeout_s=float(get("tank_first_request_timeout", float)),
         retention_interval_s=float(get("retention_interval", float)),
