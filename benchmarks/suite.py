@@ -18,9 +18,23 @@ Every run measures, in this order and on this machine:
 3. **headrace** (``headrace serve``, ``--fsync always`` and ``never``): 100-byte
    durable produce through headrace's own client (Pravega protocol), the real
    ``pravega`` client, TANK bundles of 8192 and Lumberjack windows of 2048;
-   10 KiB durable produce; catch-up consume; ack and tail-delivery latency at a
-   fixed offered load of 10,000 events/s; throughput over 1/16/256 segments;
-   memory per idle connection and per parked tail reader.
+   10 KiB and 1 MiB durable produce; catch-up consume; ack and tail-delivery
+   latency at a fixed offered load of 10,000 events/s; throughput over
+   1/16/256 segments and 1/64/512 connections; memory per idle connection and
+   per parked tail reader.
+
+The shapes (``--only SHAPE`` runs one, repeatable, after the machine limits):
+``produce`` (one producer), ``producers4`` (``PRODUCERS`` producer processes,
+each its own client), ``large`` (10 KiB and 1 MiB), ``consume`` (stored
+100-byte and 10 KiB streams read back; RS-IO subscribers), ``e2e`` (a
+producer process and a consumer process at once), ``latency``, ``segments``,
+``connections``, ``memory``; the peers run the same shapes where they apply.
+Multi-process shapes use ``suite_workers.py``: each worker sets up, says
+``ready``, and starts on ``go``, so set-up is outside the time. The latency
+shapes measure from separate, cheap processes (a paced raw-socket writer with
+pre-encoded frames, a raw-socket tail reader; timestamps on
+``CLOCK_MONOTONIC``), report the writer's CPU and how late it sent, and the
+disk's fsync p99 measured just before and after, for the ``always`` ratio.
 
 Each shape prints a table (events/s, MB/s, p50/p99, server CPU per event,
 server peak RSS) and the ratios headrace/peer and headrace/limit. The machine
@@ -34,12 +48,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -58,6 +74,29 @@ LARGE = 10 * 1024
 HUGE = 1024 * 1024
 OFFERED_RATE = 10_000
 """Events/s offered in the latency shapes."""
+PRODUCERS = 4
+"""Producer processes of the multi-producer shapes."""
+CONNECTION_BLOCK_EVENTS = 100
+"""100-byte events per append block of each connection in the connections shape."""
+MAX_CONNECTION_PROCESSES = 4
+"""Client processes sharing the connections of the connections shape."""
+RSS_SAMPLE_S = 0.1
+"""How often the connections shape samples the server's RSS."""
+GROUP_TIMEOUT_S = 600.0
+"""Bound on one group of worker processes, set-up included."""
+WORKERS = Path(__file__).resolve().parent / "suite_workers.py"
+SHAPE_CHOICES = (
+    "produce",
+    "producers4",
+    "large",
+    "consume",
+    "e2e",
+    "latency",
+    "segments",
+    "connections",
+    "memory",
+)
+"""``--only`` values: each runs that shape alone (with the machine limits)."""
 
 TARGETS = {
     "produce_100b_events_per_s": 300_000,
@@ -93,6 +132,11 @@ class Sizes:
         self.scaling_events = 100_000 if quick else 400_000
         self.idle_connections = 200 if quick else 2000
         self.parked_readers = 100 if quick else 1000
+        self.peer_huge_events = 20 if quick else 200
+        self.e2e_events = 50_000 if quick else 200_000
+        self.rsio_events = 50_000 if quick else 200_000
+        self.connection_counts = (1, 64) if quick else (1, 64, 512)
+        self.connection_s = 2.0 if quick else 5.0
 
 
 def say(text: str) -> None:
@@ -350,33 +394,122 @@ def histogram_quantiles(
     return out
 
 
-async def paced(rate: int, seconds: float, send: Any) -> tuple[list[float], float]:
-    """Offer ``rate`` sends per second for ``seconds``: ``send()`` returns a future;
-    latency runs from the send to the future's completion. Returns the latencies
-    and the seconds until the last completion (below the offered rate when the
-    system, or its client, cannot keep up; it stops offering once a quarter
-    second of load is outstanding, so the row's events/s shows the shortfall)."""
-    loop = asyncio.get_running_loop()
-    latencies: list[float] = []
-    futures = []
-    began = loop.time()
-    sent = 0
-    total = int(rate * seconds)
-    backlog_limit = max(100, rate // 4)  # a quarter second of offered load
-    while sent < total:
-        if sent - len(latencies) > backlog_limit:
-            say(f"  NOTE: {backlog_limit} sends outstanding: the offered load is not sustained")
-            break
-        due = min(total, int((loop.time() - began) * rate) + 1)
-        while sent < due:
-            t = time.perf_counter()
-            fut = await send(sent)
-            fut.add_done_callback(lambda _f, t=t: latencies.append(time.perf_counter() - t))
-            futures.append(fut)
-            sent += 1
-        await asyncio.sleep(0.0005)
-    await asyncio.gather(*futures)
-    return latencies, loop.time() - began
+# --------------------------------------------------------------------------- worker processes
+
+
+def run_group(
+    commands: list[list[str]], timeout: float = GROUP_TIMEOUT_S
+) -> tuple[float, list[dict[str, Any]]]:
+    """Start one ``suite_workers.py`` process per command, wait until every one has
+    set up (``ready``), say ``go`` to all at once, and return the wall time from
+    ``go`` to the last exit and each worker's JSON result."""
+    import selectors
+
+    deadline = time.monotonic() + timeout
+    procs: list[subprocess.Popen[str]] = []
+    errors: list[Any] = []
+    stack = contextlib.ExitStack()
+    try:
+        for command in commands:
+            err = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - closed by stack
+            errors.append(err)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKERS), *command],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                )
+            )
+        with selectors.DefaultSelector() as waiting:
+            for proc in procs:
+                assert proc.stdout is not None
+                waiting.register(proc.stdout, selectors.EVENT_READ, proc)
+            pending = len(procs)
+            while pending:
+                remaining = deadline - time.monotonic()
+                events = waiting.select(remaining) if remaining > 0 else []
+                if not events:
+                    raise RuntimeError("workers did not get ready in time")
+                for key, _ in events:
+                    line = key.fileobj.readline()  # type: ignore[union-attr]
+                    if line.strip() != "ready":
+                        raise RuntimeError(f"worker said {line!r} instead of ready")
+                    waiting.unregister(key.fileobj)
+                    pending -= 1
+        began = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            outputs.append(out)
+        seconds = time.perf_counter() - began
+        results = []
+        for proc, out, err in zip(procs, outputs, errors, strict=True):
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                err.seek(0)
+                tail = err.read().decode(errors="replace")[-1500:]
+                raise RuntimeError(f"worker {proc.args[2:]} failed ({proc.returncode}): {tail}")
+            results.append(json.loads(lines[-1]))
+        return seconds, results
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stack.close()
+
+
+def group_row(
+    system: str,
+    seconds: float,
+    results: list[dict[str, Any]],
+    size: int,
+    *,
+    events: int | None = None,
+    pid: int | None = None,
+    cpu_s: float | None = None,
+    note: str = "",
+) -> dict[str, Any]:
+    """A row for a group of workers: events over the group's wall time, and the
+    clients' CPU as a share of one core (so a reader sees whether they kept up)."""
+    total = events if events is not None else sum(int(r.get("events", 0)) for r in results)
+    row = rate_row(system, max(1, total), size, seconds, pid=pid, cpu_s=cpu_s, note=note)
+    client_cpu = sum(float(r.get("client_cpu_s", 0.0)) for r in results)
+    row["client_cpu_share"] = round(client_cpu / seconds, 2)
+    incomplete = [r for r in results if r.get("complete") is False]
+    if incomplete:
+        row["note"] = (row.get("note", "") + " INCOMPLETE: a consumer ran out of time").strip()
+    return row
+
+
+def latency_row(system: str, result: dict[str, Any], note: str = "") -> dict[str, Any]:
+    """A row from a paced writer's or tail reader's result."""
+    row: dict[str, Any] = {
+        "system": system,
+        "events": result["events"],
+        "event_bytes": SMALL,
+        "seconds": round(result["seconds"], 3),
+        "events_per_s": round(result["events"] / result["seconds"]),
+        "mb_per_s": round(result["events"] * SMALL / result["seconds"] / 1e6, 2),
+        "p50_ms": result["p50_ms"],
+        "p99_ms": result["p99_ms"],
+        "p999_ms": result["p999_ms"],
+        "client_cpu_share": result["client_cpu_share"],
+    }
+    if result.get("send_lateness_p99_ms") is not None:
+        row["send_lateness_p99_ms"] = result["send_lateness_p99_ms"]
+    notes = [note] if note else []
+    if result.get("stopped"):
+        notes.append(f"NOT SUSTAINED: {result['stopped']}")
+    if notes:
+        row["note"] = "; ".join(notes)
+    return row
 
 
 # --------------------------------------------------------------------------- NATS
@@ -384,6 +517,7 @@ async def paced(rate: int, seconds: float, send: Any) -> tuple[list[float], floa
 
 NATS_CONF = """
 listen: 127.0.0.1:{port}
+max_payload: 8MB
 jetstream {{
   store_dir: "{store}"
   {sync}
@@ -413,44 +547,36 @@ def start_nats(
     return proc, port
 
 
-async def nats_produce(port: int, size: int, count: int) -> tuple[float, list[float]]:
+async def nats_stream(port: int, name: str) -> None:
+    """A file-stored JetStream stream ``name`` on subject ``name`` (1 GiB of messages at most)."""
     import nats
-    from nats.js.api import StorageType
+    from nats.js.api import StorageType, StreamConfig
 
     nc = await nats.connect(f"nats://127.0.0.1:{port}")
-    js = nc.jetstream(publish_async_max_pending=4000)
-    name = f"s{size}n{count}t{time.monotonic_ns()}"
-    await js.add_stream(name=name, subjects=[name], storage=StorageType.FILE)
+    config = StreamConfig(
+        name=name, subjects=[name], storage=StorageType.FILE, max_msg_size=8 * 1024 * 1024
+    )
+    await nc.jetstream().add_stream(config)
+    await nc.close()
+
+
+async def nats_produce(port: int, name: str, size: int, count: int) -> float:
+    import nats
+
+    await nats_stream(port, name)
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    js = nc.jetstream(publish_async_max_pending=4000 if size <= LARGE else 16)
     payload = os.urandom(size)
-    await js.publish(name, payload)
     began = time.perf_counter()
     for _ in range(count):
         await js.publish_async(name, payload)
     await js.publish_async_completed()
     seconds = time.perf_counter() - began
     await nc.close()
-    return seconds, []
+    return seconds
 
 
-async def nats_latency(port: int, rate: int, seconds: float) -> tuple[list[float], float]:
-    import nats
-    from nats.js.api import StorageType
-
-    nc = await nats.connect(f"nats://127.0.0.1:{port}")
-    js = nc.jetstream()
-    name = f"lat{time.monotonic_ns()}"
-    await js.add_stream(name=name, subjects=[name], storage=StorageType.FILE)
-    payload = os.urandom(SMALL)
-
-    async def send(_: int) -> asyncio.Future[Any]:
-        return await js.publish_async(name, payload)
-
-    latencies, elapsed = await paced(rate, seconds, send)
-    await nc.close()
-    return latencies, elapsed
-
-
-def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
+def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -> None:
     binary = nats_binary()
     if binary is None:
         return
@@ -460,29 +586,75 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
         directory = scratch / key
         directory.mkdir()
         proc, port = start_nats(binary, directory, sync_always)
+        pid = proc.pid
         try:
-            if not sync_always:  # memory first, on the fresh server
+            if not sync_always and want("memory"):  # memory first, on the fresh server
                 results["idle_memory"][key] = idle_connection_memory(
-                    port, proc.pid, sizes.idle_connections
+                    port, pid, sizes.idle_connections
                 )
             count = sizes.nats_always_events if sync_always else sizes.peer_small_events
-            with Measured(proc.pid) as m:
-                seconds, _ = asyncio.run(nats_produce(port, SMALL, count))
-            results["produce_100b"][key] = rate_row(
-                label, count, SMALL, seconds, pid=proc.pid, cpu_s=m.cpu, note="nats-py, async"
-            )
-            say(f"  {label}: 100 B {results['produce_100b'][key]['events_per_s']:,} events/s")
-            count = max(sizes.large_events // (10 if sync_always else 1), 500)
-            seconds, _ = asyncio.run(nats_produce(port, LARGE, count))
-            results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=proc.pid)
-            say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
-            # per-message sync cannot keep up with the offered load: a shorter run
-            run_s = sizes.latency_s / 4 if sync_always else sizes.latency_s
-            latencies, elapsed = asyncio.run(nats_latency(port, OFFERED_RATE, run_s))
-            results["latency"][key] = rate_row(
-                label, len(latencies), SMALL, elapsed, latencies=latencies
-            )
-            say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
+            if want("produce") or want("consume"):
+                with Measured(pid) as m:
+                    seconds = asyncio.run(nats_produce(port, "p100", SMALL, count))
+                results["produce_100b"][key] = rate_row(
+                    label, count, SMALL, seconds, pid=pid, cpu_s=m.cpu, note="nats-py, async"
+                )
+                say(f"  {label}: 100 B {results['produce_100b'][key]['events_per_s']:,} events/s")
+            if want("producers4"):
+                asyncio.run(nats_stream(port, "p100x4"))
+                per = count // PRODUCERS
+                command = ["nats-produce", str(port), "p100x4", str(SMALL), str(per)]
+                with Measured(pid) as m:
+                    wall, out = run_group([command] * PRODUCERS)
+                row = group_row(
+                    f"{label}, {PRODUCERS} producer processes",
+                    wall,
+                    out,
+                    SMALL,
+                    pid=pid,
+                    cpu_s=m.cpu,
+                    note="nats-py each",
+                )
+                results["produce_100b_4"][key] = row
+                say(f"  {label}: {PRODUCERS} producers {row['events_per_s']:,} events/s")
+            if want("consume") and not sync_always:
+                command = ["nats-consume", str(port), "p100", "p100", str(count), "120"]
+                with Measured(pid) as m:
+                    wall, out = run_group([command])
+                row = group_row(
+                    label, wall, out, SMALL, pid=pid, cpu_s=m.cpu, note="nats-py pull, 1,000"
+                )
+                results["consume_100b"][key] = row
+                say(f"  {label}: consume {row['events_per_s']:,} events/s")
+            if want("e2e") and not sync_always:
+                n = sizes.e2e_events
+                asyncio.run(nats_stream(port, "e2e"))
+                producer = ["nats-produce", str(port), "e2e", str(SMALL), str(n)]
+                consumer = ["nats-consume", str(port), "e2e", "e2e", str(n), "300"]
+                with Measured(pid) as m:
+                    wall, out = run_group([producer, consumer])
+                row = group_row(label, wall, out[1:], SMALL, pid=pid, cpu_s=m.cpu)
+                row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
+                results["e2e_100b"][key] = row
+                say(f"  {label}: end to end {row['events_per_s']:,} events/s")
+            if want("large"):
+                count = max(sizes.large_events // (10 if sync_always else 1), 500)
+                seconds = asyncio.run(nats_produce(port, "p10k", LARGE, count))
+                results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=pid)
+                say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
+                count = max(sizes.peer_huge_events // (4 if sync_always else 1), 10)
+                seconds = asyncio.run(nats_produce(port, "p1m", HUGE, count))
+                results["produce_1mib"][key] = rate_row(label, count, HUGE, seconds, pid=pid)
+                say(f"  {label}: 1 MiB {results['produce_1mib'][key]['mb_per_s']} MB/s")
+            if want("latency"):
+                asyncio.run(nats_stream(port, "lat"))
+                run_s = sizes.latency_s / 4 if sync_always else sizes.latency_s
+                command = ["lat-nats", str(port), "lat", str(OFFERED_RATE), str(run_s)]
+                _, out = run_group([command])
+                results["latency"][key] = latency_row(
+                    f"{label} ack", out[0], note="raw-socket paced writer"
+                )
+                say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
         finally:
             common.stop(proc)
 
@@ -507,12 +679,11 @@ def start_redis(
     return proc, port
 
 
-async def redis_produce(port: int, size: int, count: int, batch: int = 1000) -> float:
+async def redis_produce(port: int, key: str, size: int, count: int, batch: int = 1000) -> float:
     import redis.asyncio as aioredis
 
     client = aioredis.Redis(host="127.0.0.1", port=port)
     payload = os.urandom(size)
-    key = f"s{size}n{count}"
     began = time.perf_counter()
     for start in range(0, count, batch):
         pipe = client.pipeline(transaction=False)
@@ -524,11 +695,11 @@ async def redis_produce(port: int, size: int, count: int, batch: int = 1000) -> 
     return seconds
 
 
-async def redis_consume(port: int, size: int, count: int) -> float:
+async def redis_range(port: int, key: str, count: int) -> float:
+    """Read ``count`` stored entries with ``XRANGE`` of 1,000 (redis-py)."""
     import redis.asyncio as aioredis
 
     client = aioredis.Redis(host="127.0.0.1", port=port)
-    key = f"s{size}n{count}"
     began = time.perf_counter()
     got = 0
     last = "-"
@@ -543,24 +714,6 @@ async def redis_consume(port: int, size: int, count: int) -> float:
     seconds = time.perf_counter() - began
     await client.aclose()
     return seconds
-
-
-async def redis_latency(port: int, rate: int, seconds: float) -> tuple[list[float], float]:
-    import redis.asyncio as aioredis
-
-    pool = aioredis.BlockingConnectionPool(
-        host="127.0.0.1", port=port, max_connections=64, timeout=None
-    )
-    client = aioredis.Redis(connection_pool=pool)
-    payload = os.urandom(SMALL)
-    await client.ping()
-
-    async def send(_: int) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(client.xadd("lat", {"v": payload}))
-
-    latencies, elapsed = await paced(rate, seconds, send)
-    await client.aclose()
-    return latencies, elapsed
 
 
 def redis_benchmark(port: int, count: int) -> dict[str, Any]:
@@ -596,7 +749,7 @@ def redis_benchmark(port: int, count: int) -> dict[str, Any]:
     return {"skipped": f"unparsed redis-benchmark output: {out[-200:]!r}"}
 
 
-def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
+def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -> None:
     binary = ensure_debian("redis-server", "redis-server")
     if binary is None:
         return
@@ -606,36 +759,81 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
         directory = scratch / key
         directory.mkdir()
         proc, port = start_redis(binary, directory, appendfsync)
+        pid = proc.pid
+        first = appendfsync == "everysec"
         try:
-            if appendfsync == "everysec":  # memory first, on the fresh server
+            if first and want("memory"):  # memory first, on the fresh server
                 results["idle_memory"][key] = idle_connection_memory(
-                    port, proc.pid, sizes.idle_connections
+                    port, pid, sizes.idle_connections
                 )
             count = sizes.peer_small_events
-            with Measured(proc.pid) as m:
-                seconds = asyncio.run(redis_produce(port, SMALL, count))
-            results["produce_100b"][key] = rate_row(
-                label, count, SMALL, seconds, pid=proc.pid, cpu_s=m.cpu, note="redis-py pipelined"
-            )
-            ceiling = redis_benchmark(port, count)
-            results["produce_100b"][f"{key}_redis_benchmark"] = ceiling
-            say(
-                f"  {label}: 100 B {results['produce_100b'][key]['events_per_s']:,} events/s"
-                f" (redis-benchmark -P 64: {ceiling.get('events_per_s', ceiling.get('skipped'))})"
-            )
-            count = sizes.large_events
-            seconds = asyncio.run(redis_produce(port, LARGE, count, batch=100))
-            results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=proc.pid)
-            say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
-            if appendfsync == "everysec":
-                seconds = asyncio.run(redis_consume(port, LARGE, count))
-                results["catchup"][key] = rate_row(label, count, LARGE, seconds, pid=proc.pid)
-                say(f"  {label}: catch-up {results['catchup'][key]['mb_per_s']} MB/s")
-            latencies, elapsed = asyncio.run(redis_latency(port, OFFERED_RATE, sizes.latency_s))
-            results["latency"][key] = rate_row(
-                label, len(latencies), SMALL, elapsed, latencies=latencies
-            )
-            say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
+            if want("produce") or want("consume"):
+                with Measured(pid) as m:
+                    seconds = asyncio.run(redis_produce(port, "p100", SMALL, count))
+                results["produce_100b"][key] = rate_row(
+                    label, count, SMALL, seconds, pid=pid, cpu_s=m.cpu, note="redis-py pipelined"
+                )
+                ceiling = redis_benchmark(port, count)
+                results["produce_100b"][f"{key}_redis_benchmark"] = ceiling
+                best = ceiling.get("events_per_s", ceiling.get("skipped"))
+                say(
+                    f"  {label}: 100 B {results['produce_100b'][key]['events_per_s']:,} events/s"
+                    f" (redis-benchmark -P 64: {best})"
+                )
+            if want("producers4"):
+                per = count // PRODUCERS
+                command = ["redis-produce", str(port), "p100x4", str(SMALL), str(per)]
+                with Measured(pid) as m:
+                    wall, out = run_group([command] * PRODUCERS)
+                row = group_row(
+                    f"{label}, {PRODUCERS} producer processes",
+                    wall,
+                    out,
+                    SMALL,
+                    pid=pid,
+                    cpu_s=m.cpu,
+                    note="redis-py pipelines of 1,000 each",
+                )
+                results["produce_100b_4"][key] = row
+                say(f"  {label}: {PRODUCERS} producers {row['events_per_s']:,} events/s")
+            if want("consume") and first:
+                with Measured(pid) as m:
+                    seconds = asyncio.run(redis_range(port, "p100", count))
+                results["consume_100b"][key] = rate_row(
+                    label, count, SMALL, seconds, pid=pid, cpu_s=m.cpu, note="redis-py XRANGE 1,000"
+                )
+                say(f"  {label}: consume {results['consume_100b'][key]['events_per_s']:,} events/s")
+            if want("e2e") and first:
+                n = sizes.e2e_events
+                producer = ["redis-produce", str(port), "e2e", str(SMALL), str(n)]
+                consumer = ["redis-consume", str(port), "e2e", str(n), "300"]
+                with Measured(pid) as m:
+                    wall, out = run_group([producer, consumer])
+                row = group_row(label, wall, out[1:], SMALL, pid=pid, cpu_s=m.cpu)
+                row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
+                row["note"] = (row.get("note", "") + " redis-py, XREAD BLOCK 1,000").strip()
+                results["e2e_100b"][key] = row
+                say(f"  {label}: end to end {row['events_per_s']:,} events/s")
+            if want("large"):
+                count = sizes.large_events
+                seconds = asyncio.run(redis_produce(port, "p10k", LARGE, count, batch=100))
+                results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=pid)
+                say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
+                if first:
+                    seconds = asyncio.run(redis_range(port, "p10k", count))
+                    results["catchup"][key] = rate_row(label, count, LARGE, seconds, pid=pid)
+                    say(f"  {label}: catch-up {results['catchup'][key]['mb_per_s']} MB/s")
+                count = sizes.peer_huge_events
+                seconds = asyncio.run(redis_produce(port, "p1m", HUGE, count, batch=10))
+                results["produce_1mib"][key] = rate_row(label, count, HUGE, seconds, pid=pid)
+                say(f"  {label}: 1 MiB {results['produce_1mib'][key]['mb_per_s']} MB/s")
+            if want("latency"):
+                command = ["lat-redis", str(port), "lat", str(OFFERED_RATE), str(sizes.latency_s)]
+                _, out = run_group([command])
+                results["latency"][key] = latency_row(
+                    f"{label} ack", out[0], note="raw-socket paced writer, pipelined XADD"
+                )
+                say(f"  {label}: ack at 10k/s p99 {results['latency'][key]['p99_ms']} ms")
         finally:
             common.stop(proc)
 
@@ -714,53 +912,16 @@ async def hr_catchup(uri: str, stream: str) -> tuple[float, int]:
     return seconds, end
 
 
-async def hr_latency(uri: str, stream: str, rate: int, seconds: float) -> dict[str, list[float]]:
-    """Ack latency of ``write_future`` at ``rate``, and append-to-delivery for a tail
-    reader (the send time travels in the event)."""
+async def hr_stream(uri: str, stream: str, segments: int = 1) -> tuple[str, int]:
+    """Create ``bench/<stream>`` (if new); the name and length of its first segment."""
     from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 
     async with PravegaClient(uri) as client:
         await client.controller.create_scope("bench")
-        config = StreamConfig(ScalingPolicy.fixed(1))
+        config = StreamConfig(ScalingPolicy.fixed(segments))
         await client.controller.create_stream("bench", stream, config)
-        writer = await client.create_writer("bench", stream)
-        pad = os.urandom(SMALL - 8)
-        await writer.write_and_wait(b"\0" * 8 + pad)
         segment = (await client.controller.get_current_segments("bench", stream))[0].segment
-        tail = (await client.segments.stat(segment)).length
-        delivery: list[float] = []
-        total = int(rate * seconds)
-        reader = client.record_reader("bench", stream, start={segment: tail}, follow=True)
-
-        async def follow() -> None:
-            async for record in reader:
-                sent = int.from_bytes(record.value[:8], "big")
-                delivery.append((time.perf_counter_ns() - sent) / 1e9)
-                if len(delivery) >= total:
-                    return
-
-        follower = asyncio.create_task(follow())
-        await asyncio.sleep(0.5)
-
-        async def send(_: int) -> asyncio.Future[None]:
-            stamp = time.perf_counter_ns().to_bytes(8, "big")
-            return await writer.write_future(stamp + pad)
-
-        cpu = time.process_time()
-        acks, elapsed = await paced(rate, seconds, send)
-        try:
-            await asyncio.wait_for(follower, 30)
-        except TimeoutError:
-            say(f"  NOTE: tail reader delivered {len(delivery)} of {total}")
-        client_cpu_share = (time.process_time() - cpu) / elapsed
-        await reader.aclose()
-        await writer.aclose()
-    return {
-        "ack": acks,
-        "delivery": delivery,
-        "elapsed": [elapsed],
-        "client_cpu_share": [client_cpu_share],
-    }
+        return segment.name, (await client.segments.stat(segment)).length
 
 
 async def hr_memory(uri: str, port: int, pid: int, idle: int, parked: int) -> dict[str, Any]:
@@ -841,178 +1002,381 @@ def server_latency(http_port: int, before: dict[str, dict[float, float]]) -> dic
     return out
 
 
+def hr_latency_shape(
+    fsync: str,
+    listeners: dict[str, int],
+    uri: str,
+    pid: int,
+    sizes: Sizes,
+    scratch: Path,
+    results: dict[str, Any],
+    profiler: Profiler,
+) -> None:
+    """Ack and tail-delivery latency at ``OFFERED_RATE``: a paced raw-socket writer
+    process and a raw-socket tail reader process (``suite_workers.py``), the
+    server's own histograms over the same seconds and, under ``always``, the
+    disk's fsync p99 measured just before and just after."""
+    segment, tail = asyncio.run(hr_stream(uri, f"lat{fsync}"))
+    ss = str(listeners["segment-store"])
+    total = int(OFFERED_RATE * sizes.latency_s)
+    writer = ["lat-pravega", ss, segment, str(OFFERED_RATE), str(sizes.latency_s)]
+    reader = ["tail-pravega", ss, segment, str(tail), str(total), str(sizes.latency_s + 5)]
+    if fsync == "always":
+        results["limits"]["fsync_4k_before_latency"] = fsync_latency(scratch, sizes.fsync_ops)
+    before = {n: histogram(listeners["http"], n) for n in SERVER_HISTOGRAMS}
+    with profiler, Measured(pid) as m:
+        _, (acks, delivery) = run_group([writer, reader])
+    if fsync == "always":
+        results["limits"]["fsync_4k_after_latency"] = fsync_latency(scratch, sizes.fsync_ops)
+    server_side = server_latency(listeners["http"], before)
+    results["profiles"][f"latency_{fsync}"] = profiler.summary
+    row = latency_row(
+        f"headrace ack, fsync {fsync}",
+        acks,
+        note=f"raw-socket paced writer process, {acks['batches']:,} appends",
+    )
+    row["server_cpu_us_per_event"] = round(m.cpu * 1e6 / max(1, acks["events"]), 2)
+    row.update(server_side)
+    results["latency"][f"headrace_{fsync}"] = row
+    results["latency"][f"headrace_{fsync}_delivery"] = latency_row(
+        f"headrace tail delivery, fsync {fsync}",
+        delivery,
+        note="raw-socket tail reader process, one parked ReadSegment",
+    )
+    say(
+        f"  ack at 10k/s ({fsync}): p50 {row['p50_ms']} p99 {row['p99_ms']} ms"
+        f" (writer CPU {row['client_cpu_share']:.0%});"
+        f" delivery p99 {delivery['p99_ms']} ms; server {server_side}"
+    )
+
+
+def tank_producers(port: int, count: int, pid: int) -> dict[str, Any]:
+    """``PRODUCERS`` TANK producer processes on one partition of a fresh topic."""
+    from headrace.client.tank import TankClient
+
+    async def create() -> None:
+        async with await TankClient.connect("127.0.0.1", port) as client:
+            await client.create_topic("bench4", 1)
+
+    asyncio.run(create())
+    command = ["tank-produce", str(port), "bench4", str(count // PRODUCERS)]
+    with Measured(pid) as m:
+        wall, out = run_group([command] * PRODUCERS)
+    return group_row(
+        f"headrace TANK, {PRODUCERS} producer processes",
+        wall,
+        out,
+        SMALL,
+        pid=pid,
+        cpu_s=m.cpu,
+        note="bundles of 8192, one partition",
+    )
+
+
+def hr_connections(
+    listeners: dict[str, int], uri: str, pid: int, sizes: Sizes, results: dict[str, Any]
+) -> None:
+    """Events/s with N connections, each its own writer sending blocks of
+    ``CONNECTION_BLOCK_EVENTS`` with one block in flight, over up to
+    ``MAX_CONNECTION_PROCESSES`` raw-socket client processes; and the server's RSS."""
+    for n in sizes.connection_counts:
+        segment, _ = asyncio.run(hr_stream(uri, f"conn{n}"))
+        processes = min(MAX_CONNECTION_PROCESSES, n)
+        commands = []
+        for i in range(processes):
+            share = n // processes + (1 if i < n % processes else 0)
+            commands.append(
+                [
+                    *("hr-connections", str(listeners["segment-store"]), segment),
+                    *(str(share), str(sizes.connection_s), str(CONNECTION_BLOCK_EVENTS)),
+                ]
+            )
+        rss_before = common.memory_kib(pid).get("VmRSS", 0)
+        peak = [rss_before]
+        done = threading.Event()
+
+        def sample_rss(done: threading.Event, peak: list[int]) -> None:
+            while not done.wait(RSS_SAMPLE_S):
+                peak[0] = max(peak[0], common.memory_kib(pid).get("VmRSS", 0))
+
+        sampler = threading.Thread(target=sample_rss, args=(done, peak), daemon=True)
+        sampler.start()
+        try:
+            with Measured(pid) as m:
+                wall, out = run_group(commands)
+        finally:
+            done.set()
+            sampler.join()
+        events = sum(int(r["events"]) for r in out)
+        row = group_row(
+            f"headrace, {n} connections writing",
+            wall,
+            out,
+            SMALL,
+            events=events,
+            pid=pid,
+            cpu_s=m.cpu,
+            note=f"{processes} client processes, blocks of {CONNECTION_BLOCK_EVENTS}, 1 in flight",
+        )
+        row["server_rss_mib_before"] = round(rss_before / 1024, 1)
+        row["server_rss_mib_during"] = round(peak[0] / 1024, 1)
+        results["connections"][f"connections_{n}"] = row
+        say(
+            f"  {n} connections: {row['events_per_s']:,} events/s,"
+            f" {row.get('server_cpu_us_per_event')} µs CPU/event"
+        )
+
+
 def run_headrace(
-    sizes: Sizes, scratch: Path, results: dict[str, Any], profile: bool, prof_dir: Path
+    sizes: Sizes,
+    scratch: Path,
+    results: dict[str, Any],
+    profile: bool,
+    prof_dir: Path,
+    want: Any,
 ) -> None:
     import lumberjack_ingest
+    import rsio_subscribe
 
     listeners = {
         "controller": common.free_port(),
         "segment-store": common.free_port(),
         "tank": common.free_port(),
         "lumberjack": common.free_port(),
+        "rsio": common.free_port(),
         "http": common.free_port(),
     }
     uri = f"tcp://127.0.0.1:{listeners['controller']}"
+    ss = str(listeners["segment-store"])
+    event_bytes = SMALL + 8  # each event in a segment: 8-byte header + payload
     proc = common.start_headrace(scratch / "hr-always", listeners, "always")
     pid = proc.pid
     try:
-        label = "headrace client (Pravega wire)"
-        with Profiler(profile, pid, "headrace_client_100b", prof_dir) as prof, Measured(pid) as m:
-            seconds = asyncio.run(hr_produce(uri, "p100", SMALL, sizes.small_events))
-        results["profiles"]["headrace_client_100b"] = prof.summary
-        row = rate_row(label, sizes.small_events, SMALL, seconds, pid=pid, cpu_s=m.cpu)
-        results["produce_100b"]["headrace_client"] = row
-        say(
-            f"  {label}: 100 B {row['events_per_s']:,} events/s,"
-            f" {row['server_cpu_us_per_event']} µs CPU/event"
-        )
-
-        prof = Profiler(profile, pid, "tank_100b", prof_dir)  # entered around the produce only
-        produce_s, cpu, consume_s = tank_produce(listeners["tank"], sizes.small_events, prof, pid)
-        results["profiles"]["tank_100b"] = prof.summary
-        row = rate_row(
-            "headrace TANK (bundles of 8192)",
-            sizes.small_events,
-            SMALL,
-            produce_s,
-            pid=pid,
-            cpu_s=cpu,
-        )
-        results["produce_100b"]["headrace_tank"] = row
-        say(
-            f"  TANK: 100 B {row['events_per_s']:,} events/s,"
-            f" {row['server_cpu_us_per_event']} µs CPU/event"
-        )
-        results["catchup"]["headrace_tank"] = rate_row(
-            "headrace TANK consume (raw chunks)", sizes.small_events, SMALL, consume_s, pid=pid
-        )
-
-        with Measured(pid) as m:
-            lj = asyncio.run(
-                lumberjack_ingest._measure(
-                    listeners["lumberjack"], False, 1, sizes.lumberjack_windows
-                )
+        if want("produce") or want("consume"):
+            label = "headrace client (Pravega wire)"
+            with (
+                Profiler(profile, pid, "headrace_client_100b", prof_dir) as prof,
+                Measured(pid) as m,
+            ):
+                seconds = asyncio.run(hr_produce(uri, "p100", SMALL, sizes.small_events))
+            results["profiles"]["headrace_client_100b"] = prof.summary
+            row = rate_row(label, sizes.small_events, SMALL, seconds, pid=pid, cpu_s=m.cpu)
+            results["produce_100b"]["headrace_client"] = row
+            say(
+                f"  {label}: 100 B {row['events_per_s']:,} events/s,"
+                f" {row['server_cpu_us_per_event']} µs CPU/event"
             )
-        size = round(lj.payload_mb_per_s * 1e6 / lj.events_per_s)
-        row = rate_row(
-            "headrace Lumberjack (windows of 2048)",
-            lj.events,
-            size,
-            lj.seconds,
-            pid=pid,
-            cpu_s=m.cpu,
-            note=f"~{size} B JSON events",
-        )
-        results["produce_100b"]["headrace_lumberjack"] = row
-        say(f"  Lumberjack: {row['events_per_s']:,} events/s ({size} B JSON)")
 
-        with Measured(pid) as m:
-            seconds = rust_produce(uri, "rust100", sizes.rust_events)
-        row = rate_row(
-            "headrace, real pravega client", sizes.rust_events, SMALL, seconds, pid=pid, cpu_s=m.cpu
-        )
-        results["produce_100b"]["headrace_rust_client"] = row
-        say(f"  pravega (Rust) client: 100 B {row['events_per_s']:,} events/s")
+            prof = Profiler(profile, pid, "tank_100b", prof_dir)  # around the produce only
+            produce_s, cpu, consume_s = tank_produce(
+                listeners["tank"], sizes.small_events, prof, pid
+            )
+            results["profiles"]["tank_100b"] = prof.summary
+            row = rate_row(
+                "headrace TANK (bundles of 8192)",
+                sizes.small_events,
+                SMALL,
+                produce_s,
+                pid=pid,
+                cpu_s=cpu,
+            )
+            results["produce_100b"]["headrace_tank"] = row
+            say(
+                f"  TANK: 100 B {row['events_per_s']:,} events/s,"
+                f" {row['server_cpu_us_per_event']} µs CPU/event"
+            )
+            results["consume_100b"]["headrace_tank"] = rate_row(
+                "headrace TANK consume (raw chunks, 4 MiB fetches)",
+                sizes.small_events,
+                SMALL,
+                consume_s,
+                pid=pid,
+            )
 
-        with Measured(pid) as m:
-            seconds = asyncio.run(hr_produce(uri, "p100x4", SMALL, sizes.small_events, producers=4))
-        row = rate_row(
-            "headrace client, 4 writers",
-            sizes.small_events,
-            SMALL,
-            seconds,
-            pid=pid,
-            cpu_s=m.cpu,
-            note="4 writers, one client process",
-        )
-        results["produce_100b"]["headrace_client_4"] = row
-        say(f"  4 writers: 100 B {row['events_per_s']:,} events/s")
-
-        with Profiler(profile, pid, "headrace_client_10k", prof_dir) as prof, Measured(pid) as m:
-            seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
-        results["profiles"]["headrace_client_10k"] = prof.summary
-        row = rate_row(
-            "headrace client, fsync always",
-            sizes.large_events,
-            LARGE,
-            seconds,
-            pid=pid,
-            cpu_s=m.cpu,
-        )
-        results["produce_10k"]["headrace_always"] = row
-        say(f"  10 KiB: {row['mb_per_s']} MB/s")
-
-        with Measured(pid) as m:
-            seconds = asyncio.run(hr_produce(uri, "p1m", HUGE, sizes.huge_events))
-        row = rate_row(
-            "headrace client, 1 MiB events, fsync always",
-            sizes.huge_events,
-            HUGE,
-            seconds,
-            pid=pid,
-            cpu_s=m.cpu,
-        )
-        results["produce_10k"]["headrace_always_1mib"] = row
-        say(f"  1 MiB: {row['mb_per_s']} MB/s")
-
-        with Profiler(profile, pid, "catchup", prof_dir) as prof, Measured(pid) as m:
-            seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k"))
-        results["profiles"]["catchup"] = prof.summary
-        row = rate_row(
-            "headrace ReadSegment 2 MiB",
-            nbytes // (LARGE + 8),
-            LARGE + 8,
-            seconds,
-            pid=pid,
-            cpu_s=m.cpu,
-        )
-        results["catchup"]["headrace_read"] = row
-        say(f"  catch-up: {row['mb_per_s']} MB/s")
-
-        before = {n: histogram(listeners["http"], n) for n in SERVER_HISTOGRAMS}
-        with Profiler(profile, pid, "latency_always", prof_dir) as prof, Measured(pid) as m:
-            latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
-        server_side = server_latency(listeners["http"], before)
-        results["profiles"]["latency_always"] = prof.summary
-        results["latency"]["headrace_always"] = rate_row(
-            "headrace ack, fsync always",
-            len(latency["ack"]),
-            SMALL,
-            latency["elapsed"][0],
-            latencies=latency["ack"],
-            cpu_s=m.cpu,
-            note=f"client process (writer, pacing, tail reader) used"
-            f" {latency['client_cpu_share'][0]:.0%} of a core",
-        )
-        results["latency"]["headrace_always"].update(server_side)
-        say(f"  server side (fsync always): {server_side}")
-        results["latency"]["headrace_always_delivery"] = rate_row(
-            "headrace tail delivery, fsync always",
-            max(1, len(latency["delivery"])),
-            SMALL,
-            latency["elapsed"][0],
-            latencies=latency["delivery"],
-        )
-        say(
-            f"  ack at 10k/s (always): p99 {results['latency']['headrace_always']['p99_ms']} ms;"
-            f" delivery p99 {results['latency']['headrace_always_delivery'].get('p99_ms')} ms"
-        )
-
-        for n in sizes.segment_counts:
+        if want("produce"):
             with Measured(pid) as m:
-                seconds = asyncio.run(
-                    hr_produce(uri, f"seg{n}", SMALL, sizes.scaling_events, segments=n)
+                lj = asyncio.run(
+                    lumberjack_ingest._measure(
+                        listeners["lumberjack"], False, 1, sizes.lumberjack_windows
+                    )
                 )
-            results["scaling"][f"segments_{n}"] = rate_row(
-                f"headrace client, {n} segments",
-                sizes.scaling_events,
+            size = round(lj.payload_mb_per_s * 1e6 / lj.events_per_s)
+            row = rate_row(
+                "headrace Lumberjack (windows of 2048)",
+                lj.events,
+                size,
+                lj.seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+                note=f"~{size} B JSON events",
+            )
+            results["produce_100b"]["headrace_lumberjack"] = row
+            say(f"  Lumberjack: {row['events_per_s']:,} events/s ({size} B JSON)")
+
+            with Measured(pid) as m:
+                seconds = rust_produce(uri, "rust100", sizes.rust_events)
+            row = rate_row(
+                "headrace, real pravega client",
+                sizes.rust_events,
                 SMALL,
                 seconds,
                 pid=pid,
                 cpu_s=m.cpu,
             )
-            say(f"  {n} segments: {results['scaling'][f'segments_{n}']['events_per_s']:,} events/s")
+            results["produce_100b"]["headrace_rust_client"] = row
+            say(f"  pravega (Rust) client: 100 B {row['events_per_s']:,} events/s")
+
+        if want("producers4"):
+            asyncio.run(hr_stream(uri, "p100x4"))
+            per = sizes.small_events // PRODUCERS
+            command = ["hr-produce", uri, "bench", "p100x4", str(SMALL), str(per)]
+            with Measured(pid) as m:
+                wall, out = run_group([command] * PRODUCERS)
+            row = group_row(
+                f"headrace client, {PRODUCERS} producer processes",
+                wall,
+                out,
+                SMALL,
+                pid=pid,
+                cpu_s=m.cpu,
+                note="EventWriter each, one segment",
+            )
+            results["produce_100b_4"]["headrace_client"] = row
+            say(f"  {PRODUCERS} client processes: 100 B {row['events_per_s']:,} events/s")
+            row = tank_producers(listeners["tank"], sizes.small_events, pid)
+            results["produce_100b_4"]["headrace_tank"] = row
+            say(f"  {PRODUCERS} TANK processes: 100 B {row['events_per_s']:,} events/s")
+
+        if want("large") or want("consume"):
+            with (
+                Profiler(profile, pid, "headrace_client_10k", prof_dir) as prof,
+                Measured(pid) as m,
+            ):
+                seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
+            results["profiles"]["headrace_client_10k"] = prof.summary
+            row = rate_row(
+                "headrace client, fsync always",
+                sizes.large_events,
+                LARGE,
+                seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            results["produce_10k"]["headrace_always"] = row
+            say(f"  10 KiB: {row['mb_per_s']} MB/s")
+
+        if want("large"):
+            with Measured(pid) as m:
+                seconds = asyncio.run(hr_produce(uri, "p1m", HUGE, sizes.huge_events))
+            row = rate_row(
+                "headrace client, fsync always",
+                sizes.huge_events,
+                HUGE,
+                seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            results["produce_1mib"]["headrace_always"] = row
+            say(f"  1 MiB: {row['mb_per_s']} MB/s")
+
+        if want("consume"):
+            with Profiler(profile, pid, "catchup", prof_dir) as prof, Measured(pid) as m:
+                seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k"))
+            results["profiles"]["catchup"] = prof.summary
+            row = rate_row(
+                "headrace ReadSegment 2 MiB",
+                nbytes // (LARGE + 8),
+                LARGE + 8,
+                seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            results["catchup"]["headrace_read"] = row
+            say(f"  catch-up: {row['mb_per_s']} MB/s")
+
+            segment, length = asyncio.run(hr_stream(uri, "p100"))
+            with Measured(pid) as m:
+                wall, out = run_group([["hr-consume", ss, segment, str(length), "120"]])
+            row = group_row(
+                "headrace ReadSegment 2 MiB, bare-socket reader process",
+                wall,
+                out,
+                SMALL,
+                events=length // event_bytes,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            results["consume_100b"]["headrace_read"] = row
+            say(f"  consume 100 B (ReadSegment): {row['events_per_s']:,} events/s")
+
+            async def rsio_fill() -> None:
+                from headrace.client import PravegaClient
+
+                async with PravegaClient(uri) as client:
+                    await rsio_subscribe._fill(client, "rs100", sizes.rsio_events, SMALL)
+
+            asyncio.run(rsio_fill())
+            for mode, batch in (("unbounded demand", rsio_subscribe.MAX_DEMAND), ("batch 64", 64)):
+                with Measured(pid) as m:
+                    seconds = asyncio.run(
+                        rsio_subscribe._read(listeners["rsio"], "rs100", batch, sizes.rsio_events)
+                    )
+                key = "headrace_rsio" if batch == 64 else "headrace_rsio_unbounded"
+                row = rate_row(
+                    f"headrace RS-IO subscriber, {mode}",
+                    sizes.rsio_events,
+                    SMALL,
+                    seconds,
+                    pid=pid,
+                    cpu_s=m.cpu,
+                    note="RsioClient (rsio_subscribe.py), in the suite's process",
+                )
+                results["consume_100b"][key] = row
+                say(f"  RS-IO ({mode}): {row['events_per_s']:,} events/s")
+
+        if want("e2e"):
+            n = sizes.e2e_events
+            segment, _ = asyncio.run(hr_stream(uri, "e2e"))
+            producer = ["hr-produce", uri, "bench", "e2e", str(SMALL), str(n)]
+            consumer = ["hr-consume", ss, segment, str((n + 1) * event_bytes), "300"]
+            with Measured(pid) as m:
+                wall, out = run_group([producer, consumer])
+            row = group_row(
+                "headrace client → bare-socket ReadSegment reader",
+                wall,
+                out[1:],
+                SMALL,
+                events=n,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
+            results["e2e_100b"]["headrace"] = row
+            say(f"  end to end: {row['events_per_s']:,} events/s")
+
+        if want("latency"):
+            profiler = Profiler(profile, pid, "latency_always", prof_dir)
+            hr_latency_shape("always", listeners, uri, pid, sizes, scratch, results, profiler)
+
+        if want("segments"):
+            for n in sizes.segment_counts:
+                with Measured(pid) as m:
+                    seconds = asyncio.run(
+                        hr_produce(uri, f"seg{n}", SMALL, sizes.scaling_events, segments=n)
+                    )
+                results["scaling"][f"segments_{n}"] = rate_row(
+                    f"headrace client, {n} segments",
+                    sizes.scaling_events,
+                    SMALL,
+                    seconds,
+                    pid=pid,
+                    cpu_s=m.cpu,
+                )
+                rate = results["scaling"][f"segments_{n}"]["events_per_s"]
+                say(f"  {n} segments: {rate:,} events/s")
+
+        if want("connections"):
+            hr_connections(listeners, uri, pid, sizes, results)
 
         results["server_peak_rss_mib"] = {
             "headrace_always": round(common.memory_kib(pid).get("VmHWM", 0) / 1024, 1)
@@ -1020,52 +1384,44 @@ def run_headrace(
     finally:
         common.stop(proc)
 
+    if not (want("memory") or want("large") or want("latency")):
+        return
     proc = common.start_headrace(scratch / "hr-never", listeners, "never")
     pid = proc.pid
     try:
-        # memory first, on a fresh server (a used one reuses the memory it freed)
-        memory = asyncio.run(
-            hr_memory(
-                uri, listeners["segment-store"], pid, sizes.idle_connections, sizes.parked_readers
+        if want("memory"):
+            # memory first, on a fresh server (a used one reuses the memory it freed)
+            memory = asyncio.run(
+                hr_memory(
+                    uri,
+                    listeners["segment-store"],
+                    pid,
+                    sizes.idle_connections,
+                    sizes.parked_readers,
+                )
             )
-        )
-        results["idle_memory"]["headrace"] = memory
-        say(f"  memory: {memory}")
-        with (
-            Profiler(profile, pid, "headrace_client_10k_never", prof_dir) as prof,
-            Measured(pid) as m,
-        ):
-            seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
-        results["profiles"]["headrace_client_10k_never"] = prof.summary
-        row = rate_row(
-            "headrace client, fsync never", sizes.large_events, LARGE, seconds, pid=pid, cpu_s=m.cpu
-        )
-        results["produce_10k"]["headrace_never"] = row
-        say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
-        before = {n: histogram(listeners["http"], n) for n in SERVER_HISTOGRAMS}
-        with Measured(pid) as m:
-            latency = asyncio.run(hr_latency(uri, "lat", OFFERED_RATE, sizes.latency_s))
-        server_side = server_latency(listeners["http"], before)
-        results["latency"]["headrace_never"] = rate_row(
-            "headrace ack, fsync never",
-            len(latency["ack"]),
-            SMALL,
-            latency["elapsed"][0],
-            latencies=latency["ack"],
-            cpu_s=m.cpu,
-            note=f"client process (writer, pacing, tail reader) used"
-            f" {latency['client_cpu_share'][0]:.0%} of a core",
-        )
-        results["latency"]["headrace_never"].update(server_side)
-        say(f"  server side (fsync never): {server_side}")
-        results["latency"]["headrace_never_delivery"] = rate_row(
-            "headrace tail delivery, fsync never",
-            max(1, len(latency["delivery"])),
-            SMALL,
-            latency["elapsed"][0],
-            latencies=latency["delivery"],
-        )
-        say(f"  ack at 10k/s (never): p99 {results['latency']['headrace_never']['p99_ms']} ms")
+            results["idle_memory"]["headrace"] = memory
+            say(f"  memory: {memory}")
+        if want("large"):
+            with (
+                Profiler(profile, pid, "headrace_client_10k_never", prof_dir) as prof,
+                Measured(pid) as m,
+            ):
+                seconds = asyncio.run(hr_produce(uri, "p10k", LARGE, sizes.large_events))
+            results["profiles"]["headrace_client_10k_never"] = prof.summary
+            row = rate_row(
+                "headrace client, fsync never",
+                sizes.large_events,
+                LARGE,
+                seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+            )
+            results["produce_10k"]["headrace_never"] = row
+            say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
+        if want("latency"):
+            profiler = Profiler(profile, pid, "latency_never", prof_dir)
+            hr_latency_shape("never", listeners, uri, pid, sizes, scratch, results, profiler)
     finally:
         common.stop(proc)
 
@@ -1074,12 +1430,18 @@ def run_headrace(
 
 
 SHAPES = (
-    ("produce_100b", "Durable produce, 100-byte events, one producer"),
-    ("produce_10k", "Durable produce, 10 KiB events (and 1 MiB for headrace), one producer"),
-    ("catchup", "Catch-up consume of a stored stream"),
+    ("produce_100b", "Producer only, 100-byte events, one producer"),
+    ("produce_100b_4", f"Producer only, 100-byte events, {PRODUCERS} producer processes"),
+    ("produce_10k", "Producer only, 10 KiB events, one producer"),
+    ("produce_1mib", "Producer only, 1 MiB events, one producer"),
+    ("consume_100b", "Consumer only, 100-byte events stored by the producer shape"),
+    ("catchup", "Consumer only, 10 KiB events (catch-up of a stored stream)"),
+    ("e2e_100b", "End to end, 100-byte events: one producer and one consumer process at once"),
     ("latency", f"Latency at an offered {OFFERED_RATE:,} events/s of 100 bytes"),
     ("scaling", "Throughput over segments (100-byte events, one writer)"),
+    ("connections", "Throughput over connections (100-byte events, each connection writing)"),
 )
+RESULT_SHAPES = tuple(key for key, _ in SHAPES)
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
@@ -1098,6 +1460,10 @@ def table(rows: dict[str, dict[str, Any]]) -> list[str]:
         ("p999_ms", "p99.9 ms"),
         ("server_cpu_us_per_event", "server CPU µs/event"),
         ("server_peak_rss_mib", "server peak RSS MiB"),
+        ("server_rss_mib_before", "server RSS MiB before"),
+        ("server_rss_mib_during", "server RSS MiB during (max)"),
+        ("client_cpu_share", "client CPU (cores)"),
+        ("send_lateness_p99_ms", "send lateness p99 ms"),
         ("server_append_p50_ms_at_most", "server append p50 ms ≤"),
         ("server_append_p99_ms_at_most", "server append p99 ms ≤"),
         ("server_fsync_p99_ms_at_most", "server fsync p99 ms ≤"),
@@ -1191,24 +1557,23 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
         TARGETS["ack_p99_never_ms"],
         higher_is_better=False,
     )
-    add(
-        "ack p99 at 10k/s, fsync always / 4 KiB fdatasync p99",
-        ratio(get(lat, "headrace_always", "p99_ms"), get(limits, "fsync_4k", "p99_ms")),
-        TARGETS["ack_p99_always_vs_fsync_p99"],
-        higher_is_better=False,
-    )
-    add(
-        "ack p99 at 10k/s, fsync always / 4 KiB fdatasync p99 measured after the run",
-        ratio(get(lat, "headrace_always", "p99_ms"), get(limits, "fsync_4k_after", "p99_ms")),
-        TARGETS["ack_p99_always_vs_fsync_p99"],
-        higher_is_better=False,
-    )
-    add(
-        "tail delivery p99 ms at 10k/s, fsync always",
-        get(lat, "headrace_always_delivery", "p99_ms"),
-        TARGETS["delivery_p99_ms"],
-        higher_is_better=False,
-    )
+    for when in ("before", "after"):
+        add(
+            f"ack p99 at 10k/s, fsync always / 4 KiB fdatasync p99 measured just {when}",
+            ratio(
+                get(lat, "headrace_always", "p99_ms"),
+                get(limits, f"fsync_4k_{when}_latency", "p99_ms"),
+            ),
+            TARGETS["ack_p99_always_vs_fsync_p99"],
+            higher_is_better=False,
+        )
+    for fsync in ("always", "never"):
+        add(
+            f"tail delivery p99 ms at 10k/s, fsync {fsync}",
+            get(lat, f"headrace_{fsync}_delivery", "p99_ms"),
+            TARGETS["delivery_p99_ms"],
+            higher_is_better=False,
+        )
     for key in ("headrace_tank", "headrace_client"):
         add(
             f"server CPU µs per 100 B event ({p100.get(key, {}).get('system', key)})",
@@ -1234,15 +1599,17 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def peer_ratio_lines(results: dict[str, Any]) -> list[str]:
-    p100 = results["produce_100b"]
-    peers = [k for k in p100 if not k.startswith("headrace") and "events_per_s" in p100[k]]
-    ours = [k for k in p100 if k.startswith("headrace")]
+def peer_ratio_lines(results: dict[str, Any], shape: str) -> list[str]:
+    rows = results.get(shape, {})
+    peers = [k for k in rows if not k.startswith("headrace") and "events_per_s" in rows[k]]
+    ours = [k for k in rows if k.startswith("headrace")]
+    if not peers or not ours:
+        return []
     lines = ["| headrace row | " + " | ".join(f"/ {k}" for k in peers) + " |"]
     lines.append("|---" * (len(peers) + 1) + "|")
     for key in ours:
-        cells = [str(ratio(p100[key]["events_per_s"], p100[p]["events_per_s"])) for p in peers]
-        lines.append(f"| {p100[key]['system']} | " + " | ".join(cells) + " |")
+        cells = [str(ratio(rows[key]["events_per_s"], rows[p]["events_per_s"])) for p in peers]
+        lines.append(f"| {rows[key]['system']} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -1265,18 +1632,32 @@ def render(results: dict[str, Any]) -> str:
         f"| sequential 1 MiB writes, no sync | {limits['write_nosync'].get('mb_per_s')} MB/s |",
         "| sequential 1 MiB writes, fdatasync each |"
         f" {limits['write_fsync'].get('mb_per_s')} MB/s |",
-        f"| 4 KiB append + fdatasync | {limits['fsync_4k'].get('ops_per_s'):,} ops/s, p50"
-        f" {limits['fsync_4k'].get('p50_ms')} ms, p99 {limits['fsync_4k'].get('p99_ms')} ms |",
-        f"| the same after the run | {limits.get('fsync_4k_after', {}).get('ops_per_s', 0):,}"
-        f" ops/s, p50 {limits.get('fsync_4k_after', {}).get('p50_ms')} ms,"
-        f" p99 {limits.get('fsync_4k_after', {}).get('p99_ms')} ms |",
-        "",
     ]
+    for key, name in (
+        ("fsync_4k", "4 KiB append + fdatasync"),
+        ("fsync_4k_before_latency", "the same just before the fsync-always latency shape"),
+        ("fsync_4k_after_latency", "the same just after it"),
+        ("fsync_4k_after", "the same after the run"),
+    ):
+        if key in limits:
+            f = limits[key]
+            out.append(
+                f"| {name} | {f.get('ops_per_s', 0):,} ops/s, p50 {f.get('p50_ms')} ms,"
+                f" p99 {f.get('p99_ms')} ms, p99.9 {f.get('p999_ms')} ms |"
+            )
+    out.append("")
     for key, title in SHAPES:
         if results.get(key):
             out += [f"**{title}**", "", *table(results[key]), ""]
-    out += ["**100-byte produce, ratios headrace / peer (same run)**", ""]
-    out += [*peer_ratio_lines(results), ""]
+    for shape, title in (
+        ("produce_100b", "100-byte produce, one producer"),
+        ("produce_100b_4", f"100-byte produce, {PRODUCERS} producer processes"),
+        ("consume_100b", "100-byte consume"),
+        ("e2e_100b", "100-byte end to end"),
+    ):
+        lines = peer_ratio_lines(results, shape)
+        if lines:
+            out += [f"**{title}, ratios headrace / peer (same run)**", "", *lines, ""]
     memory = results["idle_memory"]
     if memory:
         out += ["**Memory (server RSS growth)**", "", "| server | figure |", "|---|---|"]
@@ -1285,6 +1666,8 @@ def render(results: dict[str, Any]) -> str:
         out.append("")
     out += ["**Targets**", "", "| figure | measured | target | met |", "|---|---|---|---|"]
     for row in results["targets"]:
+        if results.get("only") and row["value"] is None:
+            continue  # a shape left out with --only
         met = {True: "yes", False: "**no**", None: "n/a"}[row["met"]]
         comparison = ">=" if row["higher_is_better"] else "<="
         out.append(f"| {row['figure']} | {row['value']} | {comparison} {row['target']} | {met} |")
@@ -1318,6 +1701,13 @@ def main() -> None:
         "--skip", action="append", default=[], choices=["nats", "redis", "headrace"]
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=SHAPE_CHOICES,
+        help="run only this shape (repeatable), after the machine limits; never writes the docs",
+    )
+    parser.add_argument(
         "--render",
         type=Path,
         default=None,
@@ -1334,6 +1724,10 @@ def main() -> None:
             write_docs(text)
         return
     sizes = Sizes(args.quick)
+
+    def want(shape: str) -> bool:
+        return not args.only or shape in args.only
+
     began = time.perf_counter()
     load_start = common.loadavg()
     results: dict[str, Any] = {
@@ -1342,11 +1736,8 @@ def main() -> None:
         "quick": args.quick,
         "machine": common.machine(),
         "limits": {},
-        "produce_100b": {},
-        "produce_10k": {},
-        "catchup": {},
-        "latency": {},
-        "scaling": {},
+        **{key: {} for key in RESULT_SHAPES},
+        "only": args.only,
         "idle_memory": {},
         "profiles": {},
     }
@@ -1366,15 +1757,15 @@ def main() -> None:
             say(f"  {name}: {figures}")
         if "nats" not in args.skip:
             say("NATS JetStream:")
-            run_nats(sizes, scratch, results)
+            run_nats(sizes, scratch, results, want)
         if "redis" not in args.skip:
             say("Redis Streams:")
-            run_redis(sizes, scratch, results)
+            run_redis(sizes, scratch, results, want)
         if "headrace" not in args.skip:
             say("headrace:")
             profile_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="headrace-profiles-"))
             profile_dir.mkdir(parents=True, exist_ok=True)
-            run_headrace(sizes, scratch, results, args.profile, profile_dir)
+            run_headrace(sizes, scratch, results, args.profile, profile_dir, want)
             if args.profile:
                 say(f"  folded stacks (py-spy raw format) kept in {profile_dir}")
         # the fsync limit again, after the run: the disk drifts
@@ -1386,7 +1777,7 @@ def main() -> None:
     text = render(results)
     print()
     print(text)
-    if (not args.quick or args.docs) and not args.no_docs:
+    if (not args.quick or args.docs) and not args.no_docs and not args.only:
         write_docs(text)
         say(f"written to {DOCS.relative_to(ROOT)}")
     print(json.dumps(results))

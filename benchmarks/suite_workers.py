@@ -1,0 +1,721 @@
+"""The suite's client processes (``benchmarks/suite.py`` starts them; not a benchmark itself).
+
+Each worker is its own process so that several producers do not share one
+interpreter (and its GIL), and so that the measuring side of the latency
+shapes is not starved by the writer it measures. The protocol with the
+parent is three lines: the worker sets up (connections, pre-encoded data),
+prints ``ready``, waits for ``go`` on stdin, runs, and prints one JSON object
+(its own wall time, CPU time and figures) as its last line.
+
+Latency workers talk raw sockets with pre-encoded frames, so the client's
+share of a round trip is a few microseconds of Python per batch, and every
+timestamp is ``CLOCK_MONOTONIC`` (shared by every process on the machine):
+the writer stamps each event with its send time, the tail reader in another
+process subtracts it from the arrival time.
+
+Run by hand: ``python benchmarks/suite_workers.py KIND ARGS...`` (see
+``WORKERS`` at the bottom).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+READ_BYTES = 2 * 1024 * 1024
+"""``ReadSegment`` size of the consumers (the suite's catch-up size)."""
+
+TAIL_READ_BYTES = 64 * 1024
+"""``ReadSegment`` size of the latency tail reader (it reads small bursts)."""
+
+MIN_WAIT_S = 0.0002
+"""The paced writers wake at most every 200 µs: a send is then at most that
+late, and the lateness is reported, not counted as latency."""
+
+BACKLOG_S = 0.25
+"""A paced writer stops offering once this much offered load is unacknowledged."""
+
+GO_TIMEOUT_S = 120.0
+RECV_BYTES = 1 << 20
+
+_FRAME = struct.Struct(">ii")
+_I64 = struct.Struct(">q")
+
+
+def now_ns() -> int:
+    """``CLOCK_MONOTONIC`` in ns: the same clock in every process of the machine."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def handshake() -> None:
+    """Tell the parent the worker is set up; return when it says go."""
+    print("ready", flush=True)
+    ready, _, _ = select.select([sys.stdin], [], [], GO_TIMEOUT_S)
+    if not ready or sys.stdin.readline().strip() != "go":
+        raise SystemExit("no go from the parent")
+
+
+def finish(result: dict[str, Any]) -> None:
+    print(json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # the peers' clients leave threads behind
+
+
+def quantiles_ms(values_ns: list[int]) -> dict[str, float | None]:
+    values_ns.sort()
+    out: dict[str, float | None] = {}
+    for label, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+        if not values_ns:
+            out[f"{label}_ms"] = None
+            continue
+        index = min(len(values_ns) - 1, int(q * len(values_ns)))
+        out[f"{label}_ms"] = round(values_ns[index] / 1e6, 3)
+    return out
+
+
+# --------------------------------------------------------------------------- Pravega frames
+
+
+class Frames:
+    """Whole Pravega frames out of a socket's bytes (the parts the workers need)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+
+    def available(self) -> list[tuple[int, bytes]]:
+        """The complete frames received so far, (type, payload)."""
+        out = []
+        buffer = self.buffer
+        position = 0
+        while len(buffer) - position >= 8:
+            kind, size = _FRAME.unpack_from(buffer, position)
+            if len(buffer) - position - 8 < size:
+                break
+            out.append((kind, bytes(buffer[position + 8 : position + 8 + size])))
+            position += 8 + size
+        del buffer[:position]
+        return out
+
+    def receive(self) -> None:
+        data = self.sock.recv(RECV_BYTES)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        self.buffer += data
+
+    def one(self) -> tuple[int, bytes]:
+        """Block for the next frame (set-up replies)."""
+        while True:
+            frames = self.available()
+            if frames:
+                if len(frames) > 1:
+                    raise RuntimeError("unexpected extra frames during set-up")
+                return frames[0]
+            self.receive()
+
+
+def pravega_connect(port: int) -> tuple[socket.socket, Frames]:
+    from headrace.protocols import pravega as p
+
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    frames = Frames(sock)
+    sock.sendall(p.encode_command(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION)))
+    kind, _ = frames.one()
+    if kind != p.CommandType.HELLO:
+        raise RuntimeError(f"expected Hello, got type {kind}")
+    return sock, frames
+
+
+def setup_append(sock: socket.socket, frames: Frames, segment: str) -> uuid.UUID:
+    from headrace.protocols import pravega as p
+
+    writer = uuid.uuid4()
+    sock.sendall(p.encode_command(p.SetupAppend(1, writer, segment, "")))
+    kind, payload = frames.one()
+    if kind != p.CommandType.APPEND_SETUP:
+        raise RuntimeError(f"SetupAppend answered with type {kind}: {payload[:80]!r}")
+    return writer
+
+
+class AppendEncoder:
+    """``AppendBlockEnd`` frames of ``size``-byte events built with ``struct`` only;
+    each event's first 8 bytes are a caller's stamp. Checked once against the
+    project's codec, so the shortcut cannot drift from the wire format."""
+
+    def __init__(self, writer: uuid.UUID, size: int) -> None:
+        from headrace.protocols import pravega as p
+
+        self.writer_bytes = writer.bytes
+        self.size = size
+        self.pad = os.urandom(size - 8)
+        self.event_header = _FRAME.pack(int(p.CommandType.EVENT), size)
+        self.type = int(p.CommandType.APPEND_BLOCK_END)
+        self.tail = struct.Struct(">iqq")
+        probe = self.block([7, 9], last_number=2, request_id=5)
+        data = b"".join(p.encode_event(_I64.pack(s) + self.pad) for s in (7, 9))
+        expected = p.encode_command(p.AppendBlockEnd(writer, len(data), data, 2, 2, 5))
+        if probe != expected:
+            raise RuntimeError("AppendEncoder disagrees with encode_command")
+
+    def block(self, stamps: list[int], last_number: int, request_id: int) -> bytes:
+        data = b"".join(self.event_header + _I64.pack(s) + self.pad for s in stamps)
+        body = (
+            self.writer_bytes
+            + struct.pack(">ii", len(data), len(data))
+            + data
+            + self.tail.pack(len(stamps), last_number, request_id)
+        )
+        return _FRAME.pack(self.type, len(body)) + body
+
+
+# --------------------------------------------------------------------------- paced writers
+
+
+class PacedProtocol:
+    """What a paced writer needs of a protocol: a batch's bytes, and how many of
+    the events sent so far are acknowledged (acknowledgements are cumulative)."""
+
+    def batch(self, first: int, stamps: list[int]) -> bytes:
+        raise NotImplementedError
+
+    def acked_through(self, data: bytes) -> int:
+        """Feed received bytes; return the count of events acknowledged so far."""
+        raise NotImplementedError
+
+
+class PravegaPaced(PacedProtocol):
+    """One ``AppendBlockEnd`` per wake-up with the events due (a Pravega writer
+    sends what has queued); ``DataAppended`` carries the last event number."""
+
+    def __init__(self, port: int, segment: str) -> None:
+        self.sock, self.frames = pravega_connect(port)
+        writer = setup_append(self.sock, self.frames, segment)
+        self.encoder = AppendEncoder(writer, 100)
+        self.acked = 0
+        self.request_id = 10
+
+    def batch(self, first: int, stamps: list[int]) -> bytes:
+        self.request_id += 1
+        # event numbers start at 1: the last one of this block is first + len
+        return self.encoder.block(stamps, first + len(stamps), self.request_id)
+
+    def acked_through(self, data: bytes) -> int:
+        self.frames.buffer += data
+        for kind, payload in self.frames.available():
+            if kind == 7:  # DataAppended: writer id (16), event number
+                self.acked = max(self.acked, _I64.unpack_from(payload, 16)[0])
+            else:
+                raise RuntimeError(f"append answered with type {kind}: {payload[:80]!r}")
+        return self.acked
+
+
+class NatsPaced(PacedProtocol):
+    """JetStream publish with a reply inbox per message (what nats-py does), acks
+    by the inbox's number; several ``PUB``s per wake-up in one send."""
+
+    def __init__(self, port: int, subject: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+        self._line()  # INFO
+        connect = {"verbose": False, "pedantic": False, "headers": False, "protocol": 1}
+        self.sock.sendall(
+            f"CONNECT {json.dumps(connect)}\r\nSUB _INBOX.lat.* 1\r\nPING\r\n".encode()
+        )
+        while self._line() != b"PONG":
+            pass
+        self.subject = subject
+        self.pad = os.urandom(92)
+        self.acked = 0
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(65536)
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def batch(self, first: int, stamps: list[int]) -> bytes:
+        return b"".join(
+            b"PUB %s _INBOX.lat.%d 100\r\n%s%s\r\n"
+            % (self.subject.encode(), first + i + 1, _I64.pack(s), self.pad)
+            for i, s in enumerate(stamps)
+        )
+
+    def acked_through(self, data: bytes) -> int:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n")
+            if end < 0:
+                break
+            line = self.buffer[:end]
+            if line.startswith(b"MSG "):
+                parts = line.split()
+                size = int(parts[-1])
+                if len(self.buffer) < end + 2 + size + 2:
+                    break
+                body = self.buffer[end + 2 : end + 2 + size]
+                if b'"error"' in body:
+                    raise RuntimeError(f"JetStream refused a publish: {body!r}")
+                self.acked = max(self.acked, int(parts[1].rsplit(b".", 1)[1]))
+                self.buffer = self.buffer[end + 2 + size + 2 :]
+            elif line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+                self.buffer = self.buffer[end + 2 :]
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+            else:
+                self.buffer = self.buffer[end + 2 :]
+        return self.acked
+
+
+class RedisPaced(PacedProtocol):
+    """Pipelined ``XADD``s (several per wake-up in one send); replies come in order."""
+
+    def __init__(self, port: int, key: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = [b"XADD", key.encode(), b"*", b"v"]
+        self.prefix = b"*5\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in head)
+        self.prefix += b"$100\r\n"
+        self.pad = os.urandom(92)
+        self.buffer = b""
+        self.acked = 0
+
+    def batch(self, first: int, stamps: list[int]) -> bytes:
+        return b"".join(self.prefix + _I64.pack(s) + self.pad + b"\r\n" for s in stamps)
+
+    def acked_through(self, data: bytes) -> int:
+        self.buffer += data
+        position = 0
+        buffer = self.buffer
+        while True:
+            end = buffer.find(b"\r\n", position)
+            if end < 0:
+                break
+            if buffer[position : position + 1] == b"$":
+                size = int(buffer[position + 1 : end])
+                if len(buffer) < end + 2 + size + 2:
+                    break
+                position = end + 2 + size + 2
+                self.acked += 1
+            elif buffer[position : position + 1] == b"-":
+                raise RuntimeError(buffer[position:end].decode())
+            else:
+                position = end + 2
+        self.buffer = buffer[position:]
+        return self.acked
+
+
+def paced(protocol: PacedProtocol, sock: socket.socket, rate: int, seconds: float) -> None:
+    """Offer ``rate`` events/s for ``seconds``; ack latency runs from each event's
+    send to the arrival of the acknowledgement covering it."""
+    total = int(rate * seconds)
+    interval_ns = 1e9 / rate
+    send_ns = [0] * total
+    lateness_ns: list[int] = []
+    latencies: list[int] = []
+    backlog = max(100, int(rate * BACKLOG_S))
+    sent = acked = batches = 0
+    stopped = ""
+    handshake()
+    cpu0 = time.process_time()
+    start = now_ns()
+    deadline = start + int((seconds + 30) * 1e9)
+    while acked < total:
+        now = now_ns()
+        if now > deadline:
+            stopped = f"acknowledgements stopped at {acked} of {sent}"
+            break
+        due = min(total, int((now - start) / interval_ns) + 1)
+        if due > sent:
+            if sent - acked > backlog:
+                stopped = f"{sent - acked} events unacknowledged: the offered load is not sustained"
+                break
+            stamps = [now] * (due - sent)
+            sock.sendall(protocol.batch(sent, stamps))
+            for i in range(sent, due):
+                send_ns[i] = now
+                lateness_ns.append(now - start - int(i * interval_ns))
+            sent = due
+            batches += 1
+        next_ns = start + int(sent * interval_ns)
+        wait = max(MIN_WAIT_S, (next_ns - now_ns()) / 1e9) if sent < total else 1.0
+        readable, _, _ = select.select([sock], [], [], wait)
+        if readable:
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            arrived = now_ns()
+            through = min(protocol.acked_through(data), sent)
+            for i in range(acked, through):
+                latencies.append(arrived - send_ns[i])
+            acked = max(acked, through)
+    elapsed_s = (now_ns() - start) / 1e9
+    cpu = time.process_time() - cpu0
+    lateness_ns.sort()
+    finish(
+        {
+            "events": acked,
+            "offered": total,
+            "seconds": elapsed_s,
+            "batches": batches,
+            "client_cpu_share": round(cpu / elapsed_s, 3),
+            "send_lateness_p99_ms": round(lateness_ns[int(0.99 * (len(lateness_ns) - 1))] / 1e6, 3)
+            if lateness_ns
+            else None,
+            "stopped": stopped,
+            **quantiles_ms(latencies),
+        }
+    )
+
+
+def lat_pravega(port: str, segment: str, rate: str, seconds: str) -> None:
+    protocol = PravegaPaced(int(port), segment)
+    paced(protocol, protocol.sock, int(rate), float(seconds))
+
+
+def lat_nats(port: str, subject: str, rate: str, seconds: str) -> None:
+    protocol = NatsPaced(int(port), subject)
+    paced(protocol, protocol.sock, int(rate), float(seconds))
+
+
+def lat_redis(port: str, key: str, rate: str, seconds: str) -> None:
+    protocol = RedisPaced(int(port), key)
+    paced(protocol, protocol.sock, int(rate), float(seconds))
+
+
+# --------------------------------------------------------------------------- tail reader
+
+
+def tail_pravega(port: str, segment: str, offset: str, count: str, seconds: str) -> None:
+    """Follow ``segment`` from ``offset`` with one parked ``ReadSegment`` at a time;
+    each event's first 8 bytes are its send time (``CLOCK_MONOTONIC`` ns)."""
+    from headrace.protocols import pravega as p
+
+    sock, frames = pravega_connect(int(port))
+    wanted = int(count)
+    position = int(offset)
+    carry = b""
+    latencies: list[int] = []
+    request_id = 1
+    handshake()
+    cpu0 = time.process_time()
+    start = now_ns()
+    deadline = start + int(float(seconds) * 1e9)
+    sock.sendall(p.encode_command(p.ReadSegment(segment, position, TAIL_READ_BYTES, "", 1)))
+    while len(latencies) < wanted and now_ns() < deadline:
+        readable, _, _ = select.select([sock], [], [], 0.5)
+        if not readable:
+            continue
+        frames.receive()
+        arrived = now_ns()
+        for kind, payload in frames.available():
+            if kind != p.CommandType.SEGMENT_READ:
+                raise RuntimeError(f"ReadSegment answered with type {kind}: {payload[:80]!r}")
+            name_size = struct.unpack_from(">H", payload)[0]
+            at = 2 + name_size + 8 + 2
+            size = struct.unpack_from(">i", payload, at)[0]
+            data = carry + payload[at + 4 : at + 4 + size]
+            position += size
+            used = 0
+            while len(data) - used >= 16:
+                length = _FRAME.unpack_from(data, used)[1]
+                if len(data) - used < 8 + length:
+                    break
+                latencies.append(arrived - _I64.unpack_from(data, used + 8)[0])
+                used += 8 + length
+            carry = data[used:]
+            request_id += 1
+            read = p.ReadSegment(segment, position, TAIL_READ_BYTES, "", request_id)
+            sock.sendall(p.encode_command(read))
+    elapsed_s = (now_ns() - start) / 1e9
+    finish(
+        {
+            "events": len(latencies),
+            "seconds": elapsed_s,
+            "client_cpu_share": round((time.process_time() - cpu0) / elapsed_s, 3),
+            **quantiles_ms(latencies),
+        }
+    )
+
+
+# --------------------------------------------------------------------------- producers
+
+
+def _timed(run: Callable[[], Any]) -> None:
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    extra = run()
+    seconds = time.perf_counter() - began
+    finish({"seconds": seconds, "client_cpu_s": time.process_time() - cpu0, **(extra or {})})
+
+
+def hr_produce(uri: str, scope: str, stream: str, size: str, count: str) -> None:
+    """headrace's ``EventWriter``: ``count`` events, then ``flush``."""
+    from headrace.client import PravegaClient
+
+    event = os.urandom(int(size))
+    n = int(count)
+
+    async def main() -> None:
+        async with PravegaClient(uri) as client:
+            writer = await client.create_writer(scope, stream)
+            await writer.write_and_wait(event)  # connections set up before timing
+            await asyncio.to_thread(handshake)
+
+            async def produce() -> None:
+                for _ in range(n):
+                    await writer.write(event)
+                await writer.flush()
+
+            cpu0 = time.process_time()
+            began = time.perf_counter()
+            await produce()
+            seconds = time.perf_counter() - began
+            cpu = time.process_time() - cpu0
+            await writer.aclose()
+        finish({"seconds": seconds, "client_cpu_s": cpu, "events": n})
+
+    asyncio.run(main())
+
+
+def tank_produce(port: str, topic: str, count: str) -> None:
+    """TANK bundles of 8192 100-byte messages (``tank_produce.py``'s), one in flight."""
+    import tank_produce as tank
+
+    from headrace.client.tank import TankClient
+
+    bundles = tank._bundles(int(count))
+
+    async def main() -> None:
+        async with await TankClient.connect("127.0.0.1", int(port)) as client:
+            await asyncio.to_thread(handshake)
+            cpu0 = time.process_time()
+            began = time.perf_counter()
+            for bundle in bundles:
+                error = await client.produce_bundle(topic, 0, bundle)
+                if error.name != "OK":
+                    raise SystemExit(f"produce failed: {error!r}")
+            seconds = time.perf_counter() - began
+            cpu = time.process_time() - cpu0
+        finish({"seconds": seconds, "client_cpu_s": cpu, "events": int(count)})
+
+    asyncio.run(main())
+
+
+def nats_produce(port: str, subject: str, size: str, count: str) -> None:
+    """nats-py ``publish_async`` (4,000 pending), then wait for every ack."""
+    import nats
+
+    payload = os.urandom(int(size))
+    n = int(count)
+
+    async def main() -> None:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=0)
+        js = nc.jetstream(publish_async_max_pending=4000)
+        await asyncio.to_thread(handshake)
+        cpu0 = time.process_time()
+        began = time.perf_counter()
+        for _ in range(n):
+            await js.publish_async(subject, payload)
+        await js.publish_async_completed()
+        seconds = time.perf_counter() - began
+        cpu = time.process_time() - cpu0
+        await nc.close()
+        finish({"seconds": seconds, "client_cpu_s": cpu, "events": n})
+
+    asyncio.run(main())
+
+
+def redis_produce(port: str, key: str, size: str, count: str) -> None:
+    """redis-py pipelines of ``XADD`` (1,000 per pipeline; 10 for 1 MiB events)."""
+    import redis
+
+    payload = os.urandom(int(size))
+    n = int(count)
+    batch = 1000 if int(size) <= 1024 else (100 if int(size) <= 64 * 1024 else 10)
+    client = redis.Redis(host="127.0.0.1", port=int(port))
+    client.ping()
+    handshake()
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    for start in range(0, n, batch):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(min(batch, n - start)):
+            pipe.xadd(key, {"v": payload})
+        pipe.execute()
+    seconds = time.perf_counter() - began
+    finish({"seconds": seconds, "client_cpu_s": time.process_time() - cpu0, "events": n})
+
+
+# --------------------------------------------------------------------------- consumers
+
+
+def hr_consume(port: str, segment: str, nbytes: str, seconds: str) -> None:
+    """Read ``segment`` from 0 until ``nbytes`` with 2 MiB ``ReadSegment``s over a
+    bare socket (parked at the tail while a producer is still behind)."""
+    from headrace.protocols import pravega as p
+
+    sock, frames = pravega_connect(int(port))
+    end = int(nbytes)
+    handshake()
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    deadline = began + float(seconds)
+    offset = 0
+    request_id = 1
+    while offset < end and time.perf_counter() < deadline:
+        sock.sendall(p.encode_command(p.ReadSegment(segment, offset, READ_BYTES, "", request_id)))
+        kind, payload = frames.one()
+        if kind != p.CommandType.SEGMENT_READ:
+            raise RuntimeError(f"ReadSegment answered with type {kind}: {payload[:80]!r}")
+        name_size = struct.unpack_from(">H", payload)[0]
+        offset += struct.unpack_from(">i", payload, 2 + name_size + 8 + 2)[0]
+        request_id += 1
+    finish(
+        {
+            "seconds": time.perf_counter() - began,
+            "client_cpu_s": time.process_time() - cpu0,
+            "bytes": offset,
+            "complete": offset >= end,
+        }
+    )
+
+
+def nats_consume(port: str, stream: str, subject: str, count: str, seconds: str) -> None:
+    """A JetStream pull consumer fetching batches of 1,000 (nats-py), acking none."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    n = int(count)
+
+    async def main() -> None:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=0)
+        js = nc.jetstream()
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE)
+        sub = await js.pull_subscribe(subject, durable=None, stream=stream, config=config)
+        await asyncio.to_thread(handshake)
+        cpu0 = time.process_time()
+        began = time.perf_counter()
+        deadline = began + float(seconds)
+        got = 0
+        while got < n and time.perf_counter() < deadline:
+            try:
+                got += len(await sub.fetch(min(1000, n - got), timeout=1.0))
+            except nats.errors.TimeoutError:
+                continue
+        elapsed = time.perf_counter() - began
+        cpu = time.process_time() - cpu0
+        await nc.close()
+        finish({"seconds": elapsed, "client_cpu_s": cpu, "events": got, "complete": got >= n})
+
+    asyncio.run(main())
+
+
+def redis_consume(port: str, key: str, count: str, seconds: str) -> None:
+    """``XREAD BLOCK`` of up to 1,000 entries at a time from the start (redis-py)."""
+    import redis
+
+    n = int(count)
+    client = redis.Redis(host="127.0.0.1", port=int(port))
+    client.ping()
+    handshake()
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    deadline = began + float(seconds)
+    got = 0
+    last = b"0-0"
+    while got < n and time.perf_counter() < deadline:
+        reply = client.xread({key: last}, count=1000, block=1000)
+        if not reply:
+            continue
+        entries = reply[0][1]
+        got += len(entries)
+        last = entries[-1][0]
+    finish(
+        {
+            "seconds": time.perf_counter() - began,
+            "client_cpu_s": time.process_time() - cpu0,
+            "events": got,
+            "complete": got >= n,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def hr_connections(port: str, segment: str, connections: str, seconds: str, block: str) -> None:
+    """``connections`` sockets, each its own Pravega writer on ``segment``, each
+    sending blocks of ``block`` 100-byte events with one block in flight."""
+    socks = []
+    states: dict[int, tuple[socket.socket, PravegaPaced]] = {}
+    per_block = int(block)
+    for _ in range(int(connections)):
+        writer = PravegaPaced.__new__(PravegaPaced)
+        writer.sock, writer.frames = pravega_connect(int(port))
+        writer.encoder = AppendEncoder(setup_append(writer.sock, writer.frames, segment), 100)
+        writer.acked = 0
+        writer.request_id = 10
+        writer.sock.setblocking(False)
+        socks.append(writer.sock)
+        states[writer.sock.fileno()] = (writer.sock, writer)
+    stamps = [0] * per_block
+    sent = {fd: 0 for fd in states}
+    handshake()
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    stop_at = began + float(seconds)
+    poller = select.epoll()
+    for fd, (sock, writer) in states.items():
+        sock.send(writer.batch(0, stamps))
+        sent[fd] = per_block
+        poller.register(fd, select.EPOLLIN)
+    acked_total = 0
+    while time.perf_counter() < stop_at:
+        for fd, _ in poller.poll(0.1):
+            sock, writer = states[fd]
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                raise ConnectionError("server closed a connection")
+            before = writer.acked
+            through = writer.acked_through(data)
+            acked_total += through - before
+            if through >= sent[fd]:
+                sock.send(writer.batch(sent[fd], stamps))
+                sent[fd] += per_block
+    seconds_run = time.perf_counter() - began
+    cpu = time.process_time() - cpu0
+    for sock in socks:
+        sock.close()
+    finish({"seconds": seconds_run, "client_cpu_s": cpu, "events": acked_total})
+
+
+WORKERS: dict[str, Callable[..., None]] = {
+    "lat-pravega": lat_pravega,
+    "lat-nats": lat_nats,
+    "lat-redis": lat_redis,
+    "tail-pravega": tail_pravega,
+    "hr-produce": hr_produce,
+    "tank-produce": tank_produce,
+    "nats-produce": nats_produce,
+    "redis-produce": redis_produce,
+    "hr-consume": hr_consume,
+    "nats-consume": nats_consume,
+    "redis-consume": redis_consume,
+    "hr-connections": hr_connections,
+}
+
+
+if __name__ == "__main__":
+    WORKERS[sys.argv[1]](*sys.argv[2:])
