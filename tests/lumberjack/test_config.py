@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from headrace.cli import main
 from headrace.errors import ConfigError
+from headrace.protocols.lumberjack import parse_json_object
 from headrace.server.lumberjack import _routing_key
 from headrace.server.lumberjack_config import (
     DEFAULT_ROUTING_KEY_FIELDS,
@@ -18,11 +19,11 @@ from headrace.server.lumberjack_config import (
 )
 
 PATHS = tuple(parse_field_path(f) for f in DEFAULT_ROUTING_KEY_FIELDS)
-NEEDLES = tuple(json.dumps(p[0]).encode() for p in PATHS)
 
 
 def _key(doc: object) -> str | None:
-    return _routing_key(json.dumps(doc).encode(), PATHS, NEEDLES)
+    payload = json.dumps(doc).encode()
+    return _routing_key(parse_json_object(payload), payload, PATHS)
 
 
 def test_parse_field_path_plain_and_nested() -> None:
@@ -41,9 +42,15 @@ def test_routing_key_takes_the_first_field_present() -> None:
     assert _key({"host": {"name": "ecs-1", "os": {}}}) == "ecs-1"  # Beats >= 6.3
     assert _key({"host": {"b": 1, "a": 2}}) == '{"a":2,"b":1}'
     assert _key({"host": 7}) == "7"
+    assert _key({"host": 1.50}) == "1.5"  # a number's key is its JSON text, as parsed
+    assert _key({"host": {"name": 5, "b": [True, None]}}) == '{"b":[true,null],"name":5}'
+    assert _key({"host": False}) == "false"
+    assert _key({"host": ["a"]}) == '["a"]'
     assert _key({"message": "no host here"}) is None
     assert _key({"message": 'mentions "host" only in text'}) is None
-    assert _routing_key(b'{"host":"h"}', (), ()) is None  # no fields configured
+    payload = b'{"\\u0068ost":"escaped"}'  # the field name written with an escape
+    assert _routing_key(parse_json_object(payload), payload, PATHS) == "escaped"
+    assert _routing_key({"host": "h"}, b'{"host":"h"}', ()) is None  # no fields configured
 
 
 def test_config_validation_refuses_bad_values() -> None:

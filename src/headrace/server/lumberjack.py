@@ -49,7 +49,7 @@ import json
 import logging
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -61,6 +61,7 @@ from headrace.protocols.lumberjack import (
     RECEIVE_SLACK_BYTES,
     Ack,
     Batch,
+    Event,
     Limits,
     LumberjackConnection,
     ProtocolVersion,
@@ -195,7 +196,7 @@ class _Window:
 
 
 def _routing_key(
-    payload: bytes, paths: tuple[tuple[str, ...], ...], needles: tuple[bytes, ...]
+    document: Mapping[str, object], payload: bytes, paths: tuple[tuple[str, ...], ...]
 ) -> str | None:
     """The event's routing key: the first configured field present, as text.
 
@@ -203,17 +204,11 @@ def _routing_key(
     ``host`` object of Beats 6.3 and later) gives that name. Any other value
     gives its compact JSON text with sorted keys. ``null`` counts as absent.
 
-    ``needles`` are the top-level field names as JSON strings: a document
-    that contains none of them is not parsed (most of the cost). A name
-    written with ``\\u`` escapes is therefore not seen: the event goes without
-    a key, which changes only its segment.
+    ``document`` is the payload's top level as the codec parsed it (its one
+    parse, ``Batch.documents``); numbers there are unconverted, so the rare
+    key that is neither a string nor a named object is taken from a second
+    parse of ``payload`` (``_value_key``).
     """
-    if not any(needle in payload for needle in needles):
-        return None
-    try:
-        document = json.loads(payload)
-    except ValueError:  # D payloads are built by us, J payloads checked by the codec
-        return None
     for path in paths:
         value: object = document
         for part in path:
@@ -223,12 +218,25 @@ def _routing_key(
         else:
             if value is None:
                 continue
-            if isinstance(value, str):
+            if type(value) is str:
                 return value
-            if isinstance(value, dict) and isinstance(value.get("name"), str):
+            if isinstance(value, dict) and type(value.get("name")) is str:
                 return str(value["name"])
-            return json.dumps(value, sort_keys=True, separators=(",", ":"))
+            return _value_key(payload, path)
     return None
+
+
+def _value_key(payload: bytes, path: tuple[str, ...]) -> str | None:
+    """The key for a field whose value is not a string: its JSON text, sorted keys."""
+    try:
+        value = json.loads(payload)
+    except ValueError:  # over Python's digit limit for int: no key (only the segment changes)
+        return None
+    for part in path:
+        value = value[part]
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return str(value["name"])
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _frame(payloads: list[bytes], indices: list[int]) -> bytes:
@@ -257,7 +265,6 @@ class LumberjackHandler(ConnectionHandler):
         self._target = target
         self._config = config
         self._paths = tuple(parse_field_path(spec) for spec in config.routing_key_fields)
-        self._needles = tuple(json.dumps(p[0], ensure_ascii=False).encode() for p in self._paths)
         self._conn = LumberjackConnection(
             Role.SERVER,
             limits=Limits(
@@ -315,24 +322,29 @@ class LumberjackHandler(ConnectionHandler):
             raise
 
     def _take(self, batch: Batch) -> _Window | None:
-        if batch.events and not self._open_payloads:
+        events = batch.events
+        if events and not self._open_payloads:
             self._timer_wake.set()  # the linger clock starts
-        for event in batch.events:
-            size = len(event.payload)
-            if size > MAX_EVENT_BYTES:
-                raise RemoteProtocolError(
-                    f"event seq {event.seq} of {size} bytes exceeds the "
-                    f"{MAX_EVENT_BYTES}-byte event limit"
-                )
-            self._pending_bytes += size
-            if self._pending_bytes > self._config.max_pending_bytes:
-                raise RemoteProtocolError(
-                    f"more than {self._config.max_pending_bytes} bytes of events await an ack "
-                    "on this connection (window too large for max_pending_bytes)"
-                )
-            self._open_payloads.append(event.payload)
-            self._open_keys.append(_routing_key(event.payload, self._paths, self._needles))
-            self._open_bytes += size
+        payloads = [event.payload for event in events]
+        size = sum(map(len, payloads))
+        if payloads and (
+            max(map(len, payloads)) > MAX_EVENT_BYTES
+            or self._pending_bytes + size > self._config.max_pending_bytes
+        ):
+            self._refuse(events)
+        self._pending_bytes += size
+        self._open_bytes += size
+        self._open_payloads += payloads
+        paths = self._paths
+        if not paths:
+            self._open_keys += [None] * len(payloads)
+        else:
+            documents = batch.documents
+            assert len(documents) == len(payloads)
+            self._open_keys += [
+                _routing_key(document, payload, paths)
+                for document, payload in zip(documents, payloads, strict=True)
+            ]
         if batch.ack_seq is None:
             return None
         window = _Window(
@@ -346,6 +358,24 @@ class LumberjackHandler(ConnectionHandler):
         self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
         self._windows.append(window)
         return window
+
+    def _refuse(self, events: tuple[Event, ...]) -> None:
+        """Raise the error for the first event over a limit (the event or pending bytes)."""
+        pending = self._pending_bytes
+        for event in events:
+            size = len(event.payload)
+            if size > MAX_EVENT_BYTES:
+                raise RemoteProtocolError(
+                    f"event seq {event.seq} of {size} bytes exceeds the "
+                    f"{MAX_EVENT_BYTES}-byte event limit"
+                )
+            pending += size
+            if pending > self._config.max_pending_bytes:
+                raise RemoteProtocolError(
+                    f"more than {self._config.max_pending_bytes} bytes of events await an ack "
+                    "on this connection (window too large for max_pending_bytes)"
+                )
+        raise AssertionError("no event over a limit")  # pragma: no cover
 
     # ------------------------------------------------------------------ storing
 

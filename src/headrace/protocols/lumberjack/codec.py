@@ -40,9 +40,10 @@ forbids raises ``LocalProtocolError``.
 from __future__ import annotations
 
 import json
+import json.scanner
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -71,13 +72,17 @@ __all__ = [
     "MAX_VALUE_BYTES",
     "MAX_WINDOW_COUNT",
     "RECEIVE_SLACK_BYTES",
+    "DataRun",
     "DecodedFrame",
+    "DecodedItem",
     "FrameDecoder",
     "Limits",
+    "data_document",
     "data_to_json",
     "decode_frame",
     "decode_frames",
     "encode_frame",
+    "parse_json_object",
 ]
 
 # --------------------------------------------------------------------------- limits
@@ -177,6 +182,7 @@ assert _U32_PAIR.size == _DATA_HEADER_BYTES - _HEADER_BYTES
 U32_MAX: Final = 0xFFFF_FFFF
 
 _VERSIONS: Final = frozenset(int(v) for v in ProtocolVersion)
+_VERSION_OF: Final = {int(v): v for v in ProtocolVersion}
 _TYPES: Final = frozenset(int(t) for t in FrameType)
 _TLS_HANDSHAKE_BYTE: Final = 0x16  # first byte of a TLS ClientHello record (spec §1, TLS)
 
@@ -461,21 +467,61 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def _skip_number(text: str) -> object:
-    """Numbers are only validated, never used: skip converting them (and
-    Python's 4300-digit limit on ``int``, which would refuse valid JSON)."""
-    return None
+class _Number:
+    """A JSON number left unconverted: numbers are only validated, never used
+    here, so they are not converted (which would also run into Python's
+    4300-digit limit on ``int`` and refuse valid JSON). ``text`` is the number
+    as written."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"_Number({self.text})"
 
 
-def _check_json_object(payload: bytes) -> None:
-    """Raise ``RemoteProtocolError`` unless ``payload`` is a UTF-8 JSON object."""
+_JSON_DECODER: Final = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_int=_Number, parse_float=_Number
+)
+"""One decoder for every ``J`` document: ``json.loads`` with hooks builds a new
+``JSONDecoder`` (and its C scanner) per call, which cost as much as the parse."""
+
+_SCAN_ONCE: Final[Callable[[str, int], tuple[object, int]]] = json.scanner.make_scanner(
+    _JSON_DECODER  # type: ignore[arg-type]  # typeshed names the C class; a decoder is its context
+)
+"""The decoder's C scanner: one JSON value at an index, no surrounding whitespace."""
+
+_BOM: Final = "\ufeff"
+
+
+def parse_json_object(payload: bytes) -> dict[str, object]:
+    """``payload`` parsed, if it is a UTF-8 JSON object; the one parse of a ``J`` document.
+
+    Strings, objects, arrays, booleans and null are as ``json.loads`` gives
+    them; numbers are opaque placeholders (they are checked for syntax only),
+    so a caller that needs a number's value parses the payload itself.
+
+    Raises:
+        RemoteProtocolError: not UTF-8, not JSON (``NaN``/``Infinity``, a
+            byte-order mark, trailing bytes), nested too deeply, or not an object.
+    """
     try:
-        document = json.loads(
-            payload.decode("utf-8"),
-            parse_constant=_reject_constant,
-            parse_int=_skip_number,
-            parse_float=_skip_number,
-        )
+        text = payload.decode("utf-8")
+        if text[:1] == "{":
+            # The usual document: the C scanner straight away, without
+            # ``decode``'s two whitespace regexes. Whatever it raises is what
+            # ``decode`` would raise, as it would start at the same index.
+            try:
+                document, end = _SCAN_ONCE(text, 0)
+            except StopIteration:  # a missing value inside: decode() words the error
+                end = -1
+            if end == len(text):
+                return document  # type: ignore[return-value]  # a "{" value is a dict
+        if text.startswith(_BOM):  # what json.loads refuses before parsing
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        document = _JSON_DECODER.decode(text)
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"JSON is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except RecursionError:
@@ -483,7 +529,14 @@ def _check_json_object(payload: bytes) -> None:
     except ValueError as exc:  # json.JSONDecodeError is a ValueError
         raise RemoteProtocolError(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise RemoteProtocolError(f"JSON is a {type(document).__name__}, not an object")
+        kind = "number" if isinstance(document, _Number) else type(document).__name__
+        raise RemoteProtocolError(f"JSON is a {kind}, not an object")
+    return document
+
+
+def _check_json_object(payload: bytes) -> None:
+    """Raise ``RemoteProtocolError`` unless ``payload`` is a UTF-8 JSON object."""
+    parse_json_object(payload)
 
 
 class _Budget:
@@ -644,6 +697,60 @@ class FrameDecoder:
                 return None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def decode_available(self) -> tuple[list[DecodedItem], RemoteProtocolError | None]:
+        """Every whole frame received so far, data frames in bulk (a server's path).
+
+        The same frames, checks and errors as calling ``next_frame`` until it
+        returns None, but runs of ``J`` frames, bare or in a ``C`` frame, are
+        taken by C-speed loops over the bytes (``struct.unpack_from``, one
+        JSON parse per document, no object per frame), and ``C`` frames come
+        unpacked. Any other frame, and any frame that is invalid, goes
+        through the frame-by-frame code, so errors are raised by the same
+        code as before.
+
+        Returns:
+            The frames decoded, in order (``W``/``A`` frames with their version,
+            data frames as ``DataRun``s), and the error that stopped decoding,
+            if any: the caller processes the frames before it, then raises it
+            (as the frame-by-frame path would have).
+        """
+        items = _Items()
+        buffer = self._buffer
+        limits = self._limits
+        data: bytes | None = None  # the buffer's bytes at the first bulk step
+        position = 0  # where the buffer's first byte is in ``data``
+        try:
+            while len(buffer) >= self._bytes_needed:
+                if self._partial is None:
+                    if data is None:
+                        # One copy per call, however many frames: a step that
+                        # copied the buffer would make small frames quadratic.
+                        data = bytes(buffer.peek(len(buffer)) or b"")
+                        position = 0
+                    taken = _scan_frames(data, position, items, limits)
+                    if (
+                        taken == position
+                        and taken + 1 < len(data)
+                        and data[taken] in _VERSIONS
+                        and data[taken + 1] == _COMPRESSED_TYPE
+                    ):
+                        taken = _take_compressed(data, position, limits, items)
+                    if taken != position:
+                        buffer.consume_exactly(taken - position)
+                        buffer.commit()
+                        position = taken
+                        self._bytes_needed = 1
+                        continue
+                before = len(buffer)
+                decoded = self.next_frame()
+                position += before - len(buffer)
+                if decoded is None:
+                    break
+                items.frame(*decoded)
+        except RemoteProtocolError as exc:
+            return items.items, exc
+        return items.items, None
+
     def _whole_frame(self) -> DecodedFrame | None:
         result = _decode(self._buffer, self._limits, depth=0, budget=None)
         if isinstance(result, int):
@@ -693,7 +800,237 @@ def data_to_json(pairs: tuple[tuple[bytes, bytes], ...]) -> bytes:
     and go-lumber's maps do). Bytes that are not UTF-8 become U+FFFD. The
     output is compact (``","``/``":"``) and not ASCII-escaped.
     """
-    document = {
+    return _document_json(data_document(pairs))
+
+
+def data_document(pairs: tuple[tuple[bytes, bytes], ...]) -> dict[str, str]:
+    """A ``D`` frame's pairs as the object ``data_to_json`` writes (its one parse)."""
+    return {
         key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, value in pairs
     }
+
+
+def _document_json(document: dict[str, str]) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+# --------------------------------------------------------------------------- bulk decoding
+
+_WINDOW_TYPE: Final = int(FrameType.WINDOW_SIZE)
+_JSON_TYPE: Final = int(FrameType.JSON_DATA)
+_COMPRESSED_TYPE: Final = int(FrameType.COMPRESSED)
+
+
+class DataRun:
+    """Consecutive data frames of one type and version, decoded in bulk.
+
+    What ``FrameDecoder.decode_available`` gives a server instead of one
+    ``Data``/``JsonData`` object per frame: parallel lists, filled by C-speed
+    loops where the frames allow (``struct.unpack_from`` over the received or
+    inflated bytes, one JSON parse per document).
+
+    Attributes:
+        version: the version byte every frame of the run carried.
+        kind: ``Data`` or ``JsonData``: the frame type of the whole run.
+        seqs: each frame's sequence number.
+        payloads: each event's payload to store: the ``J`` document as sent,
+            or a ``D`` frame's pairs as ``data_to_json`` writes them.
+        documents: each payload's top-level object (``parse_json_object`` for
+            ``J``, ``data_document`` for ``D``): what routing reads.
+    """
+
+    __slots__ = ("documents", "kind", "payloads", "seqs", "version")
+
+    def __init__(self, version: ProtocolVersion, kind: type[Data] | type[JsonData]) -> None:
+        self.version = version
+        self.kind = kind
+        self.seqs: list[int] = []
+        self.payloads: list[bytes] = []
+        self.documents: list[Mapping[str, object]] = []
+
+    def frame(self, index: int) -> Data | JsonData:
+        """Frame ``index`` as the frame-by-frame path would have it (for error paths).
+
+        A ``Data`` frame comes back with the pairs of its stored object (the
+        connection only checks its type and seq).
+        """
+        if self.kind is JsonData:
+            return JsonData(self.seqs[index], self.payloads[index])
+        pairs = tuple((str(k).encode(), str(v).encode()) for k, v in self.documents[index].items())
+        return Data(self.seqs[index], pairs)
+
+
+DecodedItem = tuple[ProtocolVersion, WindowSize | Ack | Compressed] | DataRun
+"""What ``FrameDecoder.decode_available`` returns: a ``W``/``A`` frame with its
+version, or a run of data frames (``C`` frames unpacked into their runs; an
+empty ``C`` frame stays, for its version byte)."""
+
+
+class _Items:
+    """Collects decoded items, appending data frames to the current run."""
+
+    __slots__ = ("_run", "items")
+
+    def __init__(self) -> None:
+        self.items: list[DecodedItem] = []
+        self._run: DataRun | None = None
+
+    def run(self, version: ProtocolVersion, kind: type[Data] | type[JsonData]) -> DataRun:
+        run = self._run
+        if run is None or run.version is not version or run.kind is not kind:
+            run = self._run = DataRun(version, kind)
+            self.items.append(run)
+        return run
+
+    def extend(self, other: _Items) -> None:
+        """Add ``other``'s items after these (runs of the same kind are joined)."""
+        for item in other.items:
+            if isinstance(item, DataRun):
+                run = self.run(item.version, item.kind)
+                run.seqs += item.seqs
+                run.payloads += item.payloads
+                run.documents += item.documents
+            else:
+                self.frame(*item)
+
+    def frame(self, version: ProtocolVersion, frame: Frame) -> None:
+        """Add one frame decoded by the frame-by-frame path (``C`` unpacked)."""
+        match frame:
+            case WindowSize() | Ack():
+                self._run = None
+                self.items.append((version, frame))
+            case JsonData(seq=seq, payload=payload):
+                run = self.run(version, JsonData)
+                run.seqs.append(seq)
+                run.payloads.append(payload)
+                run.documents.append(parse_json_object(payload))
+            case Data(seq=seq, pairs=pairs):
+                document = data_document(pairs)
+                run = self.run(version, Data)
+                run.seqs.append(seq)
+                run.payloads.append(_document_json(document))
+                run.documents.append(document)
+            case Compressed(frames=frames):
+                if not frames:  # still a frame of its version (pylogbeat's empty C)
+                    self._run = None
+                    self.items.append((version, frame))
+                for inner in frames:
+                    self.frame(version, inner)
+
+
+def _scan_frames(
+    data: bytes, position: int, items: _Items, limits: Limits, *, inside: int | None = None
+) -> int:
+    """Take consecutive whole, valid ``J`` and ``W`` frames off ``data``.
+
+    ``inside`` is the version byte of the ``C`` frame whose inflated bytes
+    ``data`` are: only ``J`` frames of that version are taken then (a ``W``,
+    or another version, is an error there, raised by the frame-by-frame code).
+
+    Returns the position of the first byte not taken: the end of ``data``, a
+    frame of another type, one that has not fully arrived, or one that is
+    invalid (left for the frame-by-frame decoder, which takes it or raises its
+    usual error). Nothing this loop takes would have been refused.
+    """
+    end = len(data)
+    max_frame_bytes = limits.max_frame_bytes
+    unpack_pair = _U32_PAIR.unpack_from
+    unpack = _U32.unpack_from
+    parse = parse_json_object
+    versions = _VERSION_OF if inside is None else {inside: _VERSION_OF[inside]}
+    windows = inside is None
+    run: DataRun | None = None
+    while end - position >= _WINDOW_OR_ACK_BYTES:
+        version_byte = data[position]
+        type_byte = data[position + 1]
+        if version_byte not in versions:
+            break
+        if type_byte == _JSON_TYPE:
+            if end - position < _JSON_HEADER_BYTES:
+                break
+            seq, json_bytes = unpack_pair(data, position + _HEADER_BYTES)
+            stop = position + _JSON_HEADER_BYTES + json_bytes
+            if stop > end or _JSON_HEADER_BYTES + json_bytes > max_frame_bytes:
+                break
+            payload = data[position + _JSON_HEADER_BYTES : stop]
+            try:
+                document = parse(payload)
+            except RemoteProtocolError:
+                break  # the frame-by-frame decoder raises it, with the frame's seq
+            if run is None or run.version != version_byte:
+                run = items.run(versions[version_byte], JsonData)
+                seqs, payloads, documents = run.seqs, run.payloads, run.documents
+            seqs.append(seq)
+            payloads.append(payload)
+            documents.append(document)
+            position = stop
+        elif type_byte == _WINDOW_TYPE and windows:
+            (count,) = unpack(data, position + _HEADER_BYTES)
+            items.frame(versions[version_byte], WindowSize(count))
+            run = None
+            position += _WINDOW_OR_ACK_BYTES
+        else:
+            break
+    return position
+
+
+def _decode_inflated(
+    inflated: bytes,
+    version: ProtocolVersion,
+    limits: Limits,
+    depth: int,
+    budget: _Budget,
+    items: _Items,
+) -> None:
+    """A ``C`` frame's inflated bytes into ``items``: ``_decode_compressed``'s loop in bulk.
+
+    Runs of ``J`` frames go through ``_scan_json_frames``; any other frame (or
+    an invalid one) through the frame-by-frame code with the same checks and
+    errors, in the same order.
+    """
+    reader = _BytesReader(inflated)
+    end = len(inflated)
+    while reader.consumed < end:
+        reader.consumed = _scan_frames(inflated, reader.consumed, items, limits, inside=version)
+        if reader.consumed == end:
+            break
+        left = end - reader.consumed
+        try:
+            inner_version, frame = _decode_fields(reader, limits, depth=depth, budget=budget)
+        except _NeedMore:
+            raise RemoteProtocolError(
+                f"C frame: {left} bytes at the end of the inflated data are not a whole frame"
+            ) from None
+        if inner_version != version:
+            raise RemoteProtocolError(
+                f"C frame of version {version.name} holds a frame of version {inner_version.name}"
+            )
+        if not isinstance(frame, Data | JsonData | Compressed):
+            raise RemoteProtocolError(f"C frame holds a {type(frame).__name__} frame")
+        items.frame(version, frame)
+
+
+def _take_compressed(data: bytes, position: int, limits: Limits, items: _Items) -> int:
+    """A whole top-level ``C`` frame at ``position`` in ``data`` into ``items``.
+
+    Returns the position after it, or ``position`` (nothing taken) when the
+    frame is not whole or breaks a limit: the frame-by-frame decoder then
+    waits for it or raises its error.
+    """
+    if limits.max_compressed_depth < 1 or len(data) - position < _COMPRESSED_HEADER_BYTES:
+        return position
+    compressed_bytes: int = _U32.unpack_from(data, position + _HEADER_BYTES)[0]
+    frame_bytes = _COMPRESSED_HEADER_BYTES + compressed_bytes
+    end = position + frame_bytes
+    if frame_bytes > limits.max_frame_bytes or end > len(data):
+        return position
+    budget = _Budget(limits.max_decompressed_bytes)
+    inflated = _inflate(data[position + _COMPRESSED_HEADER_BYTES : end], budget)
+    version = ProtocolVersion(data[position])
+    inner = _Items()  # the C frame's frames count only once all of them are valid
+    _decode_inflated(inflated, version, limits, 1, budget, inner)
+    if inner.items:
+        items.extend(inner)
+    else:
+        items.frame(version, Compressed(()))
+    return end

@@ -18,7 +18,8 @@ Nothing in this module parses or checks bytes; see ``codec.py``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 __all__ = [
     "Ack",
@@ -172,11 +173,17 @@ class Batch:
         version: the connection's protocol version.
         events: the data frames received, in order (inflated from ``C`` frames).
         ack_seq: the ack to send after everything so far is durable, or None.
+        documents: each event's payload parsed once, in the order of
+            ``events`` (its top-level object; numbers are left unconverted), so
+            that a server can read routing fields without parsing the payload
+            again; empty when the connection does not provide them. Not part
+            of equality.
     """
 
     version: ProtocolVersion
     events: tuple[Event, ...]
     ack_seq: int | None
+    documents: tuple[Mapping[str, object], ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

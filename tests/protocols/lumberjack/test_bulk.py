@@ -1,0 +1,223 @@
+"""The server's bulk decoding agrees with the frame-by-frame path, on any input.
+
+``LumberjackConnection(Role.SERVER)`` decodes runs of data frames in bulk
+(``FrameDecoder.decode_available``, ``_server_run``); ``bulk=False`` keeps
+the frame-by-frame path (one ``next_frame`` and one state-machine step per
+frame), which the rest of the suite pins down. Hypothesis feeds both the same
+valid and invalid byte streams, cut the same way, and requires the same
+batches (events, ack points, where batches are cut), the same parsed
+documents, and the same error type and message at the same call.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Mapping
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headrace.errors import RemoteProtocolError
+from headrace.protocols.lumberjack import (
+    Ack,
+    Batch,
+    ConnectionEvent,
+    Limits,
+    LumberjackConnection,
+    ProtocolVersion,
+    Role,
+    parse_json_object,
+)
+from tests.protocols.lumberjack.test_properties import (
+    SMALL_LIMITS,
+    client_streams,
+    json_objects,
+    split,
+)
+
+V1, V2 = int(ProtocolVersion.V1), int(ProtocolVersion.V2)
+TINY_LIMITS = Limits(
+    max_frame_bytes=96,
+    max_decompressed_bytes=160,
+    max_compressed_depth=1,
+    max_data_pairs=2,
+    max_key_bytes=8,
+    max_value_bytes=16,
+    max_window_count=3,
+    max_pending_windows=2,
+)
+limits_choice = st.sampled_from([Limits(), SMALL_LIMITS, TINY_LIMITS])
+
+BAD_DOCUMENTS = [
+    b"",
+    b"[1]",
+    b'"text"',
+    b"42",
+    b"null",
+    b'{"a":NaN}',
+    b'{"a":Infinity}',
+    b'{"a":1} x',
+    b"\xef\xbb\xbf{}",
+    b'{"a":',
+    b"\xff{}",
+    b'{"a":"\xc3"}',
+    b'{"a":"\x01"}',
+    b"[" * 2000 + b"]" * 2000,
+    b'{"a":' * 2000 + b"1" + b"}" * 2000,
+]
+ODD_GOOD_DOCUMENTS = [
+    b' {"a":1} ',
+    b'{"a":1e400}',
+    b'{"n":' + b"9" * 5000 + b"}",
+    b'{"a":"\\ud800"}',
+    b'{"a":1,"a":2}',
+    b"{}",
+    b'{"host":{"name":"h"}}',
+]
+
+
+def _j(version: int, seq: int, payload: bytes) -> bytes:
+    return bytes([version, ord("J")]) + struct.pack(">II", seq, len(payload)) + payload
+
+
+def _d(version: int, seq: int, pairs: list[tuple[bytes, bytes]]) -> bytes:
+    body = b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
+    return bytes([version, ord("D")]) + struct.pack(">II", seq, len(pairs)) + body
+
+
+def _u32_frame(version: int, kind: bytes, value: int) -> bytes:
+    return bytes([version]) + kind + struct.pack(">I", value)
+
+
+def _c(version: int, inner: bytes, damage: int) -> bytes:
+    body = zlib.compress(inner, 3)
+    if damage == 1:
+        body = body[:-3]  # truncated stream
+    elif damage == 2:
+        body += b"xx"  # bytes after the stream
+    return bytes([version, ord("C")]) + struct.pack(">I", len(body)) + body
+
+
+seqs = st.integers(min_value=0, max_value=6) | st.integers(min_value=0, max_value=0xFFFFFFFF)
+documents = st.one_of(
+    json_objects.map(lambda d: json.dumps(d, ensure_ascii=False).encode()),
+    st.sampled_from(BAD_DOCUMENTS + ODD_GOOD_DOCUMENTS),
+    st.binary(max_size=12),
+)
+
+
+@st.composite
+def frame_bytes(draw: st.DrawFn, depth: int = 0) -> bytes:
+    """One frame, valid or not, usually of the stream's version (``V2`` or ``V1``)."""
+    version = draw(st.sampled_from([V2, V2, V2, V1, V1, 0x33, 0x16]))
+    kind = draw(st.sampled_from("JJJJDDWWCAx" if depth < 2 else "JJDWAx"))
+    if kind == "J":
+        return _j(version, draw(seqs), draw(documents))
+    if kind == "D":
+        pairs = st.tuples(st.binary(max_size=10), st.binary(max_size=20))
+        return _d(version, draw(seqs), draw(st.lists(pairs, max_size=3)))
+    if kind == "W":
+        return _u32_frame(version, b"W", draw(st.integers(min_value=0, max_value=5)))
+    if kind == "A":
+        return _u32_frame(version, b"A", draw(seqs))
+    if kind == "C":
+        inner = b"".join(draw(st.lists(frame_bytes(depth + 1), max_size=6)))
+        if draw(st.booleans()):
+            inner += draw(st.binary(max_size=3))  # maybe a partial frame at the end
+        return _c(version, inner, draw(st.sampled_from([0, 0, 0, 1, 2])))
+    return draw(st.binary(min_size=1, max_size=8))
+
+
+@st.composite
+def mixed_streams(draw: st.DrawFn) -> bytes:
+    """Windows of mostly valid frames with some invalid ones among them."""
+    return b"".join(draw(st.lists(frame_bytes(), max_size=14)))
+
+
+def _plain(value: object) -> object:
+    """A parsed document with its unconverted numbers as text (they have no equality)."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    text = getattr(value, "text", None)
+    return ("number", text) if isinstance(text, str) else value
+
+
+def _outcome(
+    chunks: list[bytes], limits: Limits, bulk: bool
+) -> tuple[list[ConnectionEvent], list[object], tuple[type, str] | None, int]:
+    """Events, their documents, the error (type, text) and the pending windows left."""
+    server = LumberjackConnection(Role.SERVER, limits=limits, bulk=bulk)
+    events: list[ConnectionEvent] = []
+    error: tuple[type, str] | None = None
+    try:
+        for chunk in [*(c for c in chunks if c), b""]:
+            server.receive_data(chunk)
+            for event in server.events():
+                events.append(event)
+                if isinstance(event, Batch) and event.ack_seq is not None:
+                    server.send(Ack(event.ack_seq))
+    except RemoteProtocolError as exc:
+        error = (type(exc), str(exc))
+    docs: list[object] = []
+    for event in events:
+        if isinstance(event, Batch):
+            assert len(event.documents) == len(event.events)
+            docs.append([_plain(d) for d in event.documents])
+    return events, docs, error, server.pending_window_count
+
+
+def _same(chunks: list[bytes], limits: Limits) -> None:
+    assert _outcome(chunks, limits, bulk=True) == _outcome(chunks, limits, bulk=False)
+
+
+@given(client_streams(), st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
+@settings(deadline=None, max_examples=300)
+def test_bulk_and_frame_by_frame_agree_on_valid_streams(
+    stream: tuple[ProtocolVersion, bytes], cuts: list[int]
+) -> None:
+    _, data = stream
+    _same(split(data, cuts), Limits())
+    events, docs, error, _ = _outcome([data], Limits(), bulk=True)
+    assert error is None
+    for event, batch_docs in zip((e for e in events if isinstance(e, Batch)), docs, strict=True):
+        # every document is its payload's one parse
+        assert batch_docs == [_plain(parse_json_object(e.payload)) for e in event.events]
+
+
+@given(
+    mixed_streams(),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+    limits_choice,
+)
+@settings(deadline=None, max_examples=600)
+def test_bulk_and_frame_by_frame_agree_on_any_stream(
+    data: bytes, cuts: list[int], limits: Limits
+) -> None:
+    _same([data], limits)
+    _same(split(data, cuts), limits)
+
+
+@given(st.lists(frame_bytes(), min_size=1, max_size=10), limits_choice)
+@settings(deadline=None, max_examples=300)
+def test_bulk_and_frame_by_frame_agree_inside_one_compressed_frame(
+    frames: list[bytes], limits: Limits
+) -> None:
+    window = _u32_frame(V2, b"W", 4)
+    _same([window + _c(V2, b"".join(frames), 0)], limits)
+    _same([_c(V2, b"".join(frames), 0)], limits)  # no window first
+
+
+def test_many_small_frames_in_one_read_give_the_same_windows() -> None:
+    """W and J frames alternating, a megabyte per read: one window per J, either way."""
+    stream = b"".join(_u32_frame(V2, b"W", 1) + _j(V2, i, b'{"i":%d}' % i) for i in range(30_000))
+    chunks = [stream[at : at + (1 << 20)] for at in range(0, len(stream), 1 << 20)]
+    limits = Limits(max_pending_windows=30_000)
+    _same(chunks, limits)
+    events, _, error, pending = _outcome(chunks, limits, bulk=True)
+    batches = [e for e in events if isinstance(e, Batch)]
+    assert error is None and pending == 0
+    assert [(b.events[0].seq, b.ack_seq) for b in batches] == [(i, i) for i in range(30_000)]
