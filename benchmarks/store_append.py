@@ -71,6 +71,8 @@ class Figure:
     concurrency: int
     count: int
     elapsed_s: float
+    cpu_s: float = 0.0
+    """Process CPU (every thread) while the store ran; 0 for raw loops."""
 
     @property
     def ops_per_s(self) -> float:
@@ -85,6 +87,7 @@ class Figure:
             **asdict(self),
             "ops_per_s": round(self.ops_per_s, 1),
             "mb_per_s": round(self.mb_per_s, 3),
+            "cpu_us_per_op": round(self.cpu_s / self.count * 1e6, 2) if self.cpu_s else None,
         }
 
 
@@ -152,6 +155,7 @@ async def _measure_pair(
         data = os.urandom(size_bytes)
         counts = [0] * concurrency
         elapsed_s = 0.0
+        cpu_s = 0.0
         stop_at = 0.0
 
         async def appender(index: int) -> None:
@@ -164,6 +168,7 @@ async def _measure_pair(
         for _ in range(SLICES):
             raw.run(slice_s / 2)  # the store's tasks are idle meanwhile
             started = time.perf_counter()
+            cpu_started = time.process_time()
             stop_at = started + slice_s
             async with asyncio.TaskGroup() as group:
                 for index in range(concurrency):
@@ -173,6 +178,7 @@ async def _measure_pair(
             # next raw slice would pay for the store's writeback.
             sync_tree(directory / "store")
             elapsed_s += time.perf_counter() - started
+            cpu_s += time.process_time() - cpu_started
         for name in names:  # every acknowledged byte is there: a cheap sanity check
             assert (await store.info(name)).length == size_bytes * sum(
                 counts[i] for i in range(concurrency) if names[i % len(names)] == name
@@ -180,7 +186,7 @@ async def _measure_pair(
     finally:
         raw.close()
         await store.close()
-    return raw.figure(), Figure("store", size_bytes, concurrency, sum(counts), elapsed_s)
+    return raw.figure(), Figure("store", size_bytes, concurrency, sum(counts), elapsed_s, cpu_s)
 
 
 def measure_pair(
@@ -261,6 +267,8 @@ def _line(figure: Figure, raw: Figure | None = None) -> str:
     text = f"{head}: {figure.ops_per_s:>9.0f} ops/s {figure.mb_per_s:>9.2f} MB/s"
     if raw is not None and raw.ops_per_s > 0:
         text += f"  ({figure.ops_per_s / raw.ops_per_s:.2f}x the raw ops/s interleaved with it)"
+    if figure.cpu_s and figure.count:
+        text += f"  CPU {figure.cpu_s / figure.count * 1e6:.1f} us/append"
     return text
 
 

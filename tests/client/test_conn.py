@@ -7,12 +7,14 @@ and answers each request with what the test's ``answer`` function returns.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
 from uuid import uuid4
 
 import pytest
 
 from headrace.client._conn import (
+    READ_CHUNK_BYTES,
     ConnectionPool,
     RetryPolicy,
     SegmentStoreConnection,
@@ -224,3 +226,122 @@ def test_map_exceptions_translates_os_errors_and_timeouts() -> None:
     with pytest.raises(RequestTimeout), map_exceptions("op"):
         raise TimeoutError
     assert ConnectionLost.retriable and RequestTimeout.retriable
+
+
+# ---------------------------------------------------------------------- receiving frames
+
+
+async def _scripted(send: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> asyncio.Server:
+    """A server that answers the Hello, then runs ``send`` (raw bytes, however cut)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = p.PravegaConnection(p.Role.SERVER)
+        while conn.peer_hello is None:
+            data = await reader.read(65536)
+            if not data:
+                return
+            conn.receive_data(data)
+            list(conn.events())
+        writer.write(conn.data_to_send())
+        try:
+            await send(writer)
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def _segment_read(rid: int, size: int) -> p.SegmentRead:
+    data = bytes(i % 251 for i in range(size))
+    return p.SegmentRead("sc/st/0.#epoch.0", 0, False, False, data, rid)
+
+
+async def test_large_and_small_replies_cut_anywhere_arrive_whole() -> None:
+    """Replies written in pieces that cut headers and payloads at odd places; those
+    larger than the chunk buffer come out as views of their frame (not copied)."""
+    sizes = [300_001, 5, 2 * 1024 * 1024, 64 * 1024 - 1, 64 * 1024, 70_000, 0, 1_000_000]
+    replies = [_segment_read(1000 + i, size) for i, size in enumerate(sizes)]
+    stream = b"".join(p.encode_command(r) for r in replies)
+    cuts = [3, 7, 8, 9, 65_535, 1, 131_072, 300_000, 2, 5, 1_048_576]
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        pos = i = 0
+        while pos < len(stream):
+            step = cuts[i % len(cuts)]
+            writer.write(stream[pos : pos + step])
+            await writer.drain()
+            pos += step
+            i += 1
+        await asyncio.Event().wait()  # keep the connection open until the client closes
+
+    server = await _scripted(send)
+    port = server.sockets[0].getsockname()[1]
+    conn = await SegmentStoreConnection.connect("127.0.0.1", port)
+    got: dict[int, p.Command] = {}
+    all_in = asyncio.Event()
+
+    class Listener:
+        def reply(self, cmd: p.Command) -> None:
+            raise AssertionError("not a writer reply")
+
+        def connection_lost(self, exc: BaseException) -> None:
+            pass
+
+    original = conn._dispatch
+
+    def record(cmd: p.Command) -> None:
+        got[getattr(cmd, "request_id")] = cmd  # noqa: B009
+        if len(got) == len(replies):
+            all_in.set()
+        original(cmd)
+
+    conn._dispatch = record  # type: ignore[method-assign]
+    async with asyncio.timeout(30):
+        await all_in.wait()
+    for reply in replies:
+        received = got[reply.request_id]
+        assert isinstance(received, p.SegmentRead)
+        assert received.data == reply.data
+        if len(reply.data) > READ_CHUNK_BYTES:  # cannot be whole in the chunk buffer
+            assert isinstance(received.data, memoryview)  # the frame's own buffer, not a copy
+    assert not conn.is_closed
+    await conn.aclose()
+    server.close()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        struct.pack(">ii", p.CommandType.SEGMENT_READ, -5),  # negative length
+        struct.pack(">ii", p.CommandType.SEGMENT_READ, p.MAX_FRAME_BYTES),  # over the limit
+    ],
+)
+async def test_a_bad_frame_header_closes_the_connection(header: bytes) -> None:
+    async def send(writer: asyncio.StreamWriter) -> None:
+        writer.write(header + bytes(100))
+        await writer.drain()
+        await asyncio.Event().wait()  # the client must close, not wait for more bytes
+
+    server = await _scripted(send)
+    conn = await SegmentStoreConnection.connect("127.0.0.1", server.sockets[0].getsockname()[1])
+    with pytest.raises(ConnectionLost, match="protocol error"):
+        await conn.request(p.GetStreamSegmentInfo(next_request_id(), "x"), timeout_s=30)
+    assert conn.is_closed
+    await conn.aclose()
+    server.close()
+
+
+async def test_eof_inside_a_large_frame_fails_pending_requests() -> None:
+    frame = p.encode_command(_segment_read(7, 500_000))
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        writer.write(frame[: len(frame) // 2])  # then close: the frame is never finished
+        await writer.drain()
+
+    server = await _scripted(send)
+    conn = await SegmentStoreConnection.connect("127.0.0.1", server.sockets[0].getsockname()[1])
+    with pytest.raises(ConnectionLost, match="closed inside a frame"):
+        await conn.request(p.GetStreamSegmentInfo(next_request_id(), "x"), timeout_s=30)
+    await conn.wait_closed()
+    await conn.aclose()
+    server.close()

@@ -2,9 +2,17 @@
 
 The aiokafka ``conn.py`` pattern: every request carries a fresh request id;
 :meth:`SegmentStoreConnection.request` registers a future under that id,
-writes the frame and awaits the future; one reader task feeds received bytes
-to the sans-I/O connection and completes the future whose id the reply
-echoes. A reply with an unknown id (its request timed out) is dropped.
+writes the frame and awaits the future; received bytes go to the sans-I/O
+connection, and the future whose id the reply echoes is completed. A reply
+with an unknown id (its request timed out) is dropped.
+
+Receiving copies once (``_FrameReceiver``, an ``asyncio.BufferedProtocol``):
+the socket reads into a reused chunk buffer, and as soon as the header of a
+large frame (a 2 MiB ``SegmentRead``) is seen, the rest of that frame is read
+straight into a ``bytearray`` of the frame's size, which the sans-I/O
+connection adopts and decodes in place: the reply's data is a view of the
+bytes the kernel wrote, not a copy of a copy (``StreamReader`` and a growing
+buffer cost four copies per reply before).
 
 Appends are not request/reply: a writer registers itself with
 :meth:`~SegmentStoreConnection.attach_writer` and gets every reply naming its
@@ -33,6 +41,7 @@ import itertools
 import logging
 import random
 import ssl
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,11 +49,14 @@ from uuid import UUID
 
 from headrace.errors import ConnectionLost, ProtocolError, RequestTimeout
 from headrace.protocols import pravega as p
+from headrace.protocols.pravega.codec import FRAME_HEADER
 
 from .errors import TlsCertificateError
 
 __all__ = [
+    "CLOSE_TIMEOUT_S",
     "CONNECT_TIMEOUT_S",
+    "LARGE_FRAME_BYTES",
     "MAX_PENDING_REQUESTS",
     "READ_TIMEOUT_S",
     "REQUEST_TIMEOUT_S",
@@ -69,14 +81,24 @@ READ_TIMEOUT_S = 45.0
 server (Java and headrace hold it for well under 30 s, spec §6), so this is the
 request timeout plus room for the park."""
 
+CLOSE_TIMEOUT_S = 5.0
+"""Most time ``aclose`` waits for queued outbound bytes to leave before it aborts
+the connection: a server that reads nothing must not hold a closing client."""
+
 MAX_PENDING_REQUESTS = 10_000
 """Most request/reply exchanges outstanding on one connection. Real callers keep
 a few dozen (reads, table calls); the bound stops a runaway caller from growing
 the table without end. Over it, ``request`` waits for room."""
 
 READ_CHUNK_BYTES = 256 * 1024
-"""Bytes asked of the socket per read; large enough that a busy connection
-carrying 1 MiB appends acks is read in a few calls."""
+"""Size of the reused buffer the socket reads small frames into; large enough
+that a busy connection carrying many small replies is read in a few calls."""
+
+LARGE_FRAME_BYTES = 64 * 1024
+"""Frames at least this large that are not yet whole are read into a buffer of
+their own (the frame's size) instead of the chunk buffer, so their bytes are
+never copied after the socket; smaller ones are copied once from the chunk,
+which costs less than a buffer each."""
 
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """Outbound bytes buffered in the transport before ``drain`` makes senders wait:
@@ -148,30 +170,151 @@ class WriterListener(Protocol):
         """The connection ended; every append not acknowledged must be sent again."""
 
 
+class _FrameReceiver(asyncio.BufferedProtocol):
+    """The socket end of a :class:`SegmentStoreConnection`: whole frames to the
+    sans-I/O connection, large ones without a copy, and write flow control.
+
+    Small frames are read into ``_chunk`` (reused) and fed to the connection
+    once whole (one copy). When a frame of ``LARGE_FRAME_BYTES`` or more is
+    not whole yet, its bytes so far move to a ``bytearray`` of the frame's
+    size and ``get_buffer`` hands out the rest of that, so the kernel writes
+    the frame's remaining bytes where they will be decoded; the whole frame is
+    then given to the connection (``receive_owned``), which decodes its data
+    as a view. A frame header the codec would refuse (negative or oversized
+    length) is fed as it is, so the sans-I/O layer reports it.
+    """
+
+    def __init__(self, conn: p.PravegaConnection, owner: SegmentStoreConnection) -> None:
+        self._conn = conn
+        self._owner = owner
+        self._chunk = bytearray(READ_CHUNK_BYTES)
+        self._start = 0  # first byte of _chunk not yet fed to the connection
+        self._end = 0  # end of the bytes received into _chunk
+        self._frame: bytearray | None = None  # a large frame being received, whole size
+        self._frame_got = 0
+        self._write_paused = False
+        self._drain_waiters: deque[asyncio.Future[None]] = deque()
+        self._lost_exc: BaseException | None = None
+        self.lost = asyncio.get_running_loop().create_future()
+        """Done once the transport has closed (``wait_closed``)."""
+
+    # ------------------------------------------------------------------ receiving
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._frame_got :]
+        return memoryview(self._chunk)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._frame is not None:
+                self._frame_got += nbytes
+                if self._frame_got == len(self._frame):
+                    frame, self._frame = self._frame, None
+                    self._conn.receive_owned(frame)
+                    self._owner._take_events()
+                return
+            self._end += nbytes
+            self._cut_frames()
+        except ProtocolError as exc:
+            self._owner._protocol_error(exc)
+
+    def _cut_frames(self) -> None:
+        """Feed the whole frames in ``_chunk``; move a large partial one to its own buffer."""
+        chunk = self._chunk
+        pos = self._start
+        end = self._end
+        large: bytearray | None = None
+        while end - pos >= p.HEADER_SIZE_BYTES:
+            length: int = FRAME_HEADER.unpack_from(chunk, pos)[1]
+            total = p.HEADER_SIZE_BYTES + length
+            if length < 0 or total > p.MAX_FRAME_BYTES:
+                pos = end  # let the codec refuse it
+                break
+            if end - pos >= total:
+                pos += total
+                continue
+            if total >= LARGE_FRAME_BYTES:
+                large = bytearray(total)
+                large[: end - pos] = memoryview(chunk)[pos:end]
+                self._frame, self._frame_got = large, end - pos
+            break
+        if pos > self._start:
+            self._conn.receive_data(memoryview(chunk)[self._start : pos])
+        if large is not None:
+            self._start = self._end = 0
+        else:
+            rest = end - pos  # part of a small frame: to the front, so the chunk has room
+            if rest and pos:
+                chunk[:rest] = memoryview(chunk)[pos:end]
+            self._start, self._end = 0, rest
+        self._owner._take_events()
+
+    def eof_received(self) -> bool:
+        try:
+            if self._frame is not None:  # a frame cut short: let the codec say so
+                self._conn.receive_data(memoryview(self._frame)[: self._frame_got])
+                self._frame = None
+            elif self._end > self._start:
+                self._conn.receive_data(memoryview(self._chunk)[self._start : self._end])
+            self._start = self._end = 0
+            self._conn.receive_data(b"")
+            self._owner._take_events()
+        except ProtocolError as exc:
+            self._owner._protocol_error(exc)
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost_exc = exc if exc is not None else ConnectionResetError("connection lost")
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(self._lost_exc)
+        self._drain_waiters.clear()
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self._owner._transport_lost(exc)
+
+    # ------------------------------------------------------------------ write flow control
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+
+    async def drain(self) -> None:
+        """Wait while the transport holds more than its high-water mark (OSError once lost)."""
+        if self._lost_exc is not None:
+            raise self._lost_exc
+        if not self._write_paused:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+
 class SegmentStoreConnection:
     """One TCP connection to a segment store, with request-id correlation.
 
     Build it with :meth:`connect`; close it with :meth:`aclose`.
     """
 
-    def __init__(
-        self,
-        endpoint: tuple[str, int],
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        conn: p.PravegaConnection,
-    ) -> None:
+    def __init__(self, endpoint: tuple[str, int], conn: p.PravegaConnection) -> None:
         self.endpoint = endpoint
-        self._reader = reader
-        self._writer = writer
         self._conn = conn
+        self._transport: asyncio.Transport | None = None
+        self._receiver = _FrameReceiver(conn, self)
+        self._hello: asyncio.Future[p.Hello] = asyncio.get_running_loop().create_future()
         self._pending: dict[int, asyncio.Future[p.Command]] = {}
         self._room = asyncio.Semaphore(MAX_PENDING_REQUESTS)
         self._writers: dict[UUID, WriterListener] = {}
         self._append_rids: dict[int, UUID] = {}
         self._closed_exc: BaseException | None = None
         self._closed = asyncio.Event()
-        self._reader_task = asyncio.create_task(self._read_loop(), name=f"pravega-read {endpoint}")
 
     @classmethod
     async def connect(
@@ -192,38 +335,24 @@ class SegmentStoreConnection:
                 or speaks no wire version we do.
             RequestTimeout: no connection or Hello within ``timeout_s``.
         """
+        self = cls((host, port), p.PravegaConnection(p.Role.CLIENT))
+        loop = asyncio.get_running_loop()
         with map_exceptions(f"connect to {host}:{port}"):
             async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(
-                    host, port, limit=READ_CHUNK_BYTES, ssl=ssl_context
+                transport, _ = await loop.create_connection(
+                    lambda: self._receiver, host, port, ssl=ssl_context
                 )
-                writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
-                conn = p.PravegaConnection(p.Role.CLIENT)
-                writer.write(conn.data_to_send())
+                assert isinstance(transport, asyncio.Transport)
+                self._transport = transport
+                transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
                 try:
-                    hello = await cls._await_hello(reader, conn)
+                    transport.write(self._conn.data_to_send())
+                    hello = await self._hello
                 except BaseException:
-                    writer.close()
+                    self._shutdown(ConnectionLost(f"connect to {host}:{port}: handshake ended"))
                     raise
         log.debug("connected to %s:%d (server wire versions %s)", host, port, hello)
-        return cls((host, port), reader, writer, conn)
-
-    @staticmethod
-    async def _await_hello(reader: asyncio.StreamReader, conn: p.PravegaConnection) -> p.Hello:
-        while True:
-            data = await reader.read(READ_CHUNK_BYTES)
-            if not data:
-                raise ConnectionLost("server closed the connection during the handshake")
-            try:
-                conn.receive_data(data)
-                event = conn.next_event()
-            except ProtocolError as exc:
-                raise ConnectionLost(f"handshake failed: {exc}") from exc
-            if event is None:
-                continue
-            if not isinstance(event, p.Hello):
-                raise ConnectionLost(f"expected Hello, got {type(event).__name__}")
-            return event
+        return self
 
     # ------------------------------------------------------------------ state
 
@@ -253,12 +382,14 @@ class SegmentStoreConnection:
         """
         self._check_open()
         self._conn.send(cmd)
-        self._writer.write(self._conn.data_to_send())
+        assert self._transport is not None
+        self._transport.write(self._conn.data_to_send())
 
     async def drain(self) -> None:
         """Wait while the transport holds more than its high-water mark of outbound bytes."""
+        self._check_open()
         with map_exceptions(f"write to {self._peer}"):
-            await self._writer.drain()
+            await self._receiver.drain()
 
     async def request(self, cmd: p.Command, *, timeout_s: float = REQUEST_TIMEOUT_S) -> p.Command:
         """Send a request (its ``request_id`` must be fresh) and return the reply.
@@ -307,28 +438,39 @@ class SegmentStoreConnection:
 
     # ------------------------------------------------------------------ receiving
 
-    async def _read_loop(self) -> None:
-        exc: BaseException = ConnectionLost(f"server {self._peer} closed the connection")
-        try:
-            while True:
-                with map_exceptions(f"read from {self._peer}"):
-                    data = await self._reader.read(READ_CHUNK_BYTES)
-                self._conn.receive_data(data)
-                for event in self._conn.events():
-                    if isinstance(event, p.ConnectionClosed):
-                        return
-                    if isinstance(event, p.Command):
-                        self._dispatch(event)
-        except ConnectionLost as err:
-            exc = err
-        except ProtocolError as err:
-            log.warning("protocol error from %s: %s", self._peer, err)
-            exc = ConnectionLost(f"protocol error from {self._peer}: {err}")
-        except asyncio.CancelledError:
-            exc = ConnectionLost(f"connection to {self._peer} closed by the client")
-            raise
-        finally:
-            self._shutdown(exc)
+    def _take_events(self) -> None:
+        """Handle every event the sans-I/O connection has now (called by the receiver)."""
+        for event in self._conn.events():
+            if isinstance(event, p.ConnectionClosed):
+                self._shutdown(ConnectionLost(self._closed_message()))
+                return
+            if not self._hello.done():
+                if not isinstance(event, p.Hello):
+                    self._shutdown(ConnectionLost(f"expected Hello, got {type(event).__name__}"))
+                    return
+                self._hello.set_result(event)
+                continue
+            if isinstance(event, p.Command):
+                self._dispatch(event)
+
+    def _closed_message(self) -> str:
+        if not self._hello.done():
+            return "server closed the connection during the handshake"
+        return f"server {self._peer} closed the connection"
+
+    def _protocol_error(self, err: ProtocolError) -> None:
+        """The server broke the protocol (or sent a frame over the limit): close."""
+        if not self._hello.done():
+            self._shutdown(ConnectionLost(f"handshake failed: {err}"))
+            return
+        log.warning("protocol error from %s: %s", self._peer, err)
+        self._shutdown(ConnectionLost(f"protocol error from {self._peer}: {err}"))
+
+    def _transport_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self._shutdown(ConnectionLost(self._closed_message()))
+        else:
+            self._shutdown(ConnectionLost(f"read from {self._peer}: {exc}"))
 
     def _dispatch(self, cmd: p.Command) -> None:
         if isinstance(cmd, p.KeepAlive):
@@ -366,21 +508,23 @@ class SegmentStoreConnection:
         writers = list(self._writers.values())
         self._writers.clear()
         self._append_rids.clear()
-        self._writer.close()
+        if not self._hello.done():
+            self._hello.set_exception(ConnectionLost(str(exc)))
+            self._hello.exception()  # connect() reports it; no "never retrieved" warning
+        if self._transport is not None:
+            self._transport.close()
         self._closed.set()
         for listener in writers:
             listener.connection_lost(exc)
 
     async def aclose(self) -> None:
         """Close the connection; pending requests fail with ``ConnectionLost``."""
-        if self._reader_task.done():
-            self._shutdown(ConnectionLost("closed"))
-        else:
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader_task
-        with contextlib.suppress(OSError):
-            await self._writer.wait_closed()
+        self._shutdown(ConnectionLost(f"connection to {self._peer} closed by the client"))
+        if self._transport is None:
+            return
+        done, _ = await asyncio.wait({self._receiver.lost}, timeout=CLOSE_TIMEOUT_S)
+        if not done:
+            self._transport.abort()  # the server takes nothing: drop what is unsent
 
 
 class ConnectionPool:

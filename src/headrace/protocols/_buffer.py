@@ -12,7 +12,8 @@ as little as it can: ``consume_exactly`` copies once (a slice of a
 ``memoryview``, not a ``bytearray`` slice copied again), and ``consume_frame``,
 the last take of a frame, hands a large frame's bytes over without copying
 them at all (the buffer gives its whole ``bytearray`` away and keeps only the
-bytes that follow the frame).
+bytes that follow the frame). ``adopt`` takes a caller's ``bytearray`` as the
+buffer itself, so a frame received straight into one is not copied either.
 """
 
 from __future__ import annotations
@@ -59,6 +60,26 @@ class ReceiveBuffer:
         if size > self._max_buffered_bytes:
             raise FrameTooLarge(self._max_buffered_bytes, size)
         self._data += data
+
+    def adopt(self, data: bytearray) -> None:
+        """Append received bytes that the caller gives away and never touches again.
+
+        With nothing buffered, ``data`` becomes the buffer itself (no copy):
+        a client that received a large frame straight into a ``bytearray`` of
+        its own hands it over whole, and ``consume_frame`` then hands it on as a
+        view, so the frame's bytes are never copied after the socket. Otherwise
+        it is appended like ``feed``.
+
+        Raises:
+            FrameTooLarge: the unconsumed bytes would exceed the limit.
+        """
+        if self._data:
+            self.feed(data)
+            return
+        if len(data) > self._max_buffered_bytes:
+            raise FrameTooLarge(self._max_buffered_bytes, len(data))
+        self._data = data
+        self._position = 0
 
     def peek(self, count: int) -> bytes | None:
         """The next ``count`` bytes without consuming them, or None if fewer are here."""

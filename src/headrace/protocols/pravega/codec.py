@@ -173,7 +173,7 @@ class _Reader:
         return self.take(self.remaining())
 
     def data(self) -> bytes | memoryview:
-        """A length-prefixed append payload, as a view when the frame is one."""
+        """A length-prefixed data field (appends, reads), as a view when the frame is one."""
         return self.take_view(self.i32())
 
     def data_rest(self) -> bytes | memoryview:
@@ -349,7 +349,8 @@ class _Kind(enum.Enum):
     BYTES = enum.auto()
     REST = enum.auto()
     DATA = enum.auto()
-    """Laid out as BYTES; decoded without a copy when the frame is large (append data)."""
+    """Laid out as BYTES; decoded without a copy when the frame is large (append data,
+    a ``SegmentRead``'s data)."""
     DATA_REST = enum.auto()
     """Laid out as REST; decoded without a copy when the frame is large (append data)."""
     PADDING = enum.auto()
@@ -475,7 +476,7 @@ _LAYOUT_LIST = [
     _layout(c.CreateTransientSegment, _K.I64, _K.UUID, _K.STR, _K.STR),
     # §6 reads
     _layout(c.ReadSegment, _K.STR, _K.I64, _K.I32, _K.STR, _opt(_K.I64)),
-    _layout(c.SegmentRead, _K.STR, _K.I64, _K.BOOL, _K.BOOL, _K.BYTES, _opt(_K.I64)),
+    _layout(c.SegmentRead, _K.STR, _K.I64, _K.BOOL, _K.BOOL, _K.DATA, _opt(_K.I64)),
     # §7 segment management
     _layout(c.GetStreamSegmentInfo, _K.I64, _K.STR, _K.STR),
     _layout(
@@ -641,7 +642,7 @@ def encode_split(
         _, layout = _LAYOUTS[cmd.type]
         for name, kind, _optional, _default in layout:
             value = getattr(cmd, name)
-            if split < 0 and kind is _Kind.BYTES and not value:
+            if split < 0 and kind in (_Kind.BYTES, _Kind.DATA) and not value:
                 out += _I32.pack(size_bytes)
                 split = len(out)
             else:
@@ -671,8 +672,9 @@ def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
     """Decode one frame's payload.
 
     A payload given as a ``memoryview`` (a large frame, see
-    ``ReceiveBuffer.consume_frame``) gives the append data fields as views of
-    it, without a copy; every other field is decoded to ``bytes``/``str``.
+    ``ReceiveBuffer.consume_frame``) gives the data fields (appends, a
+    ``SegmentRead``'s data) as views of it, without a copy; every other field
+    is decoded to ``bytes``/``str``.
 
     Raises:
         RemoteProtocolError: unknown type code, or a payload that does not

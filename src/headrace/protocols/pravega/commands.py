@@ -592,7 +592,7 @@ class SegmentRead(Command):
     offset: int
     at_tail: bool
     end_of_segment: bool
-    data: bytes
+    data: bytes | memoryview  # a view of the received frame when it is large
     request_id: int = -1
 
 

@@ -232,6 +232,27 @@ class PravegaConnection:
         except RemoteProtocolError as exc:  # FrameTooLarge
             self._fail(exc)
 
+    def receive_owned(self, data: bytearray) -> None:
+        """Like :meth:`receive_data`, for bytes the caller gives away (not empty).
+
+        A client that received a whole large frame into a ``bytearray`` of its
+        own passes it here: with nothing else buffered it is parsed where it
+        lies, and a large bytes field of the frame (a ``SegmentRead``'s data)
+        comes out as a view of it, not a copy (``ReceiveBuffer.adopt``).
+
+        Raises:
+            FrameTooLarge: the unparsed bytes would exceed ``max_buffered_bytes``.
+            LocalProtocolError: data after EOF, or no data.
+        """
+        if self._eof:
+            raise LocalProtocolError("receive_owned() after EOF")
+        if not data:
+            raise LocalProtocolError("receive_owned() needs bytes; EOF is receive_data(b'')")
+        try:
+            self._buffer.adopt(data)
+        except RemoteProtocolError as exc:  # FrameTooLarge
+            self._fail(exc)
+
     def next_event(self) -> ConnectionEvent | None:
         """The next event, or ``None`` if more data is needed.
 
