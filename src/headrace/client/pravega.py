@@ -138,6 +138,7 @@ class PravegaClient:
         return await KeyValueTable.open(self, scope, name)
 
     async def aclose(self) -> None:
+        await self.segments.aclose()
         await self.pool.aclose()
         await self.controller.aclose()
 

@@ -227,7 +227,7 @@ class _Feed:
                     self._room.clear()
                     await self._room.wait()
                 try:
-                    got = await segs.read(self.segment, buf.offset + len(buf.buffer))
+                    got = await segs.read_view(self.segment, buf.offset + len(buf.buffer))
                 except (SegmentIsTruncatedError, NoSuchSegmentError):
                     self.ended = True
                     break

@@ -150,7 +150,7 @@ class RecordReader:
             sealed_end = False
             while limit is None or offset < limit:
                 try:
-                    got = await segments.read(segment, offset)
+                    got = await segments.read_view(segment, offset)  # events copied once
                 except (SegmentIsTruncatedError, NoSuchSegmentError):
                     sealed_end = True  # gone or truncated away: like the Rust reader, move on
                     break

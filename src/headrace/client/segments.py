@@ -4,11 +4,26 @@
 controller (``getURI``), borrows the pool's shared connection and turns error
 replies into :mod:`headrace.client.errors` exceptions. Reads, table calls and
 metadata calls all go through it; appends go through the writers.
+
+Read-ahead. A reader that reads a segment sequentially (each read starting
+where the previous one of the same segment and size ended) gets the next
+``ReadSegment`` sent as soon as a reply comes back, before the caller has
+looked at it, so the server reads and sends the next 2 MiB while the caller
+decodes this one (the server answers in order; Pravega's Java reader does the
+same). Only where the reply did not reach the tail and the segment did not
+end: a read-ahead is never parked at the tail, so reads at the tail behave as
+without it. At most ``MAX_READ_AHEADS`` are outstanding per client (each holds
+up to 2 MiB), each is dropped after ``READ_AHEAD_MAX_AGE_S`` unclaimed, a
+``truncate`` through this client drops the segment's, and a read-ahead that
+failed in any way is simply read again, so its errors are the same as an
+ordinary read's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -25,11 +40,33 @@ from ._conn import (
 from .controller import ControllerClient, Segment
 from .errors import error_for_reply
 
-__all__ = ["READ_SUGGESTED_BYTES", "SegmentClient", "SegmentData", "SegmentStat"]
+__all__ = [
+    "MAX_READ_AHEADS",
+    "READ_AHEAD_MAX_AGE_S",
+    "READ_SUGGESTED_BYTES",
+    "SegmentClient",
+    "SegmentData",
+    "SegmentStat",
+    "SegmentView",
+]
 
 READ_SUGGESTED_BYTES = 2 * 1024 * 1024
 """Bytes asked for per ``ReadSegment``: the server's cap on one reply (Java's
 2 MiB), so one round trip carries as much as the server will send."""
+
+MAX_READ_AHEADS = 16
+"""Most read-ahead ``ReadSegment``s one client keeps outstanding or unclaimed
+(each up to 2 MiB: 32 MiB at most). Past it, sequential readers of further
+segments read without one; none is dropped to make room, so many segments read
+at once do not push each other's read-aheads out."""
+
+READ_AHEAD_MAX_AGE_S = 5.0
+"""An unclaimed read-ahead is dropped this long after it was sent: a reader that
+stopped reading does not hold its 2 MiB, nor a reply older than this."""
+
+MAX_SEQUENTIAL_TRACKED = 1024
+"""Segments whose last read's end is remembered to recognise sequential reading
+(a few dozen bytes each); the oldest is forgotten past it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +91,32 @@ class SegmentData:
     at_tail: bool
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """Like :class:`SegmentData`, with ``data`` as the received bytes themselves.
+
+    ``data`` is a read-only ``memoryview`` of the reply frame when the reply
+    was large (``bytes`` when small): no copy is made, and the frame's buffer
+    lives as long as the view. For readers that cut the data up (into events)
+    and copy each piece once; :meth:`SegmentClient.read` gives ``bytes``.
+    """
+
+    offset: int
+    data: bytes | memoryview
+    end_of_segment: bool
+    at_tail: bool
+
+
+_ReadKey = tuple[str, int, int]
+"""(segment name, offset, suggested bytes) of a read."""
+
+
+@dataclass(slots=True)
+class _ReadAhead:
+    task: asyncio.Task[p.SegmentRead]
+    expiry: asyncio.TimerHandle
+
+
 class SegmentClient:
     """Segment-store calls for any segment, routed through the controller's ``getURI``."""
 
@@ -61,6 +124,8 @@ class SegmentClient:
         self._controller = controller
         self._pool = pool
         self._endpoints: dict[tuple[str, str], tuple[str, int]] = {}
+        self._ahead: dict[_ReadKey, _ReadAhead] = {}
+        self._ends: OrderedDict[tuple[str, int], int] = OrderedDict()  # (name, size) -> end
 
     async def connection(self, segment: Segment) -> SegmentStoreConnection:
         """The pool's connection to the store serving ``segment`` (endpoint cached per stream)."""
@@ -150,24 +215,126 @@ class SegmentClient:
         """One ``ReadSegment`` from ``offset``; at the tail of an open segment the
         server holds the read until data arrives (or replies empty after a while).
 
+        Sequential reads are read ahead (see the module's docstring).
+
         Raises:
             SegmentIsTruncatedError: ``offset`` is below the segment's start.
             NoSuchSegmentError: the segment does not exist.
         """
+        got = await self.read_view(
+            segment, offset, suggested_bytes=suggested_bytes, name=name, timeout_s=timeout_s
+        )
+        data = got.data if type(got.data) is bytes else bytes(got.data)
+        return SegmentData(got.offset, data, got.end_of_segment, got.at_tail)
+
+    async def read_view(
+        self,
+        segment: Segment,
+        offset: int,
+        *,
+        suggested_bytes: int = READ_SUGGESTED_BYTES,
+        name: str | None = None,
+        timeout_s: float = READ_TIMEOUT_S,
+    ) -> SegmentView:
+        """:meth:`read`, with the data not copied out of the reply (:class:`SegmentView`)."""
         seg_name = name or segment.name
+        key = (seg_name, offset, suggested_bytes)
+        reply = await self._claim_read_ahead(key)
+        sequential = reply is not None or self._ends.get((seg_name, suggested_bytes)) == offset
+        if reply is None:
+            reply = await self._read_once(segment, key, timeout_s)
+        end = offset + len(reply.data)
+        self._remember_end(seg_name, suggested_bytes, end)
+        if sequential and reply.data and not reply.at_tail and not reply.end_of_segment:
+            self._read_ahead(segment, (seg_name, end, suggested_bytes), timeout_s)
+        return SegmentView(reply.offset, reply.data, reply.end_of_segment, reply.at_tail)
+
+    async def _read_once(self, segment: Segment, key: _ReadKey, timeout_s: float) -> p.SegmentRead:
+        seg_name, offset, suggested_bytes = key
         cmd = p.ReadSegment(seg_name, offset, suggested_bytes, request_id=next_request_id())
         reply = await self._call(segment, cmd, p.SegmentRead, timeout_s, idempotent=True)
         assert isinstance(reply, p.SegmentRead)
         if reply.offset != offset:
             raise error_for_reply(reply)
-        return SegmentData(reply.offset, reply.data, reply.end_of_segment, reply.at_tail)
+        return reply
+
+    # ------------------------------------------------------------------ read-ahead
+
+    def _remember_end(self, seg_name: str, suggested_bytes: int, end: int) -> None:
+        ends = self._ends
+        ends[(seg_name, suggested_bytes)] = end
+        ends.move_to_end((seg_name, suggested_bytes))
+        while len(ends) > MAX_SEQUENTIAL_TRACKED:
+            ends.popitem(last=False)
+
+    def _read_ahead(self, segment: Segment, key: _ReadKey, timeout_s: float) -> None:
+        """Send the read of ``key`` now, for the caller's next :meth:`read_view` to claim."""
+        if key in self._ahead or len(self._ahead) >= MAX_READ_AHEADS:
+            return
+        task = asyncio.create_task(
+            self._read_once(segment, key, timeout_s), name=f"read-ahead {key[0]}@{key[1]}"
+        )
+        task.add_done_callback(_consume_outcome)
+        loop = asyncio.get_running_loop()
+        expiry = loop.call_later(READ_AHEAD_MAX_AGE_S, self._drop_read_ahead, key, task)
+        self._ahead[key] = _ReadAhead(task, expiry)
+
+    async def _claim_read_ahead(self, key: _ReadKey) -> p.SegmentRead | None:
+        """The read-ahead reply for ``key`` if one was sent and it is usable, else None.
+
+        A read-ahead that failed (whatever the error) or came back empty is
+        not used: the caller reads again, so what it sees is what a read now
+        would give.
+        """
+        ahead = self._ahead.pop(key, None)
+        if ahead is None:
+            return None
+        ahead.expiry.cancel()
+        try:
+            reply = await ahead.task  # cancelling the caller cancels the read-ahead too
+        except Exception:  # read again: the fresh read reports the error, if it persists
+            return None
+        return reply if reply.data or reply.end_of_segment else None
+
+    def _drop_read_ahead(self, key: _ReadKey, task: asyncio.Task[p.SegmentRead]) -> None:
+        ahead = self._ahead.get(key)
+        if ahead is not None and ahead.task is task:
+            del self._ahead[key]
+            task.cancel()
+
+    def _forget_segment(self, seg_name: str) -> None:
+        """Drop the read-aheads of ``seg_name`` (its bytes before some offset went away)."""
+        for key in [k for k in self._ahead if k[0] == seg_name]:
+            ahead = self._ahead.pop(key)
+            ahead.expiry.cancel()
+            ahead.task.cancel()
+        for end_key in [k for k in self._ends if k[0] == seg_name]:
+            del self._ends[end_key]
+
+    @property
+    def read_aheads(self) -> list[tuple[str, int]]:
+        """``(segment name, offset)`` of each read-ahead sent and not yet claimed."""
+        return [(name, offset) for name, offset, _ in self._ahead]
+
+    async def aclose(self) -> None:
+        """Cancel every read-ahead (the pool's connections are closed by its owner)."""
+        aheads = list(self._ahead.values())
+        self._ahead.clear()
+        for ahead in aheads:
+            ahead.expiry.cancel()
+            ahead.task.cancel()
+        for ahead in aheads:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await ahead.task
 
     async def truncate(self, segment: Segment, offset: int) -> None:
+        self._forget_segment(segment.name)
         await self._call(
             segment,
             p.TruncateSegment(next_request_id(), segment.name, offset),
             p.SegmentTruncated,
         )
+        self._forget_segment(segment.name)  # and any sent while it was on its way
 
     # ------------------------------------------------------------------ table segments
 
@@ -264,3 +431,9 @@ class SegmentClient:
             if not reply.entries.entries or reply.continuation_token == token:
                 return out
             token = reply.continuation_token
+
+
+def _consume_outcome(task: asyncio.Task[p.SegmentRead]) -> None:
+    """Mark an unclaimed read-ahead's error as seen (no "never retrieved" log)."""
+    if not task.cancelled():
+        task.exception()

@@ -48,35 +48,67 @@ class Record:
 
 
 class EventBuffer:
-    """Reassembles Event frames (Pravega wire spec §5.3) from consecutive reads of one segment."""
+    """Reassembles Event frames (Pravega wire spec §5.3) from consecutive reads of one segment.
+
+    Each event's payload is copied once, straight from the read's data (which
+    may be a ``memoryview`` of the reply frame) into its ``bytes``; only an
+    event split between two reads passes through ``buffer`` (the bytes of the
+    event at the front that is not whole yet, from its header on).
+    """
 
     def __init__(self, offset: int) -> None:
         self.offset = offset  # segment offset of buffer[0]
         self.buffer = bytearray()
 
-    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+    def feed(self, data: bytes | memoryview) -> Iterator[tuple[int, bytes]]:
         """``(offset, payload)`` of every event completed by ``data``.
 
         Raises:
             RemoteProtocolError: the segment holds something else than Event frames.
         """
-        buf = self.buffer
-        buf += data
+        view = memoryview(data)
         pos = 0
-        end = len(buf)
+        if self.buffer:
+            pos, event = self._complete(view)
+            if event is None:
+                return
+            yield event
+        end = len(view)
+        base = self.offset - pos  # segment offset of view[0]
         while end - pos >= HEADER_SIZE_BYTES:
-            type_code, length = FRAME_HEADER.unpack_from(buf, pos)
+            type_code, length = FRAME_HEADER.unpack_from(view, pos)
             if type_code != CommandType.EVENT or length < 0:
-                raise RemoteProtocolError(
-                    f"not an event at offset {self.offset + pos}: type {type_code}"
-                )
+                raise RemoteProtocolError(f"not an event at offset {base + pos}: type {type_code}")
             stop = pos + HEADER_SIZE_BYTES + length
             if stop > end:
                 break
-            yield self.offset + pos, bytes(buf[pos + HEADER_SIZE_BYTES : stop])
+            yield base + pos, bytes(view[pos + HEADER_SIZE_BYTES : stop])
             pos = stop
-        del buf[:pos]
-        self.offset += pos
+        self.buffer += view[pos:]  # the start of an event the next read completes
+        self.offset = base + pos
+
+    def _complete(self, view: memoryview) -> tuple[int, tuple[int, bytes] | None]:
+        """Complete the buffered event from the front of ``view``: the bytes of
+        ``view`` used, and the event if it is whole now (``buffer`` then empty)."""
+        buf = self.buffer
+        pos = 0
+        if len(buf) < HEADER_SIZE_BYTES:
+            pos = min(HEADER_SIZE_BYTES - len(buf), len(view))
+            buf += view[:pos]
+            if len(buf) < HEADER_SIZE_BYTES:
+                return pos, None
+        type_code, length = FRAME_HEADER.unpack_from(buf, 0)
+        if type_code != CommandType.EVENT or length < 0:
+            raise RemoteProtocolError(f"not an event at offset {self.offset}: type {type_code}")
+        take = min(HEADER_SIZE_BYTES + length - len(buf), len(view) - pos)
+        buf += view[pos : pos + take]
+        pos += take
+        if len(buf) < HEADER_SIZE_BYTES + length:
+            return pos, None
+        event = (self.offset, bytes(memoryview(buf)[HEADER_SIZE_BYTES:]))
+        self.offset += len(buf)
+        buf.clear()
+        return pos, event
 
     def missing_bytes(self) -> int:
         """Bytes still needed to complete the event at the front (0 if none is started)."""
@@ -86,7 +118,7 @@ class EventBuffer:
         return max(0, HEADER_SIZE_BYTES + length - len(self.buffer))
 
 
-def iter_events(data: bytes, base_offset: int = 0) -> Iterator[tuple[int, bytes]]:
+def iter_events(data: bytes | memoryview, base_offset: int = 0) -> Iterator[tuple[int, bytes]]:
     """``(offset, payload)`` of each whole Event frame in ``data`` read at ``base_offset``."""
     yield from EventBuffer(base_offset).feed(data)
 
