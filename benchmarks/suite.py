@@ -134,6 +134,7 @@ class Sizes:
         self.parked_readers = 100 if quick else 1000
         self.peer_huge_events = 20 if quick else 200
         self.e2e_events = 50_000 if quick else 200_000
+        self.peer_e2e_events = 20_000 if quick else 50_000
         self.rsio_events = 50_000 if quick else 200_000
         self.connection_counts = (1, 64) if quick else (1, 64, 512)
         self.connection_s = 2.0 if quick else 5.0
@@ -627,7 +628,7 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                 results["consume_100b"][key] = row
                 say(f"  {label}: consume {row['events_per_s']:,} events/s")
             if want("e2e") and not sync_always:
-                n = sizes.e2e_events
+                n = sizes.peer_e2e_events
                 asyncio.run(nats_stream(port, "e2e"))
                 producer = ["nats-produce", str(port), "e2e", str(SMALL), str(n)]
                 consumer = ["nats-consume", str(port), "e2e", "e2e", str(n), "300"]
@@ -804,7 +805,7 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
                 )
                 say(f"  {label}: consume {results['consume_100b'][key]['events_per_s']:,} events/s")
             if want("e2e") and first:
-                n = sizes.e2e_events
+                n = sizes.peer_e2e_events
                 producer = ["redis-produce", str(port), "e2e", str(SMALL), str(n)]
                 consumer = ["redis-consume", str(port), "e2e", str(n), "300"]
                 with Measured(pid) as m:
