@@ -444,9 +444,14 @@ class LumberjackHandler(ConnectionHandler):
         segments = ranges.segments
         keyless = segments[self._target.keyless_index(len(segments))]
         per_segment: dict[str, list[int]] = {}
+        segment_of: dict[str | None, str] = {None: keyless}  # shippers' host names repeat
+        keys = window.keys
         for i in indices:
-            key = window.keys[i]
-            name = keyless if key is None else ranges.segment_for_position(_key_position(key))
+            key = keys[i]
+            name = segment_of.get(key)
+            if name is None:
+                assert key is not None
+                name = segment_of[key] = ranges.segment_for_position(_key_position(key))
             per_segment.setdefault(name, []).append(i)
         runs: list[tuple[str, list[int], bytes]] = []
         for name, members in per_segment.items():
