@@ -146,6 +146,7 @@ def test_demo_summarises_every_shipped_event_once_and_cleans_up(tmp_path: Path) 
     out = result.stdout
     assert "shipped 2000 access-log events into logs/access" in out
     assert "summarised 2000 of 2000 events in 2 one-minute windows" in out
+    assert "(the latest of each window agrees with Parquet)" in out
     # The table: one row per minute, 1,000 requests each (the generator is deterministic).
     assert [line.split("│")[2].strip() for line in out.splitlines() if "│ 03:0" in line] == [
         "1,000",

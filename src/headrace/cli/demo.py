@@ -232,6 +232,28 @@ def _await(query: Any, timeout_s: int) -> bool:
         raise click.ClickException(f"the streaming query failed: {' '.join(lines[-3:])}") from None
 
 
+def _check_summary_stream(records: Sequence[Any], rows: Sequence[Any]) -> None:
+    """The latest record of each window in the summary stream (a window's
+    records share a routing key, so they are in order in one segment) must
+    match the window's row in Parquet (Spark gives naive UTC times: the demo's
+    session time zone is UTC)."""
+    latest: dict[datetime, dict[str, Any]] = {}
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        doc = json.loads(bytes(rec.value))
+        start = datetime.fromisoformat(doc["window_start"]).astimezone(UTC).replace(tzinfo=None)
+        latest[start] = doc
+    if len(latest) != len(rows):
+        raise click.ClickException(
+            f"{SUMMARY_STREAM} has {len(latest)} windows, the Parquet summary {len(rows)}"
+        )
+    for r in rows:
+        rec = latest.get(r.window_start)
+        if rec is None or rec["requests"] != r.requests or rec["bytes"] != r.bytes:
+            raise click.ClickException(
+                f"{SUMMARY_STREAM} disagrees with the Parquet summary for {r.window_start}: {rec}"
+            )
+
+
 def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console: Any) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -303,13 +325,16 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
 
         rows = spark.read.parquet(str(work_dir / "summary.parquet")).orderBy("window_start")
         rows = rows.collect()
-        published = (
+        records = (
             spark.read.format("headrace")
             .option("controller", server.controller)
             .option("stream", SUMMARY_STREAM)
             .load()
-            .count()
+            .select("key", "value", "partition", "offset")
+            .collect()
         )
+        published = len(records)
+        _check_summary_stream(records, rows)
         days = sorted({r.window_start.strftime("%Y-%m-%d") for r in rows})
         table = Table(title=f"access logs per minute, {', '.join(days)} (UTC)")
         for name in ("minute", "requests", "MiB", "2xx", "3xx", "4xx", "5xx", "top paths"):
@@ -328,7 +353,8 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
         batches = sum(1 for n in seen.values() if n)
         console.print(
             f"micro-batches: {batches}; summary records published to {SUMMARY_STREAM}: "
-            f"{published}; Spark start {processing - spark_started:.1f} s, "
+            f"{published} (the latest of each window agrees with Parquet); "
+            f"Spark start {processing - spark_started:.1f} s, "
             f"processing {done - processing:.1f} s"
         )
         console.print(

@@ -4,13 +4,22 @@ A Structured Streaming job reads access-log events from a headrace stream
 (``logs/access``; Lumberjack documents whose ``message`` is a Common/Combined
 Log Format line, or bare lines), parses them, and computes for every
 1-minute window (by the time in the log line): requests, bytes, the share of
-2xx/3xx/4xx/5xx answers and the top paths. Its state and positions are in the
-checkpoint; every micro-batch publishes the current summary of every window
+2xx/3xx/4xx/5xx answers and the top paths.
+
+State stays bounded: the aggregation runs in *update* mode with a watermark
+on the log time (``WATERMARK_DELAY`` behind the latest time seen), so Spark
+keeps only the windows that can still change and drops events older than
+that. Each micro-batch gets the (window, path) counts it changed and
+publishes the current summary of every window it touched
 
 * to the headrace stream ``logs/summary`` (one JSON record per window, routed
   by the window's start; committed exactly once per micro-batch, so the
   latest record of a window is its current summary), and
-* to Parquet (the directory is rewritten with the whole summary each batch).
+* to Parquet, partitioned by ``minute``: only the touched windows'
+  partitions are rewritten. The per-path counts of every window are kept
+  beside it (``<parquet>/_paths``, also by ``minute``; Spark's readers skip
+  ``_`` directories), because a window's top paths need all of its paths,
+  not only those that changed in the batch.
 
 ``headrace demo`` runs it on an embedded server; on a cluster::
 
@@ -27,6 +36,7 @@ import argparse
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
@@ -40,6 +50,7 @@ __all__ = [
     "ACCESS_LOG_PATTERN",
     "SUMMARY_COLUMNS",
     "TOP_PATHS",
+    "WATERMARK_DELAY",
     "parse_access_logs",
     "start_summary_query",
     "summarise",
@@ -54,6 +65,17 @@ LOG_TIME_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
 
 TOP_PATHS = 3
 """Paths listed per window, most requested first."""
+
+WATERMARK_DELAY = "10 minutes"
+"""How far behind the latest log time an event may arrive and still count;
+windows that end before the watermark are final and leave Spark's state."""
+
+MINUTE_FORMAT = "yyyyMMdd'T'HHmm"
+"""The ``minute`` partition value (a window's start, UTC): not a date or a
+number, so Spark's partition inference leaves it a string."""
+
+PATHS_DIR = "_paths"
+"""Sub-directory of the Parquet output with the per-(window, path) counts."""
 
 SUMMARY_SEGMENTS = 2
 """Segments of the summary stream when the pipeline creates it (a few records a minute)."""
@@ -91,8 +113,10 @@ def parse_access_logs(events: DataFrame) -> DataFrame:
     ).where(F.col("time").isNotNull() & F.col("status").isNotNull())
 
 
-def _per_window_and_path(requests: DataFrame) -> DataFrame:
+def _per_window_and_path(requests: DataFrame, watermark: str | None = None) -> DataFrame:
     status_class = (F.col("status") / 100).cast("int")
+    if watermark is not None:
+        requests = requests.withWatermark("time", watermark)
     return requests.groupBy(F.window("time", "1 minute").alias("window"), "path").agg(
         F.count(F.lit(1)).alias("requests"),
         F.sum("bytes").alias("bytes"),
@@ -134,6 +158,16 @@ def _writer_id(checkpoint: str) -> str:
     return "summary-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
 
 
+def _overwrite(table: DataFrame, path: str) -> None:
+    """Replace the ``minute`` partitions of ``path`` that ``table`` has, keep the others."""
+    (
+        table.write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("minute")
+        .parquet(path)
+    )
+
+
 def start_summary_query(
     spark: SparkSession,
     *,
@@ -145,6 +179,7 @@ def start_summary_query(
     max_events_per_trigger: int | None = None,
     available_now: bool = True,
     processing_time: str = "5 seconds",
+    watermark: str = WATERMARK_DELAY,
 ) -> StreamingQuery:
     """Start the pipeline and return its query (``availableNow``: it stops by
     itself once everything stored when it started is processed)."""
@@ -156,32 +191,46 @@ def start_summary_query(
     )
     if max_events_per_trigger:
         reader = reader.option("maxEventsPerTrigger", str(max_events_per_trigger))
-    per_path = _per_window_and_path(parse_access_logs(reader.load()))
+    per_path = _per_window_and_path(parse_access_logs(reader.load()), watermark)
     _io.ensure_stream(controller, summary, SUMMARY_SEGMENTS)
     writer_id = _writer_id(checkpoint)
+    paths_dir = f"{parquet.rstrip('/')}/{PATHS_DIR}"
 
-    def publish(batch: DataFrame, batch_id: int) -> None:
-        table = summarise(batch).cache()
+    def publish(updates: DataFrame, batch_id: int) -> None:
+        spark_ = updates.sparkSession
+        minute = F.date_format("window.start", MINUTE_FORMAT)
+        updates = updates.withColumn("minute", minute).localCheckpoint()
+        touched = [r.minute for r in updates.select("minute").distinct().collect()]
+        if not touched:
+            return
+        # The current counts of every path of the touched windows: what was
+        # stored for them, with the batch's (newer) counts replacing their keys.
         try:
-            table.write.mode("overwrite").parquet(parquet)
-            records = table.select(
-                F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ssXXX").alias("key"),
-                F.to_json(F.struct(*SUMMARY_COLUMNS)).alias("value"),
-            )
-            (
-                records.write.format("headrace")
-                .option("controller", controller)
-                .option("stream", summary)
-                .option("writerId", writer_id)
-                .option("batchId", str(batch_id))
-                .mode("append")
-                .save()
-            )
-        finally:
-            table.unpersist()
+            stored = spark_.read.parquet(paths_dir).where(F.col("minute").isin(touched))
+            merged = stored.join(updates, ["minute", "path"], "left_anti").unionByName(updates)
+        except AnalysisException:  # the first batch: nothing stored yet
+            merged = updates
+        merged = merged.localCheckpoint()  # read and rewritten below: cut the lineage
+        _overwrite(merged, paths_dir)
+        table = summarise(merged).withColumn("minute", F.date_format("window_start", MINUTE_FORMAT))
+        table = table.localCheckpoint()
+        _overwrite(table, parquet)
+        records = table.select(
+            F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ssXXX").alias("key"),
+            F.to_json(F.struct(*SUMMARY_COLUMNS)).alias("value"),
+        )
+        (
+            records.write.format("headrace")
+            .option("controller", controller)
+            .option("stream", summary)
+            .option("writerId", writer_id)
+            .option("batchId", str(batch_id))
+            .mode("append")
+            .save()
+        )
 
     writer = (
-        per_path.writeStream.outputMode("complete")
+        per_path.writeStream.outputMode("update")
         .option("checkpointLocation", checkpoint)
         .foreachBatch(publish)
         .queryName("access-log-summary")
@@ -204,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", default="logs/access")
     parser.add_argument("--summary", default="logs/summary")
     parser.add_argument("--max-events-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--watermark", default=WATERMARK_DELAY, help="lateness allowed (a Spark interval)"
+    )
     parser.add_argument("--continuous", action="store_true", help="keep running (5 s trigger)")
     args = parser.parse_args(argv)
     spark = SparkSession.builder.appName("headrace-access-log-summary").getOrCreate()
@@ -216,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         summary=args.summary,
         max_events_per_trigger=args.max_events_per_trigger,
         available_now=not args.continuous,
+        watermark=args.watermark,
     )
     query.awaitTermination()
     row: Any
