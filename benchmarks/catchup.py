@@ -9,6 +9,9 @@ where the time goes:
 * ``raw``: a plain socket that sends the ``ReadSegment``s and only walks the
   reply frames (``recv_into`` a reused buffer), so the figure is the server's
   and the kernel's, not the client's decoding;
+* ``records``: headrace's ``RecordReader`` over the same stream (the CLI's,
+  RS-IO's and the Spark source's reader: events cut out of the replies, one
+  ``bytes`` each), MB/s of stored bytes;
 * ``tank``: TANK consumes of the same amount stored as bundles (4 MiB
   fetches, the suite's TANK consume).
 
@@ -82,6 +85,21 @@ def _raw_catchup(port: int, segment: str, end: int) -> float:
     return seconds
 
 
+async def _records_catchup(uri: str, stream: str, end: int) -> float:
+    """Read the whole stream as records; seconds taken (checks every stored byte came)."""
+    from headrace.client import PravegaClient
+
+    async with PravegaClient(uri) as client:
+        began = time.perf_counter()
+        stored = 0
+        async with client.record_reader("bench", stream) as reader:
+            async for record in reader:
+                stored += 8 + len(record.value)
+        seconds = time.perf_counter() - began
+    assert stored == end, (stored, end)
+    return seconds
+
+
 async def _segment_end(uri: str, stream: str) -> tuple[str, int]:
     from headrace.client import PravegaClient
 
@@ -109,12 +127,13 @@ def main() -> None:
             uri = f"tcp://127.0.0.1:{ports['controller']}"
             asyncio.run(suite.hr_produce(uri, "p10k", EVENT_BYTES, args.events))
             segment, end = asyncio.run(_segment_end(uri, "p10k"))
-            rows: dict[str, list[float]] = {"client": [], "raw": []}
+            rows: dict[str, list[float]] = {"client": [], "raw": [], "records": []}
             for _ in range(REPEATS):
                 seconds, nbytes = asyncio.run(suite.hr_catchup(uri, "p10k"))
                 assert nbytes == end
                 rows["client"].append(end / seconds / 1e6)
                 rows["raw"].append(end / _raw_catchup(ports["segment-store"], segment, end) / 1e6)
+                rows["records"].append(end / asyncio.run(_records_catchup(uri, "p10k", end)) / 1e6)
             for name, figures in rows.items():
                 best = max(figures)
                 results[f"{name}_mb_per_s"] = [round(f, 1) for f in figures]
