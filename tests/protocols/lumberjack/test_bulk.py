@@ -30,6 +30,7 @@ from headrace.protocols.lumberjack import (
     Role,
     parse_json_object,
 )
+from headrace.protocols.lumberjack.codec import _parse_with_json
 from tests.protocols.lumberjack.test_properties import (
     SMALL_LIMITS,
     client_streams,
@@ -137,13 +138,41 @@ def mixed_streams(draw: st.DrawFn) -> bytes:
 
 
 def _plain(value: object) -> object:
-    """A parsed document with its unconverted numbers as text (they have no equality)."""
+    """A parsed document with every number as one placeholder (``json``'s
+    unconverted numbers have no equality; msgspec's are converted)."""
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_plain(item) for item in value]
-    text = getattr(value, "text", None)
-    return ("number", text) if isinstance(text, str) else value
+    if hasattr(value, "text") or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return "<number>"
+    return value
+
+
+def _parsed(parse: object, payload: bytes) -> tuple[str, object]:
+    assert callable(parse)
+    try:
+        return "ok", _plain(parse(payload))
+    except RemoteProtocolError as exc:
+        return "error", str(exc)
+
+
+@given(
+    st.one_of(
+        documents,
+        json_objects.map(lambda d: json.dumps(d, ensure_ascii=True).encode()),
+        st.builds(
+            lambda doc, at, noise: doc[:at] + noise + doc[at:],
+            documents,
+            st.integers(min_value=0, max_value=40),
+            st.sampled_from([b"\\", b'"', b"}", b"{", b"\x00", b"\xed\xa0\x80", b"1e999", b" "]),
+        ),
+    )
+)
+@settings(deadline=None, max_examples=1000)
+def test_msgspec_first_accepts_and_refuses_as_json_alone(payload: bytes) -> None:
+    """msgspec parses first; the documents accepted and the errors are ``json``'s."""
+    assert _parsed(parse_json_object, payload) == _parsed(_parse_with_json, payload)
 
 
 def _outcome(

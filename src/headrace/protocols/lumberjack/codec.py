@@ -47,6 +47,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
+
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
 from headrace.protocols.lumberjack.commands import (
@@ -495,18 +497,37 @@ _SCAN_ONCE: Final[Callable[[str, int], tuple[object, int]]] = json.scanner.make_
 
 _BOM: Final = "\ufeff"
 
+_MSGSPEC_DECODE: Final = msgspec.json.Decoder().decode
+"""The fast first parse of a ``J`` document (STYLE: msgspec for JSON-bearing frames)."""
+
 
 def parse_json_object(payload: bytes) -> dict[str, object]:
     """``payload`` parsed, if it is a UTF-8 JSON object; the one parse of a ``J`` document.
 
-    Strings, objects, arrays, booleans and null are as ``json.loads`` gives
-    them; numbers are opaque placeholders (they are checked for syntax only),
-    so a caller that needs a number's value parses the payload itself.
+    msgspec parses first (several times faster than ``json``, and stricter);
+    whatever it refuses, or a top level that is not an object, goes to
+    ``json`` (``_parse_with_json``), which words the error and still accepts
+    what it accepted before (a number too large for a float, ``\\ud800``-style
+    escapes): the documents accepted and the errors are ``json``'s. Numbers
+    in the result are unconverted placeholders when ``json`` parsed it; a
+    caller that needs a number's value parses the payload itself.
 
     Raises:
         RemoteProtocolError: not UTF-8, not JSON (``NaN``/``Infinity``, a
             byte-order mark, trailing bytes), nested too deeply, or not an object.
     """
+    try:
+        document = _MSGSPEC_DECODE(payload)
+    except Exception:  # any refusal is judged again, and worded, by json
+        pass
+    else:
+        if type(document) is dict:
+            return document
+    return _parse_with_json(payload)
+
+
+def _parse_with_json(payload: bytes) -> dict[str, object]:
+    """``parse_json_object`` with the standard library's parser alone: its errors."""
     try:
         text = payload.decode("utf-8")
         if text[:1] == "{":

@@ -174,7 +174,7 @@ class Batch:
         events: the data frames received, in order (inflated from ``C`` frames).
         ack_seq: the ack to send after everything so far is durable, or None.
         documents: each event's payload parsed once, in the order of
-            ``events`` (its top-level object; numbers are left unconverted), so
+            ``events`` (its top-level object; numbers may be unconverted placeholders), so
             that a server can read routing fields without parsing the payload
             again; empty when the connection does not provide them. Not part
             of equality.
