@@ -1,12 +1,13 @@
 """Events/s read into Spark through the ``headrace`` data source.
 
 Run: ``.venv/bin/python benchmarks/spark_read.py [--events N] [--event-bytes B]
-[--segments S] [--master local[2]]``.
+[--size-spread S] [--segments S] [--master local[2]]``.
 
 Starts an embedded server (a temporary data dir, free loopback ports, fsync
 off: the benchmark measures reading), creates stream ``bench/events`` with
 ``--segments`` fixed segments and fills it with ``--events`` events of
-``--event-bytes`` payload bytes each (Pravega event framing, appended to the
+``--event-bytes`` payload bytes each (``--size-spread S``: sizes vary
+by up to S bytes either way, event to event; Pravega event framing, appended to the
 store in 1 MiB blocks, spread evenly over the segments; writing is not what is
 measured). Then, in one Spark session on ``--master``:
 
@@ -52,7 +53,14 @@ def free_port() -> int:
         return port
 
 
-async def fill(app: ServerApp, uri: str, events: int, size: int, segments: int) -> None:
+def _size(size: int, spread: int, i: int) -> int:
+    """Event ``i``'s payload size: ``size`` +- ``spread``, varying event to event."""
+    return size if spread == 0 else size - spread + (i * 7919) % (2 * spread + 1)
+
+
+async def fill(
+    app: ServerApp, uri: str, events: int, size: int, segments: int, spread: int = 0
+) -> None:
     async with PravegaClient(uri) as client:
         await client.controller.create_scope("bench")
         config = StreamConfig(ScalingPolicy.fixed(segments))
@@ -60,14 +68,15 @@ async def fill(app: ServerApp, uri: str, events: int, size: int, segments: int) 
         names = [
             r.segment.name for r in await client.controller.get_current_segments("bench", "events")
         ]
-    per_block = max(1, BLOCK_BYTES // (EVENT_HEADER.size + size))
+    per_block = max(1, BLOCK_BYTES // (EVENT_HEADER.size + size + spread))
     for seg_index, name in enumerate(names):
         mine = events // segments + (1 if seg_index < events % segments else 0)
         written = 0
         while written < mine:
             n = min(per_block, mine - written)
+            sizes = [_size(size, spread, written + i) for i in range(n)]
             block = b"".join(
-                EVENT_HEADER.pack(0, size) + (b"%c" % (97 + (written + i) % 26)) * size
+                EVENT_HEADER.pack(0, sizes[i]) + (b"%c" % (97 + (written + i) % 26)) * sizes[i]
                 for i in range(n)
             )
             await app.store.append(name, block)
@@ -79,6 +88,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--event-bytes", type=int, default=100)
     parser.add_argument("--segments", type=int, default=4)
+    parser.add_argument(
+        "--size-spread",
+        type=int,
+        default=0,
+        help="vary payload sizes by up to this many bytes either way (0: all equal)",
+    )
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
 
@@ -100,7 +115,7 @@ def main() -> None:
         call(app.start())
         uri = f"tcp://127.0.0.1:{app.ports['controller']}"
         started = time.perf_counter()
-        call(fill(app, uri, args.events, args.event_bytes, args.segments))
+        call(fill(app, uri, args.events, args.event_bytes, args.segments, args.size_spread))
         print(f"filled {args.events:,} events in {time.perf_counter() - started:.1f} s", flush=True)
 
         from pyspark.sql import SparkSession
@@ -120,6 +135,7 @@ def main() -> None:
             "events": args.events,
             "event_bytes": args.event_bytes,
             "segments": args.segments,
+            "size_spread": args.size_spread,
             "master": args.master,
             "goal_events_per_s": GOAL_EVENTS_PER_S,
             "python": platform.python_version(),

@@ -38,11 +38,13 @@ from headrace.client.errors import (
 from headrace.client.kvtable import NOT_EXISTS, KeyValueTable
 from headrace.client.records import records_from_events
 from headrace.client.transactions import Transaction
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, RemoteProtocolError
 
 from .options import COMMITS_TO_RETAIN
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .options import ReadOptions, WriteOptions
 
 __all__ = [
@@ -524,8 +526,17 @@ def split_range(uri: str, r: Range, parts: int) -> list[Range]:
 # --------------------------------------------------------------------------- reading
 
 
-Columns = tuple[list[bytes | None], list[bytes], list[int], list[int | None]]
-"""Records of one read reply as columns: keys, values, offsets, timestamps (ms)."""
+Columns = tuple["pa.Array", "pa.Array", "pa.Array", "pa.Array"]
+"""Records of one read reply as Arrow arrays: keys (binary), values (binary),
+offsets (int64), timestamps (``timestamp[us, UTC]``)."""
+
+SLICE_STOP = 2**31 - 1
+"""``binary_slice`` stop meaning "to the end of each element"."""
+
+UNIFORM_RUN = 8
+"""Consecutive events of one size after which the frame walk checks the rest
+of the buffer for that stride at once (Arrow compute) instead of one header
+at a time in Python."""
 
 
 def read_range(
@@ -560,12 +571,93 @@ async def _make_client(uri: str) -> PravegaClient:
     return PravegaClient(uri)  # built on the loop that uses it (grpc.aio binds to it)
 
 
+def _frame_starts(buf: bytes) -> tuple[list[pa.Array], int]:
+    """Where each whole event frame of ``buf`` starts, and where the last one ends.
+
+    Walks the headers in Python, except along runs of equal-sized events
+    (fixed-size records): after ``UNIFORM_RUN`` of them it predicts the rest
+    of the buffer at that stride and checks every predicted header at once
+    with Arrow compute, keeping the run up to the first mismatch.
+
+    Raises:
+        RemoteProtocolError: something else than an event frame.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    unpack = EVENT_HEADER.unpack_from
+    header_size = EVENT_HEADER.size
+    pieces: list[pa.Array] = []
+    walked: list[int] = []
+    pos = 0
+    end = len(buf)
+    same = 0
+    last = -1
+    data = pa.py_buffer(buf)
+    while end - pos >= header_size:
+        kind, length = unpack(buf, pos)
+        if kind != 0 or length < 0:
+            raise RemoteProtocolError(f"not an event at buffer position {pos}: type {kind}")
+        stride = header_size + length
+        if pos + stride > end:
+            break
+        same = same + 1 if length == last else 0
+        last = length
+        if same < UNIFORM_RUN or (end - pos) // stride < 2 * UNIFORM_RUN:
+            walked.append(pos)
+            pos += stride
+            continue
+        # A run of equal sizes: predict the rest, check the predicted headers at once.
+        count = (end - pos) // stride
+        starts = pa.array(range(pos, pos + (count + 1) * stride, stride), pa.int32())
+        frames = pa.BinaryArray.from_buffers(pa.binary(), count, [None, starts.buffers()[1], data])
+        header = pa.scalar(EVENT_HEADER.pack(0, length), pa.binary())
+        good = pc.equal(pc.binary_slice(frames, 0, header_size), header)
+        bad = pc.index(good, False).as_py()
+        run = count if bad < 0 else bad
+        if walked:
+            pieces.append(pa.array(walked, pa.int32()))
+            walked = []
+        pieces.append(starts.slice(0, run))
+        pos += run * stride
+        same = 0
+    if walked:
+        pieces.append(pa.array(walked, pa.int32()))
+    return pieces, pos
+
+
+def _split_frames(buf: bytes) -> tuple[pa.Array, pa.Array, int]:
+    """The payloads (binary) and start positions (int32) of the whole event
+    frames of ``buf``, and the bytes they take.
+
+    The frames are one binary array over ``buf`` as is (offsets = frame
+    starts); the payloads are that array without each element's 8-byte
+    header, cut in one Arrow kernel, so no per-event Python object is made.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pieces, used = _frame_starts(buf)
+    starts = pa.concat_arrays(pieces) if pieces else pa.array([], pa.int32())
+    n = len(starts)
+    bounds = pa.concat_arrays([starts, pa.array([used], pa.int32())])
+    frames = pa.BinaryArray.from_buffers(
+        pa.binary(), n, [None, bounds.buffers()[1], pa.py_buffer(buf)]
+    )
+    # An explicit stop: pyarrow 26 miscomputes the output size without one.
+    values = pc.binary_slice(frames, EVENT_HEADER.size, SLICE_STOP)
+    return values, starts, used
+
+
 async def _read_batches(
     client: PravegaClient, r: Range, tank: bool, fail_on_data_loss: bool
 ) -> AsyncIterator[Columns]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     seg = r.segment
     name = f"{r.scope}/{r.stream}"
-    unpack = EVENT_HEADER.unpack_from
+    stamp_type = pa.timestamp("us", tz="UTC")
     offset = r.start  # next byte to read
     buf = b""  # bytes from buf_offset not yet decoded (an event cut by a reply)
     buf_offset = offset
@@ -592,37 +684,33 @@ async def _read_batches(
             data = data[: r.end - offset]
         offset += len(data)
         buf = buf + data if buf else data
-        values: list[bytes] = []
-        offsets: list[int] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 8:  # 8: EVENT_HEADER.size
-            _, length = unpack(buf, pos)
-            stop = pos + 8 + length
-            if stop > end:
-                break
-            values.append(buf[pos + 8 : stop])
-            offsets.append(buf_offset + pos)
-            pos = stop
-        buf = buf[pos:]
-        buf_offset += pos
-        if not values:
+        values, starts, used = _split_frames(buf)
+        n = len(values)
+        base = buf_offset
+        buf = buf[used:]
+        buf_offset += used
+        if n == 0:
             continue
+        offsets = pc.add(starts.cast(pa.int64()), pa.scalar(base, pa.int64()))
         if not tank:
-            none: list[None] = [None] * len(values)
-            yield list(none), values, offsets, list(none)
+            yield pa.nulls(n, pa.binary()), values, offsets, pa.nulls(n, stamp_type)
             continue
         keys: list[bytes | None] = []
         tvalues: list[bytes] = []
         toffsets: list[int] = []
         stamps: list[int | None] = []
-        events = zip(offsets, values, strict=True)
+        events = zip(offsets.to_pylist(), values.to_pylist(), strict=True)
         for rec in records_from_events(name, seg.name, events, tank=True):
             keys.append(rec.key)
             tvalues.append(rec.value)
             toffsets.append(rec.offset)
-            stamps.append(rec.timestamp_ms)
-        yield keys, tvalues, toffsets, stamps
+            stamps.append(None if rec.timestamp_ms is None else rec.timestamp_ms * 1000)
+        yield (
+            pa.array(keys, pa.binary()),
+            pa.array(tvalues, pa.binary()),
+            pa.array(toffsets, pa.int64()),
+            pa.array(stamps, pa.int64()).cast(stamp_type),
+        )
 
 
 # --------------------------------------------------------------------------- writing

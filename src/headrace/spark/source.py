@@ -126,15 +126,13 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
     ):
         n = len(values)
         columns = [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
+            keys,
+            values,
             pa.repeat(pa.scalar(r.scope, pa.string()), n),
             pa.repeat(pa.scalar(r.stream, pa.string()), n),
             pa.repeat(pa.scalar(r.segment_id, pa.int64()), n),
-            pa.array(offsets, pa.int64()),
-            pa.array([None if t is None else t * 1000 for t in stamps], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
+            offsets,
+            stamps,
         ]
         if opts.include_headers:
             columns.append(pa.nulls(n, schema.field("headers").type))
