@@ -321,8 +321,9 @@ class RedisPaced(PacedProtocol):
 def paced(
     protocol: PacedProtocol, sock: socket.socket, rate: int, seconds: float, flush_s: float
 ) -> None:
-    """Offer ``rate`` events/s for ``seconds``; ack latency runs from each event's
-    send to the arrival of the acknowledgement covering it."""
+    """Offer ``rate`` events/s for ``seconds``, sending what has fallen due at most
+    once per ``flush_s``; ack latency runs from each event's send to the arrival
+    of the acknowledgement covering it."""
     total = int(rate * seconds)
     interval_ns = 1e9 / rate
     send_ns = [0] * total
@@ -331,9 +332,11 @@ def paced(
     backlog = max(100, int(rate * BACKLOG_S))
     sent = acked = batches = 0
     stopped = ""
+    flush_ns = int(flush_s * 1e9)
     handshake()
     cpu0 = time.process_time()
     start = now_ns()
+    next_flush = start
     deadline = start + int((seconds + 30) * 1e9)
     while acked < total:
         now = now_ns()
@@ -341,7 +344,7 @@ def paced(
             stopped = f"acknowledgements stopped at {acked} of {sent}"
             break
         due = min(total, int((now - start) / interval_ns) + 1)
-        if due > sent:
+        if due > sent and now >= next_flush:
             if sent - acked > backlog:
                 stopped = f"{sent - acked} events unacknowledged: the offered load is not sustained"
                 break
@@ -352,8 +355,9 @@ def paced(
                 lateness_ns.append(now - start - int(i * interval_ns))
             sent = due
             batches += 1
-        next_ns = start + int(sent * interval_ns)
-        wait = max(flush_s, (next_ns - now_ns()) / 1e9) if sent < total else 1.0
+            next_flush = now + flush_ns
+        next_ns = max(start + int(sent * interval_ns), next_flush)
+        wait = max(0.0, (next_ns - now_ns()) / 1e9) if sent < total else 1.0
         readable, _, _ = select.select([sock], [], [], wait)
         if readable:
             data = sock.recv(RECV_BYTES)
