@@ -1,11 +1,18 @@
 """Test-only: ``headrace serve``'s server on a disk that fills up on demand.
 
-Usage: ``python full_disk_server.py FLAG_FILE DATA_DIR --<listener>-port=N ...``
-(the listener flags of ``headrace serve``; any other flag is not accepted).
-The same ``ServerApp`` that ``headrace serve`` runs, on a ``DiskStore`` opened
-with a ``FileOps`` whose writes fail with ENOSPC while ``FLAG_FILE`` exists
-(before writing anything, as a full file system does). Prints the same
-``headrace ready`` line; runs until SIGTERM.
+Usage: ``python full_disk_server.py FLAG_FILE [--checkpoints-only]
+[--checkpoint-wal-bytes=N] DATA_DIR --<listener>-port=N ...`` (the listener
+flags of ``headrace serve``; any other flag is not accepted). The same
+``ServerApp`` that ``headrace serve`` runs, on a ``DiskStore`` opened with a
+``FileOps`` whose writes fail with ENOSPC while ``FLAG_FILE`` exists (before
+writing anything, as a full file system does). Prints the same ``headrace
+ready`` line; runs until SIGTERM.
+
+``--checkpoints-only``: only a checkpoint's writes fail (the checksum sidecars
+and the snapshot, told apart by the file an fd names in ``/proc/self/fd``),
+not the WAL's and the data files', so appends succeed and the next checkpoint
+fails the store with every record synced.
+``--checkpoint-wal-bytes``: the WAL size that starts a checkpoint.
 """
 
 from __future__ import annotations
@@ -20,41 +27,68 @@ from pathlib import Path
 from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
 from headrace.store import DiskStore
+from headrace.store.disk.container import CHECKPOINT_WAL_BYTES
+from headrace.store.disk.layout import SIDECAR_SUFFIX
 from headrace.store.disk.log import FileOps
+
+CHECKPOINT_FILES = (SIDECAR_SUFFIX, "snapshot.tmp")
+"""Endings of the names of the files only a checkpoint writes."""
 
 
 class FullDiskOps(FileOps):
-    """Writes fail with ENOSPC while ``flag`` exists."""
+    """Writes fail with ENOSPC while ``flag`` exists (with ``checkpoints_only``,
+    only writes into a checkpoint's files)."""
 
-    def __init__(self, flag: Path) -> None:
+    def __init__(self, flag: Path, *, checkpoints_only: bool = False) -> None:
         super().__init__()
         self.flag = flag
+        self.checkpoints_only = checkpoints_only
 
-    def _check(self) -> None:
-        if self.flag.exists():
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def _check(self, fd: int) -> None:
+        if not self.flag.exists():
+            return
+        if self.checkpoints_only and not os.readlink(f"/proc/self/fd/{fd}").endswith(
+            CHECKPOINT_FILES
+        ):
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
-        self._check()
+        self._check(fd)
         super().write(fd, buffers, size_bytes)
 
     def pwritev(self, fd: int, buffers: list[bytes | memoryview], position: int) -> None:
-        self._check()
+        self._check(fd)
         super().pwritev(fd, buffers, position)
 
     def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> None:
-        self._check()
+        self._check(fd)
         super().pwrite(fd, data, position)
 
 
-async def main(flag: Path, data_dir: Path, port_args: list[str]) -> None:
+async def main(args: list[str]) -> None:
+    flag = Path(args.pop(0))
+    checkpoints_only = False
+    checkpoint_wal_bytes = CHECKPOINT_WAL_BYTES
+    while args[0].startswith("--"):
+        option, _, value = args.pop(0).partition("=")
+        if option == "--checkpoints-only":
+            checkpoints_only = True
+        else:
+            assert option == "--checkpoint-wal-bytes", option
+            checkpoint_wal_bytes = int(value)
+    data_dir = Path(args.pop(0))
     ports = dict.fromkeys(DEFAULT_PORTS, 0)
-    for arg in port_args:
+    for arg in args:
         name, _, value = arg.removeprefix("--").partition("=")
         key = name.removesuffix("-port").replace("-", "_")
         assert key in ports, arg
         ports[key] = int(value)
-    store = await DiskStore.open(data_dir, file_ops=FullDiskOps(flag))
+    store = await DiskStore.open(
+        data_dir,
+        file_ops=FullDiskOps(flag, checkpoints_only=checkpoints_only),
+        checkpoint_wal_bytes=checkpoint_wal_bytes,
+    )
     app = ServerApp(ServerConfig(data_dir=data_dir, ports=ports), store=store)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -70,4 +104,4 @@ async def main(flag: Path, data_dir: Path, port_args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]))
+    asyncio.run(main(sys.argv[1:]))

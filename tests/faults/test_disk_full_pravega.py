@@ -17,6 +17,13 @@ policy is spent.
   stay unacknowledged and are stored, once each and byte for byte, after the
   space came back and the server restarted; an impatient writer's futures fail
   with ``ConnectionLost`` and none of its events is stored.
+* ``test_failed_checkpoint_pravega_writer_backs_off_then_resumes``: the
+  disk fills under a checkpoint instead (``--checkpoints-only``), so the
+  store fails with every record synced and still answers ``SetupAppend``
+  truthfully while every append is refused by closing the connection. Our
+  writer must back off then as after a failed connect (it used to reconnect
+  at full speed forever): the impatient one gives up within its attempts,
+  the patient one is stored after the restart.
 * ``test_disk_full_real_pravega_client_resumes_after_restart``: the real
   ``pravega`` client (in a child process; its retries last about a minute, so
   the restart comes well within them) keeps the same writer across the
@@ -139,6 +146,89 @@ async def test_disk_full_pravega_writer_resumes_after_restart(
     fault_summary.duplicated = len(events) - len(set(events))
     fault_summary.note = "our EventWriter; refused: ConnectionLost after retries"
     assert events == expected, (len(events), len(expected))  # once each, in order, byte for byte
+
+
+CHECKPOINT_WAL_BYTES = 1024 * 1024
+"""The failing-checkpoint server's checkpoint threshold: one large event passes it."""
+
+
+@pytest.mark.timeout(300)
+async def test_failed_checkpoint_pravega_writer_backs_off_then_resumes(
+    tmp_path: Path, fault_summary: Row
+) -> None:
+    """A checkpoint that fails for lack of space fails the store with every
+    record synced, so ``SetupAppend`` is still answered (truthfully) while
+    every append is refused by closing the connection. A writer must then back
+    off as after a failed connect: the impatient one gives up with
+    ``ConnectionLost`` within its four attempts (instead of reconnecting at full
+    speed forever), the patient one waits and is stored after the restart."""
+    rng = random.Random(20261123)
+    before, waiting_events, given_up = (
+        _events(tag, EVENTS, rng) for tag in ("before", "waiting", "given-up")
+    )
+    crossing = b"crossing:" + rng.randbytes(CHECKPOINT_WAL_BYTES + 4096)  # passes the threshold
+    flag = tmp_path / "disk-full"
+    runner = [
+        str(RUNNER),
+        str(flag),
+        "--checkpoints-only",
+        f"--checkpoint-wal-bytes={CHECKPOINT_WAL_BYTES}",
+    ]
+    server = FaultServer(tmp_path / "data", runner=runner)
+    server.start()
+    patient = PravegaClient(server.uri, retry=PATIENT)
+    impatient = PravegaClient(server.uri, retry=IMPATIENT)
+    try:
+        await patient.controller.create_scope(PRAVEGA_SCOPE)
+        await patient.controller.create_stream(PRAVEGA_SCOPE, STREAM)
+        writer = await patient.create_writer(PRAVEGA_SCOPE, STREAM)
+        quitter = await impatient.create_writer(PRAVEGA_SCOPE, STREAM)
+        for event in before:
+            await writer.write(event)
+        await writer.flush()
+
+        flag.touch()
+        await writer.write_and_wait(crossing)  # acknowledged; then the checkpoint fails
+        await asyncio.to_thread(server.wait_for_line, REFUSED_LINE, REFUSAL_TIMEOUT_S)
+        waiting = [await writer.write_future(event) for event in waiting_events]
+        doomed = [await quitter.write_future(event) for event in given_up]
+        done, _ = await asyncio.wait(doomed, timeout=GIVE_UP_TIMEOUT_S)
+        assert len(done) == len(doomed), (
+            f"the impatient writer did not give up in time: {quitter.stats}"
+        )
+        errors = {type(f.exception()) for f in doomed}
+        assert errors == {ConnectionLost}, errors
+        assert "none acknowledged" in str(doomed[0].exception())
+        # Each attempt was a SetupAppend answered and an append refused: bounded by the policy.
+        assert quitter.stats["reconnects"] < IMPATIENT.max_attempts, quitter.stats
+        fault_summary.faults += len(doomed)
+        assert not any(f.done() for f in waiting), "acknowledged or failed on a failed store"
+        await quitter.aclose()
+
+        flag.unlink()
+        code = await asyncio.to_thread(server.signal, signal.SIGTERM)
+        assert code == 0, f"stop after a failed checkpoint: exit {code}\n{server.log_tail()}"
+        verify = await asyncio.to_thread(run_verify, server.data_dir)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(asyncio.gather(*waiting), RESUME_TIMEOUT_S)
+        await writer.aclose()
+    finally:
+        await impatient.aclose()
+        await patient.aclose()
+        code = server.signal(signal.SIGTERM)
+    assert code == 0, server.log_tail()
+    verify = run_verify(server.data_dir)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    stored = await asyncio.to_thread(stored_events, server.data_dir, f"{PRAVEGA_SCOPE}/{STREAM}")
+    events = [e for payloads in stored.values() for e in payloads]
+    expected = [*before, crossing, *waiting_events]
+    fault_summary.checked = len(expected)
+    fault_summary.lost = len(set(expected) - set(events))
+    fault_summary.duplicated = len(events) - len(set(events))
+    fault_summary.note = "failed checkpoint: writers back off"
+    assert events == expected, (len(events), len(expected))
 
 
 @pytest.mark.timeout(300)

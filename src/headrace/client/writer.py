@@ -30,7 +30,12 @@ Each segment writer has a random 128-bit **writer id** and one sender task:
    with the retry policy and goes back to 1: the store's answer to
    ``SetupAppend`` says exactly which events survived, so the rest is sent
    again with the *same* numbers and the store drops any it already has.
-   Nothing is lost and nothing is stored twice.
+   Nothing is lost and nothing is stored twice. A session that ends with
+   appends in flight and none acknowledged counts as a failed attempt too (a
+   segment store whose storage failed accepts ``SetupAppend`` or not, but
+   closes the connection on every append): the policy's delays apply, and
+   when it gives up the events fail with ``ConnectionLost``. Any ack starts
+   the policy afresh.
 5. An event over ``MAX_INLINE_EVENT_BYTES`` travels alone, after every
    earlier block is acknowledged: ``CreateTransientSegment``, the framed
    event in ``LARGE_CHUNK_BYTES`` conditional appends, ``MergeSegments``
@@ -56,7 +61,7 @@ import logging
 import random
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from uuid import UUID, uuid4
 
@@ -232,6 +237,8 @@ class _SegmentWriter:
         self._setup: asyncio.Future[p.Command] | None = None
         self._set_up_before = False
         self._large_task: asyncio.Task[None] | None = None
+        self._acks = 0
+        """``DataAppended`` replies received: progress, which resets the retry policy."""
         self._task = asyncio.create_task(self._run(), name=f"writer {name}")
 
     # ------------------------------------------------------------------ producer side
@@ -286,6 +293,7 @@ class _SegmentWriter:
             if self._setup is not None and not self._setup.done():
                 self._setup.set_result(cmd)
         elif isinstance(cmd, p.DataAppended):
+            self._acks += 1
             self._ack_through(cmd.event_number)
         elif isinstance(cmd, p.SegmentIsSealed | p.NoSuchSegment):
             if self._setup is not None and not self._setup.done():
@@ -338,19 +346,30 @@ class _SegmentWriter:
 
     async def _run(self) -> None:
         retry_delays = self.owner._retry.delays()
+        session: int | None = None  # self._acks when the current session was set up
         try:
             while not self.closed and not self.sealed:
                 if self._conn is None:
+                    if session is not None and self.in_flight and self._acks == session:
+                        # Set up, then lost with appends in flight and none acknowledged
+                        # (a segment store that refuses every append by closing, as
+                        # headrace does while its store is failed): back off as after a
+                        # failed connect, or this loop reconnects at full speed forever.
+                        exc = ConnectionLost(
+                            f"{self.name}: the segment store closed the connection "
+                            "with appends in flight and none acknowledged"
+                        )
+                        if not await self._back_off(retry_delays, exc):
+                            return
+                    elif session is not None:
+                        retry_delays = self.owner._retry.delays()  # progress: start afresh
+                    session = None
                     try:
                         await self._connect()
-                        retry_delays = self.owner._retry.delays()
+                        session = self._acks
                     except (ConnectionLost, RequestTimeout) as exc:
-                        delay = next(retry_delays, None)
-                        if delay is None:
-                            self.owner._fail_events(self.take_unacked(), exc)
-                            self.owner._set_error(exc)
+                        if not await self._back_off(retry_delays, exc):
                             return
-                        await asyncio.sleep(delay)
                     continue
                 self._send_blocks()
                 self._wake.clear()
@@ -368,6 +387,17 @@ class _SegmentWriter:
             conn = self._conn
             if conn is not None:
                 conn.detach_writer(self.writer_id)
+
+    async def _back_off(self, delays: Iterator[float], exc: ClientError) -> bool:
+        """Wait the retry policy's next delay; False (every unacknowledged event
+        failed with ``exc``, the writer's fatal error) once the policy gives up."""
+        delay = next(delays, None)
+        if delay is None:
+            self.owner._fail_events(self.take_unacked(), exc)
+            self.owner._set_error(exc)
+            return False
+        await asyncio.sleep(delay)
+        return True
 
     async def _connect(self) -> None:
         endpoint = await self.owner._controller.get_uri(self.segment)
