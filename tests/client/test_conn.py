@@ -314,6 +314,7 @@ async def test_large_and_small_replies_cut_anywhere_arrive_whole() -> None:
     [
         struct.pack(">ii", p.CommandType.SEGMENT_READ, -5),  # negative length
         struct.pack(">ii", p.CommandType.SEGMENT_READ, p.MAX_FRAME_BYTES),  # over the limit
+        struct.pack(">ii", 31_337, 1_000_000),  # no such type: refused before its payload
     ],
 )
 async def test_a_bad_frame_header_closes_the_connection(header: bytes) -> None:

@@ -104,6 +104,9 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """Outbound bytes buffered in the transport before ``drain`` makes senders wait:
 a few append blocks' worth, so the socket stays busy without unbounded memory."""
 
+_COMMAND_TYPES = frozenset(int(t) for t in p.CommandType)
+"""Type codes a frame may carry; a large frame of another type is not buffered."""
+
 _request_ids = itertools.count(1)  # process-wide: a request id never repeats on any connection
 
 
@@ -226,7 +229,7 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         end = self._end
         large: bytearray | None = None
         while end - pos >= p.HEADER_SIZE_BYTES:
-            length: int = FRAME_HEADER.unpack_from(chunk, pos)[1]
+            type_code, length = FRAME_HEADER.unpack_from(chunk, pos)
             total = p.HEADER_SIZE_BYTES + length
             if length < 0 or total > p.MAX_FRAME_BYTES:
                 pos = end  # let the codec refuse it
@@ -235,6 +238,9 @@ class _FrameReceiver(asyncio.BufferedProtocol):
                 pos += total
                 continue
             if total >= LARGE_FRAME_BYTES:
+                if type_code not in _COMMAND_TYPES:
+                    pos = end  # refused before its payload is buffered, as the codec does
+                    break
                 large = bytearray(total)
                 large[: end - pos] = memoryview(chunk)[pos:end]
                 self._frame, self._frame_got = large, end - pos
