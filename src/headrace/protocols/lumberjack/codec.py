@@ -43,7 +43,7 @@ import json
 import json.scanner
 import struct
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -824,7 +824,7 @@ def data_to_json(pairs: tuple[tuple[bytes, bytes], ...]) -> bytes:
     return _document_json(data_document(pairs))
 
 
-def data_document(pairs: tuple[tuple[bytes, bytes], ...]) -> dict[str, str]:
+def data_document(pairs: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """A ``D`` frame's pairs as the object ``data_to_json`` writes (its one parse)."""
     return {
         key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, value in pairs
@@ -839,6 +839,7 @@ def _document_json(document: dict[str, str]) -> bytes:
 
 _WINDOW_TYPE: Final = int(FrameType.WINDOW_SIZE)
 _JSON_TYPE: Final = int(FrameType.JSON_DATA)
+_DATA_TYPE: Final = int(FrameType.DATA)
 _COMPRESSED_TYPE: Final = int(FrameType.COMPRESSED)
 
 
@@ -942,11 +943,12 @@ class _Items:
 def _scan_frames(
     data: bytes, position: int, items: _Items, limits: Limits, *, inside: int | None = None
 ) -> int:
-    """Take consecutive whole, valid ``J`` and ``W`` frames off ``data``.
+    """Take consecutive whole, valid ``J``, ``D`` and ``W`` frames off ``data``.
 
     ``inside`` is the version byte of the ``C`` frame whose inflated bytes
-    ``data`` are: only ``J`` frames of that version are taken then (a ``W``,
-    or another version, is an error there, raised by the frame-by-frame code).
+    ``data`` are: only ``J``/``D`` frames of that version are taken then (a
+    ``W``, or another version, is an error there, raised by the frame-by-frame
+    code).
 
     Returns the position of the first byte not taken: the end of ``data``, a
     frame of another type, one that has not fully arrived, or one that is
@@ -978,12 +980,25 @@ def _scan_frames(
                 document = parse(payload)
             except RemoteProtocolError:
                 break  # the frame-by-frame decoder raises it, with the frame's seq
-            if run is None or run.version != version_byte:
+            if run is None or run.version != version_byte or run.kind is not JsonData:
                 run = items.run(versions[version_byte], JsonData)
                 seqs, payloads, documents = run.seqs, run.payloads, run.documents
             seqs.append(seq)
             payloads.append(payload)
             documents.append(document)
+            position = stop
+        elif type_byte == _DATA_TYPE:
+            taken = _scan_data_frame(data, position, limits)
+            if taken is None:
+                break
+            seq, pairs, stop = taken
+            data_doc = data_document(pairs)
+            if run is None or run.version != version_byte or run.kind is not Data:
+                run = items.run(versions[version_byte], Data)
+                seqs, payloads, documents = run.seqs, run.payloads, run.documents
+            seqs.append(seq)
+            payloads.append(_document_json(data_doc))
+            documents.append(data_doc)
             position = stop
         elif type_byte == _WINDOW_TYPE and windows:
             (count,) = unpack(data, position + _HEADER_BYTES)
@@ -993,6 +1008,50 @@ def _scan_frames(
         else:
             break
     return position
+
+
+def _scan_data_frame(
+    data: bytes, position: int, limits: Limits
+) -> tuple[int, list[tuple[bytes, bytes]], int] | None:
+    """The whole, valid ``D`` frame at ``position``: its seq, pairs and end.
+
+    None when the frame has not fully arrived or breaks a limit: the
+    frame-by-frame decoder (pair by pair, ``FrameDecoder._next_pair``) then
+    waits for it or raises its error. The checks are those of
+    ``_decode_data_header`` and ``_decode_pair``.
+    """
+    end = len(data)
+    if end - position < _DATA_HEADER_BYTES:
+        return None
+    seq, pair_count = _U32_PAIR.unpack_from(data, position + _HEADER_BYTES)
+    if pair_count > limits.max_data_pairs:
+        return None
+    unpack = _U32.unpack_from
+    max_key_bytes, max_value_bytes = limits.max_key_bytes, limits.max_value_bytes
+    max_frame_bytes = limits.max_frame_bytes
+    frame_bytes = _DATA_HEADER_BYTES
+    cursor = position + _DATA_HEADER_BYTES
+    pairs: list[tuple[bytes, bytes]] = []
+    for _ in range(pair_count):
+        if end - cursor < 4:
+            return None
+        (key_bytes,) = unpack(data, cursor)
+        frame_bytes += _PAIR_OVERHEAD_BYTES + key_bytes
+        if key_bytes > max_key_bytes or frame_bytes > max_frame_bytes:
+            return None
+        key_end = cursor + 4 + key_bytes
+        if end - key_end < 4:
+            return None
+        (value_bytes,) = unpack(data, key_end)
+        frame_bytes += value_bytes
+        if value_bytes > max_value_bytes or frame_bytes > max_frame_bytes:
+            return None
+        value_end = key_end + 4 + value_bytes
+        if value_end > end:
+            return None
+        pairs.append((data[cursor + 4 : key_end], data[key_end + 4 : value_end]))
+        cursor = value_end
+    return seq, pairs, cursor
 
 
 def _decode_inflated(
