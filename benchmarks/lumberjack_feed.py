@@ -11,7 +11,8 @@ frames or one ``C`` frame at zlib level 3), cuts them into 256 KiB reads (the
 server's read size) and feeds them to a handler whose target stream never
 gets a byte: closed windows are counted and dropped. It also times the same
 windows with routing turned off (no routing-key fields), which shows what the
-routing key costs, and reports each configuration's best round.
+routing key costs, and the same events as v1 ``D`` frames (logstash-forwarder's
+four pairs), and reports each configuration's best round.
 
 As a baseline measured in the same run, ``--baseline SRC`` times the handler
 of another source tree (for example an older checkout's ``src``) in a child
@@ -26,13 +27,15 @@ import argparse
 import asyncio
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lumberjack_ingest import WINDOW_EVENTS, _window  # same windows as the ingest benchmark
+from lumberjack_ingest import COMPRESS_LEVEL, WINDOW_EVENTS, _event, _window  # same windows
 
 READ_BYTES = 256 * 1024
 """Bytes per ``feed`` call: the server's read size (``READ_CHUNK_BYTES``)."""
@@ -65,8 +68,34 @@ async def _feed_round(reads: list[bytes], routing: bool) -> float:
     return seconds
 
 
-def _reads(windows: int, compressed: bool) -> tuple[list[bytes], int]:
-    stream = b"".join(_window(w * WINDOW_EVENTS, compressed)[0] for w in range(windows))
+def _v1_window(first: int, compressed: bool) -> bytes:
+    """The same events as logstash-forwarder sends them: ``D`` frames of
+    ``file``, ``host``, ``offset``, ``line`` (v1), bare or in one ``C`` frame."""
+    frames = []
+    for i in range(WINDOW_EVENTS):
+        event = json.loads(_event(first + i))
+        pairs = [
+            (b"file", b"/var/log/nginx/access.log"),
+            (b"host", event["host"]["name"].encode()),
+            (b"offset", str(event["log"]["offset"]).encode()),
+            (b"line", event["message"].encode()),
+        ]
+        body = b"".join(
+            struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs
+        )
+        frames.append(b"1D" + struct.pack(">II", i + 1, len(pairs)) + body)
+    data = b"".join(frames)
+    if compressed:
+        packed = zlib.compress(data, COMPRESS_LEVEL)
+        data = b"1C" + struct.pack(">I", len(packed)) + packed
+    return b"1W" + struct.pack(">I", WINDOW_EVENTS) + data
+
+
+def _reads(windows: int, compressed: bool, v1: bool = False) -> tuple[list[bytes], int]:
+    if v1:
+        stream = b"".join(_v1_window(w * WINDOW_EVENTS, compressed) for w in range(windows))
+    else:
+        stream = b"".join(_window(w * WINDOW_EVENTS, compressed)[0] for w in range(windows))
     return [stream[i : i + READ_BYTES] for i in range(0, len(stream), READ_BYTES)], (
         windows * WINDOW_EVENTS
     )
@@ -81,6 +110,9 @@ def _measure(windows: int, rounds: int) -> dict[str, float]:
             best = min(asyncio.run(_feed_round(reads, routing)) for _ in range(rounds))
             name = f"{'compressed' if compressed else 'bare'}{'' if routing else ' no-routing'}"
             figures[name] = round(events / best)
+        reads, events = _reads(windows, compressed, v1=True)
+        best = min(asyncio.run(_feed_round(reads, True)) for _ in range(rounds))
+        figures[f"v1 D {'compressed' if compressed else 'bare'}"] = round(events / best)
     return figures
 
 
