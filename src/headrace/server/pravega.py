@@ -259,17 +259,6 @@ class PravegaHandler(ConnectionHandler):
                 )
             )
             return
-        if internal is not None:
-            log.warning(
-                "pravega: refused %s on internal segment %s", type(event).__name__, internal
-            )
-            self._reply(
-                p.OperationUnsupported(
-                    event.request_id_or_default,
-                    f"{type(event).__name__} on an internal segment",
-                )
-            )
-            return
         action = DISPATCH.get(type(event))
         try:
             if action is None:
