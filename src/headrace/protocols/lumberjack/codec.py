@@ -592,21 +592,37 @@ def _decode_compressed(
     reader = _BytesReader(inflated)
     frames: list[InnerFrame] = []
     while reader.remaining:
-        left = reader.remaining
-        try:
-            inner_version, frame = _decode_fields(reader, limits, depth=depth, budget=budget)
-        except _NeedMore:
-            raise RemoteProtocolError(
-                f"C frame: {left} bytes at the end of the inflated data are not a whole frame"
-            ) from None
-        if inner_version != version:
-            raise RemoteProtocolError(
-                f"C frame of version {version.name} holds a frame of version {inner_version.name}"
-            )
-        if not isinstance(frame, Data | JsonData | Compressed):
-            raise RemoteProtocolError(f"C frame holds a {type(frame).__name__} frame")
-        frames.append(frame)
+        frames.append(_inner_frame(reader, reader.remaining, version, limits, depth, budget))
     return Compressed(tuple(frames))
+
+
+def _inner_frame(
+    reader: _FieldReader,
+    left: int,
+    version: ProtocolVersion,
+    limits: Limits,
+    depth: int,
+    budget: _Budget,
+) -> InnerFrame:
+    """The next frame inside a ``C`` frame's inflated bytes (``left`` of them remain).
+
+    One place for the rules both decoders of ``C`` frames (frame by frame and
+    in bulk) apply, so their errors cannot drift apart: the frame is whole,
+    of the ``C`` frame's version, and a kind a ``C`` frame may hold.
+    """
+    try:
+        inner_version, frame = _decode_fields(reader, limits, depth=depth, budget=budget)
+    except _NeedMore:
+        raise RemoteProtocolError(
+            f"C frame: {left} bytes at the end of the inflated data are not a whole frame"
+        ) from None
+    if inner_version != version:
+        raise RemoteProtocolError(
+            f"C frame of version {version.name} holds a frame of version {inner_version.name}"
+        )
+    if not isinstance(frame, Data | JsonData | Compressed):
+        raise RemoteProtocolError(f"C frame holds a {type(frame).__name__} frame")
+    return frame
 
 
 def _inflate(body: bytes, budget: _Budget) -> bytes:
@@ -1074,19 +1090,7 @@ def _decode_inflated(
         reader.consumed = _scan_frames(inflated, reader.consumed, items, limits, inside=version)
         if reader.consumed == end:
             break
-        left = end - reader.consumed
-        try:
-            inner_version, frame = _decode_fields(reader, limits, depth=depth, budget=budget)
-        except _NeedMore:
-            raise RemoteProtocolError(
-                f"C frame: {left} bytes at the end of the inflated data are not a whole frame"
-            ) from None
-        if inner_version != version:
-            raise RemoteProtocolError(
-                f"C frame of version {version.name} holds a frame of version {inner_version.name}"
-            )
-        if not isinstance(frame, Data | JsonData | Compressed):
-            raise RemoteProtocolError(f"C frame holds a {type(frame).__name__} frame")
+        frame = _inner_frame(reader, end - reader.consumed, version, limits, depth, budget)
         items.frame(version, frame)
 
 

@@ -143,21 +143,11 @@ class _Reader:
         return len(self._data) - self._position
 
     def take(self, count: int) -> bytes:
-        if count < 0:
-            raise RemoteProtocolError(f"{self._name}: negative length {count}")
-        end = self._position + count
-        if end > len(self._data):
-            raise RemoteProtocolError(
-                f"{self._name}: payload ends {end - len(self._data)} bytes short"
-            )
-        chunk = self._data[self._position : end]
-        self._position = end
+        chunk = self.take_view(count)
         return chunk if type(chunk) is bytes else bytes(chunk)
 
     def take_view(self, count: int) -> bytes | memoryview:
         """Like ``take``, but a payload held as a memoryview gives a view (no copy)."""
-        if type(self._data) is bytes:
-            return self.take(count)
         if count < 0:
             raise RemoteProtocolError(f"{self._name}: negative length {count}")
         end = self._position + count
