@@ -22,6 +22,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import socket
+import ssl
 import struct
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -38,9 +40,9 @@ from headrace.client.errors import (
 from headrace.client.kvtable import NOT_EXISTS, KeyValueTable
 from headrace.client.records import records_from_events
 from headrace.client.transactions import Transaction
-from headrace.errors import HeadraceError, RemoteProtocolError
+from headrace.errors import HeadraceError, RemoteProtocolError, ServerError
 
-from .options import COMMITS_TO_RETAIN
+from .options import COMMITS_TO_RETAIN, Connection
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,8 +54,10 @@ __all__ = [
     "DataLossError",
     "Position",
     "Range",
+    "Target",
     "TxnRef",
     "abort_txns",
+    "check_connection",
     "commit_batch",
     "earliest",
     "latest",
@@ -79,6 +83,16 @@ EVENT_HEADER = struct.Struct(">ii")
 SCAN_READ_BYTES = 1024 * 1024
 """Bytes per read while walking event headers on the driver (``minPartitions``,
 ``maxEventsPerTrigger``, ``maxBytesPerTrigger``)."""
+
+TLS_CHECK_TIMEOUT_S = 10.0
+"""Bound on the TLS handshake :func:`check_connection` makes at planning time."""
+
+AUTH_REFUSALS = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+"""Controller status codes (``ServerError.code``) meaning the credentials were refused."""
+
+Target = str | Connection
+"""Where a function's clients connect: a plain controller URI, or a
+:class:`Connection` (TLS and credentials, from the options)."""
 
 T = TypeVar("T")
 
@@ -119,12 +133,89 @@ class TxnRef:
         return [self.scope, self.stream, self.high_bits, self.low_bits]
 
 
-def _run(uri: str, work: Callable[[PravegaClient], Awaitable[T]]) -> T:
+def _client(target: Target) -> PravegaClient:
+    """A client of ``target``, built on the running loop (grpc.aio binds to it).
+
+    The credentials are read here, on the node that connects (``Connection.credentials``).
+    """
+    if isinstance(target, str):
+        return PravegaClient(target)
+    return PravegaClient(target.uri, tls=target.tls, credentials=target.credentials())
+
+
+def _run(uri: Target, work: Callable[[PravegaClient], Awaitable[T]]) -> T:
     async def main() -> T:
-        async with PravegaClient(uri) as client:
+        async with _client(uri) as client:
             return await work(client)
 
     return asyncio.run(main())
+
+
+def check_connection(conn: Connection, stream: str | None = None) -> None:
+    """Fail fast, at planning time, on a controller certificate this node cannot
+    verify, and (with ``stream`` and credentials) on credentials the server refuses.
+
+    The controller client (gRPC) reports a failed TLS handshake like a server
+    that is down, and retries it for about 20 s; one handshake here, with the
+    same TLS settings and a bounded wait, tells the two apart. Does nothing
+    without TLS. An unreachable controller is left to the clients (their
+    retries cover a server restart).
+
+    Raises:
+        TlsCertificateError: the controller's certificate did not verify
+            (names the ``caFile`` option).
+        OptionError: the TLS files cannot be loaded.
+        HeadraceError: the server refused the credentials for ``stream``
+            (``UNAUTHENTICATED``: a wrong user or password; ``PERMISSION_DENIED``).
+    """
+    _check_tls(conn)
+    if stream is not None and conn.credentials() is not None:
+        scope, name = _split_name(stream)
+
+        async def work(client: PravegaClient) -> None:
+            try:
+                await client.controller.delegation_token(scope, name)
+            except ServerError as exc:
+                if exc.code not in AUTH_REFUSALS:
+                    raise
+                raise HeadraceError(
+                    f"the server refused the credentials of user {conn.credentials_user()!r} "
+                    f"for {stream} (options 'user'/'passwordFile' or the "
+                    f"pravega_client_auth_* environment variables): {exc}"
+                ) from exc
+
+        _run(conn, work)
+
+
+def _check_tls(conn: Connection) -> None:
+    from headrace.client.controller import parse_controller_uri
+    from headrace.client.errors import TlsCertificateError
+
+    from .options import OptionError
+
+    if conn.tls is None:
+        return
+    try:
+        context = conn.tls.ssl_context()
+    except HeadraceError as exc:
+        raise OptionError(f"options 'caFile'/'clientCert'/'clientKey': {exc}") from None
+    context.set_alpn_protocols(["h2"])  # what the gRPC client offers
+    host, _, port = parse_controller_uri(conn.uri).rpartition(":")
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=TLS_CHECK_TIMEOUT_S) as sock,
+            context.wrap_socket(sock, server_hostname=host),
+        ):
+            pass
+    except ssl.SSLCertVerificationError as exc:
+        where = f"the CAs of {conn.tls.ca_file}" if conn.tls.ca_file else "the system's CAs"
+        raise TlsCertificateError(
+            f"controller {host}:{port}: its TLS certificate does not verify against {where}: "
+            f"{exc.verify_message or exc}. Set option 'caFile' to the CA that signed it "
+            "(the controller URI's host must be a name on the certificate)"
+        ) from None
+    except (OSError, ssl.SSLError):
+        return  # not a certificate problem: the clients report it after their retries
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -165,15 +256,15 @@ async def _latest(client: PravegaClient, streams: Sequence[str]) -> Position:
     return out
 
 
-def earliest(uri: str, streams: Sequence[str]) -> Position:
+def earliest(uri: Target, streams: Sequence[str]) -> Position:
     return _run(uri, lambda c: _earliest(c, streams))
 
 
-def latest(uri: str, streams: Sequence[str]) -> Position:
+def latest(uri: Target, streams: Sequence[str]) -> Position:
     return _run(uri, lambda c: _latest(c, streams))
 
 
-def resolve(uri: str, spec: str, streams: Sequence[str], default: str) -> Position:
+def resolve(uri: Target, spec: str, streams: Sequence[str], default: str) -> Position:
     """A starting or ending position from an option value.
 
     ``earliest``, ``latest``, or JSON ``{"scope/stream": {"<segment id>": offset}}``
@@ -235,7 +326,7 @@ def starting_position(opts: ReadOptions, default: str) -> Position:
     ``startingOffsetsByTimestamp`` for the streams they name
     (:func:`_at_time`), ``startingOffsets`` (or ``default``) for the others."""
     others = [n for n in opts.streams if n not in opts.starting_times]
-    pos = resolve(opts.controller, opts.starting, others, default) if others else {}
+    pos = resolve(opts.connection, opts.starting, others, default) if others else {}
     if opts.starting_times:
 
         async def work(client: PravegaClient) -> Position:
@@ -244,7 +335,7 @@ def starting_position(opts: ReadOptions, default: str) -> Position:
                 for name, ms in opts.starting_times.items()
             }
 
-        pos.update(_run(opts.controller, work))
+        pos.update(_run(opts.connection, work))
     return pos
 
 
@@ -269,7 +360,7 @@ async def _all_segments(
     return sorted(seen.items())
 
 
-def advance(uri: str, start: Position, opts: ReadOptions) -> Position:
+def advance(uri: Target, start: Position, opts: ReadOptions) -> Position:
     """The end of the next micro-batch from ``start``: every segment's current
     length, segments that finished replaced by their successors, within the
     trigger limits of ``opts``.
@@ -327,7 +418,7 @@ def advance(uri: str, start: Position, opts: ReadOptions) -> Position:
             end[name] = out
         return end
 
-    return _run(opts.controller, work)
+    return _run(opts.connection, work)
 
 
 def _lost(opts: ReadOptions, what: str) -> None:
@@ -401,7 +492,7 @@ async def _walk(
 # --------------------------------------------------------------------------- planning
 
 
-def plan_ranges(uri: str, start: Position, end: Position, min_partitions: int) -> list[Range]:
+def plan_ranges(uri: Target, start: Position, end: Position, min_partitions: int) -> list[Range]:
     """The ranges between two positions, split so there are at least
     ``min_partitions`` (splits fall on event boundaries)."""
     ranges: list[Range] = []
@@ -433,7 +524,7 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
                 out.append(Range(scope, stream, seg.segment_id, stat.start_offset, stat.length))
         return out
 
-    ranges = _run(opts.controller, work)
+    ranges = _run(opts.connection, work)
     if opts.starting_times:
         ranges = _from_time(opts, ranges)
     if opts.starting != "earliest" or opts.starting_times:
@@ -445,11 +536,11 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
                 _lost(opts, what)
         ranges = [_clip(r, lo, lower=True) for r in ranges]
     if opts.ending != "latest":
-        hi = resolve(opts.controller, opts.ending, opts.streams, "latest")
+        hi = resolve(opts.connection, opts.ending, opts.streams, "latest")
         ranges = [_clip(r, hi, lower=False) for r in ranges]
     ranges = [r for r in ranges if r.end > r.start]
     if 0 < len(ranges) < opts.min_partitions:
-        ranges = _split_all(opts.controller, ranges, opts.min_partitions)
+        ranges = _split_all(opts.connection, ranges, opts.min_partitions)
     return ranges
 
 
@@ -470,7 +561,7 @@ def _from_time(opts: ReadOptions, ranges: list[Range]) -> list[Range]:
                     todo.extend(await _successors(client, seg))
         return keep
 
-    keep = _run(opts.controller, work)
+    keep = _run(opts.connection, work)
     return [
         r
         for r in ranges
@@ -488,7 +579,7 @@ def _clip(r: Range, pos: Position, *, lower: bool) -> Range:
     return Range(r.scope, r.stream, r.segment_id, r.start, min(r.end, off))
 
 
-def _split_all(uri: str, ranges: list[Range], min_partitions: int) -> list[Range]:
+def _split_all(uri: Target, ranges: list[Range], min_partitions: int) -> list[Range]:
     total = sum(r.end - r.start for r in ranges)
 
     async def work(client: PravegaClient) -> list[Range]:
@@ -519,7 +610,7 @@ async def _split(client: PravegaClient, r: Range, parts: int) -> list[Range]:
     ]
 
 
-def split_range(uri: str, r: Range, parts: int) -> list[Range]:
+def split_range(uri: Target, r: Range, parts: int) -> list[Range]:
     return _run(uri, lambda c: _split(c, r, parts))
 
 
@@ -540,7 +631,7 @@ at a time in Python."""
 
 
 def read_range(
-    uri: str, r: Range, *, tank_scope: str, fail_on_data_loss: bool
+    uri: Target, r: Range, *, tank_scope: str, fail_on_data_loss: bool
 ) -> Iterator[Columns]:
     """The records of ``r`` as :data:`Columns`, one per read reply (up to 2 MiB).
 
@@ -554,7 +645,7 @@ def read_range(
     loop = asyncio.new_event_loop()
     client: PravegaClient | None = None
     try:
-        client = loop.run_until_complete(_make_client(uri))
+        client = loop.run_until_complete(_make_client(uri))  # reads credentials here
         batches = _read_batches(client, r, tank_scope == r.scope, fail_on_data_loss)
         while True:
             try:
@@ -567,8 +658,8 @@ def read_range(
         loop.close()
 
 
-async def _make_client(uri: str) -> PravegaClient:
-    return PravegaClient(uri)  # built on the loop that uses it (grpc.aio binds to it)
+async def _make_client(uri: Target) -> PravegaClient:
+    return _client(uri)  # built on the loop that uses it (grpc.aio binds to it)
 
 
 def _frame_starts(buf: bytes) -> tuple[list[pa.Array], int]:
@@ -768,7 +859,7 @@ def write_txns(
         ]
         return refs, count
 
-    return _run(opts.controller, work)
+    return _run(opts.connection, work)
 
 
 async def _begin(client: PravegaClient, name: str, lease_ms: int) -> Transaction:
@@ -788,13 +879,13 @@ async def _abort(client: PravegaClient, refs: Sequence[TxnRef]) -> None:
             await client.controller.abort_transaction(ref.scope, ref.stream, ref.txn_id)
 
 
-def abort_txns(uri: str, refs: Sequence[TxnRef]) -> None:
+def abort_txns(uri: Target, refs: Sequence[TxnRef]) -> None:
     """Abort transactions of tasks whose batch failed."""
     _run(uri, lambda c: _abort(c, refs))
 
 
 def commit_batch(
-    uri: str,
+    uri: Target,
     scope: str,
     writer_id: str,
     batch_id: int | None,
@@ -862,7 +953,7 @@ async def _prune(table: KeyValueTable, writer_id: str, up_to: int) -> int:
     return gone
 
 
-def prune_commits(uri: str, scope: str, writer_id: str, up_to: int) -> int:
+def prune_commits(uri: Target, scope: str, writer_id: str, up_to: int) -> int:
     """Delete ``writer_id``'s exactly-once records of batches ``<= up_to``."""
 
     async def work(client: PravegaClient) -> int:
@@ -871,7 +962,7 @@ def prune_commits(uri: str, scope: str, writer_id: str, up_to: int) -> int:
     return _run(uri, work)
 
 
-def ensure_stream(uri: str, name: str, segments: int) -> None:
+def ensure_stream(uri: Target, name: str, segments: int) -> None:
     """Create ``scope/stream`` (and its scope) with ``segments`` fixed segments if missing."""
     scope, stream = _split_name(name)
 

@@ -10,15 +10,19 @@ for the table of options.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from headrace.client.tls import TlsOptions, uri_wants_tls
 from headrace.errors import ConfigError
 
 __all__ = [
     "COMMITS_TO_RETAIN",
     "DEFAULT_LEASE_MS",
     "MAX_LEASE_MS",
+    "Connection",
     "OptionError",
     "ReadOptions",
     "WriteOptions",
@@ -48,8 +52,66 @@ class OptionError(ConfigError):
 
 
 @dataclass(frozen=True, slots=True)
+class Connection:
+    """How every client of a query reaches the server: the controller URI, TLS
+    settings and where the credentials come from.
+
+    It travels to the executors inside the pickled reader or writer, so it
+    holds no secret: the password stays in ``password_file`` (a file present
+    on every node) or in the real Pravega client's environment variables, and
+    is read by :meth:`credentials` on the node that opens a client.
+
+    Attributes:
+        uri: controller URI (``tcp://`` or a TLS scheme such as ``tls://``).
+        tls: TLS settings; None: plaintext.
+        user: user name (``user`` option); None: the environment variables, if set.
+        password_file: file whose first line is ``user``'s password.
+    """
+
+    uri: str
+    tls: TlsOptions | None = None
+    user: str | None = None
+    password_file: str | None = None
+
+    def credentials(self) -> tuple[str, str] | None:
+        """``(user, password)`` for this node's clients; None: no credentials.
+
+        With ``user``: the first line of ``password_file``. Without: the real
+        Pravega client's ``pravega_client_auth_*`` variables of this process
+        (``headrace.client.credentials_from_env``), so executors may carry
+        their own.
+
+        Raises:
+            OptionError: the password file cannot be read here.
+        """
+        if self.user is None or self.password_file is None:
+            from headrace.client.pravega import credentials_from_env
+
+            return credentials_from_env()
+        return self.user, _read_password(self.password_file)
+
+    def credentials_user(self) -> str | None:
+        """The user name :meth:`credentials` sends (for messages: never the password)."""
+        found = self.credentials()
+        return None if found is None else found[0]
+
+
+def _read_password(path: str) -> str:
+    """The first line of a password file, without its line end (as ``--password-file``)."""
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionError(
+            f"option 'passwordFile': cannot read {path} on host {os.uname().nodename}: {exc} "
+            "(the file must be readable on the driver and on every executor)"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
 class ReadOptions:
     controller: str
+    connection: Connection
     streams: tuple[str, ...]  # "scope/stream"
     starting: str  # earliest | latest | JSON
     ending: str  # latest | JSON (batch only)
@@ -68,6 +130,7 @@ class ReadOptions:
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
     controller: str
+    connection: Connection
     target: str | None  # "scope/stream" of the 'stream' option: wins over the column
     default_scope: str | None  # for bare names in the 'stream' column
     commit_scope: str  # where the COMMIT_TABLE record of each batch lives
@@ -107,6 +170,78 @@ def _controller(opts: dict[str, str]) -> str:
     if not uri:
         raise OptionError("option 'controller' is required: the controller URI, tcp://host:9090")
     return uri if "://" in uri else f"tcp://{uri}"
+
+
+SECRET_OPTIONS = frozenset({"password", "pravega_client_auth_password"})
+"""Option names refused outright: Spark shows a query's options in its plans,
+UI and event logs, so a password must come from ``passwordFile`` or the
+environment instead."""
+
+
+def _readable_file(opts: dict[str, str], name: str) -> Path | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    path = Path(raw)
+    if not raw or not path.is_file() or not os.access(path, os.R_OK):
+        raise OptionError(
+            f"option '{name}': no readable file {raw!r} on the driver (it must be readable "
+            "at that path on the driver and on every executor)"
+        )
+    return path
+
+
+def _connection(opts: dict[str, str], uri: str) -> Connection:
+    """The ``tls``, ``caFile``, ``insecure``/``verifyCertificate``,
+    ``clientCert``/``clientKey``, ``user`` and ``passwordFile`` options.
+
+    Files are checked here, on the driver; executors open them at the same
+    path when they connect.
+    """
+    for name in SECRET_OPTIONS:
+        if name in opts:
+            raise OptionError(
+                f"option '{name}' is not accepted: Spark shows options in query plans, "
+                "its UI and event logs. Put the password in a file on every node "
+                "('passwordFile') or in the pravega_client_auth_password environment variable"
+            )
+    ca = _readable_file(opts, "caFile")
+    cert = _readable_file(opts, "clientCert")
+    key = _readable_file(opts, "clientKey")
+    if key is not None and cert is None:
+        raise OptionError("option 'clientKey' needs option 'clientCert' (the certificate)")
+    insecure = _bool(opts, "insecure", False)
+    verify = _bool(opts, "verifyCertificate", True)
+    if insecure or not verify:
+        given = "insecure=true" if insecure else "verifyCertificate=false"
+        raise OptionError(
+            f"option '{given}' cannot be honoured: the controller connection (gRPC) always "
+            "checks the server's certificate. Give the server's CA with option 'caFile'"
+        )
+    wanted = uri_wants_tls(uri) or ca is not None or cert is not None
+    tls = _bool(opts, "tls", wanted)
+    if not tls and wanted:
+        raise OptionError(
+            "option 'tls' is false but the controller URI's scheme or option "
+            "'caFile'/'clientCert' asks for TLS"
+        )
+    user = opts.get("user")
+    password_file = opts.get("passwordfile")
+    if (user is None) != (password_file is None):
+        raise OptionError(
+            "options 'user' and 'passwordFile' go together (without both, the "
+            "pravega_client_auth_username/_password environment variables are used)"
+        )
+    if not user and user is not None:
+        raise OptionError("option 'user' must not be empty")
+    if password_file is not None:
+        _read_password(password_file)  # readable here, or a clear error now
+    return Connection(
+        uri=uri,
+        tls=TlsOptions(ca_file=ca, cert_file=cert, key_file=key) if tls else None,
+        user=user,
+        password_file=password_file,
+    )
 
 
 def _int(opts: dict[str, str], name: str, *, minimum: int) -> int | None:
@@ -206,6 +341,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         max_events = _int(opts, "maxOffsetsPerTrigger", minimum=1)  # Kafka's name
     return ReadOptions(
         controller=controller,
+        connection=_connection(opts, controller),
         streams=tuple(names),
         starting=starting,
         ending=ending,
@@ -286,5 +422,13 @@ def write_options(options: Mapping[str, str], *, stream_column: bool = False) ->
         raise OptionError("option 'batchId' needs option 'writerId' as well")
     retain = _int(opts, "commitsToRetain", minimum=1) or COMMITS_TO_RETAIN
     return WriteOptions(
-        controller, target, default_scope, commit_scope, lease_ms, writer_id, batch_id, retain
+        controller,
+        _connection(opts, controller),
+        target,
+        default_scope,
+        commit_scope,
+        lease_ms,
+        writer_id,
+        batch_id,
+        retain,
     )

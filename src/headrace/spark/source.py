@@ -119,7 +119,7 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
     r = part.to_range()
     since = opts.starting_times.get(f"{r.scope}/{r.stream}")
     for keys, values, offsets, stamps in _io.read_range(
-        opts.controller,
+        opts.connection,
         r,
         tank_scope=opts.tank_scope,
         fail_on_data_loss=opts.fail_on_data_loss,
@@ -159,18 +159,30 @@ class HeadraceDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return HeadraceReader(read_options(self.options, streaming=False))
+        return HeadraceReader(_checked(read_options(self.options, streaming=False)))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return HeadraceStreamReader(read_options(self.options, streaming=True))
+        return HeadraceStreamReader(_checked(read_options(self.options, streaming=True)))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         stream_column = _check_sink_schema(schema)
-        return HeadraceWriter(write_options(self.options, stream_column=stream_column))
+        opts = write_options(self.options, stream_column=stream_column)
+        _io.check_connection(opts.connection, opts.target)
+        return HeadraceWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         stream_column = _check_sink_schema(schema)
-        return HeadraceStreamWriter(write_options(self.options, stream_column=stream_column))
+        opts = write_options(self.options, stream_column=stream_column)
+        _io.check_connection(opts.connection, opts.target)
+        return HeadraceStreamWriter(opts)
+
+
+def _checked(opts: ReadOptions) -> ReadOptions:
+    """``opts`` once the driver reaches the controller with its TLS settings and
+    credentials (``_io.check_connection``): a wrong CA or password fails the
+    query at planning time, not after the clients' retries in every task."""
+    _io.check_connection(opts.connection, opts.streams[0])
+    return opts
 
 
 # --------------------------------------------------------------------------- readers
@@ -209,16 +221,16 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _io.starting_position(self.opts, "latest")
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = _io.latest(self.opts.controller, self.opts.streams)
+        self.target = _io.latest(self.opts.connection, self.opts.streams)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        end = _io.advance(self.opts.controller, start, self.opts)
+        end = _io.advance(self.opts.connection, start, self.opts)
         if self.target is not None:
             end = _cap(start, end, self.target)
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = _io.plan_ranges(self.opts.controller, start, end, self.opts.min_partitions)
+        ranges = _io.plan_ranges(self.opts.connection, start, end, self.opts.min_partitions)
         return _partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -321,7 +333,7 @@ class HeadraceWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _io.commit_batch(
-            self.opts.controller,
+            self.opts.connection,
             self.opts.commit_scope,
             self.writer_id,
             self.opts.batch_id,
@@ -330,7 +342,7 @@ class HeadraceWriter(DataSourceWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _io.abort_txns(self.opts.controller, _refs(messages))
+        _io.abort_txns(self.opts.connection, _refs(messages))
 
 
 class HeadraceStreamWriter(DataSourceStreamWriter):
@@ -355,7 +367,7 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
                 raise RuntimeError(f"cannot tell the streaming query id from the tasks: {ids}")
             writer_id = ids.pop()
         _io.commit_batch(
-            self.opts.controller,
+            self.opts.connection,
             self.opts.commit_scope,
             writer_id,
             batchId,
@@ -364,4 +376,4 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _io.abort_txns(self.opts.controller, _refs(messages))
+        _io.abort_txns(self.opts.connection, _refs(messages))
