@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import socket
 import ssl
 import struct
@@ -40,9 +41,9 @@ from headrace.client.errors import (
 from headrace.client.kvtable import NOT_EXISTS, KeyValueTable
 from headrace.client.records import records_from_events
 from headrace.client.transactions import Transaction
-from headrace.errors import HeadraceError, RemoteProtocolError, ServerError
+from headrace.errors import ConfigError, HeadraceError, RemoteProtocolError, ServerError
 
-from .options import COMMITS_TO_RETAIN, Connection
+from .options import COMMITS_TO_RETAIN, Connection, OptionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,7 +141,14 @@ def _client(target: Target) -> PravegaClient:
     """
     if isinstance(target, str):
         return PravegaClient(target)
-    return PravegaClient(target.uri, tls=target.tls, credentials=target.credentials())
+    credentials = target.credentials()
+    try:
+        return PravegaClient(target.uri, tls=target.tls, credentials=credentials)
+    except ConfigError as exc:  # a TLS file missing or bad on this node
+        raise OptionError(
+            f"options 'caFile'/'clientCert'/'clientKey' on host {os.uname().nodename}: {exc} "
+            "(the files must be readable at that path on the driver and on every executor)"
+        ) from None
 
 
 def _run(uri: Target, work: Callable[[PravegaClient], Awaitable[T]]) -> T:
@@ -190,8 +198,6 @@ def check_connection(conn: Connection, stream: str | None = None) -> None:
 def _check_tls(conn: Connection) -> None:
     from headrace.client.controller import parse_controller_uri
     from headrace.client.errors import TlsCertificateError
-
-    from .options import OptionError
 
     if conn.tls is None:
         return
