@@ -186,3 +186,25 @@ async def test_our_large_event_read_by_real_reader_group(server: Server) -> None
     r = server.run_real_client("read_group", "i3", "st", "rg", "3")
     assert [len(e) for e in r["events"]] == [1, len(big), 1]
     assert r["events"][0] == "a" and r["events"][2] == "b"
+
+
+async def test_our_mixed_size_events_read_byte_for_byte_by_real_reader_group(
+    server: Server,
+) -> None:
+    # Small events are copied into a block's buffer, larger ones sent from the
+    # caller's bytes (COPY_EVENT_BYTES); blocks end at MAX_BLOCK_BYTES, and an
+    # event over it is a block of its own. The real reader must see every byte.
+    sizes = [10, 3000, 10 * 1024, 1 << 20, 100, 30 * 1024, (1 << 20) - 8, (1 << 20) + 5, 1]
+    sizes += [10 * 1024] * 120  # ~1.2 MiB of 10 KiB events: two blocks
+    pattern = bytes(range(256)) * ((max(sizes) >> 8) + 2)
+    events = [pattern[i % 256 : i % 256 + size] for i, size in enumerate(sizes)]
+    async with PravegaClient(server.uri) as client:
+        await _make_stream(client, "i4", "st", 1)
+        async with await client.create_writer("i4", "st") as writer:
+            for event in events:
+                await writer.write(event)
+            await writer.write(bytearray(b"reused"))  # a mutable event works too
+    r = server.run_real_client("read_group", "i4", "st", "rg", str(len(events) + 1))
+    got = [e.encode("latin-1") for e in r["events"]]
+    assert [len(e) for e in got] == [*sizes, 6]
+    assert got == [*events, b"reused"]

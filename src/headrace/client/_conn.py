@@ -42,7 +42,7 @@ import logging
 import random
 import ssl
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -441,6 +441,37 @@ class SegmentStoreConnection:
         except BaseException:
             self._append_rids.pop(request_id, None)
             raise
+
+    def send_append_parts(
+        self,
+        writer_id: UUID,
+        request_id: int,
+        cmd: p.Command,
+        parts: Sequence[bytes | bytearray],
+        size_bytes: int,
+    ) -> None:
+        """Send an append whose data field (left empty in ``cmd``) is ``parts``, joined.
+
+        The parts (``size_bytes`` in all) are not copied into a frame: the
+        frame's prefix, the parts and its suffix go to the transport as one
+        ``writelines``, which joins them once (Python 3.11) or hands them to
+        ``sendmsg`` (3.12). The bytes on the wire are those of ``send_append``
+        with the joined parts in the data field. Error replies go to
+        ``writer_id``'s listener, as with ``send_append``.
+
+        Raises:
+            ConnectionLost: the connection has ended.
+            LocalProtocolError: as ``send_append`` (the frame would be too large...).
+        """
+        self._check_open()
+        self._append_rids[request_id] = writer_id
+        try:
+            prefix, suffix = self._conn.send_split(cmd, size_bytes)
+        except BaseException:
+            self._append_rids.pop(request_id, None)
+            raise
+        assert self._transport is not None
+        self._transport.writelines([self._conn.data_to_send(), prefix, *parts, suffix])
 
     # ------------------------------------------------------------------ receiving
 

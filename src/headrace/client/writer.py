@@ -111,6 +111,12 @@ MAX_BLOCK_BYTES = 1024 * 1024
 amortises the per-append cost over thousands of small events while keeping a
 frame far below the 16 MiB frame limit."""
 
+COPY_EVENT_BYTES = 2048
+"""Events up to this size are copied into their block's buffer; larger ones are
+kept by reference and sent from where they lie. Below it a copy costs less than
+the list entry and the transport's per-part work; above it the copy dominates
+(a 10 KiB or 1 MiB event was copied about six times before reaching the socket)."""
+
 MAX_BLOCK_EVENTS = 10_000
 """Most events in one block; bounds the work one ack does on the client."""
 
@@ -164,45 +170,86 @@ class _Block:
     """Consecutive events of one segment writer, framed back to back: one append.
 
     Events are added to the open block (the last queued one) as they are
-    written, so sending a block costs one frame, not one step per event.
+    written, so sending a block costs one frame, not one step per event. The
+    framed bytes are ``parts`` followed by ``tail``: event headers and events
+    up to ``COPY_EVENT_BYTES`` are copied into ``tail`` (cheaper than a list
+    entry each), a larger event is kept by reference as a part of its own, so
+    its bytes are copied at most once on their way to the socket (when the
+    transport joins the parts; Python 3.12 sends them with ``sendmsg``).
     """
 
-    data: bytearray
     first_number: int
     last_number: int
     positions: list[float]  # routing position of each event (to move them after a seal)
+    parts: list[bytes | bytearray] = field(default_factory=list)  # framed bytes, then tail
+    tail: bytearray = field(default_factory=bytearray)  # the open end of the framed bytes
+    size: int = 0  # framed bytes in parts and tail
     futures: dict[int, asyncio.Future[None]] | None = None  # event number -> future
     large: bool = False  # one event over MAX_INLINE_EVENT_BYTES: the transient-segment path
+
+    def append(self, event: bytes, number: int, position: float) -> None:
+        """Frame ``event`` (type 0 + length) at the end of the block as number ``number``."""
+        size = len(event)
+        tail = self.tail
+        tail += _EVENT_HEADER.pack(0, size)
+        if size <= COPY_EVENT_BYTES:
+            tail += event
+        else:
+            # Kept by reference, not copied: immutable, so the caller cannot change it.
+            self.parts.append(tail)
+            self.parts.append(event if type(event) is bytes else bytes(event))
+            self.tail = bytearray()
+        self.size += size + 8
+        self.last_number = number
+        self.positions.append(position)
+
+    def pieces(self) -> list[bytes | bytearray]:
+        """The framed bytes as they go to the socket, in order."""
+        if not self.tail:
+            return self.parts
+        return [*self.parts, self.tail]
+
+    def data(self) -> bytes:
+        """The framed bytes in one piece (one copy: the rare and the large paths)."""
+        return b"".join(self.pieces())
 
     def events(self) -> list[_Pending]:
         """The block's events one by one (the rare paths: resplitting, moving, failing)."""
         out: list[_Pending] = []
         pos = 0
-        data = self.data
+        data = self.data()
         futures = self.futures or {}
         for i, position in enumerate(self.positions):
             (size,) = _EVENT_SIZE.unpack_from(data, pos + 4)
             end = pos + 8 + size
             number = self.first_number + i
-            out.append(_Pending(bytes(data[pos:end]), position, number, futures.get(number)))
+            out.append(_Pending(data[pos:end], position, number, futures.get(number)))
             pos = end
         return out
 
     def split(self, number: int) -> _Block:
         """Cut off the events numbered up to ``number`` (inclusive) and return them."""
         count = number - self.first_number + 1
+        data = self.data()
         pos = 0
         for _ in range(count):
-            (size,) = _EVENT_SIZE.unpack_from(self.data, pos + 4)
+            (size,) = _EVENT_SIZE.unpack_from(data, pos + 4)
             pos += 8 + size
         head_futures = None
         if self.futures:
             head_futures = {n: f for n, f in self.futures.items() if n <= number}
             self.futures = {n: f for n, f in self.futures.items() if n > number}
         head = _Block(
-            self.data[:pos], self.first_number, number, self.positions[:count], head_futures
+            self.first_number,
+            number,
+            self.positions[:count],
+            [data[:pos]],
+            size=pos,
+            futures=head_futures,
         )
-        del self.data[:pos]
+        self.parts = []
+        self.tail = bytearray(data[pos:])
+        self.size = len(self.tail)
         self.first_number = number + 1
         self.positions = self.positions[count:]
         return head
@@ -248,25 +295,19 @@ class _SegmentWriter:
         size = len(event)
         blk = self._open
         if size > MAX_INLINE_EVENT_BYTES:
-            blk = _Block(bytearray(), self.next_number, 0, [], large=True)
+            blk = _Block(self.next_number, 0, [], large=True)
             self.queued.append(blk)
             self._open = None  # a large event travels alone; the next event opens a block
         elif blk is None or (
             blk.positions
-            and (
-                len(blk.positions) >= MAX_BLOCK_EVENTS or len(blk.data) + size + 8 > MAX_BLOCK_BYTES
-            )
+            and (len(blk.positions) >= MAX_BLOCK_EVENTS or blk.size + size + 8 > MAX_BLOCK_BYTES)
         ):
-            blk = _Block(bytearray(), self.next_number, 0, [])
+            blk = _Block(self.next_number, 0, [])
             self.queued.append(blk)
             self._open = blk
         number = self.next_number
         self.next_number = number + 1
-        data = blk.data
-        data += _EVENT_HEADER.pack(0, size)
-        data += event
-        blk.last_number = number
-        blk.positions.append(position)
+        blk.append(event, number, position)
         if future is not None:
             if blk.futures is None:
                 blk.futures = {}
@@ -475,13 +516,14 @@ class _SegmentWriter:
             if blk is self._open:
                 self._open = None  # sent: no more events go into it
             in_flight.append(blk)
-            data = bytes(blk.data)
             rid = next_request_id()
+            # The data field left empty: the block's parts go out after the frame's
+            # prefix, from where they lie (send_append_parts).
             cmd = p.AppendBlockEnd(
-                self.writer_id, len(data), data, len(blk.positions), blk.last_number, rid
+                self.writer_id, blk.size, b"", len(blk.positions), blk.last_number, rid
             )
             try:
-                conn.send_append(self.writer_id, rid, cmd)
+                conn.send_append_parts(self.writer_id, rid, cmd, blk.pieces(), blk.size)
             except ConnectionLost:
                 return  # connection_lost() already ran or will; the block stays in flight
             self.owner._stats.blocks_sent += 1
@@ -507,7 +549,7 @@ class _SegmentWriter:
             if not isinstance(created, p.SegmentCreated):
                 raise error_for_reply(created)
             transient = created.segment
-            await _fill_transient(conn, transient, bytes(blk.data), token)
+            await _fill_transient(conn, transient, blk.data(), token)
             rid = next_request_id()
             merged = await conn.request(p.MergeSegments(rid, self.name, transient, token))
             if isinstance(merged, p.NoSuchSegment | p.SegmentIsSealed):
@@ -817,7 +859,7 @@ class EventWriter:
             for fut in block.futures.values():
                 if not fut.done():
                     fut.set_result(None)
-        self._release_counts(count, len(block.data))
+        self._release_counts(count, block.size)
 
     def _acked(self, events: list[_Pending]) -> None:
         self._stats.events_acked += len(events)
