@@ -73,6 +73,31 @@ class LineHandler(ConnectionHandler):
         self._closed.append("closed")
 
 
+class InlineLineHandler(LineHandler):
+    """Every event starts in the read loop (``inline``); ``fut NAME`` awaits a future
+    shared by every waiter of that name (as appends await a sync round's future)."""
+
+    futures: dict[str, asyncio.Future[None]] = {}
+
+    def inline(self, event: object) -> bool:
+        return True
+
+    async def handle(self, event: object) -> None:
+        verb, _, arg = str(event).partition(" ")
+        if verb == "fut":
+            future = self.futures.get(arg)
+            if future is None:
+                future = self.futures[arg] = asyncio.get_running_loop().create_future()
+            await future
+            self._out += f"resolved {arg}\n".encode()
+        elif verb == "resolve":
+            self.futures.setdefault(arg, asyncio.get_running_loop().create_future())
+            self.futures[arg].set_result(None)
+            self._out += f"resolving {arg}\n".encode()
+        else:
+            await super().handle(event)
+
+
 @pytest.fixture
 async def gates() -> dict[str, asyncio.Event]:
     return {}
@@ -83,10 +108,15 @@ async def closed() -> list[str]:
     return []
 
 
-@pytest.fixture
-async def listener(gates: dict[str, asyncio.Event], closed: list[str]) -> AsyncIterator[Listener]:
+@pytest.fixture(params=[LineHandler, InlineLineHandler], ids=["tasks", "inline"])
+async def listener(
+    request: pytest.FixtureRequest, gates: dict[str, asyncio.Event], closed: list[str]
+) -> AsyncIterator[Listener]:
+    """Every loop behaviour holds whether events start in tasks or in the read loop."""
+    kind: type[LineHandler] = request.param
+    InlineLineHandler.futures = {}
     listener = await start_tcp_listener(
-        "lines", "127.0.0.1", 0, lambda: LineHandler(gates, closed), max_connections=3
+        "lines", "127.0.0.1", 0, lambda: kind(gates, closed), max_connections=3
     )
     yield listener
     await listener.aclose()
@@ -228,3 +258,40 @@ async def test_busy_connection_outlives_the_idle_timeout() -> None:
         await _close(writer)
     finally:
         await listener.aclose()
+
+
+async def test_inline_events_sharing_one_future_all_finish() -> None:
+    """Several events started in the read loop park on the same future and all
+    resume, in order, when it resolves (each must be handed to its task at once)."""
+    InlineLineHandler.futures = {}
+    listener = await start_tcp_listener("lines", "127.0.0.1", 0, lambda: InlineLineHandler({}, []))
+    reader, writer = await _connect(listener.port)
+    writer.write(b"fut r\nfut r\nfut r\necho meanwhile\n")
+    assert await _line(reader) == "echo meanwhile"
+    writer.write(b"resolve r\n")
+    assert [await _line(reader) for _ in range(4)] == [
+        "resolving r",
+        "resolved r",
+        "resolved r",
+        "resolved r",
+    ]
+    await _close(writer)
+    await listener.aclose()
+
+
+async def test_inline_event_parked_on_a_future_is_cancelled_at_close() -> None:
+    """Closing the listener cancels an inline event parked on a future: the future
+    is cancelled (as a task's would be), the connection closes, on_close runs."""
+    InlineLineHandler.futures = {}
+    closed: list[str] = []
+    listener = await start_tcp_listener(
+        "lines", "127.0.0.1", 0, lambda: InlineLineHandler({}, closed)
+    )
+    reader, writer = await _connect(listener.port)
+    writer.write(b"fut never\necho parked\n")
+    assert await _line(reader) == "echo parked"
+    await asyncio.wait_for(listener.aclose(), WAIT_S)
+    assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
+    assert closed == ["closed"]
+    assert InlineLineHandler.futures["never"].cancelled()
+    await _close(writer)

@@ -15,10 +15,17 @@ replies inside the sans-I/O object; the loop writes whatever
   later task's, so a handler that issues its store call before its first
   ``await`` keeps the wire order (the store fixes an append's offset when
   it is issued). Handlers whose events must be serialised say so with
-  ``sequential`` and are run one at a time, in order.
+  ``sequential`` and are run one at a time, in order. An event its handler
+  marks ``inline`` (a Pravega append) skips the task: its first step runs
+  in the read loop at once, and only if it suspends is the rest handed to a
+  task (``_start_inline``), so an append the store acknowledges without
+  waiting costs no event-loop round of its own.
 * **Writing** happens in a writer task woken by ``wake_writer``; it drains
   the transport, so a peer that does not read is slowed too, and ``close``
-  flushes what is queued before closing. A handler's ``output`` is a list of
+  flushes what is queued before closing. When an event finishes while that
+  task is idle and the replies are plain bytes, they are written to the
+  transport at once (``write_now``); the writer is woken only if the peer
+  has not taken them all (to drain and check the limit). A handler's ``output`` is a list of
   pieces written in order: bytes (large ones written as they are, never
   joined or copied) and ``FileRegion``s, which go out with ``sendfile``
   from the store's data file (zero-copy) on a plain TCP connection
@@ -49,7 +56,7 @@ import contextlib
 import contextvars
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -237,6 +244,18 @@ class ConnectionHandler(abc.ABC):
         """Whether ``event`` must wait for the events before it to finish."""
         return False
 
+    def inline(self, event: object) -> bool:
+        """Whether ``handle(event)`` may start in the read loop itself.
+
+        The loop then runs the handler's first step at once (no task, no
+        event-loop round) and makes a task of the rest only if it suspends;
+        a small append that the store acknowledges without waiting is handled
+        and answered in the round that read it. Only for handlers that use
+        neither ``asyncio.current_task`` nor ``asyncio.timeout`` before their
+        first suspension (that step runs in the connection's own task).
+        """
+        return False
+
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         """Queue the protocol's error reply for ``exc``, if it has one."""
         return None
@@ -266,6 +285,71 @@ class ConnectionHandler(abc.ABC):
     async def on_close(self) -> None:
         """Release what the connection holds (sessions, subscriptions)."""
         return None
+
+
+def _finished(task: asyncio.Task[None] | None) -> bool:
+    return task is None or task.done()
+
+
+def _start_inline(coro: Coroutine[object, None, None]) -> asyncio.Task[None] | None:
+    """Run ``coro``'s first step now; None if it finished, else a task that runs the rest.
+
+    What a Task does with a coroutine, minus the round it waits before the
+    first step. The first step runs in the caller's task and context.
+    """
+    try:
+        yielded = coro.send(None)
+    except StopIteration:
+        return None
+    _taken(yielded)
+    return asyncio.create_task(_finish(coro, yielded))
+
+
+def _taken(yielded: object) -> None:
+    """Mark a future a coroutine yielded as taken by its driver, as a Task does at once:
+    a future still marked refuses the next coroutine that awaits it."""
+    if isinstance(yielded, asyncio.Future):
+        yielded._asyncio_future_blocking = False
+
+
+async def _finish(coro: Coroutine[object, None, None], yielded: object) -> None:
+    """Drive ``coro`` on from what its last step yielded, as its Task would.
+
+    A future it yielded is waited for without taking its result (the
+    coroutine takes it when resumed); a bare ``yield`` (``sleep(0)``) is one
+    round. This task's cancellation cancels the future being waited for, so
+    the coroutine sees ``CancelledError`` where it awaits, or is thrown one.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        thrown: BaseException | None = None
+        if yielded is None:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError as exc:
+                thrown = exc
+        elif isinstance(yielded, asyncio.Future):
+            if not yielded.done():
+                done = loop.create_future()
+
+                def wake(_: object, done: asyncio.Future[None] = done) -> None:
+                    if not done.done():
+                        done.set_result(None)
+
+                yielded.add_done_callback(wake)
+                try:
+                    await done
+                except asyncio.CancelledError as exc:
+                    yielded.remove_done_callback(wake)
+                    if not yielded.cancel():  # already done: throw it in instead
+                        thrown = exc
+        else:  # what a Task does with a stray yield
+            thrown = RuntimeError(f"a coroutine run inline yielded {yielded!r}")
+        try:
+            yielded = coro.send(None) if thrown is None else coro.throw(thrown)
+        except StopIteration:
+            return
+        _taken(yielded)
 
 
 async def run_connection(
@@ -304,6 +388,8 @@ async def run_connection(
     room = asyncio.Event()  # set whenever an event finishes
     tasks: set[asyncio.Task[None]] = set()
     previous: asyncio.Task[None] | None = None  # the last sequential event's task
+    writing = False  # the writer task is sending or draining
+    carry: list[OutputPiece] = []  # output taken by write_now that the writer must send
     counts = {"requests": 0, "bytes_in": 0, "bytes_out": 0}
     reason = ""
 
@@ -396,12 +482,55 @@ async def run_connection(
                 if isinstance(piece, FileRegion):
                     piece.close()
 
+    def write_now() -> None:
+        """Write queued replies straight to the transport when the writer is idle.
+
+        Saves the round in which the writer task would wake for a small reply.
+        The writer still does everything that may wait or fail: file regions,
+        draining, and the ``max_buffered_bytes`` check (woken whenever the
+        transport holds bytes the peer has not taken).
+        """
+        if writing or closing or carry:
+            wake.set()
+            return
+        pieces = handler.output()
+        if not pieces:
+            return
+        if transport.is_closing() or any(isinstance(piece, FileRegion) for piece in pieces):
+            carry.extend(pieces)
+            wake.set()
+            return
+        small: list[bytes | bytearray | memoryview] = []
+        for piece in pieces:
+            assert not isinstance(piece, FileRegion)
+            if len(piece) < JOIN_BELOW_BYTES:
+                small.append(piece)
+                continue
+            if small:
+                data = small[0] if len(small) == 1 else b"".join(small)
+                writer.write(data)
+                sent(len(data))
+                small = []
+            writer.write(piece)
+            sent(len(piece))
+        if small:
+            data = small[0] if len(small) == 1 else b"".join(small)
+            writer.write(data)
+            sent(len(data))
+        if transport.get_write_buffer_size():
+            wake.set()
+
     async def write_loop() -> None:
+        nonlocal writing
         while True:
             await wake.wait()
             wake.clear()
+            writing = True
             data = handler.output()
-            if data:
+            if carry:
+                data = carry + data
+                carry.clear()
+            if data or transport.get_write_buffer_size():
                 try:
                     await send(data)
                 except ConnectionError as exc:
@@ -420,6 +549,7 @@ async def run_connection(
                     writer.transport.abort()
                     return
                 await writer.drain()
+            writing = False
             if closing:
                 if not data:
                     return
@@ -441,7 +571,7 @@ async def run_connection(
         finally:
             pending -= 1
             room.set()
-            wake.set()
+            write_now()
 
     writer_task = asyncio.create_task(write_loop(), name=f"{handler.name}-writer")
     partial_since: float | None = None  # when the frame now arriving began
@@ -492,6 +622,7 @@ async def run_connection(
             if observer is not None and data:
                 observer.bytes_received(len(data))
             try:
+                unstarted = False  # a task made from this read has not run its first step yet
                 for event in handler.feed(data):
                     counts["requests"] += 1
                     if observer is not None:
@@ -499,11 +630,20 @@ async def run_connection(
                     while pending >= pending_max:  # reading pauses: TCP slows the peer
                         room.clear()
                         await room.wait()
+                        unstarted = False
                     pending += 1
                     sequential = handler.sequential(event)
-                    task = asyncio.create_task(run_event(event, previous if sequential else None))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                    after = previous if sequential and not _finished(previous) else None
+                    task: asyncio.Task[None] | None
+                    if after is None and not unstarted and handler.inline(event):
+                        # Nothing it must follow is left undone: start it here, in order.
+                        task = _start_inline(run_event(event, None))
+                    else:
+                        task = asyncio.create_task(run_event(event, after))
+                        unstarted = True
+                    if task is not None:
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
                     if sequential:
                         previous = task
             except RemoteProtocolError as exc:

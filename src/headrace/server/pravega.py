@@ -219,6 +219,11 @@ class PravegaHandler(ConnectionHandler):
     def partial_frame_bytes(self) -> int:
         return self._conn.buffered_bytes
 
+    def inline(self, event: object) -> bool:
+        # An append issues its store call in its first step and, under fsync
+        # never, is usually acknowledged without suspending at all.
+        return isinstance(event, p.AppendData | p.KeepAlive)
+
     async def handle(self, event: object) -> None:
         if isinstance(event, p.AppendData):
             await self._append(event)

@@ -508,13 +508,15 @@ class Container:
         if seq > self._wanted_seq:
             self._wanted_seq = seq
         self._wake.set()
-        task = asyncio.current_task()
         while seq > self.synced_seq:
             if self.failure is not None:
                 raise _failure_error(self.failure)
             try:
                 await self._round_for(seq)
             except asyncio.CancelledError:
+                # The task asked now, not before the wait: a connection starts a
+                # small append in its own task and hands the rest to another.
+                task = asyncio.current_task()
                 if task is None or task.cancelling():
                     raise
 
