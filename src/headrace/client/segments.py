@@ -339,9 +339,13 @@ class SegmentClient:
     # ------------------------------------------------------------------ table segments
 
     async def create_table(self, segment: Segment, name: str) -> bool:
-        """Create table segment ``name``; ``False`` if it exists."""
+        """Create table segment ``name``; ``False`` if it exists.
+
+        Carries ``segment``'s stream's delegation token, as every table request
+        does (a server with auth on refuses one without)."""
         conn = await self.connection(segment)
-        reply = await conn.request(p.CreateTableSegment(next_request_id(), name))
+        token = await self._controller.delegation_token(segment.scope, segment.stream)
+        reply = await conn.request(p.CreateTableSegment(next_request_id(), name, token))
         if isinstance(reply, p.SegmentCreated):
             return True
         if isinstance(reply, p.SegmentAlreadyExists):
@@ -351,7 +355,8 @@ class SegmentClient:
     async def delete_table(self, segment: Segment, name: str) -> bool:
         """Delete table segment ``name``; ``False`` if it did not exist."""
         conn = await self.connection(segment)
-        reply = await conn.request(p.DeleteTableSegment(next_request_id(), name, False))
+        token = await self._controller.delegation_token(segment.scope, segment.stream)
+        reply = await conn.request(p.DeleteTableSegment(next_request_id(), name, False, token))
         if isinstance(reply, p.SegmentDeleted):
             return True
         if isinstance(reply, p.NoSuchSegment):
