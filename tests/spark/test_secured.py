@@ -193,6 +193,12 @@ def _bounded(
         pool.shutdown(wait=False)
 
 
+def _why(error: BaseException | None) -> str:
+    """An error's text, with the Java side's message for a Py4J error."""
+    java = getattr(error, "java_exception", None)
+    return str(error) if java is None else f"{error}: {java.toString()}"
+
+
 def _read(spark: Any, options: dict[str, str]) -> list[bytes]:
     rows = spark.read.format("headrace").options(**options).load().select("value").collect()
     return sorted(bytes(r.value) for r in rows)
@@ -224,6 +230,44 @@ def test_batch_read_and_write_over_tls_with_credentials(secured: Secured, spark:
     _, error, _ = _bounded(write, QUERY_TIMEOUT_S)
     assert error is None, error
     assert sorted(secured.stored(target)) == [b"out-%03d" % i for i in range(120)]
+
+
+def test_streaming_read_into_the_streaming_sink_over_tls_with_credentials(
+    secured: Secured, spark: Any, tmp_path: Path
+) -> None:
+    source, target = f"sin{stream_suffix()}", f"sout{stream_suffix()}"
+    secured.create_stream(source)
+    secured.create_stream(target)
+    events = [b"stream-%03d" % i for i in range(200)]
+    secured.write(source, events)
+
+    # Not in a thread (_bounded): Spark finds a Python sink by the calling thread's
+    # active session; awaitTermination bounds the wait.
+    def run() -> None:
+        df = (
+            spark.readStream.format("headrace")
+            .options(**secured.options(stream=f"{SCOPE}/{source}"))
+            .option("startingOffsets", "earliest")
+            .option("maxEventsPerTrigger", "70")  # several micro-batches, several commits
+            .load()
+        )
+        query = (
+            df.select("value")
+            .writeStream.format("headrace")
+            .options(**secured.options(stream=f"{SCOPE}/{target}"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(QUERY_TIMEOUT_S), "query did not finish in time"
+        assert query.exception() is None, query.exception()
+        assert query.lastProgress is not None and query.lastProgress["batchId"] >= 2
+
+    try:
+        run()
+    except Exception as exc:
+        pytest.fail(_why(exc))
+    assert sorted(secured.stored(target)) == events
 
 
 def test_wrong_password_fails_clearly_for_reads_and_writes(secured: Secured, spark: Any) -> None:
