@@ -67,11 +67,15 @@ def _ca(directory: Path, name: str) -> tuple[Path, Path]:
     return cert, key
 
 
-def _server_cert(directory: Path, ca: tuple[Path, Path]) -> TlsFiles:
-    cert, key, csr = directory / "srv.pem", directory / "srv.key", directory / "srv.csr"
-    ext = directory / "srv.ext"
-    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
-    _openssl("req", "-new", *_EC, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost")
+SERVER_EXT = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+CLIENT_EXT = "extendedKeyUsage=clientAuth\n"
+
+
+def _signed(directory: Path, ca: tuple[Path, Path], name: str, extensions: str) -> TlsFiles:
+    cert, key, csr = (directory / f"{name}{ext}" for ext in (".pem", ".key", ".csr"))
+    ext = directory / f"{name}.ext"
+    ext.write_text(extensions)
+    _openssl("req", "-new", *_EC, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
     _openssl(
         "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
         "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext),
@@ -166,7 +170,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         ports={"controller": FREE, "segment_store": FREE},
         args=[*ADVERTISE, "--auth-password-file", str(users)],
         fsync="never",
-        tls=_server_cert(tmp, ca),
+        tls=_signed(tmp, ca, "localhost", SERVER_EXT),
     )
     with server:
         uri = f"tls://localhost:{server.port_of('controller')}"
@@ -268,6 +272,48 @@ def test_streaming_read_into_the_streaming_sink_over_tls_with_credentials(
     except Exception as exc:
         pytest.fail(_why(exc))
     assert sorted(secured.stored(target)) == events
+
+
+def test_a_client_certificate_reaches_a_server_that_asks_for_one(
+    tmp_path_factory: pytest.TempPathFactory, spark: Any
+) -> None:
+    tmp = tmp_path_factory.mktemp("mtls")
+    ca = _ca(tmp, "ca")
+    client = _signed(tmp, ca, "spark-client", CLIENT_EXT)
+    with ServerProcess(
+        tmp / "data",
+        ports={"controller": FREE, "segment_store": FREE},
+        args=list(ADVERTISE),
+        fsync="never",
+        tls=_signed(tmp, ca, "localhost", SERVER_EXT),
+        tls_ca=ca[0],  # mutual TLS: a client certificate signed by this CA is required
+    ) as server:
+        uri = f"tls://localhost:{server.port_of('controller')}"
+        stream = f"mtls{stream_suffix()}"
+
+        async def setup() -> None:
+            tls = TlsOptions(ca_file=ca[0], cert_file=client.cert, key_file=client.key)
+            async with PravegaClient(uri, tls=tls) as c:
+                await c.controller.create_scope(SCOPE)
+                await c.controller.create_stream(
+                    SCOPE, stream, StreamConfig(ScalingPolicy.fixed(1))
+                )
+                async with await c.create_writer(SCOPE, stream) as writer:
+                    for i in range(50):
+                        await writer.write(b"m-%02d" % i)
+                    await writer.flush()
+
+        asyncio.run(setup())
+        options = {
+            "controller": uri,
+            "caFile": str(ca[0]),
+            "clientCert": str(client.cert),
+            "clientKey": str(client.key),
+            "stream": f"{SCOPE}/{stream}",
+        }
+        got, error, _ = _bounded(lambda: _read(spark, options), QUERY_TIMEOUT_S)
+        assert error is None, _why(error)
+        assert got == [b"m-%02d" % i for i in range(50)]
 
 
 def test_wrong_password_fails_clearly_for_reads_and_writes(secured: Secured, spark: Any) -> None:
