@@ -315,12 +315,11 @@ def _taken(yielded: object) -> None:
 async def _finish(coro: Coroutine[object, None, None], yielded: object) -> None:
     """Drive ``coro`` on from what its last step yielded, as its Task would.
 
-    A future it yielded is waited for without taking its result (the
-    coroutine takes it when resumed); a bare ``yield`` (``sleep(0)``) is one
-    round. This task's cancellation cancels the future being waited for, so
-    the coroutine sees ``CancelledError`` where it awaits, or is thrown one.
+    A future it yielded is awaited here (its outcome stays in it: the
+    coroutine reads it when resumed), so this task wakes in the same round
+    the coroutine's own task would, and cancelling this task cancels that
+    future, as a Task does. A bare ``yield`` (``sleep(0)``) is one round.
     """
-    loop = asyncio.get_running_loop()
     while True:
         thrown: BaseException | None = None
         if yielded is None:
@@ -329,20 +328,16 @@ async def _finish(coro: Coroutine[object, None, None], yielded: object) -> None:
             except asyncio.CancelledError as exc:
                 thrown = exc
         elif isinstance(yielded, asyncio.Future):
-            if not yielded.done():
-                done = loop.create_future()
-
-                def wake(_: object, done: asyncio.Future[None] = done) -> None:
-                    if not done.done():
-                        done.set_result(None)
-
-                yielded.add_done_callback(wake)
-                try:
-                    await done
-                except asyncio.CancelledError as exc:
-                    yielded.remove_done_callback(wake)
-                    if not yielded.cancel():  # already done: throw it in instead
-                        thrown = exc
+            try:
+                await yielded
+            except asyncio.CancelledError as exc:
+                # The future itself cancelled (by this task's cancel or another
+                # waiter's): the coroutine sees it when resumed. Cancelled with the
+                # future already done: throw it in, as a Task does.
+                if not yielded.cancelled():
+                    thrown = exc
+            except Exception:  # the coroutine reads it from the future
+                pass
         else:  # what a Task does with a stray yield
             thrown = RuntimeError(f"a coroutine run inline yielded {yielded!r}")
         try:
