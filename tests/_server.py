@@ -152,6 +152,40 @@ def make_certificate(directory: Path, name: str) -> TlsFiles:
     return TlsFiles(cert, key)
 
 
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+OPENSSL_TIMEOUT_S: Final = 60.0
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S)
+
+
+def make_ca(directory: Path, name: str) -> tuple[Path, Path]:
+    """A throwaway CA (certificate, key) for tests that check chains and client certificates."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    _openssl(
+        "req", "-x509", *_EC_KEY, "-keyout", str(key), "-out", str(cert), "-days", "2",
+        "-subj", f"/CN=headrace test {name}",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+    return cert, key
+
+
+def make_signed(directory: Path, name: str, ca: tuple[Path, Path], extensions: str) -> TlsFiles:
+    """A certificate for ``name`` signed by ``ca``, with ``extensions`` (openssl extfile lines)."""
+    cert, key, csr = (directory / f"{name}{ext}" for ext in (".pem", ".key", ".csr"))
+    ext = directory / f"{name}.ext"
+    ext.write_text(extensions)
+    _openssl("req", "-new", *_EC_KEY, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
+        "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext),
+    )  # fmt: skip
+    return TlsFiles(cert, key)
+
+
 class ServerStartError(AssertionError):
     """``headrace serve`` did not come up in time; the message quotes its stderr."""
 

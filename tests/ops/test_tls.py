@@ -48,7 +48,7 @@ from headrace.client.tls import TlsOptions
 from headrace.errors import ConnectionLost
 from headrace.protocols.pravega import PravegaConnection, Role
 from headrace.protocols.tank import BundleMessage
-from tests._server import FREE, ServerProcess, TlsFiles, server_env
+from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, server_env
 
 HERE = Path(__file__).resolve().parent
 SCENARIO = HERE / "tls_scenario.py"
@@ -76,48 +76,18 @@ class Pki:
     other_ca_dir: Path
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-_EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-
-
-def _make_ca(directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    _openssl(
-        "req", "-x509", *_EC, "-keyout", str(key), "-out", str(cert), "-days", "2",
-        "-subj", f"/CN=headrace test {name}",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    return cert, key
-
-
-def _make_signed(directory: Path, name: str, ca: tuple[Path, Path], extensions: str) -> TlsFiles:
-    cert, key, csr = directory / f"{name}.pem", directory / f"{name}.key", directory / f"{name}.csr"
-    ext = directory / f"{name}.ext"
-    ext.write_text(extensions)
-    _openssl("req", "-new", *_EC, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-        "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext),
-    )  # fmt: skip
-    return TlsFiles(cert, key)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     directory = tmp_path_factory.mktemp("pki")
-    ca = _make_ca(directory, "ca")
-    other = _make_ca(directory, "other-ca")
-    server = _make_signed(
+    ca = make_ca(directory, "ca")
+    other = make_ca(directory, "other-ca")
+    server = make_signed(
         directory,
         "localhost",
         ca,
         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
     )
-    client = _make_signed(directory, "client", ca, "extendedKeyUsage=clientAuth\n")
+    client = make_signed(directory, "client", ca, "extendedKeyUsage=clientAuth\n")
     ca_dir, other_dir = directory / "trust", directory / "other-trust"
     ca_dir.mkdir()
     other_dir.mkdir()

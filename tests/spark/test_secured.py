@@ -29,7 +29,7 @@ from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.tls import TlsOptions
 from headrace.spark import OptionError, _io, read_options, write_options
 from headrace.spark.options import Connection
-from tests._server import FREE, ServerProcess, TlsFiles, server_env
+from tests._server import FREE, ServerProcess, make_ca, make_signed, server_env
 from tests.spark.conftest import stream_suffix
 
 T = TypeVar("T")
@@ -49,38 +49,8 @@ ADVERTISE = ("--host", "127.0.0.1", "--advertise-host", "localhost")
 # --------------------------------------------------------------------------- fixtures
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=CLI_TIMEOUT_S)
-
-
-_EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-
-
-def _ca(directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    _openssl(
-        "req", "-x509", *_EC, "-keyout", str(key), "-out", str(cert), "-days", "2",
-        "-subj", f"/CN=headrace spark test {name}",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    return cert, key
-
-
 SERVER_EXT = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
 CLIENT_EXT = "extendedKeyUsage=clientAuth\n"
-
-
-def _signed(directory: Path, ca: tuple[Path, Path], name: str, extensions: str) -> TlsFiles:
-    cert, key, csr = (directory / f"{name}{ext}" for ext in (".pem", ".key", ".csr"))
-    ext = directory / f"{name}.ext"
-    ext.write_text(extensions)
-    _openssl("req", "-new", *_EC, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-        "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext),
-    )  # fmt: skip
-    return TlsFiles(cert, key)
 
 
 USER_ADD = (sys.executable, "-m", "headrace", "user", "add")
@@ -157,8 +127,8 @@ class Secured:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     tmp = tmp_path_factory.mktemp("secured")
-    ca = _ca(tmp, "ca")
-    other_ca, _ = _ca(tmp, "other-ca")
+    ca = make_ca(tmp, "ca")
+    other_ca, _ = make_ca(tmp, "other-ca")
     users = tmp / "users"
     _add_user(users, *ADMIN, "prn::/*,READ_UPDATE")
     password_file = tmp / "admin.password"
@@ -170,7 +140,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         ports={"controller": FREE, "segment_store": FREE},
         args=[*ADVERTISE, "--auth-password-file", str(users)],
         fsync="never",
-        tls=_signed(tmp, ca, "localhost", SERVER_EXT),
+        tls=make_signed(tmp, "localhost", ca, SERVER_EXT),
     )
     with server:
         uri = f"tls://localhost:{server.port_of('controller')}"
@@ -278,14 +248,14 @@ def test_a_client_certificate_reaches_a_server_that_asks_for_one(
     tmp_path_factory: pytest.TempPathFactory, spark: Any
 ) -> None:
     tmp = tmp_path_factory.mktemp("mtls")
-    ca = _ca(tmp, "ca")
-    client = _signed(tmp, ca, "spark-client", CLIENT_EXT)
+    ca = make_ca(tmp, "ca")
+    client = make_signed(tmp, "spark-client", ca, CLIENT_EXT)
     with ServerProcess(
         tmp / "data",
         ports={"controller": FREE, "segment_store": FREE},
         args=list(ADVERTISE),
         fsync="never",
-        tls=_signed(tmp, ca, "localhost", SERVER_EXT),
+        tls=make_signed(tmp, "localhost", ca, SERVER_EXT),
         tls_ca=ca[0],  # mutual TLS: a client certificate signed by this CA is required
     ) as server:
         uri = f"tls://localhost:{server.port_of('controller')}"
