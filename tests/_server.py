@@ -160,6 +160,31 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S)
 
 
+CLI_TIMEOUT_S: Final = 60.0
+"""Bound on one ``python -m headrace`` command run by a test."""
+
+
+def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``python -m headrace ARGS`` from this tree, text output captured, bounded."""
+    return subprocess.run(
+        [sys.executable, "-m", "headrace", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        env=server_env(),
+    )
+
+
+def add_user(path: Path, name: str, password: str, *grants: str) -> None:
+    """``headrace user add`` into the password file ``path`` with Pravega-style grants."""
+    perms = [arg for grant in grants for arg in ("--permission", grant)]
+    done = run_cli(
+        "user", "add", name, "--file", str(path), *perms, "--password-stdin", stdin=password + "\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def make_ca(directory: Path, name: str) -> tuple[Path, Path]:
     """A throwaway CA (certificate, key) for tests that check chains and client certificates."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,7 @@ from headrace.protocols.pravega.auth import (
     segment_resource,
 )
 from headrace.server.config import LISTENER_NAMES
-from tests._server import FREE, ServerProcess, server_env
+from tests._server import FREE, ServerProcess, add_user, run_cli, server_env
 from tests.server.test_pravega_server import Raw
 
 WAIT_S = 10.0  # bound on every wait here
@@ -162,47 +162,28 @@ async def test_authenticator_rereads_the_file_when_it_changes(tmp_path: Path) ->
 # --------------------------------------------------------------------------- headrace user
 
 
-def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "headrace", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=server_env(),
-    )
-
-
-def _add_user(path: Path, name: str, password: str, *grants: str) -> None:
-    perms = [arg for grant in grants for arg in ("--permission", grant)]
-    done = _cli(
-        "user", "add", name, "--file", str(path), *perms, "--password-stdin", stdin=password + "\n"
-    )
-    assert done.returncode == 0, done.stderr
-
-
 def test_user_add_list_remove_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "users"
-    _add_user(path, "admin", "admin-secret", "prn::/*,READ_UPDATE")
-    _add_user(path, "reader", "reader-secret", "prn::/scope:S,READ")
+    add_user(path, "admin", "admin-secret", "prn::/*,READ_UPDATE")
+    add_user(path, "reader", "reader-secret", "prn::/scope:S,READ")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     text = path.read_text()
     assert "admin-secret" not in text and "reader-secret" not in text
     users = PasswordFile.load(path).users
     assert verify_password("admin-secret", users["admin"].password_hash)
     assert [str(g) for g in users["reader"].grants] == ["prn::/scope:S,READ"]
-    listed = _cli("user", "list", "--file", str(path))
+    listed = run_cli("user", "list", "--file", str(path))
     assert listed.stdout.splitlines() == [
         "admin\tprn::/*,READ_UPDATE",
         "reader\tprn::/scope:S,READ",
     ]
-    again = _cli(
+    again = run_cli(
         "user", "add", "admin", "--file", str(path), "--password-stdin", stdin="x" * 8 + "\n"
     )
     assert again.returncode == 1 and "exists" in again.stderr
-    short = _cli("user", "add", "new", "--file", str(path), "--password-stdin", stdin="short\n")
+    short = run_cli("user", "add", "new", "--file", str(path), "--password-stdin", stdin="short\n")
     assert short.returncode == 1 and "at least 8" in short.stderr
-    bad = _cli(
+    bad = run_cli(
         "user",
         "add",
         "new",
@@ -213,9 +194,9 @@ def test_user_add_list_remove_round_trip(tmp_path: Path) -> None:
         "--password-stdin",
     )
     assert bad.returncode == 2 and "READ or READ_UPDATE" in bad.stderr
-    assert _cli("user", "remove", "admin", "--file", str(path)).returncode == 0
+    assert run_cli("user", "remove", "admin", "--file", str(path)).returncode == 0
     assert list(PasswordFile.load(path).users) == ["reader"]
-    missing = _cli("user", "remove", "admin", "--file", str(path))
+    missing = run_cli("user", "remove", "admin", "--file", str(path))
     assert missing.returncode == 1 and "no user 'admin'" in missing.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".users")]  # no temp left
 
@@ -227,8 +208,8 @@ def test_user_add_list_remove_round_trip(tmp_path: Path) -> None:
 def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("auth")
     users = tmp / "users"
-    _add_user(users, *ADMIN, "prn::/*,READ_UPDATE")
-    _add_user(users, *READER, f"prn::/scope:{SCOPE},READ")
+    add_user(users, *ADMIN, "prn::/*,READ_UPDATE")
+    add_user(users, *READER, f"prn::/scope:{SCOPE},READ")
     server = ServerProcess(
         tmp / "data",
         ports={"controller": FREE, "segment_store": FREE},
@@ -463,15 +444,15 @@ def test_cli_commands_take_credentials(auth_server: ServerProcess, tmp_path: Pat
     password = tmp_path / "password"
     password.write_text("admin-secret\n")
     creds = ["--controller", auth_server.uri, "--user", "admin", "--password-file", str(password)]
-    created = _cli("stream", "create", "cli/st", *creds)
+    created = run_cli("stream", "create", "cli/st", *creds)
     assert created.returncode == 0, created.stderr
     assert created.stdout.strip() == "created: cli/st"
-    wrote = _cli("write", "cli/st", "-", *creds, stdin="one\ntwo\n")
+    wrote = run_cli("write", "cli/st", "-", *creds, stdin="one\ntwo\n")
     assert wrote.returncode == 0, wrote.stderr
-    read = _cli("read", "cli/st", *creds)
+    read = run_cli("read", "cli/st", *creds)
     assert read.returncode == 0, read.stderr
     assert read.stdout.splitlines() == ["one", "two"]
-    anonymous = _cli("stream", "create", "cli/other", "--controller", auth_server.uri)
+    anonymous = run_cli("stream", "create", "cli/other", "--controller", auth_server.uri)
     assert anonymous.returncode == 1 and "UNAUTHENTICATED" in anonymous.stderr
     env_creds = subprocess.run(
         [sys.executable, "-m", "headrace", "read", "cli/st", "--controller", auth_server.uri],
@@ -483,7 +464,7 @@ def test_cli_commands_take_credentials(auth_server: ServerProcess, tmp_path: Pat
         ),
     )
     assert env_creds.returncode == 1 and "UNAUTHENTICATED" in env_creds.stderr
-    half = _cli("stream", "create", "cli/other", "--controller", auth_server.uri, "--user", "a")
+    half = run_cli("stream", "create", "cli/other", "--controller", auth_server.uri, "--user", "a")
     assert half.returncode == 2 and "go together" in half.stderr
 
 
@@ -512,7 +493,7 @@ def test_serve_refuses_a_bad_password_file_or_an_open_key(tmp_path: Path) -> Non
     missing = _serve_fails(tmp_path, "--auth-password-file", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "--auth-password-file" in missing.stderr
     good = tmp_path / "users"
-    _add_user(good, *ADMIN, "prn::/*,READ_UPDATE")
+    add_user(good, *ADMIN, "prn::/*,READ_UPDATE")
     (tmp_path / "data").mkdir(exist_ok=True)
     key = tmp_path / "data" / TOKEN_KEY_FILE
     key.write_bytes(b"k" * 32)

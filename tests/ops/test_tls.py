@@ -48,12 +48,11 @@ from headrace.client.tls import TlsOptions
 from headrace.errors import ConnectionLost
 from headrace.protocols.pravega import PravegaConnection, Role
 from headrace.protocols.tank import BundleMessage
-from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, server_env
+from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, run_cli, server_env
 
 HERE = Path(__file__).resolve().parent
 SCENARIO = HERE / "tls_scenario.py"
 SCENARIO_TIMEOUT_S = 150.0  # a healthy run takes seconds; a retried failure about a minute per call
-CLI_TIMEOUT_S = 60.0
 WAIT_S = 15.0
 """Bound on every other wait in these tests."""
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -437,41 +436,30 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate(
 # --------------------------------------------------------------------------- the CLI
 
 
-def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "headrace", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        env=server_env(),
-    )
-
-
 def test_status_reads_an_https_port(server: ServerProcess, pki: Pki) -> None:
     port = str(server.port_of("http"))
-    done = _cli("status", "--host", "localhost", "--http-port", port, "--ca", str(pki.ca))
+    done = run_cli("status", "--host", "localhost", "--http-port", port, "--ca", str(pki.ca))
     assert done.returncode == 0, done.stderr
     assert f"server https://localhost:{port}: ok" in done.stdout
     assert "segment_store" in done.stdout
-    plain = _cli("status", "--host", "localhost", "--http-port", port)
+    plain = run_cli("status", "--host", "localhost", "--http-port", port)
     assert plain.returncode == 2
     assert "--https" in plain.stderr
-    unverified = _cli("status", "--host", "localhost", "--http-port", port, "--https")
+    unverified = run_cli("status", "--host", "localhost", "--http-port", port, "--https")
     assert unverified.returncode == 2
     assert "CERTIFICATE_VERIFY_FAILED" in unverified.stderr
 
 
 def test_client_commands_over_tls(server: ServerProcess, pki: Pki) -> None:
     tls = ["--controller", tls_uri(server), "--ca", str(pki.ca)]
-    created = _cli("stream", "create", *tls, "cli/st")
+    created = run_cli("stream", "create", *tls, "cli/st")
     assert created.returncode == 0, created.stderr
     assert "created: cli/st" in created.stdout
-    written = _cli("write", *tls, "cli/st", stdin="one\ntwo\n")
+    written = run_cli("write", *tls, "cli/st", stdin="one\ntwo\n")
     assert written.returncode == 0, written.stderr
-    read = _cli("read", *tls, "cli/st")
+    read = run_cli("read", *tls, "cli/st")
     assert read.returncode == 0, read.stderr
     assert read.stdout.splitlines() == ["one", "two"]
-    refused = _cli("stream", "list", "--controller", tls_uri(server), "--insecure")
+    refused = run_cli("stream", "list", "--controller", tls_uri(server), "--insecure")
     assert refused.returncode == 1
     assert "CA" in refused.stderr

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests._server import FREE, ServerProcess, server_env
+from tests._server import FREE, ServerProcess, add_user, server_env
 from tests.pravega.test_real_client import scenario_result
 
 HERE = Path(__file__).resolve().parent
@@ -38,36 +38,12 @@ READER = (
 )
 
 
-def _add_user(path: Path, name: str, password: str, *grants: str) -> None:
-    perms = [arg for grant in grants for arg in ("--permission", grant)]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "headrace",
-            "user",
-            "add",
-            name,
-            "--file",
-            str(path),
-            *perms,
-            "--password-stdin",
-        ],
-        input=password + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=server_env(),
-    )
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("auth-real")
     users = tmp / "users"
-    _add_user(users, *ADMIN)
-    _add_user(users, *READER)
+    add_user(users, *ADMIN)
+    add_user(users, *READER)
     srv = ServerProcess(
         tmp / "data",
         ports={"controller": FREE, "segment_store": FREE},

@@ -14,8 +14,6 @@ with an error that says so, within a bound (no retrying for minutes).
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +27,7 @@ from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.tls import TlsOptions
 from headrace.spark import OptionError, _io, read_options, write_options
 from headrace.spark.options import Connection
-from tests._server import FREE, ServerProcess, make_ca, make_signed, server_env
+from tests._server import FREE, ServerProcess, add_user, make_ca, make_signed
 from tests.spark.conftest import stream_suffix
 
 T = TypeVar("T")
@@ -39,7 +37,6 @@ QUERY_TIMEOUT_S = 180.0
 FAIL_WITHIN_S = 60.0
 """Bound on a query that should fail: well under the clients' retry budget
 times Spark's task attempts, so a failure that went through retries shows."""
-CLI_TIMEOUT_S = 60.0
 ADMIN = ("admin", "admin-secret")
 SCOPE = "secured"
 ADVERTISE = ("--host", "127.0.0.1", "--advertise-host", "localhost")
@@ -51,21 +48,6 @@ ADVERTISE = ("--host", "127.0.0.1", "--advertise-host", "localhost")
 
 SERVER_EXT = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
 CLIENT_EXT = "extendedKeyUsage=clientAuth\n"
-
-
-USER_ADD = (sys.executable, "-m", "headrace", "user", "add")
-
-
-def _add_user(path: Path, name: str, password: str, grant: str) -> None:
-    done = subprocess.run(
-        [*USER_ADD, name, "--file", str(path), "--permission", grant, "--password-stdin"],
-        input=password + "\n",
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        env=server_env(),
-    )
-    assert done.returncode == 0, done.stderr
 
 
 @dataclass(frozen=True)
@@ -130,7 +112,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     ca = make_ca(tmp, "ca")
     other_ca, _ = make_ca(tmp, "other-ca")
     users = tmp / "users"
-    _add_user(users, *ADMIN, "prn::/*,READ_UPDATE")
+    add_user(users, *ADMIN, "prn::/*,READ_UPDATE")
     password_file = tmp / "admin.password"
     password_file.write_text(ADMIN[1] + "\n")
     wrong = tmp / "wrong.password"
