@@ -242,7 +242,7 @@ def _code(server: ServerProcess, rpc: str, request: Any, creds: tuple[str, str] 
 
 @pytest.fixture(scope="module")
 def stream(auth_server: ServerProcess) -> str:
-    """``S/T`` with one segment, created by the admin, holding one event."""
+    """``S/T`` with one segment, created by the admin (empty: tests write what they read)."""
     _call(auth_server, "createScope", pb.ScopeInfo(scope=SCOPE), ADMIN)
     config = pb.StreamConfig(
         streamInfo=pb.StreamInfo(scope=SCOPE, stream="T"),
@@ -358,13 +358,19 @@ def test_segment_store_checks_every_token(auth_server: ServerProcess, stream: st
             assert await refused(p.SetupAppend(7, writer, stream, reader_token)) == failed
             assert await refused(p.SealSegment(8, stream, reader_token)) == failed
             assert await refused(p.CreateTableSegment(9, f"{SCOPE}/T/x", reader_token)) == failed
-            # The connection (and another one) still work with good tokens.
-            reply = await raw.request(read(10, reader_token))
-            assert isinstance(reply, p.SegmentRead) and reply.request_id == 10
-            info = await bystander.request(p.GetStreamSegmentInfo(11, stream, reader_token))
-            assert isinstance(info, p.StreamSegmentInfo) and info.exists
-            setup = await raw.request(p.SetupAppend(12, writer, stream, admin_token))
+            # The connection (and another one) still work with good tokens: the
+            # admin appends one event and the reader reads it back (a read of the
+            # empty segment would be parked at the tail, not answered).
+            setup = await raw.request(p.SetupAppend(10, writer, stream, admin_token))
             assert isinstance(setup, p.AppendSetup)
+            event = p.encode_event(b"checked")
+            appended = await raw.request(p.AppendBlockEnd(writer, len(event), event, 1, 1, 11))
+            assert isinstance(appended, p.DataAppended) and appended.event_number == 1
+            info = await bystander.request(p.GetStreamSegmentInfo(12, stream, reader_token))
+            assert isinstance(info, p.StreamSegmentInfo) and info.write_offset == len(event)
+            reply = await bystander.request(read(13, reader_token))
+            assert isinstance(reply, p.SegmentRead) and reply.request_id == 13
+            assert bytes(reply.data) == event
         finally:
             await raw.aclose()
             await bystander.aclose()
