@@ -79,6 +79,15 @@ def _events(tag: str, count: int, rng: random.Random) -> list[bytes]:
 
 
 @pytest.mark.timeout(300)
+async def _verified_events(server: FaultServer, code: int | None) -> list[bytes]:
+    """The stream's stored events once the server stopped cleanly and verify passed."""
+    assert code == 0, server.log_tail()
+    verify = run_verify(server.data_dir)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    stored = await asyncio.to_thread(stored_events, server.data_dir, f"{PRAVEGA_SCOPE}/{STREAM}")
+    return [e for payloads in stored.values() for e in payloads]
+
+
 async def test_disk_full_pravega_writer_resumes_after_restart(
     tmp_path: Path, fault_summary: Row
 ) -> None:
@@ -134,12 +143,7 @@ async def test_disk_full_pravega_writer_resumes_after_restart(
         await impatient.aclose()
         await patient.aclose()
         code = server.signal(signal.SIGTERM)
-    assert code == 0, server.log_tail()
-    verify = run_verify(server.data_dir)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-
-    stored = await asyncio.to_thread(stored_events, server.data_dir, f"{PRAVEGA_SCOPE}/{STREAM}")
-    events = [e for payloads in stored.values() for e in payloads]
+    events = await _verified_events(server, code)
     fault_summary.checked = len(before) + len(full) + len(after)
     expected = before + full + after
     fault_summary.lost = len(set(expected) - set(events))
@@ -217,12 +221,7 @@ async def test_failed_checkpoint_pravega_writer_backs_off_then_resumes(
         await impatient.aclose()
         await patient.aclose()
         code = server.signal(signal.SIGTERM)
-    assert code == 0, server.log_tail()
-    verify = run_verify(server.data_dir)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-
-    stored = await asyncio.to_thread(stored_events, server.data_dir, f"{PRAVEGA_SCOPE}/{STREAM}")
-    events = [e for payloads in stored.values() for e in payloads]
+    events = await _verified_events(server, code)
     expected = [*before, crossing, *waiting_events]
     fault_summary.checked = len(expected)
     fault_summary.lost = len(set(expected) - set(events))
