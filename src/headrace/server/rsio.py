@@ -365,23 +365,28 @@ class StreamCursor:
             await self._wait_any(waiting)
 
     async def _wait_any(self, segments: list[_SegmentRead]) -> None:
+        """Park until one of ``segments`` changes (or ``TAIL_WAIT_S`` passes).
+
+        One future watches them all (``store.watch``): no task per segment.
+        The caller reads again, which raises for a segment deleted meanwhile.
+        """
         store = self._app.store
-        waits = [
-            asyncio.ensure_future(
-                store.wait_for_data(
-                    seg.name, seg.events.offset + len(seg.events.buffer), TAIL_WAIT_S
-                )
-            )
-            for seg in segments
-        ]
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+        watched: list[str] = []
         try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # a deleted segment raises here
+            for seg in segments:
+                if not store.watch(seg.name, seg.events.offset + len(seg.events.buffer), wake):
+                    return  # ready already
+                watched.append(seg.name)
+            timer = loop.call_later(TAIL_WAIT_S, _resolve, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
         finally:
-            for task in waits:
-                task.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+            for name in watched:
+                store.unwatch(name, wake)
 
     def _finish(self, seg: _SegmentRead, *, successors: bool) -> None:
         seg.finished = True  # its last records are still handed out
@@ -395,6 +400,12 @@ class StreamCursor:
                 continue
             if all(p in self._finished or p not in self._started for p in succ.predecessors):
                 self._launch(sid, 0)
+
+
+def _resolve(wake: asyncio.Future[None]) -> None:
+    """A parked read's timer: wake it to read again."""
+    if not wake.done():
+        wake.set_result(None)
 
 
 # --------------------------------------------------------------------------- the handler

@@ -75,7 +75,7 @@ from headrace.protocols.tank.codec import encode_varint
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
-from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, MAX_WAIT_S, SegmentStore
+from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
 from headrace.types import FileRegion, TableKey, TableUpdate
 
 __all__ = [
@@ -193,20 +193,54 @@ class _Bundle:
 
 
 class _Waiter:
-    """A parked consume: woken once ``min_bytes`` were appended to its partitions."""
+    """A parked consume: woken once ``min_bytes`` were appended to its partitions,
+    when its time is up, or when its connection goes.
 
-    __slots__ = ("closed", "event", "got_bytes", "min_bytes")
+    ``wake`` is the one future the consume awaits; TANK produces resolve it
+    (``appended``), and so does the store for appends through any other front
+    door (``store.watch``), its timer (``expire``) and the connection's end
+    (``close``). A consume woken by something that does not finish it arms a
+    new one. That is the whole cost of a parked consume: no task, no ``Event``.
+    """
+
+    __slots__ = ("closed", "expired", "got_bytes", "min_bytes", "wake")
 
     def __init__(self, min_bytes: int) -> None:
         self.min_bytes = min_bytes
         self.got_bytes = 0
         self.closed = False
-        self.event = asyncio.Event()
+        self.expired = False
+        self.wake: asyncio.Future[None] | None = None
+
+    @property
+    def satisfied(self) -> bool:
+        """Something was appended, and at least ``min_bytes`` (0 waits for the first append)."""
+        return self.got_bytes >= max(self.min_bytes, 1)
+
+    @property
+    def done(self) -> bool:
+        return self.closed or self.expired or self.satisfied
+
+    def arm(self) -> asyncio.Future[None]:
+        self.wake = asyncio.get_running_loop().create_future()
+        return self.wake
+
+    def _resolve(self) -> None:
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
 
     def appended(self, entry_bytes: int) -> None:
         self.got_bytes += entry_bytes
-        if self.got_bytes >= self.min_bytes:
-            self.event.set()
+        if self.satisfied:
+            self._resolve()
+
+    def expire(self) -> None:
+        self.expired = True
+        self._resolve()
+
+    def close(self) -> None:
+        self.closed = True
+        self._resolve()
 
 
 class _Partition:
@@ -880,8 +914,7 @@ class TankHandler(ConnectionHandler):
     def _release_parked(self) -> None:
         """The peer is gone: parked consumes answer now instead of holding the connection."""
         for waiter in self._parked:
-            waiter.closed = True
-            waiter.event.set()
+            waiter.close()
 
     # ------------------------------------------------------------------ produce
 
@@ -1022,59 +1055,95 @@ class TankHandler(ConnectionHandler):
         request: t.Consume,
         at_end: dict[tuple[int, int], tuple[_Partition, int, int]],
     ) -> t.ConsumeResponse:
+        loop = asyncio.get_running_loop()
         waiter = _Waiter(min(request.min_bytes, t.MAX_MIN_BYTES))
-        for part, _, _ in at_end.values():
+        # Each partition with the segment offset up to which its bytes are known.
+        watched = {id(part): (part, length) for part, length, _ in at_end.values()}
+        for part, _ in watched.values():
             part.waiters.add(waiter)
         self._parked.add(waiter)
-        timed_out = False
-        watched = {id(part): (part, length) for part, length, _ in at_end.values()}
-        watchers = [
-            asyncio.create_task(self._watch_foreign(part, length, waiter), name="tank-watch")
-            for part, length in watched.values()
-        ]
+        timer = loop.call_later(min(request.max_wait_ms, t.MAX_WAIT_MS) / 1000, waiter.expire)
+        store = self._broker.store
         try:
-            async with asyncio.timeout(min(request.max_wait_ms, t.MAX_WAIT_MS) / 1000):
-                await waiter.event.wait()
-        except TimeoutError:
-            timed_out = True
+            while not waiter.done:
+                wake = waiter.arm()
+                grown, registered = self._watch_foreign(watched, wake)
+                if grown:
+                    await self._catch_up(watched, grown, waiter)
+                    continue
+                try:
+                    await wake
+                finally:
+                    for segment in registered:  # no-ops for the segment that woke it
+                        store.unwatch(segment, wake)
         finally:
-            for watcher in watchers:
-                watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            timer.cancel()
             self._parked.discard(waiter)
             for part, _, _ in at_end.values():
                 part.waiters.discard(waiter)
-        if timed_out or waiter.closed:  # every partition empty, base 0 (spec 6.3)
+        if waiter.closed or not waiter.satisfied:  # every partition empty, base 0 (spec 6.3)
             return await self._woken_response(request, at_end, empty=True)
         async with self._reading:
             await self._room_for_chunks()
             return await self._woken_response(request, at_end, empty=False)
 
-    async def _watch_foreign(self, part: _Partition, length: int, waiter: _Waiter) -> None:
-        """Wake ``waiter`` when bundles reach the partition through another front door.
+    def _watch_foreign(
+        self, watched: dict[int, tuple[_Partition, int]], wake: asyncio.Future[None]
+    ) -> tuple[list[_Partition], list[str]]:
+        """Have the store resolve ``wake`` when a watched partition's segment changes.
+
+        Returns the partitions that have bytes past what is known already
+        (then nothing stays registered) and the segments ``wake`` watches.
 
         TANK's own produces wake parked consumes directly (``_append_locked``);
         bytes appended by anything else (a Pravega writer writing bundles into
-        the topic's stream) only show in the store, whose append notification
-        (``wait_for_data``) this waits on, whatever protocol appended. Events
-        that are not bundles give no messages and do not wake the consume.
-        Runs until cancelled by the parked consume, or the segment is sealed.
+        the topic's stream) only show in the store, which notifies whatever
+        protocol appended. A partition the store cannot watch (deleted, store
+        closed) is dropped: the consume answers on its timer.
         """
         store = self._broker.store
-        offset = length
-        while not waiter.event.is_set():
+        grown: list[_Partition] = []
+        registered: list[str] = []
+        for key, (part, offset) in list(watched.items()):
             try:
-                if not await store.wait_for_data(part.segment, offset, MAX_WAIT_S):
-                    continue
+                if store.watch(part.segment, offset, wake):
+                    registered.append(part.segment)
+                else:
+                    grown.append(part)
+            except StoreError as exc:
+                log.debug("tank: watching %s stopped: %s", part.segment, exc)
+                del watched[key]
+        if grown:
+            for segment in registered:
+                store.unwatch(segment, wake)
+            registered.clear()
+        return grown, registered
+
+    async def _catch_up(
+        self,
+        watched: dict[int, tuple[_Partition, int]],
+        grown: list[_Partition],
+        waiter: _Waiter,
+    ) -> None:
+        """Index what reached ``grown`` partitions through another front door and
+        count it towards ``min_bytes``. Events that are not bundles give no
+        messages and do not count; a partition that did not grow (sealed) is
+        no longer watched."""
+        for part in grown:
+            key = id(part)
+            offset = watched[key][1]
+            try:
                 gained = await self._broker.catch_up(part)
             except StoreError as exc:  # deleted, closed: the consume answers on its timer
                 log.debug("tank: watching %s stopped: %s", part.segment, exc)
-                return
+                del watched[key]
+                continue
             if gained:
                 waiter.appended(max(part.length - offset, 1))
             elif part.length <= offset:
-                return  # sealed: nothing more will come
-            offset = part.length
+                del watched[key]  # sealed: nothing more will come
+                continue
+            watched[key] = (part, part.length)
 
     async def _woken_response(
         self,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -64,6 +63,12 @@ keeps the empty key (a valid key) apart from the empty token, which means "from
 the start"; without it a table holding the empty key iterates forever."""
 
 
+def _resolve(wake: asyncio.Future[None]) -> None:
+    """A waiter's timer: wake it (it sees its deadline passed)."""
+    if not wake.done():
+        wake.set_result(None)
+
+
 def _key_after_token(token: bytes) -> bytes | None:
     return token[len(TOKEN_PREFIX) :] if token else None
 
@@ -93,7 +98,9 @@ class BaseStore(abc.ABC):
 
     def __init__(self) -> None:
         self._tables: dict[str, _Table] = {}
-        self._change_events: dict[str, asyncio.Event] = {}
+        self._watchers: dict[str, dict[asyncio.Future[None], None]] = {}
+        """Per segment, the futures to resolve at its next change (``watch``); a dict
+        for its insertion order and O(1) removal when a wait times out."""
 
     # ------------------------------------------------------------------ primitives
 
@@ -160,35 +167,96 @@ class BaseStore(abc.ABC):
     # ------------------------------------------------------------------ change notification
 
     def _notify(self, name: str) -> None:
-        """Wake every ``wait_for_data`` on ``name``: call after the durable length
-        grows, after a seal, and after a delete."""
-        event = self._change_events.pop(name, None)
-        if event is not None:
-            event.set()
+        """Wake every watcher of ``name`` (``watch``, ``wait_for_data``): call after
+        the durable length grows, after a seal, and after a delete or merge.
+
+        On the append path: one dict lookup when nobody waits, one
+        ``set_result`` per parked waiter otherwise."""
+        watchers = self._watchers.pop(name, None)
+        if watchers:
+            for wake in watchers:
+                if not wake.done():
+                    wake.set_result(None)
 
     def _wake_all(self) -> None:
-        """Wake every ``wait_for_data`` on every segment: call when the store
-        closes, so parked waits raise ``StoreClosed`` at once instead of holding
-        shutdown for up to ``MAX_WAIT_S``."""
-        events, self._change_events = self._change_events, {}
-        for event in events.values():
-            event.set()
+        """Wake every watcher of every segment: call when the store closes, so
+        parked waits raise ``StoreClosed`` at once instead of holding shutdown
+        for up to ``MAX_WAIT_S``."""
+        every, self._watchers = self._watchers, {}
+        for watchers in every.values():
+            for wake in watchers:
+                if not wake.done():
+                    wake.set_result(None)
+
+    def watch(self, name: str, offset: int, wake: asyncio.Future[None]) -> bool:
+        """Resolve ``wake`` at the segment's next change, unless it is ready now.
+
+        Ready means what ``wait_for_data`` waits for: durable bytes at
+        ``offset``, or sealed; then nothing is registered and False is
+        returned. Otherwise ``wake`` gets ``set_result(None)`` at the next
+        append, seal, merge or delete of the segment or when the store
+        closes, whichever comes first, and True is returned. A woken caller
+        checks again (the change may be short of ``offset``); one that stops
+        waiting first (timer, cancellation) calls ``unwatch``. One future may
+        watch several segments (a subscription at the tail of each).
+
+        This is the whole cost of a parked reader: an entry in a dict, and
+        the caller's future and timer. No task, no ``Event``.
+
+        Raises:
+            SegmentNotFound, StoreClosed.
+        """
+        state = self._state(name)
+        if state.sealed or state.length > offset:
+            return False
+        self._add_watcher(name, wake)
+        return True
+
+    def _add_watcher(self, name: str, wake: asyncio.Future[None]) -> None:
+        watchers = self._watchers.get(name)
+        if watchers is None:
+            watchers = self._watchers[name] = {}
+        watchers[wake] = None
+
+    def unwatch(self, name: str, wake: asyncio.Future[None]) -> None:
+        """Forget ``wake`` as a watcher of ``name`` (no-op if it was woken or never watched)."""
+        watchers = self._watchers.get(name)
+        if watchers is not None:
+            watchers.pop(wake, None)
+            if not watchers:
+                del self._watchers[name]
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:
+        state = self._state(name)
+        if state.sealed or state.length > offset:
+            return True
+        timeout_s = min(timeout_s, MAX_WAIT_S)
+        if not timeout_s > 0:
+            return False
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(max(timeout_s, 0.0), MAX_WAIT_S)
+        deadline = loop.time() + timeout_s
         while True:
+            wake: asyncio.Future[None] = loop.create_future()
+            self._add_watcher(name, wake)  # not ready: checked just before
+            timer = loop.call_at(deadline, _resolve, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                self.unwatch(name, wake)
             state = self._state(name)
-            if state.sealed or state.length > offset:
+            if state.sealed and state.length <= offset:
+                # Woken by a seal with nothing new: a merge seals its source
+                # first and hides it a step later (DiskStore), and a waiter on
+                # the source must see the merge (SegmentNotFound), not the seal.
+                # One more loop round lets that step run; a seal comes once.
+                await asyncio.sleep(0)
+                self._state(name)
                 return True
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if state.length > offset:
+                return True
+            if loop.time() >= deadline:
                 return False
-            event = self._change_events.get(name)
-            if event is None:
-                event = self._change_events[name] = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
 
     # ------------------------------------------------------------------ segments
 

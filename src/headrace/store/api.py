@@ -21,6 +21,7 @@ Rules every implementation keeps:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -176,6 +177,28 @@ class SegmentStore(Protocol):
         Raises:
             SegmentNotFound (also if deleted while waiting).
         """
+        ...
+
+    def watch(self, name: str, offset: int, wake: asyncio.Future[None]) -> bool:
+        """Register ``wake`` to be resolved at the segment's next change.
+
+        What ``wait_for_data`` is built on, for callers that wait on several
+        segments or on something else too with one future (a TANK consume
+        parked on many partitions, an RS-IO subscription on many segments).
+        Returns False and registers nothing if the segment is ready already
+        (durable bytes at ``offset``, or sealed); otherwise ``wake`` gets
+        ``set_result(None)`` at the next append, seal, merge or delete of the
+        segment, or when the store closes, and True is returned. A woken
+        caller checks again (the change may fall short of ``offset``); one
+        that stops waiting otherwise calls ``unwatch``.
+
+        Raises:
+            SegmentNotFound, StoreClosed.
+        """
+        ...
+
+    def unwatch(self, name: str, wake: asyncio.Future[None]) -> None:
+        """Forget ``wake`` as a watcher of ``name``; a no-op if it was woken already."""
         ...
 
     async def info(self, name: str) -> SegmentInfo:
