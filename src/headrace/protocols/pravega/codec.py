@@ -330,6 +330,10 @@ def _read_list(read: Callable[[_Reader], Any]) -> Callable[[_Reader], Any]:
 class _Kind(enum.Enum):
     """How one field is laid out on the wire."""
 
+    # Looked up per field of every frame: identity hash, as equality is, instead
+    # of Enum's hash of the name (a Python call per lookup).
+    __hash__ = object.__hash__
+
     BYTE = enum.auto()
     BOOL = enum.auto()
     I32 = enum.auto()

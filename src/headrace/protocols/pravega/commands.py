@@ -122,6 +122,10 @@ NULL_TABLE_SEGMENT_OFFSET = -1
 class CommandType(enum.IntEnum):
     """Frame type codes (§3). Sent as a big-endian i32; all fit in a signed byte."""
 
+    # Hashed as the int it equals (dict lookups per frame), not Enum's hash of the
+    # name: a C slot instead of a Python call, and consistent with ``==`` on ints.
+    __hash__ = int.__hash__
+
     HELLO = -127
     """Handshake, both directions (§4)."""
     PADDING = -1

@@ -74,6 +74,10 @@ class Role(enum.Enum):
 class StreamState(enum.Enum):
     """State of one direction's stream of frames."""
 
+    # Hashed in every transition's (state, input) key: identity, as equality is,
+    # instead of Enum's hash of the name (a Python call per lookup).
+    __hash__ = object.__hash__
+
     START = "START"
     """Nothing sent yet: the next frame must be Hello."""
     OPEN = "OPEN"
@@ -86,6 +90,10 @@ class StreamState(enum.Enum):
 
 class Input(enum.Enum):
     """What kind of frame arrives (or is sent), as far as the state machines care."""
+
+    # Hashed in every transition's (state, input) key: identity, as equality is,
+    # instead of Enum's hash of the name (a Python call per lookup).
+    __hash__ = object.__hash__
 
     HELLO = "Hello"
     KEEP_ALIVE = "KeepAlive"
@@ -101,6 +109,10 @@ class Input(enum.Enum):
 
 class Action(enum.Enum):
     """What the receiving side does (besides the state change)."""
+
+    # Hashed in every transition's (state, input) key: identity, as equality is,
+    # instead of Enum's hash of the name (a Python call per lookup).
+    __hash__ = object.__hash__
 
     ANSWER_HELLO = "check versions; answer Hello"
     CHECK_HELLO = "check versions"
