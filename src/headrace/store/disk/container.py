@@ -10,8 +10,9 @@ awaits ``durable(seq)``:
 * ``fsync=always``: the caller parks until the committer has synced the WAL
   past ``seq``. Each round the committer takes every queued record, and the
   container's sync thread (one long-lived thread, not an executor submission
-  per round) writes them with one ``writev`` and their data with one
-  ``pwritev`` per contiguous run, then syncs the WAL: the copies into the page
+  per round) writes their data with one ``pwritev`` per contiguous run and
+  them with one ``writev``, then syncs the data files that received an
+  APPEND_REF's bytes (``fdatasync``) and then the WAL: the copies into the page
   cache run beside the event loop (they release the GIL), not on it. The
   thread runs its jobs in order, so the WAL's order is the order records were
   taken; the data-file fds it writes through are pinned until it is done, so
@@ -23,9 +24,15 @@ awaits ``durable(seq)``:
   seal readers may see) are applied by the committer in sequence order,
   before the callers are woken, so they happen even if a caller was cancelled.
 * ``interval``: written before ``write`` returns and acknowledged at once;
-  the committer syncs every ``fsync_interval_s``.
+  the committer syncs every ``fsync_interval_s`` (APPEND_REF bytes first).
 * ``never``: written before ``write`` returns and acknowledged at once; only
   checkpoints sync.
+
+Large appends (``REF_APPEND_BYTES`` and up) are written once: their bytes go
+to the data file only and the WAL gets an APPEND_REF (position, size, CRC).
+Every WAL sync, whatever asked for it (a round, an interval, a flush, a
+checkpoint's switch), first syncs the data files holding such bytes, so a
+synced WAL never refers to bytes that are not synced (``_sync_data``).
 
 The committer also starts checkpoints (``_checkpoint``) when the WAL passes
 ``checkpoint_wal_bytes`` and at close: capture the state synchronously,
@@ -57,19 +64,33 @@ from pathlib import Path
 
 from headrace.errors import CorruptionError, StorageFull, StoreClosed
 from headrace.store.api import FsyncPolicy
-from headrace.store.disk.format import CreateRecord, Record, encode_record
+from headrace.store.disk.format import AppendRecord, CreateRecord, Record, encode_record
 from headrace.store.disk.layout import ContainerPaths
 from headrace.store.disk.log import FileOps, WalWriter, fsync_dir
 from headrace.store.disk.recovery import create_segment_files, write_checkpoint
 from headrace.store.disk.segment import Captured, ContainerState, Write
 
-__all__ = ["CHECKPOINT_WAL_BYTES", "MAX_OPEN_DATA_FILES", "YIELD_INTERVAL_S", "Container"]
+__all__ = [
+    "CHECKPOINT_WAL_BYTES",
+    "MAX_OPEN_DATA_FILES",
+    "REF_APPEND_BYTES",
+    "YIELD_INTERVAL_S",
+    "Container",
+]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """WAL size that triggers a checkpoint: bounds replay after a crash to about a
 second of disk bandwidth, while checkpoints (a few fsyncs each) stay rare."""
+
+REF_APPEND_BYTES = 8 * 1024
+"""Appends of at least this many bytes are written once, to the data file, and
+logged as an APPEND_REF (position, size, CRC) instead of an APPEND carrying
+them. Below it the second page-cache copy costs less than what a reference
+adds: under ``always`` a data-file ``fdatasync`` in each round that has one
+(see ``docs/benchmarks.md``, "Large payloads written once", for the measurement
+this value comes from)."""
 
 MAX_PENDING_WAL_BYTES = 8 * 1024 * 1024
 """Queued record bytes that make ``write`` flush at once instead of waiting for the
@@ -91,13 +112,17 @@ OnDurable = tuple[int, int, Callable[[], None]]
 class _Writes:
     """Queued records and their data, taken off the container in one step.
 
-    ``run`` writes them: the records to the WAL (one ``writev``), the data to
-    the data files (one ``pwritev`` per contiguous run). ``pinned`` are the
-    data-file fds pinned for it (``DataFiles.pin``) when it runs in the sync
-    thread, unpinned on the loop thread once it is done.
+    ``run`` writes them: the data to the data files (one ``pwritev`` per
+    contiguous run), then the records to the WAL (one ``writev``). Data first,
+    so that an APPEND_REF in the WAL finds its bytes in the data file even
+    after a kill between the two writes (data past what the WAL knows is cut
+    by recovery). ``pinned`` are the data-file fds pinned for it
+    (``DataFiles.pin``) when it runs in the sync thread, unpinned on the loop
+    thread once it is done; ``ref_fds`` maps the segments that received
+    APPEND_REF bytes to their fd, for the data sync before the WAL sync.
     """
 
-    __slots__ = ("buffers", "pinned", "runs", "size_bytes", "wal_fd")
+    __slots__ = ("buffers", "pinned", "ref_fds", "runs", "size_bytes", "wal_fd")
 
     def __init__(
         self,
@@ -106,17 +131,19 @@ class _Writes:
         size_bytes: int,
         runs: list[tuple[int, list[bytes | memoryview], int]],
         pinned: list[int],
+        ref_fds: dict[int, int],
     ) -> None:
         self.wal_fd = wal_fd
         self.buffers = buffers
         self.size_bytes = size_bytes
         self.runs = runs
         self.pinned = pinned
+        self.ref_fds = ref_fds
 
     def run(self, ops: FileOps) -> None:
-        ops.write(self.wal_fd, self.buffers, self.size_bytes)
         for fd, run, position in self.runs:
             ops.pwritev(fd, run, position)
+        ops.write(self.wal_fd, self.buffers, self.size_bytes)
 
 
 class SyncThread:
@@ -286,6 +313,7 @@ class Container:
         checkpoint_wal_bytes: int,
         ops: FileOps,
         on_failure: Callable[[BaseException], None],
+        ref_append_bytes: int = REF_APPEND_BYTES,
     ) -> None:
         self.paths = paths
         self.state = state
@@ -293,6 +321,8 @@ class Container:
         self.policy = policy
         self.fsync_interval_s = fsync_interval_s
         self.checkpoint_wal_bytes = checkpoint_wal_bytes
+        self.ref_append_bytes = max(1, ref_append_bytes)
+        """Appends this large or larger are logged as APPEND_REF (an empty one never)."""
         self.ops = ops
         self._on_failure = on_failure
         self._wal = wal
@@ -328,6 +358,21 @@ class Container:
         self._pending_bytes = 0
         self._pending_writes: list[Write] = []
         """Their data, not yet written to the data files."""
+        self._pending_refs: set[int] = set()
+        """Segments with APPEND_REF bytes among ``_pending_writes``."""
+        self._pending_ref_bytes = 0
+        self._ref_bytes = 0
+        """APPEND_REF bytes logged in the current WAL file: they count towards
+        ``checkpoint_wal_bytes`` as if they were in it, since recovery reads them
+        back (replay stays bounded by the same amount of I/O)."""
+        self._unsynced_lock = threading.Lock()
+        self._unsynced: set[int] = set()
+        """Segments whose data file received APPEND_REF bytes since the last data
+        sync (shared by the loop thread, which writes under ``never``/``interval``,
+        and the sync thread, which syncs; under the lock)."""
+        self._dir_unsynced = False
+        """A segment was created since ``segments/`` was last synced by a data
+        sync: a durable APPEND_REF needs its data file's directory entry too."""
 
     @property
     def container_id(self) -> int:
@@ -364,18 +409,32 @@ class Container:
                 self.files.create(record.segment_id)  # before the record: nothing to undo
         except OSError as exc:
             raise _error_for(exc) from exc
-        buffers = encode_record(seq, record)
+        if type(record) is AppendRecord and len(record.data) >= self.ref_append_bytes:
+            logged, data_write = self.state.apply_append_ref(seq, record)
+            buffers = encode_record(seq, logged)
+            self._pending_writes.append(data_write)
+            self._pending_refs.add(record.segment_id)
+            self._pending_ref_bytes += logged.size_bytes
+            self._ref_bytes += logged.size_bytes
+        else:
+            buffers = encode_record(seq, record)
+            self._pending_writes += self.state.apply(seq, record)
+            if isinstance(record, CreateRecord):
+                with self._unsynced_lock:
+                    self._dir_unsynced = True
         self._pending += buffers
         self._pending_bytes += len(buffers[0]) + len(buffers[1])
-        self._pending_writes += self.state.apply(seq, record)
         if not self._batched:
             self._flush()
-        elif self._pending_bytes >= MAX_PENDING_WAL_BYTES:
+        elif self._pending_bytes + self._pending_ref_bytes >= MAX_PENDING_WAL_BYTES:
             if self._sync_thread is None:
                 self._flush()
             else:
                 self._queue_writes()
-        if self._wal.size_bytes + self._pending_bytes >= self.checkpoint_wal_bytes:
+        if (
+            self._wal.size_bytes + self._pending_bytes + self._ref_bytes
+            >= self.checkpoint_wal_bytes
+        ):
             self._wake.set()
         return seq
 
@@ -389,6 +448,46 @@ class Container:
         except OSError as exc:
             self.fail(exc)
             raise _error_for(exc) from exc
+        self._note_unsynced(writes)
+
+    def _note_unsynced(self, writes: _Writes) -> None:
+        """After ``writes`` ran: their APPEND_REF bytes await a data sync."""
+        if writes.ref_fds:
+            with self._unsynced_lock:
+                self._unsynced.update(writes.ref_fds)
+
+    def _sync_data(self, writes: _Writes | None) -> None:
+        """Make every APPEND_REF byte written so far durable: ``fdatasync`` each
+        data file that received some (through the job's pinned fd, else a fresh
+        one), and ``segments/`` if a segment was created since it was last synced.
+        Runs before each WAL sync, in the thread doing it, so a synced WAL never
+        holds a reference to unsynced bytes (under every policy)."""
+        with self._unsynced_lock:
+            ids, self._unsynced = self._unsynced, set()
+            sync_dir = self._dir_unsynced and bool(ids)
+            if sync_dir:
+                self._dir_unsynced = False
+        fds = writes.ref_fds if writes is not None else {}
+        for segment_id in ids:
+            fd = fds.get(segment_id)
+            if fd is not None:
+                self.ops.sync_data(fd)
+                continue
+            try:
+                fd = os.open(self.paths.data(segment_id), os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted, and its DELETE is in a durable snapshot
+            try:
+                self.ops.sync_data(fd)
+            finally:
+                os.close(fd)
+        if sync_dir:
+            fsync_dir(self.paths.segments_dir, self.ops)
+
+    def _sync_wal(self, wal_fd: int) -> None:
+        """Sync the APPEND_REF bytes written so far, then the WAL (see ``_sync_data``)."""
+        self._sync_data(None)
+        self.ops.sync_wal(wal_fd)
 
     def _take_pending(self, *, pin: bool) -> _Writes | None:
         """Take the queued records and their data as one ``_Writes`` (None: nothing).
@@ -401,6 +500,8 @@ class Container:
             return None
         buffers, size, writes = self._pending, self._pending_bytes, self._pending_writes
         self._pending, self._pending_bytes, self._pending_writes = [], 0, []
+        refs, self._pending_refs, self._pending_ref_bytes = self._pending_refs, set(), 0
+        ref_fds: dict[int, int] = {}
         self._wal.size_bytes += size
         by_segment: dict[int, list[tuple[int, bytes | memoryview]]] = {}
         for segment_id, offset, data in writes:
@@ -414,6 +515,8 @@ class Container:
                     pinned.append(fd)
                 else:
                     fd = self.files.fd(segment_id)
+                if segment_id in refs:
+                    ref_fds[segment_id] = fd
                 run: list[bytes | memoryview] = []
                 run_offset = run_end = -1
                 for offset, data in chunks:
@@ -430,7 +533,7 @@ class Container:
             self.files.unpin(pinned)
             self.fail(exc)
             raise _error_for(exc) from exc
-        return _Writes(self._wal.fd, buffers, size, runs, pinned)
+        return _Writes(self._wal.fd, buffers, size, runs, pinned, ref_fds)
 
     def _queue_writes(self) -> None:
         """Hand the queued records to the sync thread without waiting (a burst
@@ -466,7 +569,9 @@ class Container:
             except BaseException as exc:
                 self._write_error = exc
                 raise
+            self._note_unsynced(writes)
         if sync_fd is not None:
+            self._sync_data(writes)
             self.ops.sync_wal(sync_fd)
 
     async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
@@ -577,7 +682,7 @@ class Container:
         """Sync rounds until no caller is parked; start checkpoints as the WAL grows
         (checked every round, so a never-idle container still checkpoints)."""
         while self.failure is None:
-            if self._wal.size_bytes >= self.checkpoint_wal_bytes:
+            if self._wal.size_bytes + self._ref_bytes >= self.checkpoint_wal_bytes:
                 await self._checkpoint()
             if not (
                 self._wanted_seq > self.synced_seq
@@ -592,7 +697,7 @@ class Container:
             if self._sync_thread is None:
                 self._flush()
                 if self.synced_seq < target:
-                    await asyncio.to_thread(self.ops.sync_wal, self._wal.fd)
+                    await asyncio.to_thread(self._sync_wal, self._wal.fd)
             else:
                 writes = self._take_pending(pin=True)
                 sync_fd = self._wal.fd if self.synced_seq < target else None
@@ -660,6 +765,7 @@ class Container:
         old_wal, old_paths = self._wal, self._wal_paths
         self._wal = WalWriter.create(self.paths.wal(seq + 1), self.container_id, seq + 1, self.ops)
         self._wal_paths = [self._wal.path]
+        self._ref_bytes = 0
         # Records up to ``seq`` are all in the old file; sync and release it.
         await self._in_sync_thread(functools.partial(self._sync_switch, old_wal, self._wal.fd))
         self._mark_synced(seq)
@@ -684,7 +790,7 @@ class Container:
 
     def _sync_switch(self, old_wal: WalWriter, new_fd: int) -> None:
         try:
-            self.ops.sync_wal(old_wal.fd)
+            self._sync_wal(old_wal.fd)
         finally:
             old_wal.close()
         self.ops.sync_wal(new_fd)  # the new file's header

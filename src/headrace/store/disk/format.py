@@ -36,6 +36,8 @@ Record bodies (``data`` and names run to the end of the payload)::
     CREATE        segment id u64, kind u8 (0 stream, 1 table), modified ms i64, name (UTF-8)
     APPEND        segment id u64, offset u64, modified ms i64, has writer u8,
                   writer id 16 bytes, event number i64, data
+    APPEND_REF    segment id u64, offset u64, modified ms i64, has writer u8,
+                  writer id 16 bytes, event number i64, size u32, CRC-32 of the data u32
     SEAL          segment id u64, modified ms i64
     TRUNCATE      segment id u64, new start offset u64, modified ms i64
     DELETE        segment id u64, merged u8 (1: deleted by a merge), target name (UTF-8)
@@ -46,6 +48,21 @@ Record bodies (``data`` and names run to the end of the payload)::
 
 A merge is zero or more MERGE_DATA records followed by their MERGE_COMMIT,
 always written back to back; the chunks take effect only with the commit.
+
+APPEND_REF (format version 2) is an append whose data is *not* in the log: it
+was written once, to the segment's data file at ``offset``, and the record
+carries its size and CRC-32 instead (DESIGN invariant 3: checksums beside the
+data). The container writes the data before the record and, under every
+policy, syncs the data file before the WAL sync that covers the record, so a
+durable APPEND_REF always has its bytes; recovery reads them back and treats
+missing or mismatching bytes as a torn tail (``recovery.py``). Large appends
+use it (``container.REF_APPEND_BYTES``), small ones stay APPENDs: for them a
+data-file sync per round costs more than the second page-cache copy.
+
+Version 1 data dirs (no APPEND_REF) are read as they are; opening one with
+this version rewrites its manifest to version 2 before any record is written,
+so that an older release refuses the dir instead of reading an APPEND_REF as a
+torn tail.
 
 Container snapshot (``containers/NNNN/snapshot``, replaced atomically)::
 
@@ -108,6 +125,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from zlib_ng.zlib_ng import crc32 as _zlib_ng_crc32
+from zlib_ng.zlib_ng import crc32_combine as _zlib_ng_crc32_combine
 
 from headrace.errors import CorruptionError
 from headrace.store.api import MAX_APPEND_BYTES, MAX_NAME_BYTES
@@ -118,11 +136,13 @@ __all__ = [
     "FRAME_HEADER",
     "MAX_RECORD_PAYLOAD_BYTES",
     "MERGE_CHUNK_BYTES",
+    "READABLE_VERSIONS",
     "SIDECAR_BLOCK_BYTES",
     "SIDECAR_ENTRY",
     "SIDECAR_HEADER",
     "WAL_HEADER",
     "AppendRecord",
+    "AppendRefRecord",
     "AttributeRecord",
     "CreateRecord",
     "DeleteRecord",
@@ -137,6 +157,7 @@ __all__ = [
     "SnapshotSegment",
     "TruncateRecord",
     "crc32",
+    "crc32_combine",
     "decode_manifest",
     "decode_record",
     "decode_sidecar",
@@ -150,8 +171,13 @@ __all__ = [
     "encode_wal_header",
 ]
 
-FORMAT_VERSION = 1
-"""Bumped on any incompatible change; a reader refuses versions it does not know."""
+FORMAT_VERSION = 2
+"""Bumped on any incompatible change; a reader refuses versions it does not know.
+Version 2 added the APPEND_REF record; every other layout is version 1's."""
+
+READABLE_VERSIONS = frozenset({1, FORMAT_VERSION})
+"""Versions this code reads: a version 1 data dir is opened (its files are the
+same layouts, and it holds no APPEND_REF); files written now carry version 2."""
 
 crc32 = _zlib_ng_crc32
 """CRC-32 with the IEEE polynomial, exactly ``zlib.crc32``'s values (the format
@@ -159,6 +185,11 @@ did not change), from zlib-ng: its carry-less-multiply kernel runs at 15-40 GB/s
 here against the system zlib's 2 GB/s, and every appended byte is checksummed
 twice (WAL frame, sidecar block), which made the CRC the largest single cost of
 a large append (a third of the server's CPU for 10 KiB events)."""
+
+crc32_combine = _zlib_ng_crc32_combine
+"""``crc32_combine(crc_a, crc_b, len_b)``: the CRC-32 of A + B from the CRCs of A
+and B (zlib's function, O(log len_b), no data read). An APPEND_REF's payload is
+checksummed once and that CRC extends the sidecar block too."""
 
 MANIFEST_MAGIC = b"HRMANIF1"
 WAL_MAGIC = b"HRWAL001"
@@ -184,6 +215,8 @@ CREATE_BODY = struct.Struct(">QBq")
 assert CREATE_BODY.size == 17
 APPEND_BODY = struct.Struct(">QQqB16sq")
 assert APPEND_BODY.size == 49
+APPEND_REF_BODY = struct.Struct(">QQqB16sqII")
+assert APPEND_REF_BODY.size == 57
 SEAL_BODY = struct.Struct(">Qq")
 assert SEAL_BODY.size == 16
 TRUNCATE_BODY = struct.Struct(">QQq")
@@ -260,6 +293,8 @@ def _kind(code: int, path: str, position: int) -> SegmentKind:
 class Manifest:
     container_count: int
     created_ms: int
+    version: int = FORMAT_VERSION
+    """The version the file says (encoding always writes ``FORMAT_VERSION``)."""
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
@@ -277,11 +312,11 @@ def decode_manifest(raw: bytes, path: str) -> Manifest:
         raise CorruptionError(path, 0, "manifest checksum mismatch")
     if magic != MANIFEST_MAGIC:
         raise CorruptionError(path, 0, f"bad manifest magic {magic!r}")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CorruptionError(path, 8, f"unsupported format version {version}")
     if count < 1:
         raise CorruptionError(path, 12, "container count is zero")
-    return Manifest(count, created_ms)
+    return Manifest(count, created_ms, version)
 
 
 # --------------------------------------------------------------------------- WAL
@@ -301,7 +336,7 @@ def decode_wal_header(raw: bytes, path: str) -> tuple[int, int]:
         raise CorruptionError(path, 0, "WAL header checksum mismatch")
     if magic != WAL_MAGIC:
         raise CorruptionError(path, 0, f"bad WAL magic {magic!r}")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CorruptionError(path, 8, f"unsupported format version {version}")
     return container_id, first_seq
 
@@ -317,6 +352,7 @@ class RecordType(enum.IntEnum):
     ATTRIBUTE = 6
     MERGE_DATA = 7
     MERGE_COMMIT = 8
+    APPEND_REF = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +370,24 @@ class AppendRecord:
     modified_ms: int
     writer: WriterAppend | None
     data: bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRefRecord:
+    """An append whose ``size_bytes`` bytes are in the data file, not in the log.
+
+    ``data`` is not encoded: the live store sets it to the bytes it writes to
+    the data file, recovery to the bytes it read back and checked against
+    ``crc``; ``ContainerState.apply`` needs them for the sidecar's blocks.
+    """
+
+    segment_id: int
+    offset: int
+    modified_ms: int
+    writer: WriterAppend | None
+    size_bytes: int
+    crc: int
+    data: bytes | memoryview = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +437,7 @@ class MergeCommitRecord:
 Record = (
     CreateRecord
     | AppendRecord
+    | AppendRefRecord
     | SealRecord
     | TruncateRecord
     | DeleteRecord
@@ -401,6 +456,10 @@ def _body(record: Record) -> tuple[RecordType, bytes, bytes | memoryview]:
             wid, event = (writer.writer_id.bytes, writer.event_number) if writer else (bytes(16), 0)
             head = APPEND_BODY.pack(sid, offset, ms, writer is not None, wid, event)
             return RecordType.APPEND, head, data
+        case AppendRefRecord(sid, offset, ms, writer, size, crc):
+            wid, event = (writer.writer_id.bytes, writer.event_number) if writer else (bytes(16), 0)
+            head = APPEND_REF_BODY.pack(sid, offset, ms, writer is not None, wid, event, size, crc)
+            return RecordType.APPEND_REF, head, b""
         case SealRecord(sid, ms):
             return RecordType.SEAL, SEAL_BODY.pack(sid, ms), b""
         case TruncateRecord(sid, offset, ms):
@@ -479,6 +538,14 @@ def _decode_body(kind: RecordType, body: memoryview, path: str, position: int) -
         sid, offset, ms, has_writer, wid, event = APPEND_BODY.unpack_from(body)
         writer = WriterAppend(UUID(bytes=wid), event) if has_writer else None
         return AppendRecord(sid, offset, ms, writer, body[APPEND_BODY.size :])
+    if kind is RecordType.APPEND_REF:
+        if len(body) != APPEND_REF_BODY.size:
+            raise CorruptionError(path, position, f"APPEND_REF body of {len(body)} bytes")
+        sid, offset, ms, has_writer, wid, event, size, crc = APPEND_REF_BODY.unpack_from(body)
+        if not 0 < size <= MAX_APPEND_BYTES:
+            raise CorruptionError(path, position, f"APPEND_REF of {size} bytes")
+        writer = WriterAppend(UUID(bytes=wid), event) if has_writer else None
+        return AppendRefRecord(sid, offset, ms, writer, size, crc)
     if kind is RecordType.SEAL:
         return SealRecord(*SEAL_BODY.unpack_from(body))
     if kind is RecordType.TRUNCATE:
@@ -649,7 +716,7 @@ def _decode_snapshot(raw: bytes, path: str) -> Snapshot:
     )
     if magic != SNAPSHOT_MAGIC:
         raise CorruptionError(path, 0, f"bad snapshot magic {magic!r}")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CorruptionError(path, 8, f"unsupported format version {version}")
     snap = Snapshot(cid, last_seq, next_id)
     pos = SNAPSHOT_HEADER.size
@@ -724,7 +791,7 @@ def decode_sidecar(raw: bytes, segment_id: int, path: str) -> list[SidecarEntry]
     magic, version, sid, crc = SIDECAR_HEADER.unpack_from(raw)
     if crc32(raw[: SIDECAR_HEADER.size - 4]) != crc:
         raise CorruptionError(path, 0, "sidecar header checksum mismatch")
-    if magic != SIDECAR_MAGIC or version != FORMAT_VERSION or sid != segment_id:
+    if magic != SIDECAR_MAGIC or version not in READABLE_VERSIONS or sid != segment_id:
         raise CorruptionError(path, 0, f"sidecar header does not belong to segment {segment_id}")
     if (len(raw) - SIDECAR_HEADER.size) % SIDECAR_ENTRY.size:
         raise CorruptionError(path, len(raw), "sidecar ends inside an entry")

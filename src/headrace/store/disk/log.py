@@ -57,6 +57,14 @@ class FileOps:
     def __init__(self) -> None:
         self.wal_syncs = 0
         self.file_syncs = 0
+        self.data_syncs = 0
+
+    def sync_data(self, fd: int) -> None:
+        """Make the bytes of APPEND_REF records durable in a data file
+        (``fdatasync``: the data and the file size), before the WAL sync that
+        covers the records."""
+        self.data_syncs += 1
+        _fdatasync(fd)
 
     def sync_wal(self, fd: int) -> None:
         """Make a WAL file's written records durable (``fdatasync``)."""

@@ -12,15 +12,23 @@ Phase 1, every container (``analyse_container``), reading only:
 3. Scan the WAL files in sequence order (``log.scan_wal``) and check they
    chain. Damage anywhere but the tail of the last file is ``CorruptionError``.
 4. Replay every record after the snapshot's ``last_seq`` through
-   ``ContainerState.apply`` in memory, collecting the file effects.
+   ``ContainerState.apply`` in memory, collecting the file effects. An
+   APPEND_REF's bytes are read back from the data file and checked against
+   its size and CRC (``RefReader``); if they are missing or fail, the record
+   and everything after it are a torn tail, exactly like an unreadable frame
+   (only in the last WAL file: every WAL sync syncs referenced bytes first,
+   so in an earlier file it is damage, ``CorruptionError``).
 
 Phase 2, every container (``repair_container``):
 
-5. Cut each data file and sidecar back to the snapshot's state: anything past
-   it was written after the checkpoint and is replayed from the WAL.
+5. Cut each sidecar back to the snapshot's state (its blocks past it are
+   rebuilt from the replayed state).
 6. Copy a torn tail to ``<wal>.broken-<utc>``, fsync it, and only then cut it off.
-7. Apply the replay's file effects: recreate the files of each CREATE, write
-   each record's bytes at its recorded offset (idempotent).
+7. Apply the replay's file effects: create the files of each CREATE that are
+   missing (a data file is never emptied: it may hold APPEND_REF bytes) and
+   reset its sidecar, write each APPEND's bytes at its recorded offset
+   (idempotent); then cut each data file back to its segment's replayed
+   length (bytes past what the WAL knows, or past a torn tail, go).
 
 Then, across containers (``recover_store``): a merge whose commit is durable
 in the target's container but whose source deletion is not (a crash between
@@ -33,6 +41,7 @@ files dropped), and segment files no live segment owns are removed.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import logging
 import os
@@ -48,12 +57,16 @@ from typing import cast
 from headrace.errors import CorruptionError
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
 from headrace.store.disk.format import (
+    FORMAT_VERSION,
     WAL_HEADER,
+    AppendRefRecord,
     CreateRecord,
     DeleteRecord,
+    FrameProblem,
     Manifest,
     Snapshot,
     SnapshotSegment,
+    crc32,
     decode_manifest,
     decode_sidecar,
     decode_snapshot,
@@ -81,6 +94,7 @@ from headrace.store.disk.log import (
 from headrace.store.disk.segment import Captured, ContainerState, ReplayError
 
 __all__ = [
+    "RefReader",
     "analyse_container",
     "backup_torn_tail",
     "check_abandoned_init",
@@ -143,7 +157,15 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
     """Read the manifest, or create a fresh data dir with ``container_count`` containers."""
     path = manifest_path(root)
     if path.exists():
-        return decode_manifest(path.read_bytes(), str(path))
+        manifest = decode_manifest(path.read_bytes(), str(path))
+        if manifest.version < FORMAT_VERSION:
+            # Before any record of the new version can be written: an older
+            # release must refuse the dir, not read an APPEND_REF as a torn tail.
+            upgraded = Manifest(manifest.container_count, manifest.created_ms)
+            atomic_write(path, root / "manifest.tmp", encode_manifest(upgraded), ops)
+            log.info("%s: format version %d opened as %d", root, manifest.version, FORMAT_VERSION)
+            manifest = upgraded
+        return manifest
     if not 1 <= container_count <= MAX_CONTAINER_COUNT:
         raise ValueError(f"container count must be in 1..{MAX_CONTAINER_COUNT}")
     containers = containers_path(root)
@@ -351,15 +373,87 @@ class _ReplayFiles:
         self.fds.clear()
 
 
-def create_segment_files(paths: ContainerPaths, segment_id: int) -> int:
-    """Create (or reset) a segment's data file and sidecar; return the data file's fd."""
+def create_segment_files(paths: ContainerPaths, segment_id: int, *, empty_data: bool = True) -> int:
+    """Create (or reset) a segment's data file and sidecar; return the data file's fd.
+
+    ``empty_data=False`` (replaying a CREATE) keeps an existing data file's
+    bytes: APPEND_REF records after the CREATE refer to them; recovery cuts
+    the file to the replayed length afterwards.
+    """
     fd = os.open(paths.sidecar(segment_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         header = encode_sidecar_header(segment_id)
         os.pwrite(fd, header, 0)
     finally:
         os.close(fd)
-    return os.open(paths.data(segment_id), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if empty_data else 0)
+    return os.open(paths.data(segment_id), flags, 0o644)
+
+
+class RefReader:
+    """Reads the bytes an APPEND_REF refers to back from the data files, checked.
+
+    Read-only (analysis and ``verify`` run it before anything is changed);
+    keeps at most ``MAX_REPLAY_OPEN_FILES`` descriptors open.
+    """
+
+    def __init__(self, paths: ContainerPaths) -> None:
+        self.paths = paths
+        self._fds: dict[int, int] = {}
+        self.read_bytes = 0
+
+    def read(self, record: AppendRefRecord) -> bytes | str:
+        """The referenced bytes, or why they are not there (a torn tail)."""
+        path = self.paths.data(record.segment_id)
+        fd = self._fds.pop(record.segment_id, None)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return f"data file {path.name} of the referenced bytes is missing"
+            if len(self._fds) >= MAX_REPLAY_OPEN_FILES:
+                os.close(self._fds.pop(next(iter(self._fds))))
+        self._fds[record.segment_id] = fd
+        end = record.offset + record.size_bytes
+        chunks = []
+        position = record.offset
+        while position < end:
+            chunk = os.pread(fd, end - position, position)
+            if not chunk:
+                return f"referenced bytes [{record.offset}, {end}) end at {position}"
+            chunks.append(chunk)
+            position += len(chunk)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self.read_bytes += len(data)
+        if crc32(data) != record.crc:
+            return f"referenced bytes [{record.offset}, {end}) fail their CRC"
+        return data
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def cut_at_bad_reference(plan: ReplayPlan, index: int, at: int, reason: str) -> None:
+    """Make the record at ``at`` of ``plan.scans[index]`` (an APPEND_REF whose
+    bytes are missing or damaged) the start of the torn tail.
+
+    Raises:
+        CorruptionError: the record is not in the last WAL file (every WAL sync
+            syncs referenced bytes first, so an earlier file cannot be torn).
+    """
+    scan = plan.scans[index]
+    position = scan.records[at][0]
+    if index != len(plan.scans) - 1:
+        raise CorruptionError(
+            str(scan.path), position, f"{reason} in a WAL file that is not the last"
+        )
+    del scan.records[at:]
+    scan.problem = FrameProblem(position, reason)
+    scan.later_record_at = None
+    scan.end = position
+    plan.tear = scan
 
 
 Effect = tuple[int, int, "bytes | memoryview"] | int
@@ -394,26 +488,42 @@ def analyse_container(
     plan = plan_replay(paths, snap.last_seq)
     state = ContainerState.from_snapshot(snap, max_attributes=max_attributes)
     effects: list[Effect] = []
-    for scan in plan.scans:
-        for position, seq, record in scan.records:
+    refs = RefReader(paths)
+    try:
+        _replay(plan, state, refs, effects)
+    finally:
+        refs.close()
+    state.finish_replay()
+    return Analysed(paths, snap, plan, state, effects)
+
+
+def _replay(
+    plan: ReplayPlan, state: ContainerState, refs: RefReader, effects: list[Effect]
+) -> None:
+    for index, scan in enumerate(plan.scans):
+        for at, (position, seq, record) in enumerate(scan.records):
             if seq <= state.last_seq:
                 continue
+            if isinstance(record, AppendRefRecord):
+                data = refs.read(record)
+                if isinstance(data, str):
+                    cut_at_bad_reference(plan, index, at, data)
+                    return
+                record = dataclasses.replace(record, data=data)
             try:
                 writes = state.apply(seq, record)
             except ReplayError as exc:
                 raise CorruptionError(str(scan.path), position, str(exc)) from None
             if isinstance(record, CreateRecord):
                 effects.append(record.segment_id)
-            effects.extend(writes)
-    state.finish_replay()
-    return Analysed(paths, snap, plan, state, effects)
+            if not isinstance(record, AppendRefRecord):  # its bytes are in place
+                effects.extend(writes)
 
 
 def repair_container(analysed: Analysed, ops: FileOps) -> None:
     """Bring the files in line with the analysed state (step 4 of the docstring)."""
     paths = analysed.paths
     for seg in analysed.snapshot.segments:
-        os.truncate(paths.data(seg.segment_id), seg.length)
         os.truncate(paths.sidecar(seg.segment_id), seg.sidecar_size)
     if analysed.plan.tear is not None:
         backup_torn_tail(analysed.plan.tear, ops)
@@ -424,12 +534,16 @@ def repair_container(analysed: Analysed, ops: FileOps) -> None:
                 old = files.fds.pop(effect, None)
                 if old is not None:
                     os.close(old)
-                files.fds[effect] = create_segment_files(paths, effect)
+                files.fds[effect] = create_segment_files(paths, effect, empty_data=False)
             else:
                 segment_id, offset, data = effect
                 ops.pwrite(files.fd(segment_id), data, offset)
     finally:
         files.close()
+    # Bytes past each replayed length: appends whose record never became
+    # durable, a torn tail's references, a merge that never committed.
+    for live in analysed.state.by_id.values():
+        os.truncate(paths.data(live.segment_id), live.length)
 
 
 def finish_interrupted_merges(states: list[ContainerState]) -> None:

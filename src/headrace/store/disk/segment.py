@@ -3,7 +3,10 @@
 ``ContainerState.apply`` is the only code that mutates segment metadata: the
 live store builds a WAL record, writes it, and applies it; recovery and
 ``verify`` read records back and apply them. So what the store did and what
-recovery rebuilds cannot drift apart.
+recovery rebuilds cannot drift apart. (``apply_append_ref`` is its live twin
+for a large append logged as an APPEND_REF: the record's CRC is only known
+once the bytes are checksummed, so it applies first and returns the record;
+it runs the same steps as ``apply`` does for that record in replay.)
 
 A live segment has two lengths: ``length`` counts every append written to the
 WAL (offsets and ``expected_offset`` checks use it), ``durable_length`` only
@@ -27,6 +30,7 @@ from headrace.store.disk.format import (
     SIDECAR_BLOCK_BYTES,
     SIDECAR_HEADER,
     AppendRecord,
+    AppendRefRecord,
     AttributeRecord,
     CreateRecord,
     DeleteRecord,
@@ -39,10 +43,11 @@ from headrace.store.disk.format import (
     SnapshotSegment,
     TruncateRecord,
     crc32,
+    crc32_combine,
     encode_sidecar_entries,
 )
 from headrace.store.memory import MAX_MERGE_MEMORY
-from headrace.types import NULL_ATTRIBUTE_VALUE, SegmentKind
+from headrace.types import NULL_ATTRIBUTE_VALUE, SegmentKind, WriterAppend
 
 __all__ = ["ContainerState", "ReplayError", "Segment", "Write"]
 
@@ -103,6 +108,28 @@ class Segment:
             position += len(chunk)
         if len(view):
             self.dirty = True
+
+    def extend_checksum_crc(self, offset: int, data: bytes | memoryview) -> int:
+        """``extend_checksum``, and return the CRC-32 of ``data`` itself from the
+        same single pass over the bytes (an APPEND_REF's CRC): each piece's CRC
+        is combined into both (``crc32_combine`` reads no data)."""
+        assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
+        view = memoryview(data)
+        total = 0
+        position = 0
+        while position < len(view):
+            if self.block_size == SIDECAR_BLOCK_BYTES:
+                self._close_block()
+            chunk = view[position : position + SIDECAR_BLOCK_BYTES - self.block_size]
+            size = len(chunk)
+            piece = crc32(chunk)
+            self.block_crc = crc32_combine(self.block_crc, piece, size)
+            total = crc32_combine(total, piece, size) if position else piece
+            self.block_size += size
+            position += size
+        if len(view):
+            self.dirty = True
+        return total
 
     def _close_block(self) -> None:
         if self.block_size:
@@ -259,6 +286,8 @@ class ContainerState:
         # Appends are the hot path: dispatched ahead of the match in _apply.
         if isinstance(record, AppendRecord):
             writes = self._apply_append(record)
+        elif isinstance(record, AppendRefRecord):
+            writes = self._apply_append_ref(record)
         else:
             writes = self._apply(record)
         self.last_seq = seq
@@ -282,6 +311,67 @@ class ContainerState:
         seg.modified_ms = record.modified_ms
         return [(record.segment_id, record.offset, data)] if len(data) else []
 
+    def _check_append(self, segment_id: int, offset: int) -> Segment:
+        seg = self.by_id.get(segment_id)
+        if seg is None:
+            raise ReplayError(f"record for unknown segment id {segment_id}")
+        if offset != seg.length:
+            raise ReplayError(f"append at {offset}, segment length {seg.length}")
+        if seg.sealed:
+            raise ReplayError(f"append to sealed segment {segment_id}")
+        return seg
+
+    def _apply_append_ref(self, record: AppendRefRecord) -> list[Write]:
+        """An APPEND_REF with its ``data`` attached (live: the bytes to write;
+        replay: the bytes read back and checked). Same effect as an APPEND."""
+        seg = self._check_append(record.segment_id, record.offset)
+        data = record.data
+        if len(data) != record.size_bytes or not data:
+            raise ReplayError(f"reference to {record.size_bytes} bytes carries {len(data)}")
+        seg.extend_checksum(record.offset, data)
+        return self._appended(seg, record.offset, record.modified_ms, record.writer, data)
+
+    def apply_append_ref(self, seq: int, record: AppendRecord) -> tuple[AppendRefRecord, Write]:
+        """Apply a live append that is logged as an APPEND_REF, and return that
+        record (its CRC from the same pass as the sidecar block's) and the data
+        write. Same state change as ``apply(seq, AppendRefRecord(..., data))``."""
+        if seq != self.last_seq + 1:
+            raise ReplayError(f"record seq {seq} does not follow {self.last_seq}")
+        if self.pending_merge:
+            raise ReplayError("a merge's data records are not followed by its commit")
+        seg = self._check_append(record.segment_id, record.offset)
+        data = record.data
+        crc = seg.extend_checksum_crc(record.offset, data)
+        self._appended(seg, record.offset, record.modified_ms, record.writer, data)
+        self.last_seq = seq
+        self.changed = True
+        ref = AppendRefRecord(
+            record.segment_id,
+            record.offset,
+            record.modified_ms,
+            record.writer,
+            len(data),
+            crc,
+            data,
+        )
+        return ref, (record.segment_id, record.offset, data)
+
+    def _appended(
+        self,
+        seg: Segment,
+        offset: int,
+        modified_ms: int,
+        writer: WriterAppend | None,
+        data: bytes | memoryview,
+    ) -> list[Write]:
+        seg.length += len(data)
+        if writer is not None:
+            set_attribute(
+                seg.attributes, writer.writer_id, writer.event_number, self.max_attributes
+            )
+        seg.modified_ms = modified_ms
+        return [(seg.segment_id, offset, data)] if len(data) else []
+
     def apply_unlogged(self, record: Record) -> list[Write]:
         """Apply a change recovery derives itself (no WAL record, no seq); the
         checkpoint that ends recovery makes it durable."""
@@ -299,6 +389,8 @@ class ContainerState:
                 self.merged.pop(name, None)
             case AppendRecord():
                 return self._apply_append(record)
+            case AppendRefRecord():
+                return self._apply_append_ref(record)
             case SealRecord(sid, ms):
                 seg = self._segment(sid)
                 seg.sealed = True

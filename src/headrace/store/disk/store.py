@@ -56,7 +56,7 @@ from headrace.store.api import (
     MAX_SEGMENT_ATTRIBUTES,
     FsyncPolicy,
 )
-from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, Container
+from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, REF_APPEND_BYTES, Container
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
     AppendRecord,
@@ -172,6 +172,7 @@ class DiskStore(BaseStore):
         checkpoint_wal_bytes: int = CHECKPOINT_WAL_BYTES,
         file_ops: FileOps | None = None,
         max_segment_attributes: int = MAX_SEGMENT_ATTRIBUTES,
+        ref_append_bytes: int = REF_APPEND_BYTES,
     ) -> DiskStore:
         """Open the data dir at ``path``, creating it if needed, and recover it.
 
@@ -186,6 +187,9 @@ class DiskStore(BaseStore):
             max_segment_attributes: attributes a segment keeps, least recently
                 set dropped first (``MAX_SEGMENT_ATTRIBUTES``); applied in
                 recovery too, so lowering it trims at the next open.
+            ref_append_bytes: appends of at least this size are written once,
+                to the data file, and logged by reference (``REF_APPEND_BYTES``;
+                tests lower it to exercise references with small payloads).
 
         Raises:
             CorruptionError: damage recovery must not guess about (see recovery.py).
@@ -230,6 +234,7 @@ class DiskStore(BaseStore):
                     checkpoint_wal_bytes=checkpoint_wal_bytes,
                     ops=ops,
                     on_failure=on_failure,
+                    ref_append_bytes=ref_append_bytes,
                 )
             )
         store = cls(root, containers, lock_fd, ops)

@@ -11,6 +11,10 @@ a write in progress).
 What counts as damage (``report.ok`` is False): anything ``DiskStore.open``
 would refuse (``CorruptionError``), and any data block whose bytes fail the
 sidecar checksum (open does not read data files, so only verify finds those).
+Bytes written since the last checkpoint are checked against the WAL: an
+APPEND's own record CRC, an APPEND_REF's size and CRC of the bytes it refers
+to in the data file (a bad one in the last WAL file is a torn tail, as open
+treats it; in an earlier file it is damage).
 What is only a note: a torn WAL tail (open backs it up and cuts it off),
 ``.broken-*`` backups of earlier torn tails, orphan segment files
 (creations that never became durable; open removes them), and a directory
@@ -19,15 +23,23 @@ whose first open never finished (no manifest and no data; open starts afresh).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.errors import CorruptionError
-from headrace.store.disk.format import SnapshotSegment, crc32, decode_manifest, decode_sidecar
+from headrace.store.disk.format import (
+    AppendRefRecord,
+    SnapshotSegment,
+    crc32,
+    decode_manifest,
+    decode_sidecar,
+)
 from headrace.store.disk.layout import ContainerPaths, containers_path, manifest_path
 from headrace.store.disk.log import scan_wal
 from headrace.store.disk.recovery import (
+    RefReader,
     check_abandoned_init,
     finish_interrupted_merges,
     load_snapshot,
@@ -214,6 +226,21 @@ def _verify_segment_files(
 
 
 def _verify_wal(paths: ContainerPaths, state: ContainerState | None, report: VerifyReport) -> None:
+    refs = RefReader(paths)
+    try:
+        _verify_wal_files(paths, state, report, refs)
+    finally:
+        report.checked_bytes += refs.read_bytes
+        refs.close()
+    if state is not None:
+        state.finish_replay()
+    for backup in paths.broken_files():
+        report.notes.append(f"{backup}: backup of an earlier torn WAL tail")
+
+
+def _verify_wal_files(
+    paths: ContainerPaths, state: ContainerState | None, report: VerifyReport, refs: RefReader
+) -> None:
     files = paths.wal_files()
     expected: int | None = None
     for i, (named_seq, path) in enumerate(files):
@@ -251,15 +278,28 @@ def _verify_wal(paths: ContainerPaths, state: ContainerState | None, report: Ver
             expected = scan.first_seq + len(scan.records)
         if state is None:
             continue
-        for position, seq, record in scan.records:
+        for at, (position, seq, record) in enumerate(scan.records):
             if seq <= state.last_seq:
                 continue
+            if isinstance(record, AppendRefRecord):
+                data = refs.read(record)
+                if isinstance(data, str):
+                    if last:
+                        if report.notes and report.notes[-1].startswith(f"{path}: torn tail"):
+                            report.notes.pop()  # a frame torn further on: this starts earlier
+                        torn = scan.size_bytes - position
+                        report.notes.append(
+                            f"{path}: torn tail of {torn} bytes at position {position} ({data});"
+                            " opening the store backs it up and cuts it off"
+                        )
+                        report.wal_records -= len(scan.records) - at
+                    else:
+                        reason = f"{data} in a WAL file that is not the last"
+                        report.damage.append(Damage(str(path), position, reason))
+                    return
+                record = dataclasses.replace(record, data=data)
             try:
                 state.apply(seq, record)
             except ReplayError as exc:
                 report.damage.append(Damage(str(path), position, str(exc)))
                 return
-    if state is not None:
-        state.finish_replay()
-    for backup in paths.broken_files():
-        report.notes.append(f"{backup}: backup of an earlier torn WAL tail")
