@@ -164,6 +164,38 @@ MAX_TOKENS_PER_CONNECTION = 16
 per stream it works on; a connection sending more only costs an HMAC each."""
 
 
+class _AckTurn:
+    """One append's place in its writer's acknowledgement order.
+
+    The next append of the same writer waits for it only if it is still
+    unanswered when that one is ready to reply; the future it waits on is
+    made then, so an append answered before the next one arrives (nearly
+    all of them) costs no future.
+    """
+
+    __slots__ = ("_waiter", "done")
+
+    def __init__(self) -> None:
+        self.done = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wait(self) -> asyncio.Future[None]:
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+        return self._waiter
+
+    def finish(self) -> None:
+        self.done = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def cancel(self) -> None:
+        """The connection closed: whoever waits for this turn is cancelled."""
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter.cancel()
+
+
 class PravegaHandler(ConnectionHandler):
     """One segment-store connection: a ``PravegaConnection`` and the store.
 
@@ -205,7 +237,7 @@ class PravegaHandler(ConnectionHandler):
         # Per writer on this connection: the last event number acknowledged
         # (DataAppended.previous_event_number), and the ack the next one waits for.
         self._last_acked: dict[UUID, int] = {}
-        self._ack_tail: dict[UUID, asyncio.Future[None]] = {}
+        self._ack_tail: dict[UUID, _AckTurn] = {}
         self._parked: set[asyncio.Task[object]] = set()  # tasks of reads parked at the tail
         self._unsent_bytes = 0  # data of read replies queued since the writer last took them
         self._taken = asyncio.Event()  # set when the writer takes the queued bytes
@@ -358,9 +390,8 @@ class PravegaHandler(ConnectionHandler):
             if isinstance(piece, FileRegion):
                 piece.close()
         self._out.clear()
-        for future in self._ack_tail.values():
-            if not future.done():
-                future.cancel()
+        for turn in self._ack_tail.values():
+            turn.cancel()
 
     def _reply(self, cmd: p.Command) -> None:
         if self._failed:
@@ -371,16 +402,26 @@ class PravegaHandler(ConnectionHandler):
     # ------------------------------------------------------------------ appends (§5)
 
     async def _append(self, ev: p.AppendData) -> None:
-        """Append, then acknowledge in the writer's order (§5.2)."""
-        loop = asyncio.get_running_loop()
-        before = self._ack_tail.get(ev.writer_id)
-        mine: asyncio.Future[None] = loop.create_future()
-        self._ack_tail[ev.writer_id] = mine
-        size = min(len(ev.data), self._append_room_max)
+        """Append, then acknowledge in the writer's order (§5.2).
+
+        The common case (room to append, the writer's earlier acks sent, the
+        store acknowledging without waiting) runs through without suspending
+        and without creating a future: each step below that may wait is
+        taken only when it must.
+        """
+        writer_id = ev.writer_id
+        tail = self._ack_tail
+        before = tail.get(writer_id)
+        mine = tail[writer_id] = _AckTurn()
+        size = len(ev.data)
+        if size > self._append_room_max:
+            size = self._append_room_max
         try:
-            # Suspends only when other appends wait or the room is used up; then
-            # appends are let in in arrival order.
-            await self._admit(size)
+            if self._admissions or self._admitted_waking or size > self._append_room:
+                # Other appends wait or the room is used up: let in in arrival order.
+                await self._admit(size)
+            else:
+                self._append_room -= size
             outcome: AppendResult | StoreError
             try:
                 # The store fixes the offset as the call is issued: wire order is kept.
@@ -388,20 +429,21 @@ class PravegaHandler(ConnectionHandler):
                     ev.segment,
                     ev.data,
                     expected_offset=ev.expected_offset,
-                    writer=WriterAppend(ev.writer_id, ev.last_event_number),
+                    writer=WriterAppend(writer_id, ev.last_event_number),
                 )
             except StoreError as exc:
                 outcome = exc
             finally:
-                self._release(size)
-            if before is not None:
-                await before  # the writer's earlier acks go first
+                self._append_room += size
+                if self._admissions:
+                    self._release(0)
+            if before is not None and not before.done:
+                await before.wait()  # the writer's earlier acks go first
             self._reply_append(ev, outcome)
         finally:
-            if not mine.done():
-                mine.set_result(None)
-            if self._ack_tail.get(ev.writer_id) is mine:
-                del self._ack_tail[ev.writer_id]
+            mine.finish()
+            if tail.get(writer_id) is mine:
+                del tail[writer_id]
 
     async def _admit(self, size: int) -> None:
         """Take ``size`` bytes of append room, waiting in arrival order if needed.
@@ -435,20 +477,22 @@ class PravegaHandler(ConnectionHandler):
             admitted.set_result(None)
 
     def _reply_append(self, ev: p.AppendData, outcome: AppendResult | StoreError) -> None:
-        if isinstance(outcome, BadOffset):
-            self._reply(p.ConditionalCheckFailed(ev.writer_id, ev.last_event_number, ev.request_id))
-        elif isinstance(outcome, StoreError):
-            self._reply(_error_reply(outcome, None, ev.segment, request_id=ev.request_id))
-        else:
-            acked = self._last_acked.get(ev.writer_id, outcome.previous_event_number)
-            if ev.last_event_number < acked:
+        if type(outcome) is AppendResult:  # the common case first: one type check
+            writer_id = ev.writer_id
+            number = ev.last_event_number
+            acked = self._last_acked.get(writer_id, outcome.previous_event_number)
+            if number < acked:
                 return  # a retry of something already acknowledged on this connection
-            self._last_acked[ev.writer_id] = ev.last_event_number
-            self._reply(
-                p.DataAppended(
-                    ev.writer_id, ev.last_event_number, acked, ev.request_id, outcome.length
-                )
-            )
+            self._last_acked[writer_id] = number
+            if self._failed:
+                log.debug("pravega: dropping DataAppended after a protocol error")
+                return
+            self._conn.send_data_appended(writer_id, number, acked, ev.request_id, outcome.length)
+        elif isinstance(outcome, BadOffset):
+            self._reply(p.ConditionalCheckFailed(ev.writer_id, ev.last_event_number, ev.request_id))
+        else:
+            assert isinstance(outcome, StoreError)
+            self._reply(_error_reply(outcome, None, ev.segment, request_id=ev.request_id))
 
     async def _setup_append(self, cmd: p.SetupAppend) -> None:
         last = await self._store.get_attribute(cmd.segment, cmd.writer_id)
@@ -502,12 +546,15 @@ class PravegaHandler(ConnectionHandler):
         else:
             payload = result.data
             size_bytes = len(payload)
-        try:
-            await self._room_for(size_bytes)
-        except BaseException:
-            if isinstance(payload, FileRegion):
-                payload.close()
-            raise
+        if self._unsent_bytes and self._unsent_bytes + size_bytes > MAX_UNSENT_REPLY_BYTES:
+            try:
+                await self._room_for(size_bytes)
+            except BaseException:
+                if isinstance(payload, FileRegion):
+                    payload.close()
+                raise
+        else:  # room now (a tail read, mostly): no coroutine for the wait that is not needed
+            self._unsent_bytes += size_bytes
         if isinstance(payload, bytes) and size_bytes < MIN_REGION_BYTES:  # a tail read, mostly
             self._reply(
                 p.SegmentRead(

@@ -67,6 +67,7 @@ __all__ = [
     "decode_frame",
     "decode_payload",
     "encode_command",
+    "encode_data_appended",
     "encode_event",
     "encode_split",
     "iter_events",
@@ -91,6 +92,31 @@ MAX_STRING_BYTES = 0xFFFF
 _DATA_APPENDED_FRAME = struct.Struct(">ii16sqqqq")
 """A whole DataAppended frame, every optional field written (as ``encode_command``
 writes them): one ``pack`` instead of a walk over the layout, per append."""
+_DATA_APPENDED_TYPE = int(c.CommandType.DATA_APPENDED)
+_APPEND_BLOCK_END_TYPE = int(c.CommandType.APPEND_BLOCK_END)
+_APPEND_BLOCK_END_HEAD = struct.Struct(">16sii")
+"""AppendBlockEnd up to its data: writer id, size of whole events, data length."""
+_APPEND_BLOCK_END_TAIL = struct.Struct(">iqq")
+"""AppendBlockEnd after its data: event count, last event number, request id."""
+
+UUID_CACHE_SIZE = 4096
+"""Writer ids (and other UUIDs) decoded recently, kept to be handed out again:
+a writer's id arrives with every append it sends, and building a ``UUID``
+from bytes is a few microseconds of Python. Cleared when full."""
+
+_UUIDS: dict[bytes, UUID] = {}
+
+
+def _uuid(raw: bytes) -> UUID:
+    """``UUID(bytes=raw)``, the same object for the same bytes while it is cached."""
+    found = _UUIDS.get(raw)
+    if found is None:
+        if len(_UUIDS) >= UUID_CACHE_SIZE:
+            _UUIDS.clear()
+        found = _UUIDS[raw] = UUID(bytes=raw)
+    return found
+
+
 _I8 = struct.Struct(">b")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -196,7 +222,7 @@ class _Reader:
         return count
 
     def uuid(self) -> UUID:
-        return UUID(bytes=self.take(16))
+        return _uuid(self.take(16))
 
     def str(self) -> str:
         (length,) = _U16.unpack(self.take(2))
@@ -584,16 +610,14 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
     """
     if type(cmd) is c.DataAppended:  # one per append: the hot reply
         try:
-            return _DATA_APPENDED_FRAME.pack(
-                c.CommandType.DATA_APPENDED,
-                _DATA_APPENDED_FRAME.size - HEADER_SIZE_BYTES,
-                cmd.writer_id.bytes,
+            return encode_data_appended(
+                cmd.writer_id,
                 cmd.event_number,
                 cmd.previous_event_number,
                 cmd.request_id,
                 cmd.current_segment_write_offset,
             )
-        except (struct.error, AttributeError) as exc:
+        except LocalProtocolError as exc:
             raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
     out = bytearray(HEADER_SIZE_BYTES)
     try:
@@ -611,6 +635,33 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
         )
     FRAME_HEADER.pack_into(out, 0, cmd.type, len(out) - HEADER_SIZE_BYTES)
     return bytes(out)
+
+
+def encode_data_appended(
+    writer_id: UUID,
+    event_number: int,
+    previous_event_number: int,
+    request_id: int,
+    current_segment_write_offset: int,
+) -> bytes:
+    """``encode_command(DataAppended(...))`` from its fields, without building the
+    command: one precompiled ``pack``, for the reply every append gets.
+
+    Raises:
+        LocalProtocolError: a number does not fit its i64.
+    """
+    try:
+        return _DATA_APPENDED_FRAME.pack(
+            _DATA_APPENDED_TYPE,
+            _DATA_APPENDED_FRAME.size - HEADER_SIZE_BYTES,
+            writer_id.bytes,
+            event_number,
+            previous_event_number,
+            request_id,
+            current_segment_write_offset,
+        )
+    except (struct.error, AttributeError) as exc:
+        raise LocalProtocolError(f"cannot encode DataAppended: {exc}") from exc
 
 
 def encode_split(
@@ -674,6 +725,10 @@ def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
         RemoteProtocolError: unknown type code, or a payload that does not
             parse as that command.
     """
+    if type_code == _APPEND_BLOCK_END_TYPE:  # one per append: the hot request
+        block = _decode_append_block_end(payload)
+        if block is not None:
+            return block
     if type_code == c.CommandType.SEGMENTS_BATCH_MERGED:
         return _decode_batch_merged(_Reader(payload, "SegmentsBatchMerged"))
     entry = _LAYOUTS.get(type_code)
@@ -688,6 +743,30 @@ def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
         else:
             values.append(_READERS[kind](reader))
     return cls(*values)
+
+
+def _decode_append_block_end(payload: bytes | memoryview) -> c.AppendBlockEnd | None:
+    """An AppendBlockEnd with every field present, decoded with two precompiled
+    ``unpack``s instead of a walk over its layout; None for anything else
+    (short, a length out of bounds, the request id omitted), which the layout
+    walk then decodes or refuses with its own message. The same command as the
+    walk gives: data as a slice of the payload (a view of a large frame)."""
+    head = _APPEND_BLOCK_END_HEAD.size
+    if len(payload) < head:
+        return None
+    writer, size_of_whole_events, length = _APPEND_BLOCK_END_HEAD.unpack_from(payload)
+    end = head + length
+    if length < 0 or len(payload) - end < _APPEND_BLOCK_END_TAIL.size:
+        return None
+    num_events, last_event_number, request_id = _APPEND_BLOCK_END_TAIL.unpack_from(payload, end)
+    return c.AppendBlockEnd(
+        _uuid(writer),
+        size_of_whole_events,
+        payload[head:end],
+        num_events,
+        last_event_number,
+        request_id,
+    )
 
 
 def decode_frame(frame: bytes) -> c.Command:

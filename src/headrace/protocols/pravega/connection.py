@@ -43,6 +43,7 @@ from .codec import (
     MAX_FRAME_BYTES,
     decode_command,
     encode_command,
+    encode_data_appended,
     encode_split,
 )
 from .codec import encode_event as _encode_event
@@ -476,6 +477,51 @@ class PravegaConnection:
                     )
                 session.last_acked = cmd.event_number
         self._queue(cmd)
+
+    def send_data_appended(
+        self,
+        writer_id: UUID,
+        event_number: int,
+        previous_event_number: int,
+        request_id: int,
+        current_segment_write_offset: int,
+    ) -> None:
+        """``send(DataAppended(...))`` from its fields: the same checks and bytes,
+        without building the command (a server sends one per append).
+
+        Raises:
+            LocalProtocolError: as :meth:`send`.
+        """
+        transition = None
+        if self._error is None and self._role is Role.SERVER:
+            transition = self._our_table.get((self._our_state, Input.REPLY))
+        if transition is None:  # refused: the general path says why
+            self.send(
+                c.DataAppended(
+                    writer_id,
+                    event_number,
+                    previous_event_number,
+                    request_id,
+                    current_segment_write_offset,
+                )
+            )
+            return
+        session = self._writers.get(writer_id)
+        if session is not None:
+            if event_number < session.last_acked:
+                raise LocalProtocolError(
+                    f"DataAppended {event_number} after {session.last_acked}: "
+                    "acks go out in event-number order"
+                )
+            session.last_acked = event_number
+        self._outbound += encode_data_appended(
+            writer_id,
+            event_number,
+            previous_event_number,
+            request_id,
+            current_segment_write_offset,
+        )
+        self._our_state = transition[1]
 
     def send_split(self, cmd: c.Command, size_bytes: int) -> tuple[bytes, bytes]:
         """Send a reply whose large bytes field the caller writes itself (zero-copy).

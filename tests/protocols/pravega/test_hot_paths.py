@@ -1,0 +1,130 @@
+"""The per-append shortcuts agree with the general code they stand in for.
+
+Every append is one AppendBlockEnd decoded and one DataAppended sent; both
+have a shortcut (precompiled ``struct``s, no layout walk, no command built).
+These tests hold each shortcut to the general path's result, including
+every malformed or short payload, where the shortcut must step aside so the
+general path refuses it with its own message.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headrace.errors import LocalProtocolError, RemoteProtocolError
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega import codec
+
+I64 = st.integers(-(2**63), 2**63 - 1)
+I32 = st.integers(-(2**31), 2**31 - 1)
+
+
+def _walked(type_code: int, payload: bytes | memoryview) -> p.Command:
+    """What the layout walk decodes (the shortcut switched off)."""
+    shortcut = codec._decode_append_block_end
+    codec._decode_append_block_end = lambda _payload: None  # type: ignore[assignment]
+    try:
+        return codec.decode_payload(type_code, payload)
+    finally:
+        codec._decode_append_block_end = shortcut  # type: ignore[assignment]
+
+
+def _outcome(decode: object, payload: bytes | memoryview) -> object:
+    try:
+        return decode(p.CommandType.APPEND_BLOCK_END, payload)  # type: ignore[operator]
+    except RemoteProtocolError as exc:
+        return ("error", str(exc))
+
+
+@given(
+    writer=st.uuids(),
+    whole=I32,
+    data=st.binary(max_size=64),
+    count=I32,
+    last=I64,
+    request_id=I64,
+    cut=st.integers(0, 120),
+    as_view=st.booleans(),
+)
+def test_append_block_end_shortcut_decodes_as_the_layout_walk(
+    writer: UUID,
+    whole: int,
+    data: bytes,
+    count: int,
+    last: int,
+    request_id: int,
+    cut: int,
+    as_view: bool,
+) -> None:
+    frame = p.encode_command(p.AppendBlockEnd(writer, whole, data, count, last, request_id))
+    full = frame[8:]
+    for payload in (full, full[: max(0, len(full) - cut)], full + b"\x00" * (cut % 9)):
+        given_payload: bytes | memoryview = memoryview(payload) if as_view else payload
+        fast = _outcome(codec.decode_payload, given_payload)
+        assert fast == _outcome(_walked, given_payload)
+        if isinstance(fast, p.AppendBlockEnd):
+            assert type(fast.data) is type(given_payload[:0])  # a view stays a view
+
+
+def test_append_block_end_shortcut_is_taken_and_ids_are_shared() -> None:
+    writer = UUID(int=7)
+    frame = p.encode_command(p.AppendBlockEnd(writer, 3, b"abc", 1, 5, 9))
+    assert codec._decode_append_block_end(frame[8:]) == p.AppendBlockEnd(writer, 3, b"abc", 1, 5, 9)
+    first = codec.decode_payload(p.CommandType.APPEND_BLOCK_END, frame[8:])
+    again = codec.decode_payload(p.CommandType.APPEND_BLOCK_END, frame[8:])
+    assert isinstance(first, p.AppendBlockEnd) and isinstance(again, p.AppendBlockEnd)
+    assert first.writer_id is again.writer_id  # decoded once, then from the cache
+    without_request_id = frame[8:-8]  # old Java clients omit it: the walk decodes that
+    assert codec._decode_append_block_end(without_request_id) is None
+    decoded = codec.decode_payload(p.CommandType.APPEND_BLOCK_END, without_request_id)
+    assert decoded == p.AppendBlockEnd(writer, 3, b"abc", 1, 5)
+
+
+def test_uuid_cache_is_bounded() -> None:
+    for i in range(codec.UUID_CACHE_SIZE + 10):
+        assert codec._uuid(UUID(int=i).bytes) == UUID(int=i)
+    assert len(codec._UUIDS) <= codec.UUID_CACHE_SIZE
+
+
+@given(writer=st.uuids(), number=I64, previous=I64, request_id=I64, offset=I64)
+def test_data_appended_shortcut_encodes_as_encode_command(
+    writer: UUID, number: int, previous: int, request_id: int, offset: int
+) -> None:
+    expected = p.encode_command(p.DataAppended(writer, number, previous, request_id, offset))
+    assert codec.encode_data_appended(writer, number, previous, request_id, offset) == expected
+
+
+def _server_with_writer(writer: UUID) -> p.PravegaConnection:
+    conn = p.PravegaConnection(p.Role.SERVER)
+    conn.receive_data(
+        p.encode_command(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION))
+        + p.encode_command(p.SetupAppend(1, writer, "s", ""))
+    )
+    list(conn.events())
+    conn.data_to_send()
+    return conn
+
+
+def test_send_data_appended_is_send_of_the_command() -> None:
+    writer = UUID(int=3)
+    general, shortcut = _server_with_writer(writer), _server_with_writer(writer)
+    general.send(p.DataAppended(writer, 10, -1, 2, 1080))
+    shortcut.send_data_appended(writer, 10, -1, 2, 1080)
+    assert shortcut.data_to_send() == general.data_to_send()
+    assert shortcut.writers[writer].last_acked == general.writers[writer].last_acked == 10
+    # Acks go out in event-number order, on both paths.
+    with pytest.raises(LocalProtocolError, match="event-number order"):
+        shortcut.send_data_appended(writer, 9, 10, 3, 1080)
+
+
+def test_send_data_appended_refuses_what_send_refuses() -> None:
+    client = p.PravegaConnection(p.Role.CLIENT)
+    with pytest.raises(LocalProtocolError):
+        client.send_data_appended(UUID(int=1), 1, -1, 1, 1)
+    server = p.PravegaConnection(p.Role.SERVER)  # before the handshake
+    with pytest.raises(LocalProtocolError):
+        server.send_data_appended(UUID(int=1), 1, -1, 1, 1)
