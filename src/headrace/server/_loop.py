@@ -4,11 +4,19 @@ Theory of operation. A protocol adapter is a ``ConnectionHandler``: it owns
 the protocol's sans-I/O connection object, turns received bytes into events
 (``feed``), carries out one event against the store (``handle``), and queues
 replies inside the sans-I/O object; the loop writes whatever
-``data_to_send`` returns. The loop is written once (STYLE.md rule 4):
+``data_to_send`` returns. The loop is written once (STYLE.md rule 4), as an
+``asyncio.BufferedProtocol`` (``Connection``) and one supervising task:
 
-* **Reading** stops while ``MAX_PENDING_EVENTS`` events of this connection
+* **Receiving**: the kernel copies received bytes into the listener's one
+  receive buffer (``READ_CHUNK_BYTES``, shared by its connections), and
+  the same callback feeds them to the handler, whose sans-I/O buffer takes
+  its only copy, and starts the events that come out. No task wakes to
+  read, and an idle connection holds no receive buffer. A handler must not
+  keep the ``memoryview`` it is fed once ``feed``'s iteration ends.
+* **Reading** pauses while ``MAX_PENDING_EVENTS`` events of this connection
   are being handled, so a client that sends faster than the store answers
-  is slowed by TCP, not buffered without bound.
+  is slowed by TCP, not buffered without bound (the events of the read that
+  reached the limit wait in a backlog).
 * **Handling** runs each event in its own task, so one parked read (a
   long-poll at the tail) never stalls appends on the same connection. Tasks
   are started in arrival order and a handler's first step runs before any
@@ -17,9 +25,9 @@ replies inside the sans-I/O object; the loop writes whatever
   it is issued). Handlers whose events must be serialised say so with
   ``sequential`` and are run one at a time, in order. An event its handler
   marks ``inline`` (a Pravega append) skips the task: its first step runs
-  in the read loop at once, and only if it suspends is the rest handed to a
-  task (``_start_inline``), so an append the store acknowledges without
-  waiting costs no event-loop round of its own.
+  in the receive callback at once, and only if it suspends is the rest
+  handed to a task (``_start_inline``), so an append the store acknowledges
+  without waiting is read, handled and answered in one callback.
 * **Writing** happens in a writer task woken by ``wake_writer``; it drains
   the transport, so a peer that does not read is slowed too, and ``close``
   flushes what is queued before closing. When an event finishes while that
@@ -42,6 +50,8 @@ replies inside the sans-I/O object; the loop writes whatever
 * **Accounting**: bytes each way and requests (events) are reported to the
   listener's ``ConnectionObserver`` (metrics), and one ``headrace.access``
   line is logged when the connection closes, with why it closed.
+* **TLS**: the supervising task does the server handshake (``loop.start_tls``,
+  bounded), then the handler is made; a failed handshake is a logged close.
 * **Errors**: a ``RemoteProtocolError`` from ``feed`` gets the handler's
   reply (``on_protocol_error``) written, then the connection is closed and
   logged. An unexpected exception in a handler closes this connection only
@@ -52,13 +62,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import contextlib
 import contextvars
 import logging
 import os
+import ssl
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from headrace.errors import RemoteProtocolError
 from headrace.types import FileRegion
@@ -72,12 +84,12 @@ __all__ = [
     "MAX_PENDING_EVENTS",
     "PARTIAL_FRAME_TIMEOUT_S",
     "READ_CHUNK_BYTES",
+    "Connection",
     "ConnectionHandler",
     "ConnectionLimits",
     "ConnectionObserver",
     "ListenerSettings",
     "OutputPiece",
-    "run_connection",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,8 +97,8 @@ access_log = logging.getLogger("headrace.access")
 
 READ_CHUNK_BYTES = 256 * 1024
 """Bytes asked of the socket per read: big enough for a full append block in a few reads.
-Also the listeners' ``StreamReader`` limit, so asyncio pauses a connection's reading
-only past twice this (512 KiB) buffered while the loop is not reading it."""
+The size of a listener's one receive buffer, shared by all its connections (each read
+is fed to its handler before the next read), so an idle connection holds none."""
 
 MAX_PENDING_EVENTS = 256
 """Events of one connection being handled at once; reading pauses beyond it.
@@ -347,83 +359,571 @@ async def _finish(coro: Coroutine[object, None, None], yielded: object) -> None:
         _taken(yielded)
 
 
-async def run_connection(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    handler: ConnectionHandler,
-    *,
-    limits: ConnectionLimits | None = None,
-    idle_timeout_s: float | None = None,
-    max_pending_events: int | None = None,
-    observer: ConnectionObserver | None = None,
-    listener: str | None = None,
-    first_request_timeout_s: float | None = None,
-) -> None:
-    """Serve one connection until EOF, a protocol error, a limit, or cancellation.
+class Connection(asyncio.BufferedProtocol):
+    """One accepted connection: the transport's callbacks and a supervising task.
 
-    ``idle_timeout_s`` and ``max_pending_events``, when given, override ``limits``.
-    ``first_request_timeout_s``: close the connection if no whole request has
-    arrived this long after it opened (None: no such limit, only the idle one).
-    ``listener`` names the connection's protocol in its access line (default:
-    the handler's name).
+    Received bytes land in the listener's receive buffer (``get_buffer``) and
+    are fed to the handler in the same callback (``buffer_updated``); the
+    events that come out are started there too, an ``inline`` one's first
+    step included. A small request is thus read, handled and answered in one
+    event-loop callback, with no task woken to read it and no copy of the
+    bytes before the handler's own buffer. The receive buffer is shared by
+    every connection of the listener, so nothing may hold a view of it once
+    ``buffer_updated`` returns: a feed still yielding events when the
+    pending-event limit is reached is drained into a backlog at once, and
+    reading pauses until the backlog is handled.
+
+    The supervising task (``serve``) does what may wait: the TLS handshake,
+    the idle, partial-frame and first-request timers, letting handlers finish,
+    flushing replies and closing. The listener cancels it to shut down.
+
+    Args:
+        make_handler: builds the connection's ``ConnectionHandler`` (after the
+            TLS handshake, if any).
+        receive_buffer: the listener's shared receive buffer.
+        limits: the connection limits.
+        registry: the listener's open connections (their supervising tasks);
+            a connection beyond ``limits.max_connections`` is refused.
+        idle_timeout_s, max_pending_events: override ``limits`` when given.
+        observer: where bytes, requests and closes are counted.
+        listener: the protocol's name in the access line and logs.
+        first_request_timeout_s: close the connection if no whole request has
+            arrived this long after it opened (None: no such limit).
+        ssl_context, tls_handshake_timeout_s: serve TLS, with this bound on
+            the handshake.
     """
-    limits = limits or ConnectionLimits()
-    idle_s = limits.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
-    pending_max = limits.max_pending_requests if max_pending_events is None else max_pending_events
-    peer = writer.get_extra_info("peername")
-    clock = asyncio.get_running_loop().time
-    opened_at = clock()
-    first_request_by = (
-        None if first_request_timeout_s is None else opened_at + first_request_timeout_s
-    )
-    wake = asyncio.Event()
-    closing = False
-    handler.wake_writer = wake.set
-    pending = 0  # events being handled (a counter, not a Semaphore: no coroutine per event)
-    room = asyncio.Event()  # set whenever an event finishes
-    tasks: set[asyncio.Task[None]] = set()
-    previous: asyncio.Task[None] | None = None  # the last sequential event's task
-    writing = False  # the writer task is sending or draining
-    carry: list[OutputPiece] = []  # output taken by write_now that the writer must send
-    counts = {"requests": 0, "bytes_in": 0, "bytes_out": 0}
-    reason = ""
 
-    def close_reason(why: str) -> None:
-        nonlocal reason
-        if not reason:
-            reason = why
+    def __init__(
+        self,
+        make_handler: Callable[[], ConnectionHandler],
+        receive_buffer: memoryview,
+        *,
+        limits: ConnectionLimits,
+        registry: set[asyncio.Task[None]],
+        idle_timeout_s: float | None = None,
+        max_pending_events: int | None = None,
+        observer: ConnectionObserver | None = None,
+        listener: str = "connection",
+        first_request_timeout_s: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_handshake_timeout_s: float = 10.0,
+    ) -> None:
+        self._make_handler = make_handler
+        self._receive_buffer = receive_buffer
+        self._limits = limits
+        self._registry = registry
+        self._idle_s = limits.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
+        self._pending_max = (
+            limits.max_pending_requests if max_pending_events is None else max_pending_events
+        )
+        self._observer = observer
+        self._listener = listener
+        self._first_request_timeout_s = first_request_timeout_s
+        self._ssl_context = ssl_context
+        self._tls_handshake_timeout_s = tls_handshake_timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._clock = self._loop.time
+        self._opened_at = self._clock()
+        self._last_received = self._opened_at
+        self._first_request_by = (
+            None if first_request_timeout_s is None else self._opened_at + first_request_timeout_s
+        )
+        self._partial_timer: asyncio.TimerHandle | None = None  # runs while a frame arrives
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._first_request_timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+        self._handler: ConnectionHandler | None = None
+        self._peer: object = None
+        self._ended: asyncio.Future[None] = self._loop.create_future()
+        self._early = bytearray()  # bytes received before the handler started (TLS)
+        self._early_eof = False
+        self._receiving = False  # the handler is set up and takes bytes
+        self._lost = False
+        self._reason = ""
+        self._counts = {"requests": 0, "bytes_in": 0, "bytes_out": 0}
+        self._pending = 0  # events being handled
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._previous: asyncio.Task[None] | None = None  # the last sequential event's task
+        self._unstarted = False  # a task made for an event has not run its first step yet
+        self._backlog: collections.deque[object] = collections.deque()
+        self._backlog_error: RemoteProtocolError | None = None
+        self._backlog_scheduled = False
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._writing = False  # the writer task is sending or draining
+        self._carry: list[OutputPiece] = []  # output taken by write_now that the writer must send
+        self._writer_task: asyncio.Task[None] | None = None
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._closed: asyncio.Future[None] = self._loop.create_future()
 
-    if observer is not None:
-        observer.connection_opened()
+    # ------------------------------------------------------------ transport callbacks
 
-    transport = writer.transport
-    sock = writer.get_extra_info("socket")
-    handler.sendfile_ok = (
-        writer.get_extra_info("sslcontext") is None
-        and writer.get_extra_info("ssl_object") is None  # however TLS was started
-        and sock is not None
-        and isinstance(transport, asyncio.WriteTransport)
-    )
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._peer = transport.get_extra_info("peername")
+        if len(self._registry) >= self._limits.max_connections:
+            log.warning(
+                "%s: refusing %s: %d connections open",
+                self._listener,
+                self._peer,
+                len(self._registry),
+            )
+            transport.close()
+            if self._observer is not None:
+                self._observer.connection_refused()
+            log_access(self._listener, self._peer, {}, 0.0, "refused")
+            return
+        if self._ssl_context is not None:
+            transport.pause_reading()  # the ClientHello is for the TLS layer, not the handler
+        else:
+            self._start(transport)
+        task = self._loop.create_task(self.serve(), name=f"{self._listener}-connection")
+        self._registry.add(task)
+        task.add_done_callback(self._registry.discard)
 
-    def sent(count: int) -> None:
-        counts["bytes_out"] += count
-        if observer is not None and count:
-            observer.bytes_sent(count)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._receive_buffer
 
-    async def send_region(region: FileRegion) -> None:
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._handler is None:
+            # TLS: the peer's first bytes can arrive in the round between the end of
+            # the handshake and the handler's start; they are kept for it.
+            self._early += self._receive_buffer[:nbytes]
+            return
+        if self._receiving:
+            self._received(self._receive_buffer[:nbytes])
+
+    def _received(self, data: bytes | memoryview) -> None:
+        nbytes = len(data)
+        self._last_received = self._clock()
+        self._counts["bytes_in"] += nbytes
+        if self._observer is not None:
+            self._observer.bytes_received(nbytes)
+        self._feed(data)
+        if not self._receiving:
+            return
+        if self._first_request_timer is not None and self._counts["requests"]:
+            self._first_request_timer.cancel()
+            self._first_request_timer = None
+        assert self._handler is not None
+        partial = self._handler.partial_frame_bytes()
+        if partial > self._limits.max_frame_bytes:
+            self._close_reason("frame_too_large")
+            log.warning(
+                "%s %s: a frame over %d bytes; closing",
+                self._handler.name,
+                self._peer,
+                self._limits.max_frame_bytes,
+            )
+            self._stop_receiving()
+        elif partial == 0:
+            if self._partial_timer is not None:
+                self._partial_timer.cancel()
+                self._partial_timer = None
+        elif self._partial_timer is None:
+            self._partial_timer = self._loop.call_later(
+                self._limits.partial_frame_timeout_s, self._partial_frame_timeout
+            )
+
+    def eof_received(self) -> bool:
+        if self._handler is None:
+            self._early_eof = True  # TLS, before the handler's start (see buffer_updated)
+            return False
+        if self._receiving:
+            self._feed(b"")
+            self._close_reason("eof")
+            self._stop_receiving()
+        # Plain TCP: keep the write side open, so a client that half-closes after
+        # its last request still gets its replies (TLS cannot keep it open).
+        return self._ssl_context is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._close_reason("connection_error" if exc is not None else "closed")
+        self._stop_receiving()
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("the connection was lost"))
+        if not self._closed.done():
+            self._closed.set_result(None)
+        self._wake.set()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------ receiving and dispatch
+
+    def _start(self, transport: asyncio.Transport) -> None:
+        """Set the handler up on ``transport`` (plain, or TLS after the handshake)."""
+        self._transport = transport
+        handler = self._handler = self._make_handler()
+        handler.wake_writer = self._wake.set
+        sock = transport.get_extra_info("socket")
+        handler.sendfile_ok = (
+            transport.get_extra_info("sslcontext") is None
+            and transport.get_extra_info("ssl_object") is None  # however TLS was started
+            and sock is not None
+        )
+        if self._observer is not None:
+            self._observer.connection_opened()
+        self._receiving = True
+        self._idle_timer = self._loop.call_at(self._last_received + self._idle_s, self._idle)
+        if self._first_request_by is not None:
+            self._first_request_timer = self._loop.call_at(
+                self._first_request_by, self._no_first_request
+            )
+        handler.on_start()
+        self._wake.set()
+        self._writer_task = self._loop.create_task(
+            self._write_loop(), name=f"{handler.name}-writer"
+        )
+        if self._early:
+            early, self._early = bytes(self._early), bytearray()
+            self._received(early)
+        if self._early_eof and self._receiving:
+            self.eof_received()
+
+    def _close_reason(self, why: str) -> None:
+        if not self._reason:
+            self._reason = why
+
+    def _stop_receiving(self) -> None:
+        """Take no more bytes; the supervising task winds the connection up."""
+        self._receiving = False
+        for timer in (self._idle_timer, self._partial_timer, self._first_request_timer):
+            if timer is not None:
+                timer.cancel()
+        if not self._ended.done():
+            self._ended.set_result(None)
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        """Feed received bytes (``b""``: EOF) to the handler and start the events."""
+        assert self._handler is not None
+        try:
+            # A view, typed as the handlers' ``bytes`` (they only copy it into
+            # their sans-I/O buffers; see "Receiving" above).
+            events = iter(self._handler.feed(cast("bytes", data)))
+            for event in events:
+                self._counts["requests"] += 1
+                if self._observer is not None:
+                    self._observer.request_received()
+                if self._pending >= self._pending_max or self._backlog:
+                    # The limit is reached: take every event of these bytes now (the
+                    # receive buffer is shared) and read nothing more until they ran.
+                    self._backlog.append(event)
+                    if self._transport is not None and data:
+                        self._transport.pause_reading()
+                    continue
+                self._dispatch(event)
+        except RemoteProtocolError as exc:
+            if self._backlog:
+                self._backlog_error = exc  # after the events before it
+            else:
+                self._protocol_error(exc)
+
+    def _protocol_error(self, exc: RemoteProtocolError) -> None:
+        assert self._handler is not None
+        self._close_reason("protocol_error")
+        log.warning("%s %s: protocol error, closing: %s", self._handler.name, self._peer, exc)
+        self._handler.on_protocol_error(exc)
+        self._stop_receiving()
+        self._write_now()
+
+    def _dispatch(self, event: object) -> None:
+        """Start handling ``event``: inline when allowed, else in a task of its own."""
+        assert self._handler is not None
+        self._pending += 1
+        sequential = self._handler.sequential(event)
+        previous = self._previous
+        after = previous if sequential and not _finished(previous) else None
+        task: asyncio.Task[None] | None
+        if after is None and not self._unstarted and self._handler.inline(event):
+            # Nothing it must follow is left undone: start it here, in order.
+            task = _start_inline(self._run_event(event, None))
+        else:
+            task = self._loop.create_task(self._run_event(event, after))
+            if not self._unstarted:
+                # Scheduled after the task's first step: until it runs, later
+                # events must not start inline ahead of that step.
+                self._unstarted = True
+                self._loop.call_soon(self._all_started)
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if sequential:
+            self._previous = task
+
+    def _all_started(self) -> None:
+        self._unstarted = False
+
+    async def _run_event(self, event: object, after: asyncio.Task[None] | None) -> None:
+        handler = self._handler
+        assert handler is not None
+        try:
+            if after is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.shield(after)
+            await handler.handle(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._close_reason("handler_error")
+            log.exception("%s %s: handling %s failed; closing", handler.name, self._peer, event)
+            self._stop_receiving()
+            if self._transport is not None:
+                self._transport.abort()
+        finally:
+            self._pending -= 1
+            if self._backlog and not self._backlog_scheduled:
+                self._backlog_scheduled = True
+                self._loop.call_soon(self._run_backlog)
+            self._write_now()
+
+    def _run_backlog(self) -> None:
+        """Start backlogged events while there is room; read again once none is left."""
+        self._backlog_scheduled = False
+        if not self._receiving and self._reason != "eof":
+            self._backlog.clear()
+            return
+        while self._backlog and self._pending < self._pending_max:
+            self._dispatch(self._backlog.popleft())
+        if self._backlog:
+            return  # the next event to finish calls again
+        if self._backlog_error is not None:
+            exc, self._backlog_error = self._backlog_error, None
+            self._protocol_error(exc)
+        elif self._receiving and self._transport is not None:
+            self._transport.resume_reading()
+
+    # ------------------------------------------------------------ the supervising task
+
+    async def serve(self) -> None:
+        """Handshake, timers, and the orderly end of the connection."""
+        try:
+            if self._ssl_context is not None and not await self._handshake(self._ssl_context):
+                return
+            try:
+                await self._watch()
+                # Let handlers of what was received finish (a client that half-closes
+                # after its last request still gets its replies), unless the peer is gone.
+                while (self._tasks or self._backlog) and not self._lost:
+                    if self._tasks:
+                        await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+                    elif self._backlog:
+                        await asyncio.sleep(0)  # _run_backlog is scheduled
+            except asyncio.CancelledError:
+                self._close_reason("shutdown")
+                raise
+            finally:
+                await self._wind_up()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("%s: connection %s failed", self._listener, self._peer)
+
+    async def _handshake(self, ssl_context: ssl.SSLContext) -> bool:
+        """Do the server side of a TLS handshake; True when the connection speaks TLS.
+
+        A failed handshake (a plaintext client, no or a wrong client certificate,
+        a stall past the bound) closes the connection, logged and counted.
+        """
+        transport = self._transport
+        assert transport is not None
+        started_at = self._clock()
+        try:
+            tls = await self._loop.start_tls(
+                transport,
+                self,
+                ssl_context,
+                server_side=True,
+                ssl_handshake_timeout=self._tls_handshake_timeout_s,
+            )
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        except Exception as exc:  # ssl.SSLError, a reset, the timeout: all the peer's doing
+            log.warning(
+                "%s: TLS handshake with %s failed: %s", self._listener, _address(self._peer), exc
+            )
+            transport.abort()
+            if self._observer is not None:
+                self._observer.connection_opened()
+                self._observer.connection_closed("tls_failed")
+            log_access(self._listener, self._peer, {}, self._clock() - started_at, "tls_failed")
+            return False
+        if tls is None or self._lost:  # closed during the handshake
+            transport.abort()
+            return False
+        self._start(tls)
+        return True
+
+    async def _watch(self) -> None:
+        """Wait until receiving stops (EOF, an error, a limit, a timer), then stop reading."""
+        await self._ended
+        if self._transport is not None and not self._lost:
+            self._transport.pause_reading()
+
+    # Timers: one handle each, not one per read. The idle timer is not moved by
+    # every read: when it fires early it looks at the last read and sets itself again.
+
+    def _idle(self) -> None:
+        handler = self._handler
+        if not self._receiving or handler is None:
+            return
+        now = self._clock()
+        idle_at = self._last_received + self._idle_s
+        if now < idle_at:
+            self._idle_timer = self._loop.call_at(idle_at, self._idle)
+            return
+        if handler.busy():
+            self._last_received = now
+            self._idle_timer = self._loop.call_at(now + self._idle_s, self._idle)
+            return
+        self._close_reason("idle")
+        log.info("%s %s: idle for %.0f s; closing", handler.name, self._peer, self._idle_s)
+        self._stop_receiving()
+
+    def _partial_frame_timeout(self) -> None:
+        handler = self._handler
+        if not self._receiving or handler is None:
+            return
+        self._close_reason("partial_frame_timeout")
+        log.info(
+            "%s %s: a frame took over %.0f s to arrive; closing",
+            handler.name,
+            self._peer,
+            self._limits.partial_frame_timeout_s,
+        )
+        self._stop_receiving()
+
+    def _no_first_request(self) -> None:
+        handler = self._handler
+        if not self._receiving or handler is None or self._counts["requests"]:
+            return
+        self._close_reason("first_request_timeout")
+        log.info(
+            "%s %s: no request within %.1f s; closing",
+            handler.name,
+            self._peer,
+            self._first_request_timeout_s,
+        )
+        self._stop_receiving()
+
+    async def _wind_up(self) -> None:
+        """Cancel what still runs, flush replies, close, and log the access line.
+
+        Every step runs even if the task is cancelled meanwhile (the listener
+        shutting down): the handler's ``on_close`` releases its sessions and
+        the transport is closed; the cancellation is raised again at the end.
+        """
+        cancelled = False
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            try:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            except asyncio.CancelledError:
+                cancelled = True
+        self._backlog.clear()
+        self._closing = True
+        self._wake.set()
+        writer_task = self._writer_task
+        if writer_task is not None:
+            if not cancelled:
+                try:
+                    await asyncio.wait_for(asyncio.shield(writer_task), CLOSE_FLUSH_TIMEOUT_S)
+                except asyncio.CancelledError:
+                    cancelled = True
+                except Exception:  # the writer logged it; a timeout: give up the flush
+                    pass
+            writer_task.cancel()
+        self._close_reason("closed")  # the writer stopped: the peer went away
+        handler = self._handler
+        try:
+            if handler is not None:
+                await handler.on_close()
+        except asyncio.CancelledError:
+            cancelled = True
+        finally:
+            transport = self._transport
+            if transport is not None:
+                transport.close()
+                if cancelled or self._closed.done():
+                    transport.abort()
+                else:
+                    try:
+                        await asyncio.wait_for(asyncio.shield(self._closed), CLOSE_FLUSH_TIMEOUT_S)
+                    except asyncio.CancelledError:
+                        cancelled = True
+                        transport.abort()
+                    except TimeoutError:  # the peer takes nothing: give up on the flush
+                        transport.abort()
+            if self._observer is not None:
+                self._observer.connection_closed(self._reason)
+            log_access(
+                self._listener,
+                self._peer,
+                self._counts,
+                self._clock() - self._opened_at,
+                self._reason,
+            )
+        if cancelled:
+            raise asyncio.CancelledError
+
+    # ------------------------------------------------------------ writing
+
+    def _sent(self, count: int) -> None:
+        self._counts["bytes_out"] += count
+        if self._observer is not None and count:
+            self._observer.bytes_sent(count)
+
+    def _write_small(self, pieces: Iterable[bytes | bytearray | memoryview]) -> None:
+        """Write pieces, joining runs of small ones into one write (one syscall)."""
+        transport = self._transport
+        assert transport is not None
+        small: list[bytes | bytearray | memoryview] = []
+        for piece in pieces:
+            if len(piece) < JOIN_BELOW_BYTES:
+                small.append(piece)
+                continue
+            if small:
+                data = small[0] if len(small) == 1 else b"".join(small)
+                transport.write(data)
+                self._sent(len(data))
+                small = []
+            transport.write(piece)
+            self._sent(len(piece))
+        if small:
+            data = small[0] if len(small) == 1 else b"".join(small)
+            transport.write(data)
+            self._sent(len(data))
+
+    async def _send_region(self, region: FileRegion) -> None:
         """Write a file region: ``sendfile`` at once if the transport's buffer is
         empty, then ``loop.sendfile`` (which waits for it to empty) for the rest.
 
         Raises:
             ConnectionError: the peer went away (also in the middle).
         """
+        transport = self._transport
+        handler = self._handler
+        assert transport is not None and handler is not None
         if not handler.sendfile_ok:
             data = region.read()  # TLS: the bytes must pass through the cipher
-            writer.write(data)
-            sent(len(data))
+            transport.write(data)
+            self._sent(len(data))
             return
         if transport.is_closing():
             raise ConnectionResetError("the connection closed before a region was sent")
+        sock = transport.get_extra_info("socket")
         position, left = region.position, region.size_bytes
         if transport.get_write_buffer_size() == 0:
             try:
@@ -434,50 +934,38 @@ async def run_connection(
                 raise ConnectionResetError(f"sendfile failed: {exc}") from exc
             position += count
             left -= count
-            sent(count)
+            self._sent(count)
         if not left:
             return
         # A file object over the region's own fd (no I/O here): loop.sendfile wants one.
         with open(region.fd, "rb", buffering=0, closefd=False) as file:  # noqa: ASYNC230
             file.seek(position)
             try:
-                count = await asyncio.get_running_loop().sendfile(
-                    transport, file, position, left, fallback=False
-                )
+                count = await self._loop.sendfile(transport, file, position, left, fallback=False)
             except (OSError, RuntimeError) as exc:  # RuntimeError: the transport closed
-                sent(max(file.tell() - position, 0))  # what went out before the error
+                self._sent(max(file.tell() - position, 0))  # what went out before the error
                 raise ConnectionResetError(f"sendfile stopped: {exc}") from exc
-        sent(count)
+        self._sent(count)
 
-    async def send(pieces: list[OutputPiece]) -> None:
+    async def _send(self, pieces: list[OutputPiece]) -> None:
         """Write the pieces in order; close every region among them, sent or not."""
         try:
-            small: list[bytes | bytearray | memoryview] = []
+            run: list[bytes | bytearray | memoryview] = []
             for piece in pieces:
-                if not isinstance(piece, FileRegion) and len(piece) < JOIN_BELOW_BYTES:
-                    small.append(piece)
+                if not isinstance(piece, FileRegion):
+                    run.append(piece)
                     continue
-                if small:
-                    data = small[0] if len(small) == 1 else b"".join(small)
-                    writer.write(data)
-                    sent(len(data))
-                    small = []
-                if isinstance(piece, FileRegion):
-                    await send_region(piece)
-                    piece.close()
-                else:
-                    writer.write(piece)
-                    sent(len(piece))
-            if small:
-                data = small[0] if len(small) == 1 else b"".join(small)
-                writer.write(data)
-                sent(len(data))
+                self._write_small(run)
+                run = []
+                await self._send_region(piece)
+                piece.close()
+            self._write_small(run)
         finally:
             for piece in pieces:
                 if isinstance(piece, FileRegion):
                     piece.close()
 
-    def write_now() -> None:
+    def _write_now(self) -> None:
         """Write queued replies straight to the transport when the writer is idle.
 
         Saves the round in which the writer task would wake for a small reply.
@@ -485,215 +973,81 @@ async def run_connection(
         draining, and the ``max_buffered_bytes`` check (woken whenever the
         transport holds bytes the peer has not taken).
         """
-        if writing or closing or carry:
-            wake.set()
+        transport = self._transport
+        handler = self._handler
+        if transport is None or handler is None:
+            return
+        if self._writing or self._closing or self._carry:
+            self._wake.set()
             return
         pieces = handler.output()
         if not pieces:
             return
         if transport.is_closing() or any(isinstance(piece, FileRegion) for piece in pieces):
-            carry.extend(pieces)
-            wake.set()
+            self._carry.extend(pieces)
+            self._wake.set()
             return
-        small: list[bytes | bytearray | memoryview] = []
-        for piece in pieces:
-            assert not isinstance(piece, FileRegion)
-            if len(piece) < JOIN_BELOW_BYTES:
-                small.append(piece)
-                continue
-            if small:
-                data = small[0] if len(small) == 1 else b"".join(small)
-                writer.write(data)
-                sent(len(data))
-                small = []
-            writer.write(piece)
-            sent(len(piece))
-        if small:
-            data = small[0] if len(small) == 1 else b"".join(small)
-            writer.write(data)
-            sent(len(data))
+        self._write_small(pieces)  # type: ignore[arg-type]  # no FileRegion: checked above
         if transport.get_write_buffer_size():
-            wake.set()
+            self._wake.set()
 
-    async def write_loop() -> None:
-        nonlocal writing
+    async def _drain(self) -> None:
+        """Wait until the transport's buffer is below its high-water mark.
+
+        Raises:
+            ConnectionResetError: the connection was lost.
+        """
+        if self._lost:
+            raise ConnectionResetError("the connection was lost")
+        if not self._write_paused:
+            return
+        waiter = self._drain_waiter = self._loop.create_future()
+        await waiter
+
+    async def _write_loop(self) -> None:
+        transport = self._transport
+        handler = self._handler
+        assert transport is not None and handler is not None
         while True:
-            await wake.wait()
-            wake.clear()
-            writing = True
+            await self._wake.wait()
+            self._wake.clear()
+            self._writing = True
             data = handler.output()
-            if carry:
-                data = carry + data
-                carry.clear()
+            if self._carry:
+                data = self._carry + data
+                self._carry.clear()
             if data or transport.get_write_buffer_size():
                 try:
-                    await send(data)
+                    await self._send(data)
+                    if transport.get_write_buffer_size() > self._limits.max_buffered_bytes:
+                        self._close_reason("not_reading")
+                        log.warning(
+                            "%s %s: more than %d reply bytes not taken; closing",
+                            handler.name,
+                            self._peer,
+                            self._limits.max_buffered_bytes,
+                        )
+                        self._stop_receiving()
+                        transport.abort()
+                        return
+                    await self._drain()
                 except ConnectionError as exc:
-                    close_reason("connection_error")
-                    log.info("%s %s: the peer went away while sending: %s", handler.name, peer, exc)
+                    self._close_reason("connection_error")
+                    log.info(
+                        "%s %s: the peer went away while sending: %s", handler.name, self._peer, exc
+                    )
+                    self._stop_receiving()
                     transport.abort()
                     return
-                if writer.transport.get_write_buffer_size() > limits.max_buffered_bytes:
-                    close_reason("not_reading")
-                    log.warning(
-                        "%s %s: more than %d reply bytes not taken; closing",
-                        handler.name,
-                        peer,
-                        limits.max_buffered_bytes,
-                    )
-                    writer.transport.abort()
-                    return
-                await writer.drain()
-            writing = False
-            if closing:
+            self._writing = False
+            if self._closing:
                 if not data:
                     return
-                wake.set()  # look again: writing may have let more replies in
+                self._wake.set()  # look again: writing may have let more replies in
 
-    async def run_event(event: object, after: asyncio.Task[None] | None) -> None:
-        nonlocal pending
-        try:
-            if after is not None:
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.shield(after)
-            await handler.handle(event)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            close_reason("handler_error")
-            log.exception("%s %s: handling %s failed; closing", handler.name, peer, event)
-            writer.transport.abort()
-        finally:
-            pending -= 1
-            room.set()
-            write_now()
 
-    writer_task = asyncio.create_task(write_loop(), name=f"{handler.name}-writer")
-    partial_since: float | None = None  # when the frame now arriving began
-    try:
-        handler.on_start()
-        wake.set()
-        while not writer_task.done():
-            wait_s = idle_s
-            if partial_since is not None:
-                wait_s = min(wait_s, partial_since + limits.partial_frame_timeout_s - clock())
-            if first_request_by is not None:
-                wait_s = min(wait_s, first_request_by - clock())
-            try:
-                # One timer handle per read (asyncio.timeout), not wait_for's task.
-                async with asyncio.timeout(max(wait_s, 0)):
-                    data = await reader.read(READ_CHUNK_BYTES)
-            except TimeoutError:
-                if (
-                    partial_since is not None
-                    and clock() - partial_since >= limits.partial_frame_timeout_s
-                ):
-                    close_reason("partial_frame_timeout")
-                    log.info(
-                        "%s %s: a frame took over %.0f s to arrive; closing",
-                        handler.name,
-                        peer,
-                        limits.partial_frame_timeout_s,
-                    )
-                    break
-                if first_request_by is not None and clock() >= first_request_by:
-                    close_reason("first_request_timeout")
-                    log.info(
-                        "%s %s: no request within %.1f s; closing",
-                        handler.name,
-                        peer,
-                        first_request_timeout_s,
-                    )
-                    break
-                if handler.busy():
-                    continue
-                close_reason("idle")
-                log.info("%s %s: idle for %.0f s; closing", handler.name, peer, idle_s)
-                break
-            except ConnectionError:
-                close_reason("connection_error")
-                break
-            counts["bytes_in"] += len(data)
-            if observer is not None and data:
-                observer.bytes_received(len(data))
-            try:
-                unstarted = False  # a task made from this read has not run its first step yet
-                for event in handler.feed(data):
-                    counts["requests"] += 1
-                    if observer is not None:
-                        observer.request_received()
-                    while pending >= pending_max:  # reading pauses: TCP slows the peer
-                        room.clear()
-                        await room.wait()
-                        unstarted = False
-                    pending += 1
-                    sequential = handler.sequential(event)
-                    after = previous if sequential and not _finished(previous) else None
-                    task: asyncio.Task[None] | None
-                    if after is None and not unstarted and handler.inline(event):
-                        # Nothing it must follow is left undone: start it here, in order.
-                        task = _start_inline(run_event(event, None))
-                    else:
-                        task = asyncio.create_task(run_event(event, after))
-                        unstarted = True
-                    if task is not None:
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                    if sequential:
-                        previous = task
-            except RemoteProtocolError as exc:
-                close_reason("protocol_error")
-                log.warning("%s %s: protocol error, closing: %s", handler.name, peer, exc)
-                handler.on_protocol_error(exc)
-                break
-            if not data:
-                close_reason("eof")
-                break
-            if counts["requests"]:
-                first_request_by = None
-            partial = handler.partial_frame_bytes()
-            if partial > limits.max_frame_bytes:
-                close_reason("frame_too_large")
-                log.warning(
-                    "%s %s: a frame over %d bytes; closing",
-                    handler.name,
-                    peer,
-                    limits.max_frame_bytes,
-                )
-                break
-            if partial == 0:
-                partial_since = None
-            elif partial_since is None:
-                partial_since = clock()
-        # Let handlers of what was received finish (a client that half-closes
-        # after its last request still gets its replies).
-        if tasks:
-            await asyncio.wait(set(tasks))
-    except asyncio.CancelledError:
-        close_reason("shutdown")
-        raise
-    finally:
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        closing = True
-        wake.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer_task, CLOSE_FLUSH_TIMEOUT_S)
-        writer_task.cancel()
-        with contextlib.suppress(BaseException):
-            await writer_task
-        close_reason("closed")  # the writer stopped: the peer went away
-        try:
-            await handler.on_close()
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-            if observer is not None:
-                observer.connection_closed(reason)
-            log_access(listener or handler.name, peer, counts, clock() - opened_at, reason)
+def _address(peer: object) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
 
 def log_access(
