@@ -5,10 +5,17 @@ The suite's catch-up shape (``suite.py``: 10 KiB events read back with 2 MiB
 can be measured without the rest of the suite, plus two readers that show
 where the time goes:
 
-* ``client``: headrace's ``PravegaClient`` (``segments.read``), as the suite;
+* ``client``: headrace's ``PravegaClient`` (``segments.read``), as the suite's
+  client row, reading the stream ``--passes`` times;
 * ``raw``: a plain socket that sends the ``ReadSegment``s and only walks the
-  reply frames (``recv_into`` a reused buffer), so the figure is the server's
-  and the kernel's, not the client's decoding;
+  reply frames (``recv_into`` a reused buffer), one read at a time, in this
+  process;
+* ``reader_dN``: the suite's catch-up reader process (``suite_workers.py
+  hr-catchup``, the row the suite's target uses): a bare socket with ``N``
+  ``ReadSegment``s sent ahead of the reply being received (the next sent as a
+  reply's header arrives), every event header of the stream checked, so the
+  figure is the server's and the kernel's, not a client's decoding
+  (``--depths``, ``--rcvbuf``);
 * ``records``: headrace's ``RecordReader`` over the same stream (the CLI's,
   RS-IO's and the Spark source's reader: events cut out of the replies, one
   ``bytes`` each), MB/s of stored bytes;
@@ -85,6 +92,19 @@ def _raw_catchup(port: int, segment: str, end: int) -> float:
     return seconds
 
 
+def _reader_process(
+    port: int, segment: str, end: int, depth: int, rcvbuf: int, passes: int
+) -> float:
+    """MB/s of the suite's catch-up reader process (``hr-catchup``) with ``depth``
+    reads ahead, reading the stream ``passes`` times."""
+    command = ["hr-catchup", str(port), segment, str(end), str(EVENT_BYTES), str(depth)]
+    command += [str(READ_BYTES), str(rcvbuf), str(passes)]
+    _, (out,) = suite.run_group([command])
+    if not out["complete"] or out["events"] * (8 + EVENT_BYTES) != end * passes:
+        raise SystemExit(f"the reader did not get the whole stream: {out}")
+    return out["bytes"] / out["seconds"] / 1e6
+
+
 async def _records_catchup(uri: str, stream: str, end: int) -> float:
     """Read the whole stream as records; seconds taken (checks every stored byte came)."""
     from headrace.client import PravegaClient
@@ -114,6 +134,15 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000, help="10 KiB events stored")
     parser.add_argument("--tank-messages", type=int, default=400_000, help="100 B TANK messages")
     parser.add_argument("--dir", type=Path, default=None, help="parent of the data directory")
+    parser.add_argument(
+        "--depths", default="1,2,4", help="reads ahead of the reader process rows (comma list)"
+    )
+    parser.add_argument(
+        "--passes", type=int, default=5, help="times each reader process reads the stream"
+    )
+    parser.add_argument(
+        "--rcvbuf", type=int, default=0, help="SO_RCVBUF of the reader processes (0: autotuning)"
+    )
     args = parser.parse_args()
     results: dict[str, object] = {"benchmark": "catchup", "machine": common.machine()}
     results["loadavg_1m_start"] = common.loadavg()
@@ -127,11 +156,19 @@ def main() -> None:
             uri = f"tcp://127.0.0.1:{ports['controller']}"
             asyncio.run(suite.hr_produce(uri, "p10k", EVENT_BYTES, args.events))
             segment, end = asyncio.run(_segment_end(uri, "p10k"))
+            depths = [int(d) for d in args.depths.split(",") if d]
             rows: dict[str, list[float]] = {"client": [], "raw": [], "records": []}
+            rows.update({f"reader_d{d}": [] for d in depths})
             for _ in range(REPEATS):
-                seconds, nbytes = asyncio.run(suite.hr_catchup(uri, "p10k"))
-                assert nbytes == end
-                rows["client"].append(end / seconds / 1e6)
+                for depth in depths:
+                    rows[f"reader_d{depth}"].append(
+                        _reader_process(
+                            ports["segment-store"], segment, end, depth, args.rcvbuf, args.passes
+                        )
+                    )
+                seconds, nbytes = asyncio.run(suite.hr_catchup(uri, "p10k", args.passes))
+                assert nbytes == end * args.passes
+                rows["client"].append(nbytes / seconds / 1e6)
                 rows["raw"].append(end / _raw_catchup(ports["segment-store"], segment, end) / 1e6)
                 rows["records"].append(end / asyncio.run(_records_catchup(uri, "p10k", end)) / 1e6)
             for name, figures in rows.items():

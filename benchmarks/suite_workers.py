@@ -606,6 +606,213 @@ def hr_consume(port: str, segment: str, nbytes: str, seconds: str) -> None:
     )
 
 
+class EventWalk:
+    """Count the events in a segment's bytes as they arrive, checking every header.
+
+    A segment holds events as ``[type 0][length][payload]`` (``encode_event``);
+    replies cut them anywhere, so a header may be split across two replies
+    (kept in ``carry``) and a payload across many (``skip``). Every header must
+    be an ``EVENT`` of ``event_bytes``: a reader that lost or doubled a byte
+    anywhere stops at the next header instead of counting socket bytes.
+    """
+
+    def __init__(self, event_bytes: int) -> None:
+        self.header = _FRAME.pack(0, event_bytes)
+        self.stride = _FRAME.size + event_bytes
+        self.carry = b""
+        self.skip = 0
+        self.events = 0
+        self.bytes = 0
+
+    def feed(self, data: memoryview) -> None:
+        size = len(data)
+        self.bytes += size
+        stride = self.stride
+        position = min(self.skip, size)
+        self.skip -= position
+        if self.carry and position < size:  # a header cut short by the previous reply
+            need = _FRAME.size - len(self.carry)
+            self.carry += bytes(data[:need])
+            if len(self.carry) < _FRAME.size:
+                return
+            self._check(self.carry)
+            self.carry = b""
+            position = min(size, need + stride - _FRAME.size)
+            self.skip = need + stride - _FRAME.size - position
+        header = self.header
+        while size - position >= stride:  # whole events
+            if data[position : position + _FRAME.size] != header:
+                self._check(bytes(data[position : position + _FRAME.size]))
+            self.events += 1
+            position += stride
+        if size - position >= _FRAME.size:  # an event that goes on in the next reply
+            self._check(bytes(data[position : position + _FRAME.size]))
+            self.skip = stride - (size - position)
+        elif position < size:
+            self.carry = bytes(data[position:])
+
+    def _check(self, header: bytes) -> None:
+        """Count an event whose header is ``header``; raise if it is not one of ours."""
+        if header != self.header:
+            kind, length = _FRAME.unpack(header)
+            raise RuntimeError(
+                f"event {self.events} (in the first {self.bytes} bytes of the stream): type {kind},"
+                f" length {length}; expected an event of {self.stride - _FRAME.size} bytes"
+            )
+        self.events += 1
+
+    @property
+    def whole(self) -> bool:
+        """No event cut short at the end of what was fed."""
+        return not self.carry and not self.skip
+
+
+def hr_catchup(
+    port: str,
+    segment: str,
+    nbytes: str,
+    event_bytes: str,
+    depth: str = "4",
+    read_bytes: str = str(READ_BYTES),
+    rcvbuf: str = "0",
+    passes: str = "1",
+    seconds: str = "120",
+) -> None:
+    """Read ``segment`` from 0 to ``nbytes`` as a native catch-up reader does: up to
+    ``depth`` ``ReadSegment``s of ``read_bytes`` sent ahead of the reply being
+    received (the next ones at the offsets full replies would reach; sent as
+    soon as a reply's header has come), each reply's data received with
+    ``recv_into`` into one reused buffer and walked event by event
+    (``EventWalk``). A reply shorter than asked moves the next read to where it
+    ended (replies for the offsets guessed before are received and dropped), and
+    a reply that overtook an earlier one is kept until its turn. ``rcvbuf``: the
+    socket's ``SO_RCVBUF`` (0: the kernel's autotuning). ``passes``: read the
+    stream that many times over (each pass walked and checked on its own), so a
+    short stream still makes a measurement of a second or more. The result says
+    whether every byte and every event of every pass came (``complete``);
+    ``bytes`` and ``events`` are those of all passes."""
+    from headrace.protocols import pravega as p
+
+    end = int(nbytes)
+    want = int(read_bytes)
+    ahead = int(depth)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if int(rcvbuf):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(rcvbuf))
+    sock.connect(("127.0.0.1", int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(p.encode_command(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION)))
+    name = segment.encode()
+    # frame header, then SegmentRead's fields before its data: name, offset, two
+    # flags and the data's length; the request id follows the data
+    fields = struct.Struct(f">ii H{len(name)}s q ? ? i")
+    head = bytearray(max(fields.size, 64 * 1024))
+    head_view = memoryview(head)
+    data = bytearray(want)
+    data_view = memoryview(data)
+
+    def receive(view: memoryview) -> None:
+        got = 0
+        size = len(view)
+        while got < size:
+            n = sock.recv_into(view[got:])
+            if not n:
+                raise ConnectionError("server closed the connection")
+            got += n
+
+    receive(head_view[:8])
+    kind, size = _FRAME.unpack_from(head)
+    receive(head_view[8 : 8 + size])
+    if kind != p.CommandType.HELLO:
+        raise RuntimeError(f"expected Hello, got type {kind}")
+    walk = EventWalk(int(event_bytes))
+    early: dict[int, bytes] = {}  # replies that overtook an earlier one, by offset
+    position = 0  # where the stream's bytes walked so far end (in this pass)
+    next_offset = 0  # where the next ReadSegment asks from
+    in_flight = 0  # ReadSegments whose reply has not begun to arrive
+    request_id = 1
+    replies = dropped = 0
+
+    def ask() -> None:
+        nonlocal next_offset, in_flight, request_id
+        requests = []
+        while in_flight < ahead and next_offset < end:
+            requests.append(
+                p.encode_command(p.ReadSegment(segment, next_offset, want, "", request_id))
+            )
+            request_id += 1
+            in_flight += 1
+            next_offset += want
+        if requests:
+            sock.sendall(b"".join(requests))
+
+    def advance(offset: int, got: memoryview) -> None:
+        """Walk a reply that starts at ``position``, then any kept ones that follow."""
+        nonlocal position, next_offset
+        walk.feed(got)
+        position = offset + len(got)
+        if len(got) < want and position < end and next_offset != position:
+            next_offset = position  # short: ask again from here; guesses past it are dropped
+            early.clear()
+        while position in early:
+            kept = early.pop(position)
+            walk.feed(memoryview(kept))
+            position += len(kept)
+
+    handshake()
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    deadline = began + float(seconds)
+    complete = True
+    totals = {"bytes": 0, "events": 0}
+    for _ in range(int(passes)):
+        walk = EventWalk(int(event_bytes))
+        position = next_offset = 0
+        ask()
+        while (position < end or in_flight) and time.perf_counter() < deadline:
+            receive(head_view[:8])
+            kind, size = _FRAME.unpack_from(head)
+            if kind != p.CommandType.SEGMENT_READ:
+                receive(head_view[8 : 8 + min(size, len(head) - 8)])
+                raise RuntimeError(f"ReadSegment answered with type {kind}: {head[8:88]!r}")
+            receive(head_view[8 : fields.size])
+            _, _, _, got_name, offset, _, _, length = fields.unpack_from(head)
+            if got_name != name or not 0 <= length <= want:
+                raise RuntimeError(f"unexpected SegmentRead for {got_name!r} of {length} bytes")
+            in_flight -= 1
+            replies += 1
+            ask()  # the server starts on the next read while this one's data arrives
+            got = data_view[:length]
+            receive(got)
+            receive(head_view[: size - (fields.size - 8) - length])  # the request id
+            if offset == position and position < end:
+                if not length:
+                    raise RuntimeError(f"empty reply at {position}, short of {end}")
+                advance(offset, got)
+            elif position < offset < next_offset:
+                early[offset] = bytes(got)
+            else:
+                dropped += 1
+        complete = complete and position == end and walk.bytes == end and walk.whole
+        totals["bytes"] += walk.bytes
+        totals["events"] += walk.events
+    seconds_run = time.perf_counter() - began
+    finish(
+        {
+            "seconds": seconds_run,
+            "client_cpu_s": time.process_time() - cpu0,
+            **totals,
+            "passes": int(passes),
+            "replies": replies,
+            "dropped_replies": dropped,
+            "depth": ahead,
+            "read_bytes": want,
+            "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+            "complete": complete,
+        }
+    )
+
+
 def nats_consume(port: str, stream: str, subject: str, count: str, seconds: str) -> None:
     """A JetStream pull consumer fetching batches of 1,000 (nats-py), acking none."""
     import nats
@@ -725,6 +932,7 @@ WORKERS: dict[str, Callable[..., None]] = {
     "nats-produce": nats_produce,
     "redis-produce": redis_produce,
     "hr-consume": hr_consume,
+    "hr-catchup": hr_catchup,
     "nats-consume": nats_consume,
     "redis-consume": redis_consume,
     "hr-connections": hr_connections,
