@@ -3,10 +3,11 @@
 Run as ``python crash_appender.py DATA_DIR STATE_JSON``. It opens a
 ``DiskStore`` under the state's ``fsync`` policy (default ``always``) and
 ``checkpoint_wal_bytes`` (if given: small WALs checkpoint, and get killed
-while checkpointing, often), creates the crash-test segments if they are
-missing, and runs ``APPENDERS_PER_SEGMENT`` concurrent appenders on each
-segment until it is killed. Every append is made of self-describing records
-(below), so whatever ends up in a segment can be parsed and checked.
+while checkpointing, often) and ``ref_append_bytes`` (if given), creates the
+crash-test segments if they are missing, and runs ``APPENDERS_PER_SEGMENT``
+concurrent appenders on each segment until it is killed. Every append is
+made of self-describing records (below), so whatever ends up in a segment can
+be parsed and checked.
 
 Protocol on stdout (one line per event, each written with a single
 ``os.write`` and only after the awaited store call returned):
@@ -243,6 +244,10 @@ async def _run(data_dir: Path, state: dict[str, object]) -> None:
     if state.get("checkpoint_wal_bytes"):
         # Small WALs checkpoint often, so kills also land inside checkpoints.
         options["checkpoint_wal_bytes"] = int(str(state["checkpoint_wal_bytes"]))
+    if state.get("ref_append_bytes"):
+        # Most appends logged by reference (APPEND_REF), so kills land between
+        # their data-file write, the data sync and the WAL write too.
+        options["ref_append_bytes"] = int(str(state["ref_append_bytes"]))
     _emit("START")
     policy = FsyncPolicy(str(state.get("fsync", FsyncPolicy.ALWAYS.value)))
     store = await DiskStore.open(data_dir, fsync=policy, **options)

@@ -24,7 +24,9 @@ then closes it and runs ``headrace verify`` on the directory, which must exit 0.
 On the copy rounds ``headrace verify`` also runs on the crashed directory before
 anything recovered it: a kill must leave nothing worse than a torn WAL tail.
 Half the rounds give the child a small ``checkpoint_wal_bytes`` so that kills
-land inside checkpoints too.
+land inside checkpoints too, and half a low ``ref_append_bytes`` so that most
+appends are written once, to the data file, and logged by reference (with the
+default threshold only the few appends of 8 KiB or more are).
 
 Randomness is deterministic from ``HEADRACE_CRASH_SEED`` (default below) and
 the round number; the seed is in every failure message. ``HEADRACE_CRASH_ROUNDS``
@@ -78,6 +80,10 @@ so delays up to a second after spawning land in recovery as well as in appends."
 SMALL_CHECKPOINT_WAL_BYTES = (64 * 1024, 1024 * 1024)
 """Half the rounds run the child with one of these WAL sizes per checkpoint (instead
 of the default), so that kills also land inside checkpoints."""
+
+LOW_REF_APPEND_BYTES = (None, 300)
+"""Half the rounds log every append of 300 bytes or more by reference (APPEND_REF;
+the child's appends are mostly 0-8 KiB), the others keep the default threshold."""
 
 ROUND_TIMEOUT_S = 20.0
 """A round whose kill condition is not reached by then means the child stalled."""
@@ -196,13 +202,18 @@ def run_round(
     rng = random.Random(f"{SEED}/kill/{round_number}")
     plan = KillPlan.draw(rng)
     checkpoint_wal_bytes = rng.choice(SMALL_CHECKPOINT_WAL_BYTES + (None,) * 2)
-    context = f"{context} plan={plan} checkpoint_wal_bytes={checkpoint_wal_bytes}"
+    ref_append_bytes = rng.choice(LOW_REF_APPEND_BYTES)
+    context = (
+        f"{context} plan={plan} checkpoint_wal_bytes={checkpoint_wal_bytes}"
+        f" ref_append_bytes={ref_append_bytes}"
+    )
     state_path = work_dir / "state.json"
     state = {
         "seed": SEED,
         "round": round_number,
         "writer_next": history.writer_next(),
         "checkpoint_wal_bytes": checkpoint_wal_bytes,
+        "ref_append_bytes": ref_append_bytes,
         "fsync": policy.value,
     }
     state_path.write_text(json.dumps(state))

@@ -28,6 +28,7 @@ import pytest
 from headrace.errors import CorruptionError, SegmentNotFound, StoreClosed
 from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore, FileOps
+from headrace.store.disk.container import REF_APPEND_BYTES
 from headrace.store.disk.format import WAL_HEADER, encode_wal_header
 from headrace.store.disk.layout import ContainerPaths, container_of
 from headrace.store.disk.log import scan_wal
@@ -600,6 +601,10 @@ class PowerLossOps(FileOps):
         self._record(fd)
         super().sync_file(fd)
 
+    def sync_data(self, fd: int) -> None:
+        self._record(fd)
+        super().sync_data(fd)
+
     def image(self, root: Path, dest: Path) -> None:
         with self._lock:
             contents, listings = dict(self.contents), dict(self.listings)
@@ -717,7 +722,13 @@ async def _check_cut(dest: Path, acked: Acknowledged) -> None:
     assert report.ok, report.lines()
 
 
-async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ref_append_bytes", [REF_APPEND_BYTES, 100])
+async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(
+    tmp_path: Path, ref_append_bytes: int
+) -> None:
+    """With the default threshold the workload's appends (5-3000 bytes) carry
+    their bytes in the WAL; with 100 most are APPEND_REFs, whose bytes a power
+    cut keeps only if their data file was synced before the WAL."""
     rng = random.Random(7)
     ops = PowerLossOps()
     live = tmp_path / "live"
@@ -731,7 +742,11 @@ async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(tmp_path:
     )
     cuts: list[tuple[Path, Acknowledged]] = []
     store = await DiskStore.open(
-        live, file_ops=ops, container_count=CONTAINERS, checkpoint_wal_bytes=8192
+        live,
+        file_ops=ops,
+        container_count=CONTAINERS,
+        checkpoint_wal_bytes=8192,
+        ref_append_bytes=ref_append_bytes,
     )
     try:
         for name in MAINS:
@@ -743,7 +758,9 @@ async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(tmp_path:
     finally:
         await store.close()
     # A clean close and reopen, then more work: the reopen's own writes must be safe too.
-    store = await DiskStore.open(live, file_ops=ops, checkpoint_wal_bytes=8192)
+    store = await DiskStore.open(
+        live, file_ops=ops, checkpoint_wal_bytes=8192, ref_append_bytes=ref_append_bytes
+    )
     try:
         await _power_workload(store, ops, live, acked, rng, 60, cuts)
     finally:
@@ -754,7 +771,9 @@ async def test_power_cut_at_any_moment_keeps_every_acknowledged_change(tmp_path:
     shutil.copytree(crashed, again)
     ops2 = PowerLossOps()
     ops2.baseline(again)
-    store = await DiskStore.open(again, file_ops=ops2, checkpoint_wal_bytes=8192)
+    store = await DiskStore.open(
+        again, file_ops=ops2, checkpoint_wal_bytes=8192, ref_append_bytes=ref_append_bytes
+    )
     try:
         acked = state.copy()
         await _power_workload(store, ops2, again, acked, rng, 60, cuts)
