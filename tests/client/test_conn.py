@@ -346,3 +346,105 @@ async def test_eof_inside_a_large_frame_fails_pending_requests() -> None:
     await conn.wait_closed()
     await conn.aclose()
     server.close()
+
+
+# ---------------------------------------------------------------------- early read headers
+
+
+@pytest.mark.parametrize("first_piece", [5, 9, 30, 100_000])
+async def test_a_read_header_is_told_before_the_data_has_come(first_piece: int) -> None:
+    """A large SegmentRead's fields reach ``watch_read_header`` while its data is
+    still on the way: the server sends the rest only once the client was told
+    (however the frame's first bytes are cut)."""
+    reply = p.SegmentRead("sc/st/0.#epoch.0", 4096, False, False, bytes(2 * 1024 * 1024), 77)
+    frame = p.encode_command(reply)
+    told = asyncio.Event()
+    armed = asyncio.Event()
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        async with asyncio.timeout(30):
+            await armed.wait()
+        writer.write(frame[:first_piece])
+        await writer.drain()
+        await asyncio.sleep(0)
+        writer.write(frame[first_piece:100_000])
+        await writer.drain()
+        async with asyncio.timeout(30):
+            await told.wait()
+        writer.write(frame[100_000:])
+        await writer.drain()
+        await asyncio.Event().wait()
+
+    server = await _scripted(send)
+    conn = await SegmentStoreConnection.connect("127.0.0.1", server.sockets[0].getsockname()[1])
+    calls: list[tuple[int, bool, bool]] = []
+    waiting = asyncio.get_running_loop().create_future()
+    conn._pending[77] = waiting
+
+    def on_header(length: int, at_tail: bool, end_of_segment: bool) -> None:
+        assert not waiting.done()  # told before the reply is whole
+        calls.append((length, at_tail, end_of_segment))
+        told.set()
+
+    def not_this(length: int, at_tail: bool, end_of_segment: bool) -> None:
+        raise AssertionError("another offset's watcher was called")
+
+    conn.watch_read_header("sc/st/0.#epoch.0", 4096, on_header)
+    conn.watch_read_header("sc/st/0.#epoch.0", 0, not_this)
+    armed.set()
+    async with asyncio.timeout(30):
+        got = await waiting
+    assert calls == [(2 * 1024 * 1024, False, False)]
+    assert isinstance(got, p.SegmentRead) and got.data == reply.data
+    conn.unwatch_read_header("sc/st/0.#epoch.0", 0, not_this)
+    assert not conn._read_watchers
+    await conn.aclose()
+    server.close()
+
+
+async def test_frame_buffers_are_reused_only_when_nothing_holds_them() -> None:
+    """Large replies are received into pooled buffers; a reply whose data (or a
+    slice of it) is still held keeps its bytes while later replies arrive."""
+    count = 12
+    replies = [
+        p.SegmentRead("sc/st/0.#epoch.0", i, False, False, bytes([i]) * 1_000_000, 500 + i)
+        for i in range(count)
+    ]
+
+    taken: asyncio.Queue[None] = asyncio.Queue()
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        for reply in replies:  # the next once the test is done with the last
+            writer.write(p.encode_command(reply))
+            await writer.drain()
+            async with asyncio.timeout(30):
+                await taken.get()
+        await asyncio.Event().wait()
+
+    server = await _scripted(send)
+    conn = await SegmentStoreConnection.connect("127.0.0.1", server.sockets[0].getsockname()[1])
+    loop = asyncio.get_running_loop()
+    waiting = {r.request_id: loop.create_future() for r in replies}
+    conn._pending.update(waiting)  # type: ignore[arg-type]
+    kept: dict[int, memoryview] = {}
+    async with asyncio.timeout(30):
+        for i, reply in enumerate(replies):
+            got = await waiting.pop(reply.request_id)
+            del conn._pending[reply.request_id]  # as request() does once answered
+            assert isinstance(got, p.SegmentRead) and isinstance(got.data, memoryview)
+            assert got.data == reply.data
+            if i in (0, 5):
+                kept[i] = got.data  # the whole view
+            elif i == 2:
+                kept[i] = got.data[10:20]  # only a slice of it
+            del got
+            taken.put_nowait(None)
+    for i, data in kept.items():
+        assert bytes(data) == bytes([i]) * len(data), f"reply {i} changed under its view"
+    held = {id(data.obj) for data in kept.values()}
+    assert len(held) == 3  # three buffers, none handed out twice while held
+    allocated, reused = conn.frame_buffers
+    assert allocated + reused == count
+    assert reused > 0  # the replies nobody kept went into earlier buffers
+    await conn.aclose()
+    server.close()

@@ -12,7 +12,17 @@ large frame (a 2 MiB ``SegmentRead``) is seen, the rest of that frame is read
 straight into a ``bytearray`` of the frame's size, which the sans-I/O
 connection adopts and decodes in place: the reply's data is a view of the
 bytes the kernel wrote, not a copy of a copy (``StreamReader`` and a growing
-buffer cost four copies per reply before).
+buffer cost four copies per reply before). Those frame buffers are reused
+(up to ``MAX_POOLED_FRAMES`` per connection) once nothing refers to them any
+more, so a catch-up neither allocates nor zeroes 2 MiB per reply, and a caller
+that keeps a view of a reply keeps its bytes: a buffer still referenced (by a
+view, or by anything else) is never handed to the socket again.
+
+A ``SegmentRead``'s fields (segment, offset, flags, data length) come before
+its data, so when a large one begins to arrive the connection tells whoever
+asked for that segment and offset (:meth:`SegmentStoreConnection.watch_read_header`)
+at once: the segment client sends its read-ahead then, and the server reads
+and queues the next reply while this one's data is still on its way.
 
 Appends are not request/reply: a writer registers itself with
 :meth:`~SegmentStoreConnection.attach_writer` and gets every reply naming its
@@ -41,8 +51,10 @@ import itertools
 import logging
 import random
 import ssl
+import struct
+import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -58,9 +70,11 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "LARGE_FRAME_BYTES",
     "MAX_PENDING_REQUESTS",
+    "MAX_POOLED_FRAMES",
     "READ_TIMEOUT_S",
     "REQUEST_TIMEOUT_S",
     "ConnectionPool",
+    "ReadHeaderCallback",
     "RetryPolicy",
     "SegmentStoreConnection",
     "WriterListener",
@@ -100,12 +114,33 @@ their own (the frame's size) instead of the chunk buffer, so their bytes are
 never copied after the socket; smaller ones are copied once from the chunk,
 which costs less than a buffer each."""
 
+MAX_POOLED_FRAMES = 4
+"""Large-frame buffers a connection keeps to receive later large frames into:
+as many 2 MiB replies as the server queues for one connection (8 MiB), so a
+reader that holds one reply while the next arrives still reuses buffers. Each
+is reused only for a frame of its exact size (a catch-up's replies are all the
+same size) and only once nothing else refers to it."""
+
+_POOL_ONLY_REFS = 2
+"""``sys.getrefcount`` of a pooled buffer that nothing but the pool refers to:
+the pool's list and the call's own argument. Every view of the buffer (its
+managed buffer holds the ``bytearray``) and every other holder adds one."""
+
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """Outbound bytes buffered in the transport before ``drain`` makes senders wait:
 a few append blocks' worth, so the socket stays busy without unbounded memory."""
 
 _COMMAND_TYPES = frozenset(int(t) for t in p.CommandType)
 """Type codes a frame may carry; a large frame of another type is not buffered."""
+
+_SEGMENT_READ = int(p.CommandType.SEGMENT_READ)
+_READ_FIELDS = struct.Struct(">q??i")
+"""A ``SegmentRead``'s fields after the segment name and before the data: offset,
+at tail, end of segment, data length (spec §6)."""
+
+ReadHeaderCallback = Callable[[int, bool, bool], None]
+"""Told ``(data length, at_tail, end_of_segment)`` of a ``SegmentRead`` whose data
+is still arriving (:meth:`SegmentStoreConnection.watch_read_header`)."""
 
 _request_ids = itertools.count(1)  # process-wide: a request id never repeats on any connection
 
@@ -195,6 +230,11 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         self._end = 0  # end of the bytes received into _chunk
         self._frame: bytearray | None = None  # a large frame being received, whole size
         self._frame_got = 0
+        self._header_due = False  # a SegmentRead's fields not yet told (too few bytes came)
+        self._pool: list[bytearray] = []  # large-frame buffers, reused once unreferenced
+        self.frames_allocated = 0
+        """Large-frame buffers allocated (the others were reused from the pool)."""
+        self.frames_reused = 0
         self._write_paused = False
         self._drain_waiters: deque[asyncio.Future[None]] = deque()
         self._lost_exc: BaseException | None = None
@@ -212,6 +252,8 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         try:
             if self._frame is not None:
                 self._frame_got += nbytes
+                if self._header_due:
+                    self._header_due = not self._tell_read_header(self._frame, self._frame_got)
                 if self._frame_got == len(self._frame):
                     frame, self._frame = self._frame, None
                     self._conn.receive_owned(frame)
@@ -241,9 +283,11 @@ class _FrameReceiver(asyncio.BufferedProtocol):
                 if type_code not in _COMMAND_TYPES:
                     pos = end  # refused before its payload is buffered, as the codec does
                     break
-                large = bytearray(total)
+                large = self._frame_buffer(total)
                 large[: end - pos] = memoryview(chunk)[pos:end]
                 self._frame, self._frame_got = large, end - pos
+                if type_code == _SEGMENT_READ and self._owner._read_watchers:
+                    self._header_due = not self._tell_read_header(large, end - pos)
             break
         if pos > self._start:
             self._conn.receive_data(memoryview(chunk)[self._start : pos])
@@ -256,11 +300,51 @@ class _FrameReceiver(asyncio.BufferedProtocol):
             self._start, self._end = 0, rest
         self._owner._take_events()
 
+    def _frame_buffer(self, size: int) -> bytearray:
+        """A buffer for a large frame of ``size`` bytes: a pooled one that nothing
+        else refers to any more (a reply's data handed out earlier is a view of
+        its buffer, and holds it while that view or any slice of it lives),
+        else a new one, kept in the pool if there is room or in place of a free
+        one of another size."""
+        pool = self._pool
+        spare = -1
+        for i in range(len(pool)):
+            if sys.getrefcount(pool[i]) > _POOL_ONLY_REFS:
+                continue  # a view of it (or the codec) still holds it
+            if len(pool[i]) == size:
+                self.frames_reused += 1
+                return pool[i]
+            spare = i
+        buffer = bytearray(size)
+        self.frames_allocated += 1
+        if len(pool) < MAX_POOLED_FRAMES:
+            pool.append(buffer)
+        elif spare >= 0:
+            pool[spare] = buffer
+        return buffer
+
+    def _tell_read_header(self, frame: bytearray, got: int) -> bool:
+        """Tell the connection a ``SegmentRead``'s fields from the first ``got``
+        bytes of ``frame``; False if its data length has not arrived yet."""
+        if got < p.HEADER_SIZE_BYTES + 2:
+            return False
+        name_end = p.HEADER_SIZE_BYTES + 2 + int.from_bytes(frame[8:10], "big")
+        if got < name_end + _READ_FIELDS.size:
+            return False
+        offset, at_tail, end_of_segment, length = _READ_FIELDS.unpack_from(frame, name_end)
+        try:
+            name = frame[10:name_end].decode()
+        except UnicodeDecodeError:
+            return True  # modified UTF-8: no early word; the reply itself still comes
+        self._owner._read_header_came(name, offset, length, at_tail, end_of_segment)
+        return True
+
     def eof_received(self) -> bool:
         try:
             if self._frame is not None:  # a frame cut short: let the codec say so
                 self._conn.receive_data(memoryview(self._frame)[: self._frame_got])
                 self._frame = None
+                self._header_due = False
             elif self._end > self._start:
                 self._conn.receive_data(memoryview(self._chunk)[self._start : self._end])
             self._start = self._end = 0
@@ -319,6 +403,7 @@ class SegmentStoreConnection:
         self._room = asyncio.Semaphore(MAX_PENDING_REQUESTS)
         self._writers: dict[UUID, WriterListener] = {}
         self._append_rids: dict[int, UUID] = {}
+        self._read_watchers: dict[tuple[str, int], list[ReadHeaderCallback]] = {}
         self._closed_exc: BaseException | None = None
         self._closed = asyncio.Event()
 
@@ -420,6 +505,38 @@ class SegmentStoreConnection:
                         return await fut
             finally:
                 self._pending.pop(rid, None)
+
+    # ------------------------------------------------------------------ early read headers
+
+    def watch_read_header(self, segment: str, offset: int, callback: ReadHeaderCallback) -> None:
+        """Call ``callback(length, at_tail, end_of_segment)`` once, as soon as the
+        fields of a large ``SegmentRead`` of ``segment`` at ``offset`` have come,
+        before its data (a small reply comes whole: no call; the reply itself is
+        the word). Any reply for that segment and offset on this connection
+        counts, whoever asked. Undo with :meth:`unwatch_read_header`."""
+        self._read_watchers.setdefault((segment, offset), []).append(callback)
+
+    def unwatch_read_header(self, segment: str, offset: int, callback: ReadHeaderCallback) -> None:
+        """Forget a :meth:`watch_read_header` that has not been called (no-op if it was)."""
+        callbacks = self._read_watchers.get((segment, offset))
+        if callbacks is not None and callback in callbacks:
+            callbacks.remove(callback)
+            if not callbacks:
+                del self._read_watchers[(segment, offset)]
+
+    def _read_header_came(
+        self, segment: str, offset: int, length: int, at_tail: bool, end_of_segment: bool
+    ) -> None:
+        for callback in self._read_watchers.pop((segment, offset), ()):
+            try:
+                callback(length, at_tail, end_of_segment)
+            except Exception:  # a watcher's bug must not break the connection
+                log.exception("read-header callback for %s@%d failed", segment, offset)
+
+    @property
+    def frame_buffers(self) -> tuple[int, int]:
+        """(allocated, reused) large-frame buffers since the connection opened."""
+        return self._receiver.frames_allocated, self._receiver.frames_reused
 
     # ------------------------------------------------------------------ writers
 
@@ -545,6 +662,7 @@ class SegmentStoreConnection:
         writers = list(self._writers.values())
         self._writers.clear()
         self._append_rids.clear()
+        self._read_watchers.clear()
         if not self._hello.done():
             self._hello.set_exception(ConnectionLost(str(exc)))
             self._hello.exception()  # connect() reports it; no "never retrieved" warning

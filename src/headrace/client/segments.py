@@ -7,22 +7,26 @@ metadata calls all go through it; appends go through the writers.
 
 Read-ahead. A reader that reads a segment sequentially (each read starting
 where the previous one of the same segment and size ended) gets the next
-``ReadSegment`` sent as soon as a reply comes back, before the caller has
-looked at it, so the server reads and sends the next 2 MiB while the caller
-decodes this one (the server answers in order; Pravega's Java reader does the
-same). Only where the reply did not reach the tail and the segment did not
-end: a read-ahead is never parked at the tail, so reads at the tail behave as
-without it. At most ``MAX_READ_AHEADS`` are outstanding per client (each holds
-up to 2 MiB), each is dropped after ``READ_AHEAD_MAX_AGE_S`` unclaimed, a
-``truncate`` through this client drops the segment's, and a read-ahead that
-failed in any way is simply read again, so its errors are the same as an
-ordinary read's.
+``ReadSegment`` sent as soon as the end of the reply it waits for is known:
+when that reply's fields (offset, flags, data length: they come before the
+data) arrive, or, for a small reply, when it comes. So the server reads and
+queues the next 2 MiB while this reply's data is still arriving and while the
+caller decodes it (Pravega's Java reader keeps a read outstanding too). One
+read-ahead per reader of a segment: the next is sent once the caller claims
+this one (or at once, if its end is known by then). Only where the reply did
+not reach the tail and the segment did not end: a read-ahead is never parked
+at the tail, so reads at the tail behave as without it. At most
+``MAX_READ_AHEADS`` are outstanding per client (each holds up to 2 MiB), each
+is dropped after ``READ_AHEAD_MAX_AGE_S`` unclaimed, a ``truncate`` through
+this client drops the segment's, and a read-ahead that failed in any way is
+simply read again, so its errors are the same as an ordinary read's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +38,7 @@ from ._conn import (
     READ_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
     ConnectionPool,
+    ReadHeaderCallback,
     SegmentStoreConnection,
     next_request_id,
 )
@@ -67,6 +72,8 @@ stopped reading does not hold its 2 MiB, nor a reply older than this."""
 MAX_SEQUENTIAL_TRACKED = 1024
 """Segments whose last read's end is remembered to recognise sequential reading
 (a few dozen bytes each); the oldest is forgotten past it."""
+
+_UNKNOWN = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +124,24 @@ class _ReadAhead:
     expiry: asyncio.TimerHandle
 
 
+@dataclass(slots=True)
+class _Sequence:
+    """One sequential reader of a segment (per read size): where it is, how far it read ahead.
+
+    Attributes:
+        end: where the last reply handed out ended; a read from here is sequential.
+        frontier: offset of the furthest read sent for it (the caller's or a
+            read-ahead), or ``_UNKNOWN``.
+        frontier_end: where that read's reply ends, once its fields have come and
+            said it neither reached the tail nor ended the segment; the next
+            read-ahead goes there.
+    """
+
+    end: int
+    frontier: int = _UNKNOWN
+    frontier_end: int = _UNKNOWN
+
+
 class SegmentClient:
     """Segment-store calls for any segment, routed through the controller's ``getURI``."""
 
@@ -125,7 +150,7 @@ class SegmentClient:
         self._pool = pool
         self._endpoints: dict[tuple[str, str], tuple[str, int]] = {}
         self._ahead: dict[_ReadKey, _ReadAhead] = {}
-        self._ends: OrderedDict[tuple[str, int], int] = OrderedDict()  # (name, size) -> end
+        self._sequences: OrderedDict[tuple[str, int], _Sequence] = OrderedDict()  # (name, size)
 
     async def connection(self, segment: Segment) -> SegmentStoreConnection:
         """The pool's connection to the store serving ``segment`` (endpoint cached per stream)."""
@@ -144,6 +169,7 @@ class SegmentClient:
         timeout_s: float = REQUEST_TIMEOUT_S,
         *,
         idempotent: bool = False,
+        watch: tuple[str, int, ReadHeaderCallback] | None = None,
     ) -> p.Command:
         """Send ``cmd`` with the stream's delegation token; the reply if it is
         an ``expect``, else its error.
@@ -151,6 +177,8 @@ class SegmentClient:
         An ``idempotent`` request (reads, info) is sent again, on a new
         connection, when the connection is lost or the request times out,
         as the pool's retry policy allows (a server restart is invisible).
+        ``watch``: (segment, offset, callback) given to the connection's
+        ``watch_read_header`` while the request is out.
         """
         delays = self._pool.retry.delays()
         refreshed = False
@@ -160,7 +188,14 @@ class SegmentClient:
                 token = await self._controller.delegation_token(segment.scope, segment.stream)
                 if token:
                     cmd = replace(cmd, delegation_token=token)  # type: ignore[type-var]
-                reply = await conn.request(cmd, timeout_s=timeout_s)
+                if watch is None:
+                    reply = await conn.request(cmd, timeout_s=timeout_s)
+                else:
+                    conn.watch_read_header(*watch)
+                    try:
+                        reply = await conn.request(cmd, timeout_s=timeout_s)
+                    finally:
+                        conn.unwatch_read_header(*watch)
             except (ConnectionLost, RequestTimeout):
                 delay = next(delays, None) if idempotent else None
                 if delay is None:
@@ -239,20 +274,36 @@ class SegmentClient:
         """:meth:`read`, with the data not copied out of the reply (:class:`SegmentView`)."""
         seg_name = name or segment.name
         key = (seg_name, offset, suggested_bytes)
-        reply = await self._claim_read_ahead(key)
-        sequential = reply is not None or self._ends.get((seg_name, suggested_bytes)) == offset
+        reply = await self._claim_read_ahead(segment, key, timeout_s)
+        sequence = self._sequences.get((seg_name, suggested_bytes))
+        sequential = reply is not None or (sequence is not None and sequence.end == offset)
         if reply is None:
-            reply = await self._read_once(segment, key, timeout_s)
+            if sequential:
+                assert sequence is not None
+                sequence.frontier, sequence.frontier_end = offset, _UNKNOWN
+            reply = await self._read_once(segment, key, timeout_s, watch=sequential)
         end = offset + len(reply.data)
-        self._remember_end(seg_name, suggested_bytes, end)
+        sequence = self._remember_end(seg_name, suggested_bytes, end)
         if sequential and reply.data and not reply.at_tail and not reply.end_of_segment:
-            self._read_ahead(segment, (seg_name, end, suggested_bytes), timeout_s)
+            if sequence.frontier <= offset:  # a small reply: its end is known only now
+                sequence.frontier, sequence.frontier_end = offset, end
+            self._top_up(segment, seg_name, suggested_bytes, timeout_s)
         return SegmentView(reply.offset, reply.data, reply.end_of_segment, reply.at_tail)
 
-    async def _read_once(self, segment: Segment, key: _ReadKey, timeout_s: float) -> p.SegmentRead:
+    async def _read_once(
+        self, segment: Segment, key: _ReadKey, timeout_s: float, *, watch: bool = False
+    ) -> p.SegmentRead:
+        """One ``ReadSegment``; with ``watch``, its fields arriving ahead of its
+        data move the reader's frontier on (``_header_came``)."""
         seg_name, offset, suggested_bytes = key
         cmd = p.ReadSegment(seg_name, offset, suggested_bytes, request_id=next_request_id())
-        reply = await self._call(segment, cmd, p.SegmentRead, timeout_s, idempotent=True)
+        watching = None
+        if watch:
+            callback = functools.partial(self._header_came, segment, key, timeout_s)
+            watching = (seg_name, offset, callback)
+        reply = await self._call(
+            segment, cmd, p.SegmentRead, timeout_s, idempotent=True, watch=watching
+        )
         assert isinstance(reply, p.SegmentRead)
         if reply.offset != offset:
             raise error_for_reply(reply)
@@ -260,36 +311,84 @@ class SegmentClient:
 
     # ------------------------------------------------------------------ read-ahead
 
-    def _remember_end(self, seg_name: str, suggested_bytes: int, end: int) -> None:
-        ends = self._ends
-        ends[(seg_name, suggested_bytes)] = end
-        ends.move_to_end((seg_name, suggested_bytes))
-        while len(ends) > MAX_SEQUENTIAL_TRACKED:
-            ends.popitem(last=False)
+    def _remember_end(self, seg_name: str, suggested_bytes: int, end: int) -> _Sequence:
+        sequences = self._sequences
+        sequence = sequences.get((seg_name, suggested_bytes))
+        if sequence is None:
+            sequence = sequences[(seg_name, suggested_bytes)] = _Sequence(end)
+        else:
+            sequence.end = end
+            sequences.move_to_end((seg_name, suggested_bytes))
+        while len(sequences) > MAX_SEQUENTIAL_TRACKED:
+            sequences.popitem(last=False)
+        return sequence
 
-    def _read_ahead(self, segment: Segment, key: _ReadKey, timeout_s: float) -> None:
-        """Send the read of ``key`` now, for the caller's next :meth:`read_view` to claim."""
-        if key in self._ahead or len(self._ahead) >= MAX_READ_AHEADS:
+    def _header_came(
+        self,
+        segment: Segment,
+        key: _ReadKey,
+        timeout_s: float,
+        length: int,
+        at_tail: bool,
+        end_of_segment: bool,
+    ) -> None:
+        """The fields of the reply to the read of ``key`` came, ahead of its data:
+        if it is the reader's furthest read, where it ends is where the next
+        read-ahead goes (sent now unless one is still unclaimed)."""
+        seg_name, offset, suggested_bytes = key
+        sequence = self._sequences.get((seg_name, suggested_bytes))
+        if sequence is None or sequence.frontier != offset:
             return
+        if length and not at_tail and not end_of_segment:
+            sequence.frontier_end = offset + length
+            self._top_up(segment, seg_name, suggested_bytes, timeout_s)
+
+    def _top_up(
+        self, segment: Segment, seg_name: str, suggested_bytes: int, timeout_s: float
+    ) -> None:
+        """Send the reader's next read-ahead if where it goes is known and none of
+        its read-aheads is unclaimed."""
+        sequence = self._sequences.get((seg_name, suggested_bytes))
+        if sequence is None or sequence.frontier_end == _UNKNOWN:
+            return
+        if any(k[0] == seg_name and k[2] == suggested_bytes for k in self._ahead):
+            return
+        key = (seg_name, sequence.frontier_end, suggested_bytes)
+        if self._read_ahead(segment, key, timeout_s):
+            sequence.frontier, sequence.frontier_end = key[1], _UNKNOWN
+
+    def _read_ahead(self, segment: Segment, key: _ReadKey, timeout_s: float) -> bool:
+        """Send the read of ``key`` now, for the caller's next :meth:`read_view` to
+        claim; False if ``MAX_READ_AHEADS`` are out already."""
+        if key in self._ahead:
+            return True
+        if len(self._ahead) >= MAX_READ_AHEADS:
+            return False
         task = asyncio.create_task(
-            self._read_once(segment, key, timeout_s), name=f"read-ahead {key[0]}@{key[1]}"
+            self._read_once(segment, key, timeout_s, watch=True),
+            name=f"read-ahead {key[0]}@{key[1]}",
         )
         task.add_done_callback(_consume_outcome)
         loop = asyncio.get_running_loop()
         expiry = loop.call_later(READ_AHEAD_MAX_AGE_S, self._drop_read_ahead, key, task)
         self._ahead[key] = _ReadAhead(task, expiry)
+        return True
 
-    async def _claim_read_ahead(self, key: _ReadKey) -> p.SegmentRead | None:
+    async def _claim_read_ahead(
+        self, segment: Segment, key: _ReadKey, timeout_s: float
+    ) -> p.SegmentRead | None:
         """The read-ahead reply for ``key`` if one was sent and it is usable, else None.
 
-        A read-ahead that failed (whatever the error) or came back empty is
-        not used: the caller reads again, so what it sees is what a read now
-        would give.
+        Claiming it lets the next read-ahead go at once if where it goes is
+        already known. A read-ahead that failed (whatever the error) or came
+        back empty is not used: the caller reads again, so what it sees is what
+        a read now would give.
         """
         ahead = self._ahead.pop(key, None)
         if ahead is None:
             return None
         ahead.expiry.cancel()
+        self._top_up(segment, key[0], key[2], timeout_s)
         try:
             reply = await ahead.task  # cancelling the caller cancels the read-ahead too
         except Exception:  # read again: the fresh read reports the error, if it persists
@@ -308,8 +407,8 @@ class SegmentClient:
             ahead = self._ahead.pop(key)
             ahead.expiry.cancel()
             ahead.task.cancel()
-        for end_key in [k for k in self._ends if k[0] == seg_name]:
-            del self._ends[end_key]
+        for end_key in [k for k in self._sequences if k[0] == seg_name]:
+            del self._sequences[end_key]
 
     @property
     def read_aheads(self) -> list[tuple[str, int]]:
