@@ -50,6 +50,7 @@ from headrace.protocols.rsio import (
     Cancel,
     ClientHello,
     ConnectionClosed,
+    ConnectionState,
     Goodbye,
     IllegalDemand,
     OnComplete,
@@ -510,6 +511,15 @@ class RsioHandler(ConnectionHandler):
 
     async def on_close(self) -> None:
         self._stop_all()
+
+    def inline(self, event: object) -> bool:
+        # ``handle`` never awaits and uses neither ``current_task`` nor a timeout:
+        # every event (an offer's elements above all) is handled in the read loop,
+        # with no task of its own, in wire order. Not once the peer broke the
+        # protocol further on in what was received (the connection then refuses
+        # to send anything but the goodbye): those events go the way of tasks,
+        # which the closing connection cancels, as before.
+        return self._conn.state is not ConnectionState.ERROR
 
     async def handle(self, event: object) -> None:
         """Dispatch one event; never awaits, so every event acts in wire order."""

@@ -842,6 +842,17 @@ class TankHandler(ConnectionHandler):
         # they run beside everything else.
         return not isinstance(event, t.Consume)
 
+    def inline(self, event: object) -> bool:
+        # A produce issues its store append in its first step (the partition's
+        # lock is free unless a produce to it is in flight) and, under fsync
+        # never, is often answered without suspending: no task, no loop round.
+        # Nothing before its first suspension uses ``current_task`` or a timeout.
+        # Consumes may park and read: they keep their own task. Not once the
+        # peer broke the protocol further on in what was received: those
+        # requests go the way of tasks, which the closing connection cancels
+        # before they store anything, as before.
+        return type(event) in _INLINE_REQUESTS and self._conn.state is not t.ConnectionState.ERROR
+
     async def handle(self, event: object) -> None:
         handler = DISPATCH.get(type(event))
         if handler is None:  # Ping (ignored, spec 3), ConnectionClosed
@@ -937,7 +948,10 @@ class TankHandler(ConnectionHandler):
                 if p.partition_id < count:
                     bundle, first = p.bundle, p.first_seq_num
                     jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
-        errors = iter(await asyncio.gather(*jobs))
+        # One partition (the common case) is awaited as it is: no gather, no task.
+        # Several append side by side (one sync round for all under fsync always).
+        outcomes = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs)
+        errors = iter(outcomes)
         results = []
         for topic, result, count in zip(request.topics, topics, counts, strict=True):
             if result.error is not t.ProduceError.OK:
@@ -1286,6 +1300,9 @@ DISPATCH: dict[type, Handler] = {
     t.DiscoverTopology: TankHandler.discover_topology,
 }
 """Request type -> the coroutine that answers it. Ping gets no reply (spec 3)."""
+
+_INLINE_REQUESTS: frozenset[type] = frozenset({t.Produce, t.ProduceWithSeqnum})
+"""Requests whose handling starts in the read loop (``TankHandler.inline``)."""
 
 
 async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
