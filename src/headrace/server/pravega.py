@@ -57,7 +57,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
-from uuid import UUID
 
 from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
@@ -236,8 +235,9 @@ class PravegaHandler(ConnectionHandler):
         self._failed = False
         # Per writer on this connection: the last event number acknowledged
         # (DataAppended.previous_event_number), and the ack the next one waits for.
-        self._last_acked: dict[UUID, int] = {}
-        self._ack_tail: dict[UUID, _AckTurn] = {}
+        # Keyed by the writer id's ``int``: hashed in C (a UUID's hash is a Python call).
+        self._last_acked: dict[int, int] = {}
+        self._ack_tail: dict[int, _AckTurn] = {}
         self._parked: set[asyncio.Task[object]] = set()  # tasks of reads parked at the tail
         self._unsent_bytes = 0  # data of read replies queued since the writer last took them
         self._taken = asyncio.Event()  # set when the writer takes the queued bytes
@@ -410,9 +410,10 @@ class PravegaHandler(ConnectionHandler):
         taken only when it must.
         """
         writer_id = ev.writer_id
+        key = writer_id.int
         tail = self._ack_tail
-        before = tail.get(writer_id)
-        mine = tail[writer_id] = _AckTurn()
+        before = tail.get(key)
+        mine = tail[key] = _AckTurn()
         size = len(ev.data)
         if size > self._append_room_max:
             size = self._append_room_max
@@ -442,8 +443,8 @@ class PravegaHandler(ConnectionHandler):
             self._reply_append(ev, outcome)
         finally:
             mine.finish()
-            if tail.get(writer_id) is mine:
-                del tail[writer_id]
+            if tail.get(key) is mine:
+                del tail[key]
 
     async def _admit(self, size: int) -> None:
         """Take ``size`` bytes of append room, waiting in arrival order if needed.
@@ -480,10 +481,10 @@ class PravegaHandler(ConnectionHandler):
         if type(outcome) is AppendResult:  # the common case first: one type check
             writer_id = ev.writer_id
             number = ev.last_event_number
-            acked = self._last_acked.get(writer_id, outcome.previous_event_number)
+            acked = self._last_acked.get(writer_id.int, outcome.previous_event_number)
             if number < acked:
                 return  # a retry of something already acknowledged on this connection
-            self._last_acked[writer_id] = number
+            self._last_acked[writer_id.int] = number
             if self._failed:
                 log.debug("pravega: dropping DataAppended after a protocol error")
                 return
@@ -496,7 +497,7 @@ class PravegaHandler(ConnectionHandler):
 
     async def _setup_append(self, cmd: p.SetupAppend) -> None:
         last = await self._store.get_attribute(cmd.segment, cmd.writer_id)
-        self._last_acked[cmd.writer_id] = last
+        self._last_acked[cmd.writer_id.int] = last
         self._reply(p.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
 
     async def _create_transient(self, cmd: p.CreateTransientSegment) -> None:
