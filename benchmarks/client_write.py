@@ -52,11 +52,12 @@ RUST_CHILD = r"""
 import json, sys, time
 import pravega_client
 uri, scope, stream, count, inflight = sys.argv[1:6]
+size = int(sys.argv[6]) if len(sys.argv) > 6 else 100
 m = pravega_client.StreamManager(uri)
 m.create_scope(scope)
 m.create_stream(scope, stream, 1)
 w = m.create_writer(scope, stream, int(inflight))
-event = b"x" * 100
+event = b"x" * size
 w.write_event_bytes(event)  # connection set up before timing
 w.flush()
 n = int(count)
@@ -107,9 +108,12 @@ async def _headrace_round(uri: str, stream: str, count: int) -> tuple[float, flo
     return seconds, cpu_s
 
 
-def _rust_round(uri: str, stream: str, count: int, inflight: int) -> tuple[float, float]:
+def _rust_round(
+    uri: str, stream: str, count: int, inflight: int, event_bytes: int = EVENT_BYTES
+) -> tuple[float, float]:
+    args = [uri, "bench", stream, str(count), str(inflight), str(event_bytes)]
     done = subprocess.run(
-        [sys.executable, "-c", RUST_CHILD, uri, "bench", stream, str(count), str(inflight)],
+        [sys.executable, "-c", RUST_CHILD, *args],
         capture_output=True,
         text=True,
         timeout=RUST_TIMEOUT_S,

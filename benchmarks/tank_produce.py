@@ -90,16 +90,26 @@ def _start_server(data_dir: Path, port: int) -> subprocess.Popen[str]:
     raise SystemExit("headrace serve did not start")
 
 
-def _bundles(messages: int) -> list[bytes]:
+def _bundles(
+    messages: int,
+    message_bytes: int = MESSAGE_BYTES,
+    bundle_messages: int = BUNDLE_MESSAGES,
+    compress: bool | None = None,
+) -> list[bytes]:
+    """Bundles of ``bundle_messages`` messages of ``message_bytes`` (hex text).
+
+    ``compress`` None follows the C++ producer's compression policy; the
+    suite's 10 KiB shape passes False, so the bytes stored are the bytes counted.
+    """
     bundles = []
     now_ms = int(time.time() * 1000)
-    for start in range(0, messages, BUNDLE_MESSAGES):
-        count = min(BUNDLE_MESSAGES, messages - start)
+    for start in range(0, messages, bundle_messages):
+        count = min(bundle_messages, messages - start)
         batch = [
-            BundleMessage(os.urandom(MESSAGE_BYTES // 2).hex().encode(), now_ms)
+            BundleMessage(os.urandom(message_bytes // 2).hex().encode(), now_ms)
             for _ in range(count)
         ]
-        bundles.append(encode_bundle(batch))  # the C++ producer's compression policy
+        bundles.append(encode_bundle(batch, compress=compress))
     return bundles
 
 
@@ -115,12 +125,14 @@ def _chunk_messages(chunk: bytes) -> int:
     return count
 
 
-async def _produce(client: TankClient, bundles: list[bytes], in_flight: int) -> float:
+async def _produce(
+    client: TankClient, bundles: list[bytes], in_flight: int, topic: str = TOPIC
+) -> float:
     slots = asyncio.Semaphore(in_flight)
 
     async def one(bundle: bytes) -> None:
         try:
-            error = await client.produce_bundle(TOPIC, 0, bundle)
+            error = await client.produce_bundle(topic, 0, bundle)
         finally:
             slots.release()
         if error is not ProduceError.OK:
