@@ -43,11 +43,14 @@ from headrace.store.disk.format import (
     SIDECAR_HEADER,
     WAL_HEADER,
     AppendRefRecord,
+    Record,
     RecordType,
+    SealRecord,
     crc32,
     decode_manifest,
     decode_record,
     encode_record,
+    encode_wal_header,
     scan_frames,
 )
 from headrace.store.disk.layout import ContainerPaths, container_of, manifest_path
@@ -207,7 +210,7 @@ async def test_large_append_is_written_once_and_synced_before_the_wal(tmp_path: 
         # The WAL got a fixed-size record, the data file the bytes.
         assert wal.stat().st_size - before == 8 + 9 + 57
         assert _data_file(root).read_bytes() == large
-        assert ops.events == ["data", "wal"]  # acknowledged after both, data first
+        assert sorted(ops.events) == ["data", "wal"]  # acknowledged after both
         # A small append stays an APPEND with its bytes, and needs no data sync.
         ops.events.clear()
         await store.append(SEGMENT, b"small")
@@ -226,8 +229,47 @@ async def test_large_append_is_written_once_and_synced_before_the_wal(tmp_path: 
     assert verify_data_dir(root).ok
 
 
+class GatedDataOps(OrderOps):
+    """Data syncs wait for ``gate`` (bounded), so the WAL sync beside them ends first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def sync_data(self, fd: int) -> None:
+        assert self.gate.wait(SYNC_WAIT_S), "the test never opened the gate"
+        super().sync_data(fd)
+
+
+NOT_ACKNOWLEDGED_WINDOW_S = 0.3
+"""How long an append whose data sync is held must stay unacknowledged (a
+bounded check that something does not happen)."""
+
+
+async def test_an_append_is_acknowledged_only_once_its_bytes_are_synced(tmp_path: Path) -> None:
+    ops = GatedDataOps()
+    store = await DiskStore.open(tmp_path / "data", container_count=1, file_ops=ops)
+    try:
+        await store.create_segment(SEGMENT)
+        ops.gate.clear()
+        ops.wal_synced.clear()
+        ops.events.clear()
+        small = asyncio.create_task(store.append(SEGMENT, b"small, same round"))
+        large = asyncio.create_task(store.append(SEGMENT, _payload(3, LARGE)))
+        assert await asyncio.to_thread(ops.wal_synced.wait, SYNC_WAIT_S)  # the WAL is synced
+        done, _ = await asyncio.wait({small, large}, timeout=NOT_ACKNOWLEDGED_WINDOW_S)
+        assert not done  # ... but neither append of the round is acknowledged yet
+        ops.gate.set()
+        await asyncio.wait_for(asyncio.gather(small, large), SYNC_WAIT_S)
+        assert sorted(ops.events) == ["data", "wal"]  # one round, both syncs
+    finally:
+        ops.gate.set()
+        await store.close()
+
+
 @pytest.mark.parametrize("policy", [FsyncPolicy.NEVER, FsyncPolicy.INTERVAL])
-async def test_every_wal_sync_syncs_referenced_bytes_first(
+async def test_every_wal_sync_syncs_referenced_bytes_too(
     tmp_path: Path, policy: FsyncPolicy
 ) -> None:
     ops = OrderOps()
@@ -248,7 +290,7 @@ async def test_every_wal_sync_syncs_referenced_bytes_first(
             await store.flush()
         else:  # ... and the periodic sync covers it, data first
             assert await asyncio.to_thread(ops.wal_synced.wait, SYNC_WAIT_S)
-        assert ops.events[:2] == ["data", "wal"]
+        assert sorted(ops.events[:2]) == ["data", "wal"]
     finally:
         await store.close()
 
@@ -357,21 +399,46 @@ async def test_missing_data_file_of_a_new_segment_is_a_torn_tail(tmp_path: Path)
     assert verify_data_dir(crashed).ok
 
 
-async def test_bad_reference_in_a_wal_file_that_is_not_the_last_is_corruption(
-    tmp_path: Path,
-) -> None:
-    from headrace.store.disk.format import encode_wal_header
-
-    crashed, _ = await _crash_copy(tmp_path, [LARGE])
-    paths = _paths(crashed)
+def _next_wal(root: Path, records: list[Record]) -> Path:
+    """Start the WAL file a checkpoint would start next, holding ``records``."""
+    paths = _paths(root)
     wal = paths.wal_files()[-1][1]
     scan = scan_wal(wal, paths.container_id)
     next_seq = scan.first_seq + len(scan.records)
-    # A checkpoint that crashed after starting the next WAL file leaves this shape.
-    (wal.parent / f"{next_seq:020d}.wal").write_bytes(
-        encode_wal_header(paths.container_id, next_seq)
-    )
-    _damage_zero(_data_file(crashed), 0, LARGE)
+    raw = encode_wal_header(paths.container_id, next_seq)
+    for seq, record in enumerate(records, next_seq):
+        raw += b"".join(encode_record(seq, record))
+    path = wal.parent / f"{next_seq:020d}.wal"
+    path.write_bytes(raw)
+    return path
+
+
+async def test_bad_reference_before_an_empty_next_wal_file_is_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    # A checkpoint creates the next WAL file before it syncs the previous one and
+    # its referenced bytes: a power cut in between leaves this shape.
+    crashed, appended = await _crash_copy(tmp_path, [100, LARGE])
+    empty_next = _next_wal(crashed, [])
+    _damage_zero(_data_file(crashed), 100, LARGE)
+    assert verify_data_dir(crashed).ok
+    store = await DiskStore.open(crashed)
+    try:
+        assert (await store.read(SEGMENT, 0, 1 << 20)).data == appended[0]
+    finally:
+        await store.close()
+    assert not empty_next.exists()
+    assert len(_backups(crashed)) == 2  # the reference's tail and the empty file, copied
+    assert _data_file(crashed).stat().st_size == 100
+    assert verify_data_dir(crashed).ok
+
+
+async def test_bad_reference_before_records_in_a_later_wal_file_is_corruption(
+    tmp_path: Path,
+) -> None:
+    crashed, _ = await _crash_copy(tmp_path, [LARGE])
+    _next_wal(crashed, [SealRecord(1, 0)])  # the sync thread never writes this before
+    _damage_zero(_data_file(crashed), 0, LARGE)  # ... the reference's bytes were synced
     before = {p: p.read_bytes() for p in crashed.rglob("*") if p.is_file() and p.name != "lock"}
     with pytest.raises(CorruptionError, match="not the last"):
         await DiskStore.open(crashed)

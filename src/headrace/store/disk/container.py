@@ -11,8 +11,8 @@ awaits ``durable(seq)``:
   past ``seq``. Each round the committer takes every queued record, and the
   container's sync thread (one long-lived thread, not an executor submission
   per round) writes their data with one ``pwritev`` per contiguous run and
-  them with one ``writev``, then syncs the data files that received an
-  APPEND_REF's bytes (``fdatasync``) and then the WAL: the copies into the page
+  them with one ``writev``, then syncs the WAL and, beside it, the data files
+  that received an APPEND_REF's bytes (``fdatasync``): the copies into the page
   cache run beside the event loop (they release the GIL), not on it. The
   thread runs its jobs in order, so the WAL's order is the order records were
   taken; the data-file fds it writes through are pinned until it is done, so
@@ -24,15 +24,17 @@ awaits ``durable(seq)``:
   seal readers may see) are applied by the committer in sequence order,
   before the callers are woken, so they happen even if a caller was cancelled.
 * ``interval``: written before ``write`` returns and acknowledged at once;
-  the committer syncs every ``fsync_interval_s`` (APPEND_REF bytes first).
+  the committer syncs every ``fsync_interval_s`` (with the APPEND_REF bytes).
 * ``never``: written before ``write`` returns and acknowledged at once; only
   checkpoints sync.
 
 Large appends (``REF_APPEND_BYTES`` and up) are written once: their bytes go
 to the data file only and the WAL gets an APPEND_REF (position, size, CRC).
 Every WAL sync, whatever asked for it (a round, an interval, a flush, a
-checkpoint's switch), first syncs the data files holding such bytes, so a
-synced WAL never refers to bytes that are not synced (``_sync_data``).
+checkpoint's switch), also syncs the data files holding such bytes (in a
+helper thread, beside the WAL's sync) and returns when both are durable, so a
+sync never vouches for a reference to bytes that are not synced
+(``_sync_wal``).
 
 The committer also starts checkpoints (``_checkpoint``) when the WAL passes
 ``checkpoint_wal_bytes`` and at close: capture the state synchronously,
@@ -49,6 +51,7 @@ vouch for them); reads of durable bytes go on.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -343,6 +346,8 @@ class Container:
         self._syncing_target = -1
         """Last seq the round now syncing covers (-1: no round is syncing)."""
         self._sync_thread: SyncThread | None = None
+        self._data_syncer: concurrent.futures.ThreadPoolExecutor | None = None
+        """The thread that syncs data files beside each WAL sync (``_sync_wal``)."""
         self._clock = time.monotonic
         self._yielded_at = 0.0
         self._write_error: BaseException | None = None
@@ -380,6 +385,9 @@ class Container:
 
     def start(self) -> None:
         self._sync_thread = SyncThread(f"headrace-sync-{self.container_id:04d}")
+        self._data_syncer = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"headrace-datasync-{self.container_id:04d}"
+        )
         self._task = asyncio.create_task(
             self._run(), name=f"headrace-committer-{self.container_id:04d}"
         )
@@ -456,18 +464,10 @@ class Container:
             with self._unsynced_lock:
                 self._unsynced.update(writes.ref_fds)
 
-    def _sync_data(self, writes: _Writes | None) -> None:
-        """Make every APPEND_REF byte written so far durable: ``fdatasync`` each
-        data file that received some (through the job's pinned fd, else a fresh
-        one), and ``segments/`` if a segment was created since it was last synced.
-        Runs before each WAL sync, in the thread doing it, so a synced WAL never
-        holds a reference to unsynced bytes (under every policy)."""
-        with self._unsynced_lock:
-            ids, self._unsynced = self._unsynced, set()
-            sync_dir = self._dir_unsynced and bool(ids)
-            if sync_dir:
-                self._dir_unsynced = False
-        fds = writes.ref_fds if writes is not None else {}
+    def _sync_data(self, ids: set[int], fds: dict[int, int], sync_dir: bool) -> None:
+        """Make APPEND_REF bytes durable: ``fdatasync`` each data file in ``ids``
+        (through its fd in ``fds``, pinned by the running job, else a fresh one),
+        then ``segments/`` if ``sync_dir`` (a segment was created since)."""
         for segment_id in ids:
             fd = fds.get(segment_id)
             if fd is not None:
@@ -484,10 +484,36 @@ class Container:
         if sync_dir:
             fsync_dir(self.paths.segments_dir, self.ops)
 
-    def _sync_wal(self, wal_fd: int) -> None:
-        """Sync the APPEND_REF bytes written so far, then the WAL (see ``_sync_data``)."""
-        self._sync_data(None)
-        self.ops.sync_wal(wal_fd)
+    def _sync_wal(self, wal_fd: int, writes: _Writes | None = None) -> None:
+        """Sync the WAL and every APPEND_REF byte written so far; return when both
+        are durable. Called for every WAL sync, so a sync never vouches for a
+        reference to bytes that are not synced, under any policy.
+
+        The data files are synced in the helper thread *beside* the WAL's
+        ``fdatasync``, not before it: one journal commit can serve both, where
+        one after the other cost two (a round with a large append took twice as
+        long). Their order does not matter: nothing the round covers is
+        acknowledged before both returned, and recovery treats a reference
+        whose bytes did not make it as a torn tail.
+        """
+        with self._unsynced_lock:
+            ids, self._unsynced = self._unsynced, set()
+            sync_dir = self._dir_unsynced and bool(ids)
+            if sync_dir:
+                self._dir_unsynced = False
+        if not ids:
+            self.ops.sync_wal(wal_fd)
+            return
+        fds = writes.ref_fds if writes is not None else {}
+        if self._data_syncer is None:
+            self._sync_data(ids, fds, sync_dir)
+            self.ops.sync_wal(wal_fd)
+            return
+        beside = self._data_syncer.submit(self._sync_data, ids, fds, sync_dir)
+        try:
+            self.ops.sync_wal(wal_fd)
+        finally:
+            beside.result()  # the fds it uses stay pinned until this job returns
 
     def _take_pending(self, *, pin: bool) -> _Writes | None:
         """Take the queued records and their data as one ``_Writes`` (None: nothing).
@@ -571,8 +597,7 @@ class Container:
                 raise
             self._note_unsynced(writes)
         if sync_fd is not None:
-            self._sync_data(writes)
-            self.ops.sync_wal(sync_fd)
+            self._sync_wal(sync_fd, writes)
 
     async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
         """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
@@ -833,6 +858,8 @@ class Container:
             self.files.close()
             if self._sync_thread is not None:
                 self._sync_thread.stop()
+            if self._data_syncer is not None:
+                self._data_syncer.shutdown(wait=False)
         if self.failure is not None and not failed_before:
             raise StoreClosed(f"checkpoint at close failed: {self.failure}")
 

@@ -16,8 +16,9 @@ Phase 1, every container (``analyse_container``), reading only:
    APPEND_REF's bytes are read back from the data file and checked against
    its size and CRC (``RefReader``); if they are missing or fail, the record
    and everything after it are a torn tail, exactly like an unreadable frame
-   (only in the last WAL file: every WAL sync syncs referenced bytes first,
-   so in an earlier file it is damage, ``CorruptionError``).
+   (WAL files after it may only hold no record: a checkpoint's next file,
+   created before the previous one and its referenced bytes were synced; if
+   one holds records it is damage, ``CorruptionError``).
 
 Phase 2, every container (``repair_container``):
 
@@ -264,6 +265,9 @@ class ReplayPlan:
     scans: list[WalScan]
     tear: WalScan | None
     """The last file, if it has a torn tail (its ``problem`` says where)."""
+    after_tear: list[WalScan] = dataclasses.field(default_factory=list)
+    """Files after a torn tail that is not in the last file (they hold no
+    record): backed up and removed with it."""
 
 
 def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
@@ -439,13 +443,19 @@ def cut_at_bad_reference(plan: ReplayPlan, index: int, at: int, reason: str) -> 
     """Make the record at ``at`` of ``plan.scans[index]`` (an APPEND_REF whose
     bytes are missing or damaged) the start of the torn tail.
 
+    Later WAL files may exist if they hold no record (a checkpoint creates the
+    next file before it syncs the previous one with its referenced bytes; a
+    power cut in between leaves that shape): they become part of the tail.
+
     Raises:
-        CorruptionError: the record is not in the last WAL file (every WAL sync
-            syncs referenced bytes first, so an earlier file cannot be torn).
+        CorruptionError: a later WAL file holds records (the sync thread writes
+            none there before the file with the reference and its bytes were
+            synced, so that is damage, not a tear).
     """
     scan = plan.scans[index]
     position = scan.records[at][0]
-    if index != len(plan.scans) - 1:
+    later = plan.scans[index + 1 :]
+    if any(s.records for s in later):
         raise CorruptionError(
             str(scan.path), position, f"{reason} in a WAL file that is not the last"
         )
@@ -454,6 +464,10 @@ def cut_at_bad_reference(plan: ReplayPlan, index: int, at: int, reason: str) -> 
     scan.later_record_at = None
     scan.end = position
     plan.tear = scan
+    for s in later:
+        if s.problem is None or s.problem.position != 0:
+            s.problem = FrameProblem(0, "after a torn tail in an earlier WAL file")
+    plan.after_tear = list(later)
 
 
 Effect = tuple[int, int, "bytes | memoryview"] | int
@@ -525,6 +539,8 @@ def repair_container(analysed: Analysed, ops: FileOps) -> None:
     paths = analysed.paths
     for seg in analysed.snapshot.segments:
         os.truncate(paths.sidecar(seg.segment_id), seg.sidecar_size)
+    for stale in reversed(analysed.plan.after_tear):  # copied aside, then removed
+        backup_torn_tail(stale, ops)
     if analysed.plan.tear is not None:
         backup_torn_tail(analysed.plan.tear, ops)
     files = _ReplayFiles(paths, ops)

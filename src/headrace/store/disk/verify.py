@@ -13,8 +13,8 @@ would refuse (``CorruptionError``), and any data block whose bytes fail the
 sidecar checksum (open does not read data files, so only verify finds those).
 Bytes written since the last checkpoint are checked against the WAL: an
 APPEND's own record CRC, an APPEND_REF's size and CRC of the bytes it refers
-to in the data file (a bad one in the last WAL file is a torn tail, as open
-treats it; in an earlier file it is damage).
+to in the data file (a bad one is a torn tail, as open treats it, unless a
+later WAL file holds records: then it is damage).
 What is only a note: a torn WAL tail (open backs it up and cuts it off),
 ``.broken-*`` backups of earlier torn tails, orphan segment files
 (creations that never became durable; open removes them), and a directory
@@ -238,6 +238,17 @@ def _verify_wal(paths: ContainerPaths, state: ContainerState | None, report: Ver
         report.notes.append(f"{backup}: backup of an earlier torn WAL tail")
 
 
+def _records_after(paths: ContainerPaths, files: list[tuple[int, Path]]) -> bool:
+    """Whether any of ``files`` holds a record (damage counts as holding some)."""
+    for _, path in files:
+        try:
+            if scan_wal(path, paths.container_id).records:
+                return True
+        except CorruptionError:
+            return True
+    return False
+
+
 def _verify_wal_files(
     paths: ContainerPaths, state: ContainerState | None, report: VerifyReport, refs: RefReader
 ) -> None:
@@ -284,7 +295,7 @@ def _verify_wal_files(
             if isinstance(record, AppendRefRecord):
                 data = refs.read(record)
                 if isinstance(data, str):
-                    if last:
+                    if last or not _records_after(paths, files[i + 1 :]):
                         if report.notes and report.notes[-1].startswith(f"{path}: torn tail"):
                             report.notes.pop()  # a frame torn further on: this starts earlier
                         torn = scan.size_bytes - position
