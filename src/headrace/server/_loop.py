@@ -32,8 +32,12 @@ replies inside the sans-I/O object; the loop writes whatever
   the transport, so a peer that does not read is slowed too, and ``close``
   flushes what is queued before closing. When an event finishes while that
   task is idle and the replies are plain bytes, they are written to the
-  transport at once (``write_now``); the writer is woken only if the peer
-  has not taken them all (to drain and check the limit). A handler's ``output`` is a list of
+  transport at once (``write_now``), or at the end of the receive callback
+  for events that finished inside it, or after the callbacks ready at the
+  time when other events of the connection are still being handled
+  (``write_soon``), so replies that are due together go out in one write
+  (one syscall); the writer is woken only if the peer has not taken them all
+  (to drain and check the limit). A handler's ``output`` is a list of
   pieces written in order: bytes (large ones written as they are, never
   joined or copied) and ``FileRegion``s, which go out with ``sendfile``
   from the store's data file (zero-copy) on a plain TCP connection
@@ -453,6 +457,9 @@ class Connection(asyncio.BufferedProtocol):
         self._writing = False  # the writer task is sending or draining
         self._carry: list[OutputPiece] = []  # output taken by write_now that the writer must send
         self._writer_task: asyncio.Task[None] | None = None
+        self._feeding = False  # in _feed: replies wait for the end of the read
+        self._reply_waiting = False  # a reply is queued for the end of the read
+        self._flush_scheduled = False  # _flush_soon is scheduled
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed: asyncio.Future[None] = self._loop.create_future()
@@ -501,7 +508,14 @@ class Connection(asyncio.BufferedProtocol):
         self._counts["bytes_in"] += nbytes
         if self._observer is not None:
             self._observer.bytes_received(nbytes)
-        self._feed(data)
+        self._feeding = True
+        try:
+            self._feed(data)
+        finally:
+            self._feeding = False
+            if self._reply_waiting:
+                self._reply_waiting = False
+                self._write_now()
         if not self._receiving:
             return
         if self._first_request_timer is not None and self._counts["requests"]:
@@ -606,11 +620,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def _feed(self, data: bytes | memoryview) -> None:
         """Feed received bytes (``b""``: EOF) to the handler and start the events."""
-        assert self._handler is not None
+        handler = self._handler
+        assert handler is not None
         try:
             # A view, typed as the handlers' ``bytes`` (they only copy it into
             # their sans-I/O buffers; see "Receiving" above).
-            events = iter(self._handler.feed(cast("bytes", data)))
+            events = iter(handler.feed(cast("bytes", data)))
             for event in events:
                 self._counts["requests"] += 1
                 if self._observer is not None:
@@ -685,7 +700,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._backlog and not self._backlog_scheduled:
                 self._backlog_scheduled = True
                 self._loop.call_soon(self._run_backlog)
-            self._write_now()
+            self._write_soon()
 
     def _run_backlog(self) -> None:
         """Start backlogged events while there is room; read again once none is left."""
@@ -965,6 +980,20 @@ class Connection(asyncio.BufferedProtocol):
                 if isinstance(piece, FileRegion):
                     piece.close()
 
+    def _write_soon(self) -> None:
+        """Write an event's replies: at once if no other event of the connection is
+        being handled, else once the callbacks ready now have run, so that events
+        finishing together (appends acknowledged by one sync) share one write."""
+        if self._feeding or self._pending == 0:
+            self._write_now()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        self._write_now()
+
     def _write_now(self) -> None:
         """Write queued replies straight to the transport when the writer is idle.
 
@@ -973,6 +1002,11 @@ class Connection(asyncio.BufferedProtocol):
         draining, and the ``max_buffered_bytes`` check (woken whenever the
         transport holds bytes the peer has not taken).
         """
+        if self._feeding:
+            # The replies to every request of one read go out in one write (one
+            # syscall), at the end of the receive callback that read them.
+            self._reply_waiting = True
+            return
         transport = self._transport
         handler = self._handler
         if transport is None or handler is None:
