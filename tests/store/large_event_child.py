@@ -5,9 +5,10 @@ Usage: ``python large_event_child.py write CONTROLLER_URI SCOPE STREAM TAG``
 ``PravegaWriters`` can run it).
 
 Writes events ``<TAG>:<n>|`` followed by ``event_filler(TAG, n)``, sizes
-cycling through ``EVENT_SIZES`` (10 KiB to 300 KiB: each is appended to the
-store as one block of at least ``REF_APPEND_BYTES``, so it is written once, to
-the data file, and logged by reference), ``BATCH`` per ``flush()``; after
+cycling through ``EVENT_SIZES`` (10 KiB to 300 KiB: the client sends them in
+blocks, each block one store append, and a block with a 300 KiB event passes
+``REF_APPEND_BYTES``, so it is written once, to the data file, and logged by
+reference), ``BATCH`` per ``flush()``; after
 each ``flush()`` returned prints ``A <n>`` (every event below ``n`` is
 acknowledged). Runs until its stdin reaches end of file; a client exception
 is printed as ``E <text>`` and ends the process. Exits with ``os._exit``

@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 
 from headrace.store.disk import DiskStore, FileOps
+from headrace.store.disk.container import REF_APPEND_BYTES
 
-LARGE = 20_000
+LARGE = REF_APPEND_BYTES + 1000
 
 
 def _payload(tag: int, size: int) -> bytes:

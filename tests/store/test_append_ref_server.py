@@ -4,11 +4,12 @@ The real ``pravega`` client (child process, ``large_event_child.py``) writes
 events of 10 KiB to 300 KiB to a ``headrace serve`` subprocess (``--fsync
 always``), which is killed with SIGKILL at random moments and restarted on
 the same ports; the client reconnects and goes on (its writer id and event
-numbers deduplicate what it resends). Each event reaches the store as an
-append of at least ``REF_APPEND_BYTES``, so its bytes go to the segment's
-data file only and the WAL holds an APPEND_REF (checked on the WAL files the
-last kill leaves). Then: ``headrace verify`` passes, and every acknowledged
-event is stored exactly once, byte for byte, with no event stored twice.
+numbers deduplicate what it resends). The client's blocks (one store append
+each) that hold a 300 KiB event pass ``REF_APPEND_BYTES``, so their bytes go
+to the segment's data file only and the WAL holds an APPEND_REF (checked on
+the WAL files the kills leave); smaller blocks stay APPENDs. Then:
+``headrace verify`` passes, and every acknowledged event is stored exactly
+once, byte for byte, with no event stored twice.
 """
 
 from __future__ import annotations

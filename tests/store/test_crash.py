@@ -26,7 +26,7 @@ anything recovered it: a kill must leave nothing worse than a torn WAL tail.
 Half the rounds give the child a small ``checkpoint_wal_bytes`` so that kills
 land inside checkpoints too, and half a low ``ref_append_bytes`` so that most
 appends are written once, to the data file, and logged by reference (with the
-default threshold only the few appends of 8 KiB or more are).
+default threshold, 256 KiB, almost none of the child's appends is).
 
 Randomness is deterministic from ``HEADRACE_CRASH_SEED`` (default below) and
 the round number; the seed is in every failure message. ``HEADRACE_CRASH_ROUNDS``

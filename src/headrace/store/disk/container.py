@@ -87,13 +87,19 @@ CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """WAL size that triggers a checkpoint: bounds replay after a crash to about a
 second of disk bandwidth, while checkpoints (a few fsyncs each) stay rare."""
 
-REF_APPEND_BYTES = 8 * 1024
+REF_APPEND_BYTES = 256 * 1024
 """Appends of at least this many bytes are written once, to the data file, and
 logged as an APPEND_REF (position, size, CRC) instead of an APPEND carrying
 them. Below it the second page-cache copy costs less than what a reference
-adds: under ``always`` a data-file ``fdatasync`` in each round that has one
-(see ``docs/benchmarks.md``, "Large payloads written once", for the measurement
-this value comes from)."""
+adds: under ``always`` a data-file ``fdatasync`` beside the WAL's in each round
+that has one, which on ext4 here costs a lone appender up to twice the sync
+latency. Measured with ``benchmarks/store_append.py --compare-refs`` (written
+once / written twice, MB/s): 10-128 KiB appends 0.6-0.8x alone and 0.7-0.9x
+with 16 appenders (1.3-1.7x only from 64-128 KiB with 64-256 appenders);
+256 KiB 1.5x alone and 1.3x with 16; 1 MiB 1.2x alone, 2.1-2.4x with 16-256
+(``docs/benchmarks.md``, "Large payloads written once"). Writers that batch
+(Pravega blocks of up to 1 MiB, TANK bundles) reach it; single small events
+stay APPENDs."""
 
 MAX_PENDING_WAL_BYTES = 8 * 1024 * 1024
 """Queued record bytes that make ``write`` flush at once instead of waiting for the

@@ -56,8 +56,8 @@ data). The container writes the data before the record and, under every
 policy, syncs the data file before the WAL sync that covers the record, so a
 durable APPEND_REF always has its bytes; recovery reads them back and treats
 missing or mismatching bytes as a torn tail (``recovery.py``). Large appends
-use it (``container.REF_APPEND_BYTES``), small ones stay APPENDs: for them a
-data-file sync per round costs more than the second page-cache copy.
+use it (``container.REF_APPEND_BYTES``, 256 KiB), smaller ones stay APPENDs:
+for them a data-file sync per round costs more than the second page-cache copy.
 
 Version 1 data dirs (no APPEND_REF) are read as they are; opening one with
 this version rewrites its manifest to version 2 before any record is written,
