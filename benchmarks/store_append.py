@@ -21,6 +21,15 @@ The last line printed is one JSON object with every figure, including:
   raw write+fsync MB/s of 64 KiB writes (goal >= 0.8: big appends cost little
   beyond the disk itself).
 
+``--sizes`` and ``--concurrencies`` pick other shapes (the two ratios are then
+left out if their shape is not measured). ``--compare-refs`` measures each
+shape twice in the same slices, as a back-to-back pair on one disk moment:
+the store with large appends written once (APPEND_REF, the default
+threshold or ``--ref-append-bytes``) and with references off (every byte in
+the WAL and the data file, as before format version 2); each is printed with
+its ratio to the raw loop interleaved with it, and the pair's ratio after /
+before.
+
 Nothing here asserts speed; it is a measuring tool, not a test.
 """
 
@@ -41,7 +50,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from headrace.store import DiskStore
-from headrace.store.api import FsyncPolicy
+from headrace.store.api import MAX_APPEND_BYTES, FsyncPolicy
+from headrace.store.disk.container import REF_APPEND_BYTES
+
+REFS_OFF = MAX_APPEND_BYTES + 1
+"""A threshold no append reaches: every append carries its bytes in the WAL."""
 
 SIZES_BYTES = (100, 64 * 1024)
 CONCURRENCIES = (1, 16, 256)
@@ -66,7 +79,7 @@ LARGE_APPEND_GOAL = 0.8
 class Figure:
     """One measurement."""
 
-    kind: str  # "store", "raw_fsync" or "raw_fdatasync"
+    kind: str  # "store", "store_norefs", "raw_fsync" or "raw_fdatasync"
     size_bytes: int
     concurrency: int
     count: int
@@ -135,66 +148,101 @@ def sync_tree(path: Path) -> None:
                 os.close(fd)
 
 
+class _Variant:
+    """One store configuration measured in the slices of ``_measure_pair``."""
+
+    def __init__(self, kind: str, store: DiskStore, directory: Path, concurrency: int) -> None:
+        self.kind = kind
+        self.store = store
+        self.directory = directory
+        self.counts = [0] * concurrency
+        self.elapsed_s = 0.0
+        self.cpu_s = 0.0
+
+
 async def _measure_pair(
-    directory: Path, size_bytes: int, concurrency: int, segments: int, duration_s: float
-) -> tuple[Figure, Figure]:
-    """Store and raw loop of one size, in alternating slices, on one disk.
+    directory: Path,
+    size_bytes: int,
+    concurrency: int,
+    segments: int,
+    duration_s: float,
+    ref_thresholds: dict[str, int],
+) -> tuple[Figure, list[Figure]]:
+    """Store(s) and raw loop of one size, in alternating slices, on one disk.
 
     The disk's speed drifts (other tenants, writeback, the host's cache), so
-    the store runs in ``SLICES`` slices and a raw slice of half the length runs
-    before each: both see the same mix of good and bad moments. Each store
-    slice ends by syncing the store's files, so its figure includes the
+    each store runs in ``SLICES`` slices and a raw slice of half the length runs
+    before each round of them: all see the same mix of good and bad moments.
+    ``ref_thresholds`` maps each store variant's kind to its
+    ``ref_append_bytes`` (several variants alternate slice by slice). Each
+    store slice ends by syncing the store's files, so its figure includes the
     writeback of everything it wrote (data files are synced lazily).
     """
-    store = await DiskStore.open(directory / "store", fsync=FsyncPolicy.ALWAYS)
+    variants: list[_Variant] = []
     raw = RawLoop(directory, size_bytes)
+    names = [f"bench/append/{i}" for i in range(min(segments, concurrency))]
     try:
-        names = [f"bench/append/{i}" for i in range(min(segments, concurrency))]
-        for name in names:
-            await store.create_segment(name)
+        for kind, threshold in ref_thresholds.items():
+            path = directory / kind
+            store = await DiskStore.open(path, fsync=FsyncPolicy.ALWAYS, ref_append_bytes=threshold)
+            variants.append(_Variant(kind, store, path, concurrency))
+            for name in names:
+                await store.create_segment(name)
         data = os.urandom(size_bytes)
-        counts = [0] * concurrency
-        elapsed_s = 0.0
-        cpu_s = 0.0
         stop_at = 0.0
 
-        async def appender(index: int) -> None:
+        async def appender(variant: _Variant, index: int) -> None:
             name = names[index % len(names)]
             while time.perf_counter() < stop_at:
-                await store.append(name, data)
-                counts[index] += 1
+                await variant.store.append(name, data)
+                variant.counts[index] += 1
 
         slice_s = duration_s / SLICES
         for _ in range(SLICES):
             raw.run(slice_s / 2)  # the store's tasks are idle meanwhile
-            started = time.perf_counter()
-            cpu_started = time.process_time()
-            stop_at = started + slice_s
-            async with asyncio.TaskGroup() as group:
-                for index in range(concurrency):
-                    group.create_task(appender(index))
-            # The store syncs its WAL per commit but its data files only at
-            # checkpoints; flush what it left dirty inside its own time, or the
-            # next raw slice would pay for the store's writeback.
-            sync_tree(directory / "store")
-            elapsed_s += time.perf_counter() - started
-            cpu_s += time.process_time() - cpu_started
-        for name in names:  # every acknowledged byte is there: a cheap sanity check
-            assert (await store.info(name)).length == size_bytes * sum(
-                counts[i] for i in range(concurrency) if names[i % len(names)] == name
-            )
+            for variant in variants:
+                started = time.perf_counter()
+                cpu_started = time.process_time()
+                stop_at = started + slice_s
+                async with asyncio.TaskGroup() as group:
+                    for index in range(concurrency):
+                        group.create_task(appender(variant, index))
+                # The store syncs its WAL per commit but its data files only at
+                # checkpoints (and, for APPEND_REFs, per commit); flush what it
+                # left dirty inside its own time, or the next slice would pay
+                # for the store's writeback.
+                sync_tree(variant.directory)
+                variant.elapsed_s += time.perf_counter() - started
+                variant.cpu_s += time.process_time() - cpu_started
+        for variant in variants:  # every acknowledged byte is there: a cheap sanity check
+            for name in names:
+                assert (await variant.store.info(name)).length == size_bytes * sum(
+                    variant.counts[i] for i in range(concurrency) if names[i % len(names)] == name
+                )
     finally:
         raw.close()
-        await store.close()
-    return raw.figure(), Figure("store", size_bytes, concurrency, sum(counts), elapsed_s, cpu_s)
+        for variant in variants:
+            await variant.store.close()
+    figures = [
+        Figure(v.kind, size_bytes, concurrency, sum(v.counts), v.elapsed_s, v.cpu_s)
+        for v in variants
+    ]
+    return raw.figure(), figures
 
 
 def measure_pair(
-    base: Path, size_bytes: int, concurrency: int, segments: int, duration_s: float
-) -> tuple[Figure, Figure]:
+    base: Path,
+    size_bytes: int,
+    concurrency: int,
+    segments: int,
+    duration_s: float,
+    ref_thresholds: dict[str, int],
+) -> tuple[Figure, list[Figure]]:
     directory = Path(tempfile.mkdtemp(prefix=f"store-{size_bytes}-{concurrency}-", dir=base))
     try:
-        return asyncio.run(_measure_pair(directory, size_bytes, concurrency, segments, duration_s))
+        return asyncio.run(
+            _measure_pair(directory, size_bytes, concurrency, segments, duration_s, ref_thresholds)
+        )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -251,7 +299,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=DEFAULT_SEGMENTS,
         help=f"spread appenders over up to this many segments (default {DEFAULT_SEGMENTS})",
     )
+    parser.add_argument(
+        "--sizes",
+        type=_int_list,
+        default=SIZES_BYTES,
+        help="append sizes in bytes, comma-separated (default "
+        + ",".join(map(str, SIZES_BYTES))
+        + ")",
+    )
+    parser.add_argument(
+        "--concurrencies",
+        type=_int_list,
+        default=CONCURRENCIES,
+        help="appender counts, comma-separated (default " + ",".join(map(str, CONCURRENCIES)) + ")",
+    )
+    parser.add_argument(
+        "--ref-append-bytes",
+        type=int,
+        default=REF_APPEND_BYTES,
+        help=f"appends this large are logged by reference (default {REF_APPEND_BYTES}; 0: never)",
+    )
+    parser.add_argument(
+        "--compare-refs",
+        action="store_true",
+        help="measure each shape with references on and off, slice by slice",
+    )
     args = parser.parse_args(argv)
+    if args.ref_append_bytes <= 0:
+        args.ref_append_bytes = REFS_OFF
     if args.quick:
         args.duration_s = QUICK_DURATION_S
     if args.duration_s <= 0 or args.segments < 1:
@@ -259,9 +334,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    values = tuple(int(part) for part in text.split(",") if part)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+    return values
+
+
 def _line(figure: Figure, raw: Figure | None = None) -> str:
-    if figure.kind == "store":
-        head = f"DiskStore  {figure.size_bytes:>6} B x {figure.concurrency:>3} appenders"
+    if figure.kind.startswith("store"):
+        label = "DiskStore " if figure.kind == "store" else "no refs   "
+        head = f"{label} {figure.size_bytes:>7} B x {figure.concurrency:>3} appenders"
     else:
         head = f"raw write+{figure.kind[4:]:<9} {figure.size_bytes:>6} B            "
     text = f"{head}: {figure.ops_per_s:>9.0f} ops/s {figure.mb_per_s:>9.2f} MB/s"
@@ -270,6 +353,10 @@ def _line(figure: Figure, raw: Figure | None = None) -> str:
     if figure.cpu_s and figure.count:
         text += f"  CPU {figure.cpu_s / figure.count * 1e6:.1f} us/append"
     return text
+
+
+def _cpu_per_op(figure: Figure) -> float:
+    return figure.cpu_s / figure.count if figure.count else 0.0
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -285,37 +372,65 @@ def main(argv: list[str]) -> None:
     load_start = os.getloadavg()
     started = time.perf_counter()
     pairs: list[tuple[Figure, Figure]] = []  # (raw fsync, store), interleaved
+    baselines: list[tuple[Figure, Figure, Figure]] = []  # (raw, without refs, with refs)
     fdatasync: list[Figure] = []
+    thresholds = {"store": args.ref_append_bytes}
+    if args.compare_refs:
+        thresholds = {"store_norefs": REFS_OFF, "store": args.ref_append_bytes}
     try:
-        for size in SIZES_BYTES:
+        for size in args.sizes:
             figure = measure_fdatasync(base, size, raw_duration_s)
             fdatasync.append(figure)
             print(_line(figure), flush=True)
-            for concurrency in CONCURRENCIES:
-                raw, store = measure_pair(base, size, concurrency, args.segments, args.duration_s)
+            for concurrency in args.concurrencies:
+                raw, stores = measure_pair(
+                    base, size, concurrency, args.segments, args.duration_s, thresholds
+                )
                 print(_line(raw), flush=True)
-                print(_line(store, raw), flush=True)
+                for store in stores:
+                    print(_line(store, raw), flush=True)
+                store = stores[-1]
                 pairs.append((raw, store))
+                if args.compare_refs:
+                    before = stores[0]
+                    baselines.append((raw, before, store))
+                    speed = _ratio(store.mb_per_s, before.mb_per_s)
+                    cpu = _ratio(_cpu_per_op(store), _cpu_per_op(before))
+                    print(
+                        f"  written once / written twice: {speed:.2f}x MB/s, "
+                        f"{cpu:.2f}x CPU per append",
+                        flush=True,
+                    )
         disk = describe_disk(base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
     raw_median = {
         size: statistics.median(r.ops_per_s for r, _ in pairs if r.size_bytes == size)
-        for size in SIZES_BYTES
+        for size in args.sizes
     }
-    raw_small, small_256 = next(
-        (r, s) for r, s in pairs if s.size_bytes == 100 and s.concurrency == 256
-    )
-    raw_large, best_large = max(
-        ((r, s) for r, s in pairs if s.size_bytes == 64 * 1024), key=lambda p: p[1].mb_per_s
-    )
-    group_commit_ratio = _ratio(small_256.ops_per_s, raw_small.ops_per_s)
-    large_append_ratio = _ratio(best_large.mb_per_s, raw_large.mb_per_s)
+    small = [(r, s) for r, s in pairs if s.size_bytes == 100 and s.concurrency == 256]
+    large = [(r, s) for r, s in pairs if s.size_bytes == 64 * 1024]
+    group_commit_ratio = _ratio(small[0][1].ops_per_s, small[0][0].ops_per_s) if small else None
+    large_append_ratio = None
+    best_concurrency = None
+    if large:
+        raw_large, best_large = max(large, key=lambda p: p[1].mb_per_s)
+        large_append_ratio = _ratio(best_large.mb_per_s, raw_large.mb_per_s)
+        best_concurrency = best_large.concurrency
     print(
-        f"group_commit_ratio {group_commit_ratio:.2f} (goal >= {GROUP_COMMIT_GOAL}); "
-        f"large_append_ratio {large_append_ratio:.2f} (goal >= {LARGE_APPEND_GOAL}, "
-        f"best at {best_large.concurrency} appenders); raw fsync ops/s median "
+        (
+            f"group_commit_ratio {group_commit_ratio:.2f} (goal >= {GROUP_COMMIT_GOAL}); "
+            if group_commit_ratio is not None
+            else ""
+        )
+        + (
+            f"large_append_ratio {large_append_ratio:.2f} (goal >= {LARGE_APPEND_GOAL}, "
+            f"best at {best_concurrency} appenders); "
+            if large_append_ratio is not None
+            else ""
+        )
+        + "raw fsync ops/s median "
         + ", ".join(f"{size} B: {ops:.0f}" for size, ops in raw_median.items()),
         flush=True,
     )
@@ -338,11 +453,27 @@ def main(argv: list[str]) -> None:
         "raw_fsync": [r.as_json() for r, _ in pairs],
         "raw_fsync_median_ops_per_s": {str(k): round(v, 1) for k, v in raw_median.items()},
         "raw_fdatasync": [f.as_json() for f in fdatasync],
-        "group_commit_ratio": round(group_commit_ratio, 3),
+        "ref_append_bytes": args.ref_append_bytes,
+        "compare_refs": [
+            {
+                "size_bytes": s.size_bytes,
+                "concurrency": s.concurrency,
+                "raw_fsync_mb_per_s": round(r.mb_per_s, 3),
+                "without_refs_mb_per_s": round(b.mb_per_s, 3),
+                "with_refs_mb_per_s": round(s.mb_per_s, 3),
+                "without_refs_ratio_to_raw": round(_ratio(b.mb_per_s, r.mb_per_s), 3),
+                "with_refs_ratio_to_raw": round(_ratio(s.mb_per_s, r.mb_per_s), 3),
+                "after_over_before": round(_ratio(s.mb_per_s, b.mb_per_s), 3),
+                "without_refs_cpu_us_per_op": b.as_json()["cpu_us_per_op"],
+                "with_refs_cpu_us_per_op": s.as_json()["cpu_us_per_op"],
+            }
+            for r, b, s in baselines
+        ],
+        "group_commit_ratio": None if group_commit_ratio is None else round(group_commit_ratio, 3),
         "group_commit_goal": GROUP_COMMIT_GOAL,
-        "large_append_ratio": round(large_append_ratio, 3),
+        "large_append_ratio": None if large_append_ratio is None else round(large_append_ratio, 3),
         "large_append_goal": LARGE_APPEND_GOAL,
-        "large_append_best_concurrency": best_large.concurrency,
+        "large_append_best_concurrency": best_concurrency,
         "wall_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(summary, sort_keys=True))
