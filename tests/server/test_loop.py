@@ -14,7 +14,12 @@ import pytest
 
 from headrace.errors import RemoteProtocolError
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import ConnectionHandler
+from headrace.server._loop import (
+    LISTENER_SETTINGS,
+    ConnectionHandler,
+    ConnectionLimits,
+    ListenerSettings,
+)
 from headrace.server.app import Listener
 
 WAIT_S = 10.0  # bound on every wait in these tests
@@ -295,3 +300,53 @@ async def test_inline_event_parked_on_a_future_is_cancelled_at_close() -> None:
     assert closed == ["closed"]
     assert InlineLineHandler.futures["never"].cancelled()
     await _close(writer)
+
+
+class LazyLineHandler(LineHandler):
+    """Cuts lines out of the fed bytes only as each is asked for: a feed that still
+    holds the loop's receive buffer (shared by the listener's connections) while
+    its events are being started, as Lumberjack's chunked feed does."""
+
+    def feed(self, data: bytes) -> Iterator[object]:
+        view = memoryview(data)
+        start = 0
+        while (end := bytes(view[start:]).find(b"\n")) >= 0:
+            if self._buffer:
+                line, self._buffer = self._buffer + bytes(view[start : start + end]), b""
+            else:
+                line = bytes(view[start : start + end])
+            start += end + 1
+            yield line.decode()  # the next line is cut from the view only after this
+        self._buffer += bytes(view[start:])
+
+
+async def test_a_backlog_never_sees_another_connections_bytes() -> None:
+    """At the pending-event limit the loop takes a read's remaining events at once
+    (before any other connection's bytes can land in the shared receive buffer),
+    so events held back until a slot frees are still the bytes their peer sent."""
+    gates: dict[str, asyncio.Event] = {}
+    token = LISTENER_SETTINGS.set(ListenerSettings(ConnectionLimits(max_pending_requests=1)))
+    try:
+        listener = await start_tcp_listener(
+            "lines", "127.0.0.1", 0, lambda: LazyLineHandler(gates, [])
+        )
+    finally:
+        LISTENER_SETTINGS.reset(token)
+    try:
+        first, first_writer = await _connect(listener.port)
+        second, second_writer = await _connect(listener.port)
+        # The wait holds the first connection's one slot; its echoes wait in the backlog.
+        first_writer.write(b"wait g\n" + b"".join(b"echo first-%d\n" % i for i in range(50)))
+        second_writer.write(b"".join(b"echo other-%d\n" % i for i in range(50)) + b"go g\n")
+        assert [await _line(second) for _ in range(51)] == [
+            *(f"echo other-{i}" for i in range(50)),
+            "went g",
+        ]
+        assert [await _line(first) for _ in range(51)] == [
+            "done g",
+            *(f"echo first-{i}" for i in range(50)),
+        ]
+        await _close(first_writer)
+        await _close(second_writer)
+    finally:
+        await listener.aclose()
