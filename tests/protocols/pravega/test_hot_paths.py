@@ -128,3 +128,111 @@ def test_send_data_appended_refuses_what_send_refuses() -> None:
     server = p.PravegaConnection(p.Role.SERVER)  # before the handshake
     with pytest.raises(LocalProtocolError):
         server.send_data_appended(UUID(int=1), 1, -1, 1, 1)
+
+
+# Names as clients send them, and the odd ones the codec must treat alike:
+# non-ASCII, NUL (modified UTF-8 on the Java side), a lone surrogate (refused).
+NAMES = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["scope/stream/0.#epoch.0", "a\x00b", "\ud800", "é" * 30]),
+)
+
+
+def _encoded(cmd: p.Command, max_frame_bytes: int, walk: bool) -> object:
+    if walk:  # the layout walk: the same command type, not a SegmentRead
+        original = codec._encode_segment_read
+        codec._encode_segment_read = _no_shortcut  # type: ignore[assignment]
+    try:
+        return codec.encode_command(cmd, max_frame_bytes=max_frame_bytes)
+    except LocalProtocolError as exc:
+        return ("error", str(exc))
+    finally:
+        if walk:
+            codec._encode_segment_read = original  # type: ignore[assignment]
+
+
+def _no_shortcut(cmd: p.SegmentRead, max_frame_bytes: int) -> bytes:
+    """Stand-in for the shortcut: the layout walk itself (a subclass is not shortcut)."""
+
+    class Walked(p.SegmentRead):
+        pass
+
+    return codec.encode_command(
+        Walked(cmd.segment, cmd.offset, cmd.at_tail, cmd.end_of_segment, cmd.data, cmd.request_id),
+        max_frame_bytes=max_frame_bytes,
+    )
+
+
+@given(
+    segment=NAMES,
+    offset=st.one_of(I64, st.just(2**63)),
+    at_tail=st.booleans(),
+    end=st.booleans(),
+    data=st.binary(max_size=64),
+    request_id=I64,
+    limit=st.sampled_from([p.MAX_FRAME_BYTES, 40, 60]),
+    view=st.booleans(),
+)
+def test_segment_read_shortcut_encodes_as_the_layout_walk(
+    segment: str,
+    offset: int,
+    at_tail: bool,
+    end: bool,
+    data: bytes,
+    request_id: int,
+    limit: int,
+    view: bool,
+) -> None:
+    payload: bytes | memoryview = memoryview(data) if view else data
+    cmd = p.SegmentRead(segment, offset, at_tail, end, payload, request_id)
+    fast = _encoded(cmd, limit, walk=False)
+    walked = _encoded(cmd, limit, walk=True)
+    if isinstance(walked, tuple):  # the walk names its own class in messages
+        text = walked[1].replace("_no_shortcut.<locals>.Walked", "SegmentRead")
+        walked = (walked[0], text.replace("Walked", "SegmentRead"))
+    assert fast == walked
+
+
+def _read_walked(payload: bytes) -> object:
+    shortcut = codec._decode_read_segment
+    codec._decode_read_segment = lambda _payload: None  # type: ignore[assignment]
+    try:
+        return codec.decode_payload(p.CommandType.READ_SEGMENT, payload)
+    except RemoteProtocolError as exc:
+        return ("error", str(exc))
+    finally:
+        codec._decode_read_segment = shortcut  # type: ignore[assignment]
+
+
+def _read_fast(payload: bytes) -> object:
+    try:
+        return codec.decode_payload(p.CommandType.READ_SEGMENT, payload)
+    except RemoteProtocolError as exc:
+        return ("error", str(exc))
+
+
+@given(
+    segment=NAMES.filter(lambda n: n != "\ud800"),
+    offset=I64,
+    suggested=I32,
+    token=st.text(max_size=20),
+    request_id=I64,
+    cut=st.integers(0, 80),
+    garbage=st.binary(min_size=1, max_size=4),
+)
+def test_read_segment_shortcut_decodes_as_the_layout_walk(
+    segment: str,
+    offset: int,
+    suggested: int,
+    token: str,
+    request_id: int,
+    cut: int,
+    garbage: bytes,
+) -> None:
+    frame = p.encode_command(p.ReadSegment(segment, offset, suggested, token, request_id))
+    full = frame[8:]
+    spoiled = bytearray(full)
+    spoiled[2:3] = b"\xff"  # an invalid UTF-8 byte in the name (when it has one)
+    for payload in (full, full[: max(0, len(full) - cut)], full + garbage, bytes(spoiled)):
+        assert _read_fast(payload) == _read_walked(payload)
+    assert _read_fast(full) == p.ReadSegment(segment, offset, suggested, token, request_id)

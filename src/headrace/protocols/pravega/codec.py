@@ -99,6 +99,12 @@ _APPEND_BLOCK_END_HEAD = struct.Struct(">16sii")
 _APPEND_BLOCK_END_TAIL = struct.Struct(">iqq")
 """AppendBlockEnd after its data: event count, last event number, request id."""
 
+_SEGMENT_READ_TYPE = int(c.CommandType.SEGMENT_READ)
+_READ_SEGMENT_TYPE = int(c.CommandType.READ_SEGMENT)
+_READ_SEGMENT_FIELDS = struct.Struct(">qiH")
+"""ReadSegment after its segment name: offset, suggested length, token length."""
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
 UUID_CACHE_SIZE = 4096
 """Writer ids (and other UUIDs) decoded recently, kept to be handed out again:
 a writer's id arrives with every append it sends, and building a ``UUID``
@@ -619,6 +625,8 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
             )
         except LocalProtocolError as exc:
             raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
+    if type(cmd) is c.SegmentRead and type(cmd.data) in _BYTES_TYPES:  # every tail read
+        return _encode_segment_read(cmd, max_frame_bytes)
     out = bytearray(HEADER_SIZE_BYTES)
     try:
         if isinstance(cmd, c.SegmentsBatchMerged):
@@ -635,6 +643,30 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
         )
     FRAME_HEADER.pack_into(out, 0, cmd.type, len(out) - HEADER_SIZE_BYTES)
     return bytes(out)
+
+
+def _encode_segment_read(cmd: c.SegmentRead, max_frame_bytes: int) -> bytes:
+    """``encode_command`` of a SegmentRead (the reply to every read) without the
+    layout walk: its fields packed in order and joined once. Same bytes, and the
+    same errors in the same order as the walk."""
+    name = _encode_str(cmd.segment)
+    data = cmd.data
+    try:
+        fields = (
+            _I64.pack(cmd.offset)
+            + (b"\x01" if cmd.at_tail else b"\x00")
+            + (b"\x01" if cmd.end_of_segment else b"\x00")
+            + _I32.pack(len(data))
+        )
+        request_id = _I64.pack(cmd.request_id)
+    except (struct.error, TypeError) as exc:
+        raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
+    size = len(name) + len(fields) + len(data) + len(request_id)
+    if HEADER_SIZE_BYTES + size > max_frame_bytes:
+        raise LocalProtocolError(
+            f"SegmentRead frame of {HEADER_SIZE_BYTES + size} bytes exceeds {max_frame_bytes} bytes"
+        )
+    return b"".join((FRAME_HEADER.pack(_SEGMENT_READ_TYPE, size), name, fields, data, request_id))
 
 
 def encode_data_appended(
@@ -729,6 +761,10 @@ def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
         block = _decode_append_block_end(payload)
         if block is not None:
             return block
+    if type_code == _READ_SEGMENT_TYPE:  # every read request
+        read = _decode_read_segment(payload)
+        if read is not None:
+            return read
     if type_code == c.CommandType.SEGMENTS_BATCH_MERGED:
         return _decode_batch_merged(_Reader(payload, "SegmentsBatchMerged"))
     entry = _LAYOUTS.get(type_code)
@@ -767,6 +803,29 @@ def _decode_append_block_end(payload: bytes | memoryview) -> c.AppendBlockEnd | 
         last_event_number,
         request_id,
     )
+
+
+def _decode_read_segment(payload: bytes | memoryview) -> c.ReadSegment | None:
+    """A ReadSegment with every field present, decoded without the layout walk;
+    None for anything short (the request id omitted, a cut frame), which the
+    walk then decodes or refuses with its own message. Strings are decoded in
+    the walk's order, so a bad one raises the walk's error."""
+    size = len(payload)
+    if size < _U16.size:
+        return None
+    (name_size,) = _U16.unpack_from(payload)
+    at = _U16.size + name_size
+    if size < at + _READ_SEGMENT_FIELDS.size:
+        return None
+    segment = _decode_str(bytes(payload[_U16.size : at]))
+    offset, suggested_length, token_size = _READ_SEGMENT_FIELDS.unpack_from(payload, at)
+    at += _READ_SEGMENT_FIELDS.size
+    end = at + token_size
+    if size < end + _I64.size:
+        return None
+    token = _decode_str(bytes(payload[at:end]))
+    (request_id,) = _I64.unpack_from(payload, end)
+    return c.ReadSegment(segment, offset, suggested_length, token, request_id)
 
 
 def decode_frame(frame: bytes) -> c.Command:
