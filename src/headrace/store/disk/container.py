@@ -128,7 +128,7 @@ class _Writes:
     by recovery). ``pinned`` are the data-file fds pinned for it
     (``DataFiles.pin``) when it runs in the sync thread, unpinned on the loop
     thread once it is done; ``ref_fds`` maps the segments that received
-    APPEND_REF bytes to their fd, for the data sync before the WAL sync.
+    APPEND_REF bytes to their fd, for the data sync beside the WAL sync.
     """
 
     __slots__ = ("buffers", "pinned", "ref_fds", "runs", "size_bytes", "wal_fd")
