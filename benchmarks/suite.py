@@ -919,6 +919,10 @@ async def hr_produce(
     return seconds
 
 
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
 async def hr_catchup(uri: str, stream: str, passes: int = 1) -> tuple[float, int]:
     """Read every byte of a stored one-segment stream with 2 MiB ``ReadSegment``s
     through ``PravegaClient.segments.read``, ``passes`` times: (seconds, bytes)."""
@@ -1399,7 +1403,7 @@ def run_headrace(
                 out["seconds"],
                 pid=pid,
                 cpu_s=m.cpu,
-                note=f"the stream read {passes} times; every event header checked"
+                note=f"the stream read {_times(passes)}; every event header checked"
                 + ("" if whole else f" INCOMPLETE: {out['bytes']} of {length * passes} bytes"),
             )
             row["client_cpu_share"] = round(out["client_cpu_s"] / out["seconds"], 2)
@@ -1415,7 +1419,7 @@ def run_headrace(
                 seconds,
                 pid=pid,
                 cpu_s=m.cpu,
-                note=f"the stream read {passes} times, as bytes",
+                note=f"the stream read {_times(passes)}, as bytes",
             )
             results["catchup"]["headrace_client"] = row
             say(f"  catch-up (PravegaClient): {row['mb_per_s']} MB/s")

@@ -711,7 +711,10 @@ def hr_catchup(
     data = bytearray(want)
     data_view = memoryview(data)
 
+    recv_calls = 0
+
     def receive(view: memoryview) -> None:
+        nonlocal recv_calls
         got = 0
         size = len(view)
         while got < size:
@@ -719,6 +722,7 @@ def hr_catchup(
             if not n:
                 raise ConnectionError("server closed the connection")
             got += n
+            recv_calls += 1
 
     receive(head_view[:8])
     kind, size = _FRAME.unpack_from(head)
@@ -808,6 +812,7 @@ def hr_catchup(
             "depth": ahead,
             "read_bytes": want,
             "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+            "recv_calls": recv_calls,
             "complete": complete,
         }
     )
