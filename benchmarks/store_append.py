@@ -51,7 +51,7 @@ from pathlib import Path
 
 from headrace.store import DiskStore
 from headrace.store.api import MAX_APPEND_BYTES, FsyncPolicy
-from headrace.store.disk.container import REF_APPEND_BYTES
+from headrace.store.disk.container import REF_APPEND_BYTES, REF_APPEND_BYTES_UNSYNCED
 
 REFS_OFF = MAX_APPEND_BYTES + 1
 """A threshold no append reaches: every append carries its bytes in the WAL."""
@@ -167,6 +167,7 @@ async def _measure_pair(
     segments: int,
     duration_s: float,
     ref_thresholds: dict[str, int],
+    policy: FsyncPolicy = FsyncPolicy.ALWAYS,
 ) -> tuple[Figure, list[Figure]]:
     """Store(s) and raw loop of one size, in alternating slices, on one disk.
 
@@ -184,7 +185,7 @@ async def _measure_pair(
     try:
         for kind, threshold in ref_thresholds.items():
             path = directory / kind
-            store = await DiskStore.open(path, fsync=FsyncPolicy.ALWAYS, ref_append_bytes=threshold)
+            store = await DiskStore.open(path, fsync=policy, ref_append_bytes=threshold)
             variants.append(_Variant(kind, store, path, concurrency))
             for name in names:
                 await store.create_segment(name)
@@ -237,11 +238,14 @@ def measure_pair(
     segments: int,
     duration_s: float,
     ref_thresholds: dict[str, int],
+    policy: FsyncPolicy = FsyncPolicy.ALWAYS,
 ) -> tuple[Figure, list[Figure]]:
     directory = Path(tempfile.mkdtemp(prefix=f"store-{size_bytes}-{concurrency}-", dir=base))
     try:
         return asyncio.run(
-            _measure_pair(directory, size_bytes, concurrency, segments, duration_s, ref_thresholds)
+            _measure_pair(
+                directory, size_bytes, concurrency, segments, duration_s, ref_thresholds, policy
+            )
         )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -316,8 +320,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--ref-append-bytes",
         type=int,
-        default=REF_APPEND_BYTES,
-        help=f"appends this large are logged by reference (default {REF_APPEND_BYTES}; 0: never)",
+        default=None,
+        help="appends this large are logged by reference (default: the store's, "
+        f"{REF_APPEND_BYTES} under always, {REF_APPEND_BYTES_UNSYNCED} otherwise; 0: never)",
+    )
+    parser.add_argument(
+        "--fsync",
+        type=FsyncPolicy,
+        default=FsyncPolicy.ALWAYS,
+        help="the stores' durability policy (default always; never and interval "
+        "acknowledge at once, so the figures are page-cache speed)",
     )
     parser.add_argument(
         "--compare-refs",
@@ -325,7 +337,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="measure each shape with references on and off, slice by slice",
     )
     args = parser.parse_args(argv)
-    if args.ref_append_bytes <= 0:
+    if args.ref_append_bytes is not None and args.ref_append_bytes <= 0:
         args.ref_append_bytes = REFS_OFF
     if args.quick:
         args.duration_s = QUICK_DURATION_S
@@ -384,7 +396,7 @@ def main(argv: list[str]) -> None:
             print(_line(figure), flush=True)
             for concurrency in args.concurrencies:
                 raw, stores = measure_pair(
-                    base, size, concurrency, args.segments, args.duration_s, thresholds
+                    base, size, concurrency, args.segments, args.duration_s, thresholds, args.fsync
                 )
                 print(_line(raw), flush=True)
                 for store in stores:
@@ -437,7 +449,7 @@ def main(argv: list[str]) -> None:
     summary = {
         "benchmark": "store_append",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "fsync": FsyncPolicy.ALWAYS.value,
+        "fsync": args.fsync.value,
         "duration_s_per_measurement": args.duration_s,
         "raw_duration_s_per_measurement": raw_duration_s,
         "segments_max": args.segments,

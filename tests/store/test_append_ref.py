@@ -35,10 +35,11 @@ from hypothesis import strategies as st
 from headrace.errors import CorruptionError
 from headrace.store.api import MAX_APPEND_BYTES, FsyncPolicy
 from headrace.store.disk import DiskStore, FileOps
-from headrace.store.disk.container import REF_APPEND_BYTES
+from headrace.store.disk.container import REF_APPEND_BYTES, REF_APPEND_BYTES_UNSYNCED
 from headrace.store.disk.format import (
     FORMAT_VERSION,
     MANIFEST,
+    PAYLOAD_HEADER,
     SIDECAR_BLOCK_BYTES,
     SIDECAR_HEADER,
     WAL_HEADER,
@@ -46,6 +47,7 @@ from headrace.store.disk.format import (
     Record,
     RecordType,
     SealRecord,
+    _body,
     crc32,
     decode_manifest,
     decode_record,
@@ -127,6 +129,8 @@ def test_append_ref_record_round_trips(
     assert (position, decoded_seq) == (0, seq)
     assert decoded == record  # ``data`` is not part of the record's identity ...
     assert isinstance(decoded, AppendRefRecord) and decoded.data == b""  # ... nor encoded
+    kind, head, tail = _body(record)  # the hot path packs what the general one does
+    assert raw[8:] == PAYLOAD_HEADER.pack(seq, kind) + head + bytes(tail)
 
 
 @pytest.mark.parametrize(
@@ -637,6 +641,31 @@ async def test_an_unknown_format_version_is_refused(tmp_path: Path) -> None:
 
 def test_the_default_threshold_is_what_the_docs_say() -> None:
     assert REF_APPEND_BYTES == 256 * 1024  # docs/storage-format.md §3.2, §4.1 and §6
+    assert REF_APPEND_BYTES_UNSYNCED == 16 * 1024
+
+
+@pytest.mark.parametrize(
+    ("policy", "threshold"),
+    [
+        (FsyncPolicy.ALWAYS, REF_APPEND_BYTES),
+        (FsyncPolicy.INTERVAL, REF_APPEND_BYTES_UNSYNCED),
+        (FsyncPolicy.NEVER, REF_APPEND_BYTES_UNSYNCED),
+    ],
+)
+async def test_the_threshold_follows_the_policy(
+    tmp_path: Path, policy: FsyncPolicy, threshold: int
+) -> None:
+    root = tmp_path / "data"
+    store = await DiskStore.open(root, container_count=1, fsync=policy)
+    try:
+        await store.create_segment(SEGMENT)
+        await store.append(SEGMENT, _payload(1, threshold - 1))
+        await store.append(SEGMENT, _payload(2, threshold))
+        await store.flush()
+        kinds = [type(r).__name__ for _, _, r in _wal_records(root)]
+        assert kinds[-2:] == ["AppendRecord", "AppendRefRecord"]
+    finally:
+        await store.close()
 
 
 # ---------------------------------------------------------------------- power cut

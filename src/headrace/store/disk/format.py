@@ -56,8 +56,10 @@ data). The container writes the data before the record and, under every
 policy, syncs the data file before the WAL sync that covers the record, so a
 durable APPEND_REF always has its bytes; recovery reads them back and treats
 missing or mismatching bytes as a torn tail (``recovery.py``). Large appends
-use it (``container.REF_APPEND_BYTES``, 256 KiB), smaller ones stay APPENDs:
-for them a data-file sync per round costs more than the second page-cache copy.
+use it (``container.REF_APPEND_BYTES``: 256 KiB under ``fsync always``, 16 KiB
+under ``interval`` and ``never``), smaller ones stay APPENDs: for them a
+data-file sync per round, or the reference's own cost, is more than the second
+page-cache copy.
 
 Version 1 data dirs (no APPEND_REF) are read as they are; opening one with
 this version rewrites its manifest to version 2 before any record is written,
@@ -482,6 +484,9 @@ _SIZE = struct.Struct(">I")
 _APPEND_HEAD = struct.Struct(">QBQQqB16sq")
 """PAYLOAD_HEADER + APPEND_BODY in one pack, for the hot path."""
 assert _APPEND_HEAD.size == PAYLOAD_HEADER.size + APPEND_BODY.size
+_APPEND_REF_HEAD = struct.Struct(">QBQQqB16sqII")
+"""PAYLOAD_HEADER + APPEND_REF_BODY in one pack, for the hot path."""
+assert _APPEND_REF_HEAD.size == PAYLOAD_HEADER.size + APPEND_REF_BODY.size
 _NO_WRITER = bytes(16)
 
 
@@ -500,6 +505,21 @@ def encode_record(seq: int, record: Record) -> list[bytes | memoryview]:
             0 if writer is None else writer.event_number,
         )
         tail: bytes | memoryview = record.data
+    elif type(record) is AppendRefRecord:  # the same bytes as the general path too
+        writer = record.writer
+        payload_head = _APPEND_REF_HEAD.pack(
+            seq,
+            RecordType.APPEND_REF,
+            record.segment_id,
+            record.offset,
+            record.modified_ms,
+            writer is not None,
+            _NO_WRITER if writer is None else writer.writer_id.bytes,
+            0 if writer is None else writer.event_number,
+            record.size_bytes,
+            record.crc,
+        )
+        tail = b""
     else:
         kind, head, tail = _body(record)
         payload_head = PAYLOAD_HEADER.pack(seq, kind) + head

@@ -56,7 +56,7 @@ from headrace.store.api import (
     MAX_SEGMENT_ATTRIBUTES,
     FsyncPolicy,
 )
-from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, REF_APPEND_BYTES, Container
+from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, Container
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
     AppendRecord,
@@ -172,7 +172,7 @@ class DiskStore(BaseStore):
         checkpoint_wal_bytes: int = CHECKPOINT_WAL_BYTES,
         file_ops: FileOps | None = None,
         max_segment_attributes: int = MAX_SEGMENT_ATTRIBUTES,
-        ref_append_bytes: int = REF_APPEND_BYTES,
+        ref_append_bytes: int | None = None,
     ) -> DiskStore:
         """Open the data dir at ``path``, creating it if needed, and recover it.
 
@@ -188,8 +188,10 @@ class DiskStore(BaseStore):
                 set dropped first (``MAX_SEGMENT_ATTRIBUTES``); applied in
                 recovery too, so lowering it trims at the next open.
             ref_append_bytes: appends of at least this size are written once,
-                to the data file, and logged by reference (``REF_APPEND_BYTES``;
-                tests lower it to exercise references with small payloads).
+                to the data file, and logged by reference (default by policy:
+                ``REF_APPEND_BYTES`` under ``always``, ``REF_APPEND_BYTES_UNSYNCED``
+                otherwise; tests lower it to exercise references with small
+                payloads).
 
         Raises:
             CorruptionError: damage recovery must not guess about (see recovery.py).
