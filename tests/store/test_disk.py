@@ -17,8 +17,9 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -896,3 +897,81 @@ async def test_an_attribute_bound_below_one_is_refused(tmp_path: Path, bound: in
         await DiskStore.open(tmp_path, max_segment_attributes=bound)
     with pytest.raises(ValueError, match="max_segment_attributes"):
         MemoryStore(max_segment_attributes=bound)
+
+
+# ---------------------------------------------------------------------- yielding
+
+
+@pytest.mark.parametrize("policy", [FsyncPolicy.NEVER, FsyncPolicy.INTERVAL])
+async def test_a_task_appending_in_a_loop_lets_the_loop_turn(
+    tmp_path: Path, policy: FsyncPolicy
+) -> None:
+    """Appends acknowledged at once still yield once they have kept the loop from
+    turning for YIELD_INTERVAL_S, so other tasks (the committer's sync and
+    checkpoints among them) run while one task appends as fast as it can."""
+    from headrace.store.disk.container import YIELD_INTERVAL_S
+
+    store = await DiskStore.open(tmp_path / "data", fsync=policy)
+    try:
+        await store.create_segment("busy")
+        turns = 0
+        stop = False
+
+        async def other() -> None:
+            nonlocal turns
+            while not stop:
+                turns += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other())
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        appends = 0
+        while loop.time() - began < 50 * YIELD_INTERVAL_S:
+            await store.append("busy", b"x" * 100)
+            appends += 1
+        stop = True
+        await task
+        # The other task ran about once per YIELD_INTERVAL_S of appending, not never.
+        assert turns >= 10, (turns, appends)
+    finally:
+        await store.close()
+
+
+async def test_appends_that_arrive_apart_do_not_yield(tmp_path: Path) -> None:
+    """An append acknowledged at once, when the loop has turned since the one
+    before (appends from separate reads), finishes without suspending: no
+    event-loop round of its own in its latency."""
+    store = await DiskStore.open(tmp_path / "data", fsync=FsyncPolicy.NEVER)
+    try:
+        await store.create_segment("apart")
+        suspended = 0
+        for _ in range(20):
+            await asyncio.sleep(0.002)  # apart in time, and the loop turns in between
+            coro = store.append("apart", b"y" * 100)
+            try:
+                coro.send(None)
+            except StopIteration:
+                continue  # finished in its first step
+            suspended += 1
+            await _finish_coroutine(coro)
+        assert suspended == 0
+    finally:
+        await store.close()
+
+
+async def _finish_coroutine(coro: Coroutine[Any, Any, Any]) -> None:
+    """Drive a coroutine that suspended in its first step to its end."""
+
+    async def rest() -> None:
+        while True:
+            try:
+                yielded = coro.send(None)
+            except StopIteration:
+                return
+            if yielded is None:
+                await asyncio.sleep(0)
+            else:
+                await yielded
+
+    await rest()

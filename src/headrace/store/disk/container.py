@@ -115,9 +115,11 @@ MAX_PENDING_WAL_BYTES = 8 * 1024 * 1024
 committer: bounds the memory held by a burst between two event-loop turns."""
 
 YIELD_INTERVAL_S = 0.001
-"""Under ``never`` and ``interval`` an acknowledged append yields to the event loop
-at least this often (and whenever the committer has work), so a task appending in
-a loop cannot starve the committer; yielding on every append cost a loop round each."""
+"""Under ``never`` and ``interval`` appends acknowledged at once yield to the event
+loop when they have kept it from turning this long (and whenever the committer has
+work), so a task appending in a loop cannot starve the committer; yielding on every
+append cost a loop round each, and so did yielding on every append a millisecond
+after the last yield (every append, at 1,000 appends/s)."""
 
 MAX_OPEN_DATA_FILES = 256
 """Data files a container keeps open (least recently used closed first): with
@@ -368,7 +370,8 @@ class Container:
         self._data_syncer: concurrent.futures.ThreadPoolExecutor | None = None
         """The thread that syncs data files beside each WAL sync (``_sync_wal``)."""
         self._clock = time.monotonic
-        self._yielded_at = 0.0
+        self._burst_from = 0.0  # when the loop last turned under appends acked at once
+        self._turned = True  # _saw_turn ran since the last such append
         self._write_error: BaseException | None = None
         """Set (in the sync thread) when a write failed: every later job fails too."""
         self._wake = asyncio.Event()
@@ -628,11 +631,16 @@ class Container:
             # Acknowledged without waiting, so yield now and then: a task appending
             # in a loop would otherwise never let the committer run its interval
             # sync or a checkpoint, and the loss bound of ``interval`` would not
-            # hold. Not on every append: a yield is one more event-loop round
-            # (an epoll_wait) in every small append's latency.
+            # hold. Only when appends have kept the loop from turning for
+            # YIELD_INTERVAL_S (a callback tells when it turns): a yield is one
+            # more event-loop round in an append's latency, which appends that
+            # arrive apart (each from its own read) need not pay.
             now = self._clock()
-            if now - self._yielded_at >= YIELD_INTERVAL_S or self._wake.is_set():
-                self._yielded_at = now
+            if self._turned:
+                self._turned = False
+                self._burst_from = now
+                asyncio.get_running_loop().call_soon(self._saw_turn)
+            if self._wake.is_set() or now - self._burst_from >= YIELD_INTERVAL_S:
                 await asyncio.sleep(0)
             return
         if seq <= self.synced_seq:
@@ -642,6 +650,9 @@ class Container:
         if on_durable is not None:
             heapq.heappush(self._on_durable, (seq, next(self._tie), on_durable))
         await self._until_synced(seq)
+
+    def _saw_turn(self) -> None:
+        self._turned = True
 
     async def _until_synced(self, seq: int) -> None:
         """Park until the committer has synced the WAL past ``seq`` (any policy).
