@@ -253,6 +253,43 @@ async def test_damage_in_a_wal_file_that_is_not_the_last_is_corruption(tmp_path:
     await _assert_refused(crashed, "not the last")
 
 
+async def test_a_checkpoint_switch_cut_short_is_a_torn_end(tmp_path: Path) -> None:
+    """A kill after a checkpoint created the next WAL file but before the sync thread
+    wrote the previous file's last records: those records are missing (never synced,
+    so never acknowledged) and the next file holds none. Open keeps every record
+    that was written and backs the empty file up; verify calls it a note."""
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    frames = _frames(wal)
+    container = container_of(SEGMENT, CONTAINERS)
+    scan = scan_wal(wal, container)
+    os.truncate(wal, frames[-2].start)  # the last two records were never written
+    switched = scan.first_seq + len(scan.records)  # the file the switch had created
+    empty = wal.parent / f"{switched:020d}.wal"
+    empty.write_bytes(encode_wal_header(container, switched))
+    report = verify_data_dir(crashed)
+    assert report.ok, report.damage
+    assert any("no record, after a log that ends at" in note for note in report.notes)
+    assert await _contents(crashed) == b"".join(APPENDS[:-2])
+    assert not empty.exists() and len(_backups(empty)) == 1
+
+
+async def test_a_log_gap_before_records_is_corruption(tmp_path: Path) -> None:
+    """The same gap with a record after it is damage, never cut away."""
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    frames = _frames(wal)
+    container = container_of(SEGMENT, CONTAINERS)
+    scan = scan_wal(wal, container)
+    switched = scan.first_seq + len(scan.records)
+    raw = wal.read_bytes()
+    os.truncate(wal, frames[-2].start)
+    later = wal.parent / f"{switched:020d}.wal"
+    later.write_bytes(encode_wal_header(container, switched) + raw[frames[-2].start :])
+    assert not verify_data_dir(crashed).ok
+    await _assert_refused(crashed, "expected")
+
+
 async def _closed_store(tmp_path: Path) -> Path:
     root = tmp_path / "closed"
     store = await DiskStore.open(root, container_count=CONTAINERS)

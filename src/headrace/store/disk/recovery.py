@@ -295,7 +295,7 @@ def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
             )
         tear = scan
     expected = None  # the seq the next record must have
-    for scan, (named_seq, _) in zip(scans, files, strict=True):
+    for index, (scan, (named_seq, _)) in enumerate(zip(scans, files, strict=True)):
         if scan.problem is not None and scan.problem.position == 0:
             continue  # a last file whose header never became durable
         if scan.first_seq != named_seq:
@@ -305,7 +305,17 @@ def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
                 reason = f"log starts at seq {scan.first_seq}, snapshot ends at {last_seq}"
                 raise CorruptionError(str(scan.path), 0, reason)
         elif scan.first_seq != expected:
-            raise CorruptionError(str(scan.path), 0, f"log gap: expected seq {expected}")
+            rest = scans[index:]
+            if any(s.records for s in rest):
+                raise CorruptionError(str(scan.path), 0, f"log gap: expected seq {expected}")
+            # A checkpoint's switch cut short: the next file is created before the
+            # sync thread writes the last records of the previous one, so a kill in
+            # between leaves those records unwritten (never synced, so never
+            # acknowledged) and later files without a record. The log ends where
+            # the writing stopped; the empty files are backed up and removed.
+            for s in rest:
+                s.problem = FrameProblem(0, f"no record, after a log that ends at {expected - 1}")
+            return ReplayPlan(scans, None if tear in rest else tear, after_tear=list(rest))
         expected = scan.first_seq + len(scan.records)
     return ReplayPlan(scans, tear)
 
