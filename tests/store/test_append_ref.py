@@ -292,8 +292,11 @@ async def test_every_wal_sync_syncs_referenced_bytes_too(
         if policy is FsyncPolicy.NEVER:
             assert ops.events == []
             await store.flush()
-        else:  # ... and the periodic sync covers it, data first
+        else:  # ... and the periodic sync covers it, with its data
             assert await asyncio.to_thread(ops.wal_synced.wait, SYNC_WAIT_S)
+            # The data file is synced beside the WAL, in another thread: the
+            # round (which this flush joins) ends only once both returned.
+            await asyncio.wait_for(store.flush(), SYNC_WAIT_S)
         assert sorted(ops.events[:2]) == ["data", "wal"]
     finally:
         await store.close()
