@@ -29,6 +29,7 @@ from headrace.server._loop import (
     LISTENER_SETTINGS,
     MAX_CONNECTIONS,
     READ_CHUNK_BYTES,
+    TLS_HANDSHAKE_TIMEOUT_S,
     Connection,
     ConnectionHandler,
 )
@@ -40,11 +41,6 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 10.0
 """How long closing a listener waits for its connections' loops to finish."""
-
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-"""Longest a TLS handshake may take: a few round trips for any real client, even
-across continents; a peer that connects and stalls would otherwise hold a
-connection slot (asyncio's own default is 60 s)."""
 
 
 async def start_tcp_listener(

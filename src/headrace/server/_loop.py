@@ -88,6 +88,7 @@ __all__ = [
     "MAX_PENDING_EVENTS",
     "PARTIAL_FRAME_TIMEOUT_S",
     "READ_CHUNK_BYTES",
+    "TLS_HANDSHAKE_TIMEOUT_S",
     "Connection",
     "ConnectionHandler",
     "ConnectionLimits",
@@ -132,6 +133,12 @@ PARTIAL_FRAME_TIMEOUT_S = 60.0
 """Longest a frame may take to arrive once its first byte is in: a real client
 sends a frame in one go (a 64 MiB frame at 10 Mbit/s takes under a minute), while
 a client trickling a byte a minute would hold a connection and its buffer forever."""
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""Longest a TLS handshake may take: a few round trips for any real client, even
+across continents; a peer that connects and stalls would otherwise hold a
+connection slot (asyncio's own default is 60 s)."""
+
 
 JOIN_BELOW_BYTES = 64 * 1024
 """Adjacent output pieces smaller than this are joined into one write (one
@@ -410,7 +417,7 @@ class Connection(asyncio.BufferedProtocol):
         listener: str = "connection",
         first_request_timeout_s: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        tls_handshake_timeout_s: float = 10.0,
+        tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
     ) -> None:
         self._make_handler = make_handler
         self._receive_buffer = receive_buffer
