@@ -23,6 +23,7 @@ import os
 import select
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import pravega_client as pc
@@ -46,16 +47,34 @@ def _setup(uri: str, scope: str, stream: str) -> Any:
     return manager
 
 
-def write(uri: str, scope: str, stream: str, tag: str) -> None:
+def _write_batch(writer: Any, n: int, batch: int, keys: int, event: Callable[[int], bytes]) -> int:
+    """Write events ``n`` .. ``n + batch - 1`` and flush (acknowledged); the next ``n``."""
+    for i in range(n, n + batch):
+        writer.write_event_bytes(event(i), routing_key=f"k{i % keys}")
+    writer.flush()
+    return n + batch
+
+
+def write(
+    uri: str,
+    scope: str,
+    stream: str,
+    tag: str,
+    *,
+    event: Callable[[int], bytes] | None = None,
+    batch: int = BATCH,
+    inflight: int = INFLIGHT,
+    keys: int = KEYS,
+) -> None:
+    """The ``write`` mode; ``event`` makes event ``i`` (default ``<tag>:<i>``), so other
+    children (``tests/store/large_event_child.py``) reuse the loop with their own events."""
     manager = _setup(uri, scope, stream)
-    writer = manager.create_writer(scope, stream, INFLIGHT)
+    writer = manager.create_writer(scope, stream, inflight)
+    make = event if event is not None else (lambda i: f"{tag}:{i}".encode())
     n = 0
     print("R", flush=True)
     while not _stdin_closed():
-        for i in range(n, n + BATCH):
-            writer.write_event(f"{tag}:{i}", routing_key=f"k{i % KEYS}")
-        writer.flush()
-        n += BATCH
+        n = _write_batch(writer, n, batch, keys, make)
         print(f"A {n}", flush=True)
 
 
@@ -68,10 +87,7 @@ async def _load(uri: str, scope: str, stream: str, tag: str) -> dict[str, Any]:
     duplicates = 0
     n = 0
     while not _stdin_closed():
-        for i in range(n, n + BATCH):
-            writer.write_event(f"{tag}:{i}", routing_key=f"k{i % KEYS}")
-        writer.flush()
-        n += BATCH
+        n = _write_batch(writer, n, BATCH, KEYS, lambda i: f"{tag}:{i}".encode())
         slice_ = await reader.get_segment_slice_async()
         for event in slice_:
             data = event.data()

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import select
 import sys
 import traceback
+from pathlib import Path
 
-import pravega_client as pc
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.faults import pravega_child
 
 EVENT_SIZES = (10 * 1024, 64 * 1024, 300 * 1024)
 BATCH = 6
@@ -40,25 +43,17 @@ def event_filler(tag: str, n: int) -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
-def _stdin_closed() -> bool:
-    readable, _, _ = select.select([sys.stdin], [], [], 0)
-    return bool(readable) and sys.stdin.buffer.read1(1) == b""
-
-
 def write(uri: str, scope: str, stream: str, tag: str) -> None:
-    manager = pc.StreamManager(uri, False, False)
-    manager.create_scope(scope)
-    manager.create_stream(scope, stream, 2)
-    writer = manager.create_writer(scope, stream, INFLIGHT)
-    n = 0
-    print("R", flush=True)
-    while not _stdin_closed():
-        for i in range(n, n + BATCH):
-            event = f"{tag}:{i}|".encode() + event_filler(tag, i)
-            writer.write_event_bytes(event, routing_key=f"k{i % KEYS}")
-        writer.flush()
-        n += BATCH
-        print(f"A {n}", flush=True)
+    pravega_child.write(
+        uri,
+        scope,
+        stream,
+        tag,
+        event=lambda i: f"{tag}:{i}|".encode() + event_filler(tag, i),
+        batch=BATCH,
+        inflight=INFLIGHT,
+        keys=KEYS,
+    )
 
 
 def main() -> None:
