@@ -14,6 +14,23 @@ from tests.spark.conftest import Server
 QUERY_TIMEOUT_S = 180.0
 
 
+def _fail_once(row: bytes, marker: Path) -> Any:
+    """A UDF passing values through, except that the first task attempt to see
+    ``row`` fails (after its earlier rows were written), so Spark retries it
+    (local[2,3]). ``marker`` records the failure: a file, because workers are
+    processes. Made here, not at module level, so it is pickled by value."""
+    from pyspark.sql.functions import udf
+
+    @udf("binary", useArrow=False)
+    def fail_once(value: bytes) -> bytes:
+        if value == row and not marker.exists():
+            marker.touch()
+            raise RuntimeError("injected task failure")
+        return value
+
+    return fail_once
+
+
 def _stored(server: Server, name: str) -> Counter[bytes]:
     scope, stream = name.split("/")
 
@@ -30,7 +47,7 @@ def _stored(server: Server, name: str) -> Counter[bytes]:
 def test_sink_writes_each_row_once_with_a_retried_task_and_a_replayed_batch(
     server: Server, spark: Any, stream_name: str, tmp_path: Path
 ) -> None:
-    from pyspark.sql.functions import col, udf
+    from pyspark.sql.functions import col
 
     server.create_stream("sp", stream_name + "-in", segments=2)
     server.create_stream("sp", stream_name + "-out", segments=2)
@@ -38,14 +55,7 @@ def test_sink_writes_each_row_once_with_a_retried_task_and_a_replayed_batch(
     server.write("sp", stream_name + "-in", events)
     marker = tmp_path / "failed-once"
 
-    @udf("binary", useArrow=False)
-    def fail_once(value: bytes) -> bytes:
-        # The first attempt of the task that sees row 600 fails after writing part of
-        # its rows; Spark retries it (local[2,3]). A file, because workers are processes.
-        if value == b"row-0600" and not marker.exists():
-            marker.touch()
-            raise RuntimeError("injected task failure")
-        return value
+    fail_once = _fail_once(b"row-0600", marker)
 
     def run() -> Any:
         df = (
@@ -156,7 +166,7 @@ def test_the_commit_table_keeps_the_last_batches_and_still_recognises_their_repl
 def test_rows_fan_out_to_the_stream_column_exactly_once_with_a_retried_task(
     server: Server, spark: Any, stream_name: str, tmp_path: Path
 ) -> None:
-    from pyspark.sql.functions import col, concat, lit, udf, when
+    from pyspark.sql.functions import col, concat, lit, when
 
     server.create_stream("sp", stream_name + "-in", segments=2)
     server.create_stream("sp", stream_name + "-a", segments=2)
@@ -165,13 +175,7 @@ def test_rows_fan_out_to_the_stream_column_exactly_once_with_a_retried_task(
     server.write("sp", stream_name + "-in", events)
     marker = tmp_path / "failed-once"
 
-    @udf("binary", useArrow=False)
-    def fail_once(value: bytes) -> bytes:
-        # Row 500's task fails once after writing to both streams; Spark retries it.
-        if value == b"row-0500" and not marker.exists():
-            marker.touch()
-            raise RuntimeError("injected task failure")
-        return value
+    fail_once = _fail_once(b"row-0500", marker)  # after writing to both streams
 
     def run() -> Any:
         df = (
