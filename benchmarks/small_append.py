@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import json
 import os
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.protocols import pravega as p
+from headrace.server._loop import _start_inline
 from headrace.server.pravega import PravegaHandler
 from headrace.store import DiskStore, MemoryStore
 from headrace.store._base import BaseStore
@@ -83,33 +83,12 @@ def _frames(writer: uuid.UUID, count: int) -> list[bytes]:
     ]
 
 
-async def _finish(coro: Coroutine[Any, Any, None], yielded: object) -> None:
-    """Drive a coroutine on after its first step suspended (what the loop's task does)."""
-    while True:
-        if isinstance(yielded, asyncio.Future):
-            with contextlib.suppress(BaseException):  # the coroutine reads it from the future
-                await yielded
-        else:
-            await asyncio.sleep(0)
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
-            return
-        if isinstance(yielded, asyncio.Future):
-            yielded._asyncio_future_blocking = False
-
-
 def _start(coro: Coroutine[Any, Any, None], tasks: set[asyncio.Task[None]]) -> None:
     """Run ``coro``'s first step now, as the connection loop runs an inline event."""
-    try:
-        yielded = coro.send(None)
-    except StopIteration:
-        return
-    if isinstance(yielded, asyncio.Future):
-        yielded._asyncio_future_blocking = False
-    task = asyncio.ensure_future(_finish(coro, yielded))
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
+    task = _start_inline(coro)
+    if task is not None:
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 class _Tail:
