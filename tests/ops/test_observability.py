@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from headrace.client import ControllerClient
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
-from headrace.server.config import build_config
+from headrace.server.config import DEFAULT_PORTS, build_config
+from headrace.server.metrics import GC_GENERATIONS
 from headrace.store.memory import MemoryStore
 from tests.ops.conftest import WAIT_S, free_port, listener_args, run_env
 
@@ -72,6 +74,9 @@ def test_metrics_count_real_traffic_and_access_lines_describe_it(start_serve: An
     assert serve.metric("headrace_parked_readers") == 0
     assert serve.metric("headrace_listener_up", listener="tank") == 1
     assert serve.metric("headrace_requests_total", protocol="http") >= 1  # the scrapes
+    _, text = serve.get("/metrics")
+    for generation in range(GC_GENERATIONS):  # exported from the start, collections or not
+        assert f'headrace_gc_pause_seconds_bucket{{generation="{generation}",le="+Inf"}}' in text
 
     result = subprocess.run(
         [sys.executable, "-m", "headrace", "status", "--http-port", str(http)],
@@ -149,3 +154,38 @@ async def test_health_is_503_until_every_listener_is_up(monkeypatch: Any, tmp_pa
         release.set()
         await asyncio.wait_for(starting, WAIT_S)
         await app.aclose()
+
+
+def _gc_samples(app: ServerApp) -> dict[tuple[str, str], float]:
+    """``headrace_gc_pause_seconds`` samples of ``app``, by (sample name, generation)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = app.metrics.exposition().decode()
+    return {
+        (sample.name, sample.labels["generation"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "headrace_gc_pause_seconds"
+        for sample in family.samples
+        if sample.name != "headrace_gc_pause_seconds_bucket"
+    }
+
+
+async def test_gc_pauses_are_timed_by_generation_while_the_app_runs() -> None:
+    no_listeners = build_config({f"{name}_port": 0 for name in DEFAULT_PORTS})
+    app = ServerApp(no_listeners, store=MemoryStore())
+    await app.start()
+    try:
+        before = _gc_samples(app)
+        gc.collect(0)
+        gc.collect(2)
+        after = _gc_samples(app)
+        for generation in ("0", "2"):
+            count = ("headrace_gc_pause_seconds_count", generation)
+            total = ("headrace_gc_pause_seconds_sum", generation)
+            assert after[count] >= before[count] + 1
+            assert after[total] > before[total]
+    finally:
+        await app.aclose()
+    closed = _gc_samples(app)
+    gc.collect(2)
+    assert _gc_samples(app) == closed  # a closed app leaves no hook in the process

@@ -127,6 +127,7 @@ class ServerApp:
         """Open the store and start every enabled listener that this version has."""
         import headrace.server.listeners  # noqa: F401  (registers the starters; lazy: they import us)
 
+        self.metrics.watch_gc()  # undone by aclose, which a failed start also runs
         if self._store is None:
             store = await MeteredDiskStore.open(
                 self.config.data_dir,
@@ -176,6 +177,7 @@ class ServerApp:
         if self._closed:
             return
         self._closed = True
+        self.metrics.unwatch_gc()
         listeners, self._listeners = self._listeners, []
         for listener in reversed(listeners):
             try:

@@ -10,13 +10,19 @@ process never share counters). What is counted where:
 * append and fsync latency: ``MeteredDiskStore`` times each stream append
   from the call to its acknowledgement, and ``TimedFileOps`` each WAL sync;
 * stored bytes, segments, streams, parked readers, listeners up: read when
-  scraped (``_StateCollector``), from the store and the controller model.
+  scraped (``_StateCollector``), from the store and the controller model;
+* garbage-collector pauses by generation: ``GcPauses``, a ``gc.callbacks``
+  hook installed while the app runs (``ServerMetrics.watch_gc``), because a
+  collection stops every thread of the process and so shows up directly in
+  the append latency tail.
 
 ``METRIC_DOCS`` lists every metric for ``docs/configuration.md``.
 """
 
 from __future__ import annotations
 
+import bisect
+import gc
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -29,7 +35,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from headrace.controller.model import MAX_SCOPES, MAX_STREAMS
@@ -43,8 +49,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTENT_TYPE",
+    "GC_PAUSE_BUCKETS_S",
     "LATENCY_BUCKETS_S",
     "METRIC_DOCS",
+    "GcPauses",
     "ListenerMetrics",
     "MeteredDiskStore",
     "ServerMetrics",
@@ -58,6 +66,15 @@ LATENCY_BUCKETS_S = (
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 """From 100 µs (an append under fsync=never) to 10 s (a disk in trouble)."""
+
+GC_PAUSE_BUCKETS_S = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+"""From 50 µs (a young collection) to 1 s (a full collection of a large heap)."""
+
+GC_GENERATIONS = 3
+"""CPython's collector has generations 0, 1 and 2 (``gc.get_count()``)."""
 
 METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
     ("headrace_connections_total", "counter", "protocol", "Connections accepted."),
@@ -83,6 +100,12 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "Stream appends, from the call to the acknowledgement (durable under fsync=always).",
     ),
     ("headrace_fsync_seconds", "histogram", "—", "Write-ahead log syncs (fdatasync)."),
+    (
+        "headrace_gc_pause_seconds",
+        "histogram",
+        "generation",
+        "Garbage collections of the server process, each a pause of every thread.",
+    ),
     ("headrace_stored_bytes", "gauge", "—", "Bytes held by segments (start offset to length)."),
     ("headrace_segments", "gauge", "—", "Segments, table segments included."),
     ("headrace_streams", "gauge", "—", "Streams known to the controller."),
@@ -163,6 +186,8 @@ class ServerMetrics:
             registry=r,
         )
         self.parked_readers = 0
+        self.gc_pauses = GcPauses()
+        r.register(self.gc_pauses)
         self._listeners: dict[str, ListenerMetrics] = {}
         self._app: ServerApp | None = None
 
@@ -171,6 +196,14 @@ class ServerMetrics:
         if self._app is None:
             self.registry.register(_StateCollector(self, app))
         self._app = app
+
+    def watch_gc(self) -> None:
+        """Start timing the process's garbage collections (the app calls it at start)."""
+        self.gc_pauses.install()
+
+    def unwatch_gc(self) -> None:
+        """Stop timing them (at close: a stopped app keeps no hook in the process)."""
+        self.gc_pauses.uninstall()
 
     def listener(self, name: str) -> ListenerMetrics:
         """The observer for listener ``name`` (one per name)."""
@@ -218,6 +251,67 @@ class _StateCollector(Collector):
             "Reads waiting at a segment's tail.",
             value=self._metrics.parked_readers,
         )
+
+
+class GcPauses(Collector):
+    """``headrace_gc_pause_seconds``: each garbage collection timed, by generation.
+
+    A ``gc.callbacks`` hook notes the clock at a collection's ``start`` and
+    counts the pause at its ``stop`` into plain per-generation lists, read
+    when scraped. It does not call a prometheus-client ``Histogram``: the
+    hook runs inside whatever allocation triggered the collection, which may
+    be inside that histogram's own (non-reentrant) lock, and would deadlock.
+    Collections never overlap (CPython runs one at a time), so the lists need
+    no lock; a scrape may see a count one ahead of its sum, no worse.
+    """
+
+    def __init__(self) -> None:
+        # Per generation: one count per bucket (the last is +Inf), then sum.
+        self._buckets = [[0] * (len(GC_PAUSE_BUCKETS_S) + 1) for _ in range(GC_GENERATIONS)]
+        self._sums = [0.0] * GC_GENERATIONS
+        self._started = 0.0
+        self._installed = False
+
+    def install(self) -> None:
+        """Add the hook to ``gc.callbacks`` (once)."""
+        if not self._installed:
+            gc.callbacks.append(self._on_gc)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        """Take the hook out of ``gc.callbacks`` (idempotent)."""
+        if self._installed:
+            gc.callbacks.remove(self._on_gc)
+            self._installed = False
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        generation = min(info["generation"], GC_GENERATIONS - 1)
+        self._buckets[generation][bisect.bisect_left(GC_PAUSE_BUCKETS_S, pause)] += 1
+        self._sums[generation] += pause
+
+    def counts(self) -> list[int]:
+        """Collections timed so far, per generation."""
+        return [sum(buckets) for buckets in self._buckets]
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "headrace_gc_pause_seconds",
+            "Garbage collections of the server process, each a pause of every thread.",
+            labels=["generation"],
+        )
+        bounds = [*(str(bound) for bound in GC_PAUSE_BUCKETS_S), "+Inf"]
+        for generation in range(GC_GENERATIONS):
+            running = 0
+            cumulative = []
+            for bound, count in zip(bounds, list(self._buckets[generation]), strict=True):
+                running += count
+                cumulative.append((bound, float(running)))
+            family.add_metric([str(generation)], cumulative, self._sums[generation])
+        yield family
 
 
 class TimedFileOps(FileOps):
