@@ -10,14 +10,19 @@ judges the JSON, not the exit code.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pravega_client
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 READ_DEADLINE_S = 30.0
 
@@ -43,18 +48,15 @@ def read_group(uri: str, scope: str, stream: str, group: str, count: str) -> dic
     reader = rg.create_reader("r1")
     want = int(count)
 
-    async def run() -> list[str]:
+    async def read() -> list[str]:
         got: list[str] = []
         deadline = time.monotonic() + READ_DEADLINE_S
         while len(got) < want and time.monotonic() < deadline:
-            piece = await reader.get_segment_slice_async()
-            got.extend(event.data().decode("latin-1") for event in piece)
-            reader.release_segment(piece)
+            got.extend(event.decode("latin-1") for event in await read_slice(reader))
         return got
 
-    # No reader_offline(): it sometimes stalls for the client's 30 s request
-    # timeout; the process leaves with os._exit instead.
-    return {"events": asyncio.run(run())}
+    # No reader_offline(): the process leaves with os._exit instead.
+    return {"events": run(read())}
 
 
 SCENARIOS = {"write_keyed": write_keyed, "read_group": read_group}

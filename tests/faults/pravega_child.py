@@ -17,16 +17,21 @@ client sometimes crashes inside the client after the results were printed.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import select
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pravega_client as pc
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 BATCH = 50
 """Events per flush: each flush is one acknowledgement the parent can count."""
@@ -45,6 +50,11 @@ def _setup(uri: str, scope: str, stream: str) -> Any:
     manager.create_scope(scope)
     manager.create_stream(scope, stream, 2)
     return manager
+
+
+def _tagged(tag: str) -> Callable[[int], bytes]:
+    """The default event maker: event ``i`` is ``<tag>:<i>``."""
+    return lambda i: f"{tag}:{i}".encode()
 
 
 def _write_batch(writer: Any, n: int, batch: int, keys: int, event: Callable[[int], bytes]) -> int:
@@ -70,7 +80,7 @@ def write(
     children (``tests/store/large_event_child.py``) reuse the loop with their own events."""
     manager = _setup(uri, scope, stream)
     writer = manager.create_writer(scope, stream, inflight)
-    make = event if event is not None else (lambda i: f"{tag}:{i}".encode())
+    make = event if event is not None else _tagged(tag)
     n = 0
     print("R", flush=True)
     while not _stdin_closed():
@@ -87,13 +97,10 @@ async def _load(uri: str, scope: str, stream: str, tag: str) -> dict[str, Any]:
     duplicates = 0
     n = 0
     while not _stdin_closed():
-        n = _write_batch(writer, n, BATCH, KEYS, lambda i: f"{tag}:{i}".encode())
-        slice_ = await reader.get_segment_slice_async()
-        for event in slice_:
-            data = event.data()
+        n = _write_batch(writer, n, BATCH, KEYS, _tagged(tag))
+        for data in await read_slice(reader):
             duplicates += data in seen
             seen.add(data)
-        reader.release_segment(slice_)
     return {"written": n, "read": len(seen), "duplicates": duplicates}
 
 
@@ -103,7 +110,7 @@ def main() -> None:
         if mode == "write":
             write(uri, scope, stream, tag)
         else:
-            print(json.dumps(asyncio.run(_load(uri, scope, stream, tag))), flush=True)
+            print(json.dumps(run(_load(uri, scope, stream, tag))), flush=True)
     except BaseException as exc:  # the parent reports what the client raised
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         print("E " + text.replace("\n", " | "), flush=True)

@@ -8,13 +8,18 @@ test runs this under a hard timeout instead of in its own process.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import pravega_client
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 READ_DEADLINE_S = 30.0
 
@@ -25,23 +30,20 @@ def main(uri: str, scope: str, stream: str, count: str) -> None:
     reader = group.create_reader("r1")
     want = int(count)
 
-    async def run() -> list[str]:
+    async def read() -> list[str]:
         got: list[str] = []
         deadline = time.monotonic() + READ_DEADLINE_S
         while len(got) < want and time.monotonic() < deadline:
-            piece = await reader.get_segment_slice_async()
-            got.extend(event.data().decode("latin-1") for event in piece)
-            reader.release_segment(piece)
+            got.extend(event.decode("latin-1") for event in await read_slice(reader))
         return got
 
-    events = asyncio.run(run())
+    events = run(read())
     print(json.dumps({"events": events}), flush=True)
 
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
-    # Leave at once, the reader still online: the client's blocking
-    # reader_offline() sometimes stalls for its 30 s request timeout, and a
-    # normal interpreter exit with a live reader sometimes crashes inside the
-    # client after the results were printed (as tests/pravega/scenarios.py found).
+    # Leave at once, the reader still online: a normal interpreter exit with a
+    # live reader sometimes crashes inside the client after the results were
+    # printed (as tests/pravega/scenarios.py found).
     os._exit(0)

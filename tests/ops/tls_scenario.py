@@ -12,14 +12,19 @@ client thread outlives the result (see ``tests/pravega/scenarios.py``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pravega_client as pc
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 EVENTS = [b"tls-0", b"tls-1", b"tls-2"]
 READ_DEADLINE_S = 60.0
@@ -30,9 +35,7 @@ async def _read_all(reader: Any) -> list[bytes]:
     got: list[bytes] = []
     deadline = time.monotonic() + READ_DEADLINE_S
     while len(got) < len(EVENTS) and time.monotonic() < deadline:
-        slice_ = await reader.get_segment_slice_async()
-        got += [bytes(event.data()) for event in slice_]
-        reader.release_segment(slice_)
+        got += await read_slice(reader)
     return got
 
 
@@ -48,7 +51,7 @@ def main(uri: str, scope: str, verify: str) -> dict[str, Any]:
     writer.flush()
     group = manager.create_reader_group("tlsgroup", scope, "tls")
     reader = group.create_reader("tlsreader")
-    result["read"] = [event.decode() for event in asyncio.run(_read_all(reader))]
+    result["read"] = [event.decode() for event in run(_read_all(reader))]
     return result
 
 

@@ -11,15 +11,20 @@ UNAUTHENTICATED for about a minute.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pravega_client as pc
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 READ_DEADLINE_S = 60.0
 """Longest a scenario keeps reading before it reports what it has."""
@@ -32,24 +37,16 @@ def _manager(uri: str) -> Any:
     return pc.StreamManager(uri, True, False)  # auth_enabled=True, tls_enabled=False
 
 
-async def _read(reader: Any, want: int) -> list[str]:
-    got: list[str] = []
-    deadline = time.monotonic() + READ_DEADLINE_S
-    while len(got) < want and time.monotonic() < deadline:
-        slice_ = await reader.get_segment_slice_async()
-        got += [event.data().decode() for event in slice_]
-        reader.release_segment(slice_)
-    return got
-
-
 async def _read_bytes(reader: Any, want: int) -> list[bytes]:
     got: list[bytes] = []
     deadline = time.monotonic() + READ_DEADLINE_S
     while len(got) < want and time.monotonic() < deadline:
-        slice_ = await reader.get_segment_slice_async()
-        got += [event.data() for event in slice_]
-        reader.release_segment(slice_)
+        got += await read_slice(reader)
     return got
+
+
+async def _read(reader: Any, want: int) -> list[str]:
+    return [event.decode() for event in await _read_bytes(reader, want)]
 
 
 def write_read(uri: str, scope: str, count: str) -> dict[str, Any]:
@@ -63,15 +60,13 @@ def write_read(uri: str, scope: str, count: str) -> dict[str, Any]:
     writer.flush()
     rg = m.create_reader_group("rg", scope, "st")
     reader = rg.create_reader("r1")
-    got = asyncio.run(_read(reader, n))
+    got = run(_read(reader, n))
     # Over 8 MiB: CreateTransientSegment, appends to it and MergeSegments, each with the token.
     m.create_stream(scope, "big", 1)
     large = m.create_writer(scope, "big")
     large.write_event_bytes(b"L" * LARGE_EVENT_BYTES)
     large.flush()
-    big = asyncio.run(
-        _read_bytes(m.create_reader_group("rgbig", scope, "big").create_reader("r"), 1)
-    )
+    big = run(_read_bytes(m.create_reader_group("rgbig", scope, "big").create_reader("r"), 1))
     return {
         "created": created,
         "read": sorted(got, key=lambda e: int(e[1:])),
@@ -85,7 +80,7 @@ def read_only(uri: str, scope: str, count: str) -> dict[str, Any]:
     m = _manager(uri)
     rg = m.create_reader_group("rg2", scope, "st")
     reader = rg.create_reader("r1")
-    got = asyncio.run(_read(reader, int(count)))
+    got = run(_read(reader, int(count)))
     started = time.monotonic()
     try:
         m.create_stream(scope, "other", 1)
@@ -110,14 +105,14 @@ def outlive_token(uri: str, scope: str, wait_s: str) -> dict[str, Any]:
     writer.write_event("before")
     writer.flush()
     reader = m.create_reader_group("rg", scope, "st").create_reader("r1")
-    first = asyncio.run(_read(reader, 1))
+    first = run(_read(reader, 1))
     time.sleep(float(wait_s))  # let every token the client holds expire (the point of the test)
     writer.write_event("after-same-writer")
     writer.flush()
     fresh = m.create_writer(scope, "st")
     fresh.write_event("after-new-writer")
     fresh.flush()
-    return {"first": first, "later": asyncio.run(_read(reader, 2))}
+    return {"first": first, "later": run(_read(reader, 2))}
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {

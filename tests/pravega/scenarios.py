@@ -9,26 +9,32 @@ against a dead server.
 Events are text ``<key>:<sequence>`` so the parent can check exactly-once
 delivery and per-key order without shipping every payload back.
 
+Reads go through ``tests.pravega_binding`` (``run`` and ``read_slice``): a
+blocking call made while one of the client's threads is still completing an
+async read stalls for the client's 30 s request timeout (see that module).
 Readers are not put offline at the end: the process exits at once instead
-(``os._exit`` after the JSON line). The client's blocking ``reader_offline()``
-sometimes stalls for its 30 s request timeout after asyncio reads (a
-client-side stall: the server answered the table read it waits for within a
-millisecond), and a normal interpreter exit with live readers sometimes
-crashes inside the client (SIGSEGV) after the results were printed.
+(``os._exit`` after the JSON line), because a normal interpreter exit with
+live readers sometimes crashes inside the client (SIGSEGV) after the results
+were printed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pravega_client as pc
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 READ_DEADLINE_S = 120.0
 """Longest a scenario keeps reading before it reports what it has."""
@@ -69,9 +75,7 @@ async def _drain(
         if want is None and idle >= IDLE_SLICES * len(readers):
             break
         for i, reader in enumerate(readers):
-            slice_ = await reader.get_segment_slice_async()
-            events = [event.data() for event in slice_]
-            reader.release_segment(slice_)
+            events = await read_slice(reader)
             got += events
             per_reader[i] += len(events)
             idle = 0 if events else idle + 1
@@ -149,20 +153,18 @@ def many_events(uri: str, count: str, scope: str = "many") -> dict[str, Any]:
             write(written, n)
             written += n
             for i, reader in enumerate(readers):
-                slice_ = await reader.get_segment_slice_async()
-                events = [event.data() for event in slice_]
-                reader.release_segment(slice_)
+                events = await read_slice(reader)
                 got += events
                 per_reader[i] += len(events)
         return got, per_reader
 
-    shared, first_counts = asyncio.run(share())
+    shared, first_counts = run(share())
     start = time.monotonic()
     write(written, total - written)
     write_s = time.monotonic() - start
     start = time.monotonic()
     counts: list[int] = []
-    rest = asyncio.run(_drain(readers, total - len(shared), extra=True, counts=counts))
+    rest = run(_drain(readers, total - len(shared), extra=True, counts=counts))
     read_s = time.monotonic() - start
     per_reader = [a + b for a, b in zip(first_counts, counts, strict=True)]
     return {
@@ -215,7 +217,7 @@ def read_all(uri: str, scope: str, count: str) -> dict[str, Any]:
     m = _manager(uri)
     rg = m.create_reader_group(f"rg{int(time.time() * 1000)}", scope, "st")
     readers = [rg.create_reader("r1"), rg.create_reader("r2")]
-    events = asyncio.run(_drain(readers, int(count), extra=True))
+    events = run(_drain(readers, int(count), extra=True))
     return {**_sequence_check(events), "max": max(int(e.split(b":")[1]) for e in events)}
 
 
@@ -233,7 +235,7 @@ def from_tail(uri: str) -> dict[str, Any]:
     for i in range(20):
         writer.write_event(f"after:{i}", routing_key=f"k{i % 4}")
     writer.flush()
-    events = asyncio.run(_drain([reader], 20, extra=True))
+    events = run(_drain([reader], 20, extra=True))
     return {"events": sorted(e.decode() for e in events)}
 
 
@@ -250,7 +252,7 @@ def sizes(uri: str) -> dict[str, Any]:
     writer.flush()
     rg = m.create_reader_group("rg", "sizes", "st")
     reader = rg.create_reader("r1")
-    events = asyncio.run(_drain([reader], 4))
+    events = run(_drain([reader], 4))
     return {
         "sent": [[len(x), hashlib.sha256(x).hexdigest()] for x in [*payloads, b"last"]],
         "read": [[len(x), hashlib.sha256(x).hexdigest()] for x in events],
@@ -318,7 +320,7 @@ def transactions(uri: str) -> dict[str, Any]:
     writer.flush()
     rg = m.create_reader_group("rg", "txn", "st")
     reader = rg.create_reader("r1")
-    events = asyncio.run(_drain([reader], None))
+    events = run(_drain([reader], None))
     r["events"] = [e.decode() for e in events]
     return r
 
@@ -341,8 +343,43 @@ def abort_right_after_write(uri: str, rounds: str) -> dict[str, Any]:
         txn.write_event(f"kept:{i}", routing_key=f"k{i}")
     txn.commit()
     reader = m.create_reader_group("rg", "race", "st").create_reader("r1")
-    events = asyncio.run(_drain([reader], 4))
+    events = run(_drain([reader], 4))
     return {"events": sorted(e.decode() for e in events)}
+
+
+def reads_between_blocking_calls(uri: str, rounds: str) -> dict[str, Any]:
+    """Rounds of: write an event and flush, write one more with a new writer
+    (a ``SetupAppend`` on a pooled connection), read a slice. Without
+    ``read_slice``'s settling, some rounds stall for the client's 30 s
+    request timeout (see ``tests.pravega_binding``); the parent checks that
+    none does and that every event is read once."""
+    m = _manager(uri)
+    m.create_scope("mix")
+    m.create_stream("mix", "st", 2)
+    writer = m.create_writer("mix", "st")
+    reader = m.create_reader_group("rg", "mix", "st").create_reader("r1")
+    slowest = 0.0
+
+    async def go() -> list[bytes]:
+        nonlocal slowest
+        got: list[bytes] = []
+        for i in range(int(rounds)):
+            started = time.monotonic()
+            writer.write_event(f"k{i % 3}:{i}", routing_key=f"k{i % 3}")
+            writer.flush()
+            fresh = m.create_writer("mix", "st")
+            fresh.write_event(f"new:{i}", routing_key="new")
+            fresh.flush()
+            got += await read_slice(reader)
+            slowest = max(slowest, time.monotonic() - started)
+        return got + await _drain([reader], None)
+
+    events = run(go())
+    return {
+        "events": len(events),
+        "distinct": len(set(events)),
+        "slowest_round_s": slowest,
+    }
 
 
 def retention_by_size(uri: str) -> dict[str, Any]:
@@ -373,7 +410,7 @@ def retention_by_size(uri: str) -> dict[str, Any]:
             writer.write_event(f"ev{written:05d}".ljust(100, "."))
             written += 1
         writer.flush()
-        live_events += asyncio.run(_drain([live], written - len(live_events)))
+        live_events += run(_drain([live], written - len(live_events)))
         head = probe.current_head_offset()
         wait_until = time.monotonic() + 1.0
         while head == (heads[-1] if heads else 0) and time.monotonic() < wait_until:
@@ -382,7 +419,7 @@ def retention_by_size(uri: str) -> dict[str, Any]:
         if head != (heads[-1] if heads else 0):
             heads.append(head)
     late = m.create_reader_group("late", "ret", "st").create_reader("r1")
-    late_events = asyncio.run(_drain([late], None))
+    late_events = run(_drain([late], None))
     expected = [f"ev{i:05d}".ljust(100, ".").encode() for i in range(written)]
     return {
         "written": written,
@@ -406,9 +443,9 @@ def sealed(uri: str) -> dict[str, Any]:
         writer.write_event(f"k{i % 4}:{i}", routing_key=f"k{i % 4}")
     writer.flush()
     reader = m.create_reader_group("rg", "seal", "st").create_reader("r1")
-    events = asyncio.run(_drain([reader], 10))
+    events = run(_drain([reader], 10))
     r: dict[str, Any] = {"before": len(events), "seal": m.seal_stream("seal", "st")}
-    r["after"] = len(asyncio.run(_drain([reader], None)))
+    r["after"] = len(run(_drain([reader], None)))
     r["late_write"] = _outcome(
         lambda: (writer.write_event("late", routing_key="k1"), writer.flush())
     )
@@ -434,6 +471,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "byte_stream": byte_stream,
     "transactions": transactions,
     "abort_right_after_write": abort_right_after_write,
+    "reads_between_blocking_calls": reads_between_blocking_calls,
     "retention_by_size": retention_by_size,
     "sealed": sealed,
 }
