@@ -52,7 +52,6 @@ import logging
 import random
 import ssl
 import struct
-import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from uuid import UUID
 
 from headrace.errors import ConnectionLost, ProtocolError, RequestTimeout
 from headrace.protocols import pravega as p
+from headrace.protocols._buffer import FramePool
 from headrace.protocols.pravega.codec import FRAME_HEADER
 
 from .errors import TlsCertificateError
@@ -120,11 +120,6 @@ as many 2 MiB replies as the server queues for one connection (8 MiB), so a
 reader that holds one reply while the next arrives still reuses buffers. Each
 is reused only for a frame of its exact size (a catch-up's replies are all the
 same size) and only once nothing else refers to it."""
-
-_POOL_ONLY_REFS = 2
-"""``sys.getrefcount`` of a pooled buffer that nothing but the pool refers to:
-the pool's list and the call's own argument. Every view of the buffer (its
-managed buffer holds the ``bytearray``) and every other holder adds one."""
 
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """Outbound bytes buffered in the transport before ``drain`` makes senders wait:
@@ -231,10 +226,7 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None  # a large frame being received, whole size
         self._frame_got = 0
         self._header_due = False  # a SegmentRead's fields not yet told (too few bytes came)
-        self._pool: list[bytearray] = []  # large-frame buffers, reused once unreferenced
-        self.frames_allocated = 0
-        """Large-frame buffers allocated (the others were reused from the pool)."""
-        self.frames_reused = 0
+        self._pool = FramePool(MAX_POOLED_FRAMES)  # large-frame buffers, reused once unreferenced
         self._write_paused = False
         self._drain_waiters: deque[asyncio.Future[None]] = deque()
         self._lost_exc: BaseException | None = None
@@ -283,7 +275,7 @@ class _FrameReceiver(asyncio.BufferedProtocol):
                 if type_code not in _COMMAND_TYPES:
                     pos = end  # refused before its payload is buffered, as the codec does
                     break
-                large = self._frame_buffer(total)
+                large = self._pool.get(total)
                 large[: end - pos] = memoryview(chunk)[pos:end]
                 self._frame, self._frame_got = large, end - pos
                 if type_code == _SEGMENT_READ and self._owner._read_watchers:
@@ -299,29 +291,6 @@ class _FrameReceiver(asyncio.BufferedProtocol):
                 chunk[:rest] = memoryview(chunk)[pos:end]
             self._start, self._end = 0, rest
         self._owner._take_events()
-
-    def _frame_buffer(self, size: int) -> bytearray:
-        """A buffer for a large frame of ``size`` bytes: a pooled one that nothing
-        else refers to any more (a reply's data handed out earlier is a view of
-        its buffer, and holds it while that view or any slice of it lives),
-        else a new one, kept in the pool if there is room or in place of a free
-        one of another size."""
-        pool = self._pool
-        spare = -1
-        for i in range(len(pool)):
-            if sys.getrefcount(pool[i]) > _POOL_ONLY_REFS:
-                continue  # a view of it (or the codec) still holds it
-            if len(pool[i]) == size:
-                self.frames_reused += 1
-                return pool[i]
-            spare = i
-        buffer = bytearray(size)
-        self.frames_allocated += 1
-        if len(pool) < MAX_POOLED_FRAMES:
-            pool.append(buffer)
-        elif spare >= 0:
-            pool[spare] = buffer
-        return buffer
 
     def _tell_read_header(self, frame: bytearray, got: int) -> bool:
         """Tell the connection a ``SegmentRead``'s fields from the first ``got``
@@ -536,7 +505,8 @@ class SegmentStoreConnection:
     @property
     def frame_buffers(self) -> tuple[int, int]:
         """(allocated, reused) large-frame buffers since the connection opened."""
-        return self._receiver.frames_allocated, self._receiver.frames_reused
+        pool = self._receiver._pool
+        return pool.allocated, pool.reused
 
     # ------------------------------------------------------------------ writers
 

@@ -18,14 +18,68 @@ buffer itself, so a frame received straight into one is not copied either.
 
 from __future__ import annotations
 
+import sys
+from typing import Final
+
 from headrace.errors import FrameTooLarge
 
-__all__ = ["HANDOVER_MIN_BYTES", "ReceiveBuffer"]
+__all__ = ["HANDOVER_MIN_BYTES", "FramePool", "ReceiveBuffer"]
 
 HANDOVER_MIN_BYTES = 64 * 1024
 """Frames at least this large are handed over by ``consume_frame`` without a copy
 (the bytes after the frame are copied instead, so only when they are fewer);
 smaller ones are copied, which costs less than a fresh buffer per frame."""
+
+
+_POOL_ONLY_REFS: Final = 2
+"""``sys.getrefcount`` of a pooled buffer that nothing but the pool refers to:
+the pool's list and the call's own argument. Every view of the buffer (its
+managed buffer holds the ``bytearray``) and every other holder adds one."""
+
+
+class FramePool:
+    """Buffers for large frames received whole into a buffer of their own.
+
+    A frame received straight into a ``bytearray`` of its size is decoded in
+    place, and its large fields leave as views of that buffer (to a reader's
+    caller, or to the store). Once nothing refers to a buffer any more, the
+    next frame of the same size reuses it: a fresh one would cost an
+    allocation and a page fault per 4 KiB on the first write. A buffer still
+    referred to is never handed out again, so no view ever sees its bytes
+    change.
+
+    Args:
+        max_buffers: buffers kept for reuse; a new buffer beyond them replaces
+            a free one of another size, or is not kept.
+    """
+
+    __slots__ = ("_buffers", "_max_buffers", "allocated", "reused")
+
+    def __init__(self, max_buffers: int) -> None:
+        self._buffers: list[bytearray] = []
+        self._max_buffers = max_buffers
+        self.allocated = 0
+        """Buffers allocated (the others were reused)."""
+        self.reused = 0
+
+    def get(self, size: int) -> bytearray:
+        """A buffer of exactly ``size`` bytes that nothing else refers to."""
+        buffers = self._buffers
+        spare = -1
+        for i in range(len(buffers)):
+            if sys.getrefcount(buffers[i]) > _POOL_ONLY_REFS:
+                continue  # a view of it (or a decoder) still holds it
+            if len(buffers[i]) == size:
+                self.reused += 1
+                return buffers[i]
+            spare = i
+        buffer = bytearray(size)
+        self.allocated += 1
+        if len(buffers) < self._max_buffers:
+            buffers.append(buffer)
+        elif spare >= 0:
+            buffers[spare] = buffer
+        return buffer
 
 
 class ReceiveBuffer:
@@ -124,10 +178,30 @@ class ReceiveBuffer:
         self._position = min(len(self._data), start + count)
         return bytes(memoryview(self._data)[start : self._position])
 
+    def move_to(self, target: bytearray) -> int:
+        """Copy the unconsumed bytes to the front of ``target`` and forget them; how many.
+
+        A partial large frame moves to a buffer of the frame's size this way,
+        and its remaining bytes are received straight into that buffer.
+        """
+        count = len(self)
+        target[:count] = memoryview(self._data)[self._position :]
+        self._data = bytearray()
+        self._position = 0
+        return count
+
     def commit(self) -> None:
-        """Forget the consumed bytes: the parser has turned them into an event."""
+        """Forget the consumed bytes: the parser has turned them into an event.
+
+        When everything was consumed the buffer is replaced, not resized: an
+        adopted buffer (a frame received straight into it) may still be
+        exported to the receiving transport, and resizing one raises.
+        """
         if self._position:
-            del self._data[: self._position]
+            if self._position == len(self._data):
+                self._data = bytearray()
+            else:
+                del self._data[: self._position]
             self._position = 0
 
     def rollback(self) -> None:

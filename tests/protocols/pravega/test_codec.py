@@ -757,6 +757,21 @@ def test_large_frame_followed_by_more_than_itself_is_copied() -> None:
     assert not buffer
 
 
+def test_an_adopted_frame_still_exported_is_never_resized() -> None:
+    """A frame received straight into its own buffer is adopted while the
+    transport still holds a view of that buffer; decoding a frame too small to
+    hand over must copy it out without resizing the buffer (which would raise)."""
+    data = b"y" * (HANDOVER_MIN_BYTES - 100)
+    frame = bytearray(encode_command(AppendBlockEnd(UUID(int=1), len(data), data, 1, 1, 2)))
+    held = memoryview(frame)[10:]  # the receiving transport's view
+    buffer = ReceiveBuffer(max_buffered_bytes=len(frame))
+    buffer.adopt(frame)
+    cmd = decode_command(buffer)
+    assert isinstance(cmd, AppendBlockEnd) and cmd.data == data
+    assert not buffer
+    held.release()
+
+
 # --------------------------------------------------------------------------- encode_split
 
 
