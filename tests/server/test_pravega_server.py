@@ -812,6 +812,10 @@ BAD_INPUTS = {
         p.AppendBlockEnd(uuid.uuid4(), 10, _events(b"ab"), 1, 1, 5)
     ),
     "truncated frame": p.encode_command(p.ReadSegment(SEG, 0, 10, "", 5))[:-3],
+    # Received in part into a buffer of its own (LARGE_FRAME_BYTES), then EOF.
+    "truncated large frame": p.encode_command(
+        p.AppendBlockEnd(uuid.uuid4(), 1, _events(b"L" * 300_000), 1, 1, 5)
+    )[:-3],
     "event frame alone": p.encode_event(b"loose"),
 }
 
@@ -829,7 +833,7 @@ async def test_bad_input_closes_only_that_connection(server: Server, name: str) 
 
     bad = await Raw.connect(server.port)
     bad.writer.write(BAD_INPUTS[name])
-    if name == "truncated frame":
+    if name.startswith("truncated"):
         bad.writer.write_eof()  # the frame never completes
     await bad.writer.drain()
     assert await bad.closed_by_server()

@@ -287,6 +287,23 @@ class ConnectionHandler(abc.ABC):
         """Called once, before any data is read (e.g. to queue a greeting)."""
         return None
 
+    def frame_buffer(self) -> memoryview | None:
+        """Where the next received bytes should land, or None for the listener's buffer.
+
+        A handler holding a large frame received in part returns the
+        writable rest of a buffer of the frame's size: the kernel then writes
+        the frame's remaining bytes where they will be decoded, and the loop
+        reports them with ``frame_received`` instead of ``feed``. The view
+        is asked for before each receive, so a handler may return None again
+        once the frame is whole.
+        """
+        return None
+
+    def frame_received(self, nbytes: int) -> Iterable[object]:
+        """``nbytes`` landed at the start of the view ``frame_buffer`` gave; the
+        complete events, as ``feed`` yields them."""
+        raise NotImplementedError("frame_received without a frame_buffer")
+
     def partial_frame_bytes(self) -> int:
         """Bytes of a frame received in part and held until the rest arrives (0: none).
 
@@ -448,6 +465,7 @@ class Connection(asyncio.BufferedProtocol):
         self._ended: asyncio.Future[None] = self._loop.create_future()
         self._early = bytearray()  # bytes received before the handler started (TLS)
         self._early_eof = False
+        self._direct = False  # the last get_buffer gave the handler's frame_buffer
         self._receiving = False  # the handler is set up and takes bytes
         self._lost = False
         self._reason = ""
@@ -498,6 +516,13 @@ class Connection(asyncio.BufferedProtocol):
         task.add_done_callback(self._registry.discard)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        handler = self._handler
+        if handler is not None and self._receiving:
+            direct = handler.frame_buffer()
+            if direct is not None:
+                self._direct = True
+                return direct
+        self._direct = False
         return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -507,17 +532,21 @@ class Connection(asyncio.BufferedProtocol):
             self._early += self._receive_buffer[:nbytes]
             return
         if self._receiving:
-            self._received(self._receive_buffer[:nbytes])
+            if self._direct:
+                self._direct = False
+                self._received(nbytes, None)
+            else:
+                self._received(nbytes, self._receive_buffer[:nbytes])
 
-    def _received(self, data: bytes | memoryview) -> None:
-        nbytes = len(data)
+    def _received(self, nbytes: int, data: bytes | memoryview | None) -> None:
+        """``nbytes`` received: ``data``, or (None) into the handler's ``frame_buffer``."""
         self._last_received = self._clock()
         self._counts["bytes_in"] += nbytes
         if self._observer is not None:
             self._observer.bytes_received(nbytes)
         self._feeding = True
         try:
-            self._feed(data)
+            self._feed(data, nbytes)
         finally:
             self._feeding = False
             if self._reply_waiting:
@@ -608,7 +637,7 @@ class Connection(asyncio.BufferedProtocol):
         )
         if self._early:
             early, self._early = bytes(self._early), bytearray()
-            self._received(early)
+            self._received(len(early), early)
         if self._early_eof and self._receiving:
             self.eof_received()
 
@@ -625,14 +654,18 @@ class Connection(asyncio.BufferedProtocol):
         if not self._ended.done():
             self._ended.set_result(None)
 
-    def _feed(self, data: bytes | memoryview) -> None:
-        """Feed received bytes (``b""``: EOF) to the handler and start the events."""
+    def _feed(self, data: bytes | memoryview | None, nbytes: int = 0) -> None:
+        """Feed received bytes (``b""``: EOF; None: ``nbytes`` into the handler's
+        ``frame_buffer``) to the handler and start the events."""
         handler = self._handler
         assert handler is not None
         try:
-            # A view, typed as the handlers' ``bytes`` (they only copy it into
-            # their sans-I/O buffers; see "Receiving" above).
-            events = iter(handler.feed(cast("bytes", data)))
+            if data is None:
+                events = iter(handler.frame_received(nbytes))
+            else:
+                # A view, typed as the handlers' ``bytes`` (they only copy it into
+                # their sans-I/O buffers; see "Receiving" above).
+                events = iter(handler.feed(cast("bytes", data)))
             for event in events:
                 self._counts["requests"] += 1
                 if self._observer is not None:
@@ -641,7 +674,7 @@ class Connection(asyncio.BufferedProtocol):
                     # The limit is reached: take every event of these bytes now (the
                     # receive buffer is shared) and read nothing more until they ran.
                     self._backlog.append(event)
-                    if self._transport is not None and data:
+                    if self._transport is not None and (data or data is None):
                         self._transport.pause_reading()
                     continue
                 self._dispatch(event)

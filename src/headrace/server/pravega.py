@@ -29,6 +29,11 @@ Behaviour the client depends on, and where it is kept:
   client's 30 s request timeout) and then gets an empty reply, so idle
   readers do not spin. Each read is its own task: a parked read never stalls
   appends or other requests on the same or other connections.
+* **Large frames land where they are decoded**: once the header of a frame
+  of ``LARGE_FRAME_BYTES`` or more has arrived, the loop receives the rest
+  straight into a buffer of the frame's size (``frame_buffer``, from a
+  ``FramePool``), and the append data goes to the store as a view of it: the
+  bytes are not copied after the kernel's copy into that buffer.
 * **Bounded buffers**: read replies a client has not taken yet are capped
   (``MAX_UNSENT_REPLY_BYTES``; further reads wait, and a client that takes
   nothing for ``MAX_REPLY_WAIT_S`` is dropped), as is append data in flight.
@@ -75,6 +80,7 @@ from headrace.errors import (
     TableNotEmpty,
 )
 from headrace.protocols import pravega as p
+from headrace.protocols._buffer import HANDOVER_MIN_BYTES, FramePool
 from headrace.protocols.pravega.auth import (
     Permission,
     TokenClaims,
@@ -157,6 +163,16 @@ client that takes none of its replies for this long is disconnected (any
 live reader takes a reply within its 30 s request timeout)."""
 
 
+LARGE_FRAME_BYTES = HANDOVER_MIN_BYTES
+"""Frames at least this large are received into a buffer of their own (see
+the module docstring); smaller ones are copied once from the listener's
+receive buffer into the codec's, which costs less than a buffer each."""
+
+MAX_POOLED_FRAMES = 4
+"""Large-frame buffers a connection keeps for reuse: a frame's buffer stays
+referenced while its appends are in the store's hands (until written), so a
+client streaming 1 MiB blocks cycles through a few."""
+
 MAX_TOKENS_PER_CONNECTION = 16
 """Delegation tokens whose signature a connection remembers having checked
 (their expiry is still checked on every command). A client sends one token
@@ -228,6 +244,9 @@ class PravegaHandler(ConnectionHandler):
         self._admissions: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._admitted_waking = 0
         self._conn = p.PravegaConnection(p.Role.SERVER)
+        self._frame: bytearray | None = None  # a large frame being received, whole size
+        self._frame_got = 0  # its bytes received so far
+        self._frames = FramePool(MAX_POOLED_FRAMES)
         self._out: list[OutputPiece] = []
         """Output in order ahead of what the connection has queued: replies whose
         data goes out as it is (a file region or a large buffer) and, after a
@@ -245,10 +264,48 @@ class PravegaHandler(ConnectionHandler):
     # ------------------------------------------------------------------ loop interface
 
     def feed(self, data: bytes) -> Iterator[object]:
+        frame = self._frame
+        if frame is not None:  # bytes that did not come through frame_buffer
+            if not data:  # EOF inside the frame: give its bytes back for the codec to judge
+                self._frame = None
+                self._conn.receive_owned(frame[: self._frame_got])
+            else:
+                taken = min(len(data), len(frame) - self._frame_got)
+                frame[self._frame_got : self._frame_got + taken] = data[:taken]
+                yield from self.frame_received(taken)
+                data = data[taken:]
+                if not data:
+                    return
         self._conn.receive_data(data)
         yield from self._conn.events()
+        self._start_frame()
+
+    def frame_buffer(self) -> memoryview | None:
+        frame = self._frame
+        return None if frame is None else memoryview(frame)[self._frame_got :]
+
+    def frame_received(self, nbytes: int) -> Iterator[object]:
+        frame = self._frame
+        assert frame is not None
+        self._frame_got += nbytes
+        if self._frame_got < len(frame):
+            return
+        self._frame = None
+        self._conn.receive_owned(frame)  # nothing else is buffered: decoded in place
+        yield from self._conn.events()
+        self._start_frame()
+
+    def _start_frame(self) -> None:
+        """Move a large frame received in part to a buffer of its size."""
+        size = self._conn.partial_frame_size()
+        if size >= LARGE_FRAME_BYTES:
+            frame = self._frames.get(size)
+            self._frame_got = self._conn.take_partial_frame(frame)
+            self._frame = frame
 
     def partial_frame_bytes(self) -> int:
+        if self._frame is not None:
+            return self._frame_got
         return self._conn.buffered_bytes
 
     def inline(self, event: object) -> bool:

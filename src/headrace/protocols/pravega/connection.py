@@ -561,6 +561,32 @@ class PravegaConnection:
         """Bytes received that do not make a whole frame yet (0 between frames)."""
         return len(self._buffer)
 
+    def partial_frame_size(self) -> int:
+        """The size (header included) of the frame the buffered bytes begin, if
+        its header has arrived and the frame has not; else 0.
+
+        Meaningful once :meth:`events` has stopped for want of data: the
+        header was then checked (type, length limits) and the buffer starts
+        at a frame boundary.
+        """
+        buffer = self._buffer
+        if self._error is not None or self._eof or len(buffer) < HEADER_SIZE_BYTES:
+            return 0
+        header = buffer.peek(HEADER_SIZE_BYTES)
+        assert header is not None
+        size = HEADER_SIZE_BYTES + FRAME_HEADER.unpack(header)[1]
+        return size if size > len(buffer) else 0
+
+    def take_partial_frame(self, target: bytearray) -> int:
+        """Move the buffered bytes of a partial frame to the front of ``target``
+        (a buffer of the frame's size, see :meth:`partial_frame_size`); how many.
+
+        The caller receives the rest of the frame into ``target`` and gives
+        the whole frame back with :meth:`receive_owned`, so a large frame's
+        bytes are not copied after the socket.
+        """
+        return self._buffer.move_to(target)
+
     def data_to_send(self) -> bytes:
         """All bytes queued for the peer since the last call (possibly none)."""
         data = bytes(self._outbound)
