@@ -71,6 +71,7 @@ __all__ = [
     "LARGE_FRAME_BYTES",
     "MAX_PENDING_REQUESTS",
     "MAX_POOLED_FRAMES",
+    "MAX_POOLED_FRAME_BYTES",
     "READ_TIMEOUT_S",
     "REQUEST_TIMEOUT_S",
     "ConnectionPool",
@@ -120,6 +121,10 @@ as many 2 MiB replies as the server queues for one connection (8 MiB), so a
 reader that holds one reply while the next arrives still reuses buffers. Each
 is reused only for a frame of its exact size (a catch-up's replies are all the
 same size) and only once nothing else refers to it."""
+
+MAX_POOLED_FRAME_BYTES = 8 * 1024 * 1024
+"""The most those buffers may hold together (four 2 MiB replies); a larger
+frame gets a buffer of its own that is not kept."""
 
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """Outbound bytes buffered in the transport before ``drain`` makes senders wait:
@@ -226,7 +231,8 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None  # a large frame being received, whole size
         self._frame_got = 0
         self._header_due = False  # a SegmentRead's fields not yet told (too few bytes came)
-        self._pool = FramePool(MAX_POOLED_FRAMES)  # large-frame buffers, reused once unreferenced
+        # Large-frame buffers, reused once unreferenced.
+        self._pool = FramePool(MAX_POOLED_FRAMES, MAX_POOLED_FRAME_BYTES)
         self._write_paused = False
         self._drain_waiters: deque[asyncio.Future[None]] = deque()
         self._lost_exc: BaseException | None = None

@@ -51,13 +51,17 @@ class FramePool:
     Args:
         max_buffers: buffers kept for reuse; a new buffer beyond them replaces
             a free one of another size, or is not kept.
+        max_bytes: the most bytes the kept buffers may add up to (they live
+            as long as their connection); a buffer that would go over it is
+            handed out but not kept.
     """
 
-    __slots__ = ("_buffers", "_max_buffers", "allocated", "reused")
+    __slots__ = ("_buffers", "_max_buffers", "_max_bytes", "allocated", "reused")
 
-    def __init__(self, max_buffers: int) -> None:
+    def __init__(self, max_buffers: int, max_bytes: int) -> None:
         self._buffers: list[bytearray] = []
         self._max_buffers = max_buffers
+        self._max_bytes = max_bytes
         self.allocated = 0
         """Buffers allocated (the others were reused)."""
         self.reused = 0
@@ -75,9 +79,10 @@ class FramePool:
             spare = i
         buffer = bytearray(size)
         self.allocated += 1
-        if len(buffers) < self._max_buffers:
+        kept = sum(len(b) for b in buffers)
+        if len(buffers) < self._max_buffers and kept + size <= self._max_bytes:
             buffers.append(buffer)
-        elif spare >= 0:
+        elif spare >= 0 and kept - len(buffers[spare]) + size <= self._max_bytes:
             buffers[spare] = buffer
         return buffer
 

@@ -168,10 +168,16 @@ LARGE_FRAME_BYTES = HANDOVER_MIN_BYTES
 the module docstring); smaller ones are copied once from the listener's
 receive buffer into the codec's, which costs less than a buffer each."""
 
-MAX_POOLED_FRAMES = 4
+MAX_POOLED_FRAMES = 2
 """Large-frame buffers a connection keeps for reuse: a frame's buffer stays
-referenced while its appends are in the store's hands (until written), so a
-client streaming 1 MiB blocks cycles through a few."""
+referenced while its append is in the store's hands, so a client streaming
+1 MiB blocks alternates between two."""
+
+MAX_POOLED_FRAME_BYTES = 2 * 1024 * 1024
+"""The most those buffers may hold together. They live as long as the
+connection, so this is what an idle connection keeps after streaming large
+appends; larger frames (the Rust client's batches reach 8 MiB) get a buffer
+each, freed once their append is done, as before pooling."""
 
 MAX_TOKENS_PER_CONNECTION = 16
 """Delegation tokens whose signature a connection remembers having checked
@@ -246,7 +252,7 @@ class PravegaHandler(ConnectionHandler):
         self._conn = p.PravegaConnection(p.Role.SERVER)
         self._frame: bytearray | None = None  # a large frame being received, whole size
         self._frame_got = 0  # its bytes received so far
-        self._frames = FramePool(MAX_POOLED_FRAMES)
+        self._frames = FramePool(MAX_POOLED_FRAMES, MAX_POOLED_FRAME_BYTES)
         self._out: list[OutputPiece] = []
         """Output in order ahead of what the connection has queued: replies whose
         data goes out as it is (a file region or a large buffer) and, after a

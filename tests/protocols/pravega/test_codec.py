@@ -14,7 +14,7 @@ import pytest
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols import pravega as p
-from headrace.protocols._buffer import HANDOVER_MIN_BYTES, ReceiveBuffer
+from headrace.protocols._buffer import HANDOVER_MIN_BYTES, FramePool, ReceiveBuffer
 from headrace.protocols.pravega import (
     MAX_FRAME_BYTES,
     NO_VERSION,
@@ -806,3 +806,20 @@ def test_send_split_checks_the_state_like_send() -> None:
     assert list(server.events())
     prefix, suffix = server.send_split(p.SegmentRead("s", 0, True, False, b"", 1), 3)
     assert p.decode_frame(prefix + b"abc" + suffix) == p.SegmentRead("s", 0, True, False, b"abc", 1)
+
+
+def test_frame_pool_reuses_only_unreferenced_buffers_within_its_bounds() -> None:
+    pool = FramePool(max_buffers=2, max_bytes=300)
+    frame = pool.get(100)
+    first = id(frame)
+    view = memoryview(frame)[10:]  # e.g. append data handed to the store
+    del frame
+    other = pool.get(100)
+    assert id(other) != first  # a view still refers to the first buffer
+    del other
+    view.release()
+    assert id(pool.get(100)) == first  # nothing refers to it any more
+    assert (pool.allocated, pool.reused) == (2, 1)
+    pool.get(250)  # the two kept hold 200 of 300 bytes: handed out, not kept...
+    pool.get(250)  # ...so the next one is allocated again
+    assert (pool.allocated, pool.reused) == (4, 1)
