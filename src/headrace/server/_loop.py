@@ -12,7 +12,11 @@ replies inside the sans-I/O object; the loop writes whatever
   the same callback feeds them to the handler, whose sans-I/O buffer takes
   its only copy, and starts the events that come out. No task wakes to
   read, and an idle connection holds no receive buffer. A handler must not
-  keep the ``memoryview`` it is fed once ``feed``'s iteration ends.
+  keep the ``memoryview`` it is fed once ``feed``'s iteration ends. A
+  handler holding a large frame received in part may offer a buffer of its
+  own (``frame_buffer``): the kernel then writes the rest of the frame there
+  and the loop reports it with ``frame_received``, so those bytes are copied
+  only by the kernel.
 * **Reading** pauses while ``MAX_PENDING_EVENTS`` events of this connection
   are being handled, so a client that sends faster than the store answers
   is slowed by TCP, not buffered without bound (the events of the read that
