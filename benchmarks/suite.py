@@ -923,20 +923,24 @@ def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
 
 
-async def hr_catchup(uri: str, stream: str, passes: int = 1) -> tuple[float, int]:
+async def hr_catchup(
+    uri: str, stream: str, passes: int = 1, *, views: bool = False
+) -> tuple[float, int]:
     """Read every byte of a stored one-segment stream with 2 MiB ``ReadSegment``s
-    through ``PravegaClient.segments.read``, ``passes`` times: (seconds, bytes)."""
+    through ``PravegaClient.segments.read`` (or, with ``views``, ``read_view``:
+    the data left where the socket put it), ``passes`` times: (seconds, bytes)."""
     from headrace.client import PravegaClient
 
     async with PravegaClient(uri) as client:
         ranges = await client.controller.get_current_segments("bench", stream)
         segment = ranges[0].segment
         end = (await client.segments.stat(segment)).length
+        read = client.segments.read_view if views else client.segments.read
         began = time.perf_counter()
         for _ in range(passes):
             offset = 0
             while offset < end:
-                data = await client.segments.read(segment, offset)
+                data = await read(segment, offset)
                 offset += len(data.data)
         seconds = time.perf_counter() - began
     return seconds, end * passes
@@ -1424,6 +1428,20 @@ def run_headrace(
             results["catchup"]["headrace_client"] = row
             say(f"  catch-up (PravegaClient): {row['mb_per_s']} MB/s")
 
+            with Measured(pid) as m:
+                seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k", passes, views=True))
+            row = rate_row(
+                "headrace PravegaClient segments.read_view 2 MiB (in the suite's process)",
+                nbytes // (LARGE + 8),
+                LARGE + 8,
+                seconds,
+                pid=pid,
+                cpu_s=m.cpu,
+                note=f"the stream read {_times(passes)}, as views of the received replies",
+            )
+            results["catchup"]["headrace_client_views"] = row
+            say(f"  catch-up (PravegaClient, views): {row['mb_per_s']} MB/s")
+
             segment, length = asyncio.run(hr_stream(uri, "p100"))
             with Measured(pid) as m:
                 wall, out = run_group([["hr-consume", ss, segment, str(length), "120"]])
@@ -1700,6 +1718,11 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     add(
         "catch-up consume / loopback TCP (headrace's PravegaClient, segments.read)",
         ratio(get(results["catchup"], "headrace_client", "mb_per_s"), tcp),
+        TARGETS["catchup_vs_tcp"],
+    )
+    add(
+        "catch-up consume / loopback TCP (headrace's PravegaClient, segments.read_view)",
+        ratio(get(results["catchup"], "headrace_client_views", "mb_per_s"), tcp),
         TARGETS["catchup_vs_tcp"],
     )
     add(
