@@ -1414,33 +1414,23 @@ def run_headrace(
             results["catchup"]["headrace_reader_process"] = row
             say(f"  catch-up (reader process, {CATCHUP_DEPTH} ahead): {row['mb_per_s']} MB/s")
 
-            with Measured(pid) as m:
-                seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k", passes))
-            row = rate_row(
-                "headrace PravegaClient segments.read 2 MiB (in the suite's process)",
-                nbytes // (LARGE + 8),
-                LARGE + 8,
-                seconds,
-                pid=pid,
-                cpu_s=m.cpu,
-                note=f"the stream read {_times(passes)}, as bytes",
-            )
-            results["catchup"]["headrace_client"] = row
-            say(f"  catch-up (PravegaClient): {row['mb_per_s']} MB/s")
-
-            with Measured(pid) as m:
-                seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k", passes, views=True))
-            row = rate_row(
-                "headrace PravegaClient segments.read_view 2 MiB (in the suite's process)",
-                nbytes // (LARGE + 8),
-                LARGE + 8,
-                seconds,
-                pid=pid,
-                cpu_s=m.cpu,
-                note=f"the stream read {_times(passes)}, as views of the received replies",
-            )
-            results["catchup"]["headrace_client_views"] = row
-            say(f"  catch-up (PravegaClient, views): {row['mb_per_s']} MB/s")
+            for key, call, views, kept_as in (
+                ("headrace_client", "read", False, "as bytes"),
+                ("headrace_client_views", "read_view", True, "as views of the received replies"),
+            ):
+                with Measured(pid) as m:
+                    seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k", passes, views=views))
+                row = rate_row(
+                    f"headrace PravegaClient segments.{call} 2 MiB (in the suite's process)",
+                    nbytes // (LARGE + 8),
+                    LARGE + 8,
+                    seconds,
+                    pid=pid,
+                    cpu_s=m.cpu,
+                    note=f"the stream read {_times(passes)}, {kept_as}",
+                )
+                results["catchup"][key] = row
+                say(f"  catch-up (PravegaClient.segments.{call}): {row['mb_per_s']} MB/s")
 
             segment, length = asyncio.run(hr_stream(uri, "p100"))
             with Measured(pid) as m:
