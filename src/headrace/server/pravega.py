@@ -31,9 +31,9 @@ Behaviour the client depends on, and where it is kept:
   appends or other requests on the same or other connections.
 * **Large frames land where they are decoded**: once the header of a frame
   of ``LARGE_FRAME_BYTES`` or more has arrived, the loop receives the rest
-  straight into a buffer of the frame's size (``frame_buffer``, from a
-  ``FramePool``), and the append data goes to the store as a view of it: the
-  bytes are not copied after the kernel's copy into that buffer.
+  straight into a buffer of the frame's size (``frame_buffer``, see
+  ``_frames.LargeFrames``), and the append data goes to the store as a view
+  of it: the bytes are not copied after the kernel's copy into that buffer.
 * **Bounded buffers**: read replies a client has not taken yet are capped
   (``MAX_UNSENT_REPLY_BYTES``; further reads wait, and a client that takes
   nothing for ``MAX_REPLY_WAIT_S`` is dropped), as is append data in flight.
@@ -80,7 +80,7 @@ from headrace.errors import (
     TableNotEmpty,
 )
 from headrace.protocols import pravega as p
-from headrace.protocols._buffer import HANDOVER_MIN_BYTES, FramePool
+from headrace.protocols._buffer import HANDOVER_MIN_BYTES
 from headrace.protocols.pravega.auth import (
     Permission,
     TokenClaims,
@@ -90,6 +90,7 @@ from headrace.protocols.pravega.auth import (
     resource_covers,
     segment_resource,
 )
+from headrace.server._frames import LargeFrames
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
@@ -168,17 +169,6 @@ LARGE_FRAME_BYTES = HANDOVER_MIN_BYTES
 the module docstring); smaller ones are copied once from the listener's
 receive buffer into the codec's, which costs less than a buffer each."""
 
-MAX_POOLED_FRAMES = 2
-"""Large-frame buffers a connection keeps for reuse: a frame's buffer stays
-referenced while its append is in the store's hands, so a client streaming
-1 MiB blocks alternates between two."""
-
-MAX_POOLED_FRAME_BYTES = 2 * 1024 * 1024
-"""The most those buffers may hold together. They live as long as the
-connection, so this is what an idle connection keeps after streaming large
-appends; larger frames (the Rust client's batches reach 8 MiB) get a buffer
-each, freed once their append is done, as before pooling."""
-
 MAX_TOKENS_PER_CONNECTION = 16
 """Delegation tokens whose signature a connection remembers having checked
 (their expiry is still checked on every command). A client sends one token
@@ -250,9 +240,7 @@ class PravegaHandler(ConnectionHandler):
         self._admissions: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._admitted_waking = 0
         self._conn = p.PravegaConnection(p.Role.SERVER)
-        self._frame: bytearray | None = None  # a large frame being received, whole size
-        self._frame_got = 0  # its bytes received so far
-        self._frames = FramePool(MAX_POOLED_FRAMES, MAX_POOLED_FRAME_BYTES)
+        self._frames = LargeFrames(self._conn, LARGE_FRAME_BYTES)
         self._out: list[OutputPiece] = []
         """Output in order ahead of what the connection has queued: replies whose
         data goes out as it is (a file region or a large buffer) and, after a
@@ -270,49 +258,30 @@ class PravegaHandler(ConnectionHandler):
     # ------------------------------------------------------------------ loop interface
 
     def feed(self, data: bytes) -> Iterator[object]:
-        frame = self._frame
-        if frame is not None:  # bytes that did not come through frame_buffer
-            if not data:  # EOF inside the frame: give its bytes back for the codec to judge
-                self._frame = None
-                self._conn.receive_owned(frame[: self._frame_got])
+        frames = self._frames
+        if frames.pending:  # bytes that did not come through frame_buffer
+            if not data:  # EOF inside the frame: its bytes go back for the codec to judge
+                frames.give_back()
             else:
-                taken = min(len(data), len(frame) - self._frame_got)
-                frame[self._frame_got : self._frame_got + taken] = data[:taken]
+                taken = frames.fill(data)
                 yield from self.frame_received(taken)
                 data = data[taken:]
                 if not data:
                     return
         self._conn.receive_data(data)
         yield from self._conn.events()
-        self._start_frame()
+        frames.start()
 
     def frame_buffer(self) -> memoryview | None:
-        frame = self._frame
-        return None if frame is None else memoryview(frame)[self._frame_got :]
+        return self._frames.view()
 
     def frame_received(self, nbytes: int) -> Iterator[object]:
-        frame = self._frame
-        assert frame is not None
-        self._frame_got += nbytes
-        if self._frame_got < len(frame):
-            return
-        self._frame = None
-        self._conn.receive_owned(frame)  # nothing else is buffered: decoded in place
-        yield from self._conn.events()
-        self._start_frame()
-
-    def _start_frame(self) -> None:
-        """Move a large frame received in part to a buffer of its size."""
-        size = self._conn.partial_frame_size()
-        if size >= LARGE_FRAME_BYTES:
-            frame = self._frames.get(size)
-            self._frame_got = self._conn.take_partial_frame(frame)
-            self._frame = frame
+        if self._frames.received(nbytes):  # whole: adopted by the codec, decoded in place
+            yield from self._conn.events()
+            self._frames.start()
 
     def partial_frame_bytes(self) -> int:
-        if self._frame is not None:
-            return self._frame_got
-        return self._conn.buffered_bytes
+        return self._frames.received_bytes or self._conn.buffered_bytes
 
     def inline(self, event: object) -> bool:
         # An append issues its store call in its first step and, under fsync
