@@ -191,14 +191,20 @@ class _Block:
         """Frame ``event`` (type 0 + length) at the end of the block as number ``number``."""
         size = len(event)
         tail = self.tail
-        tail += _EVENT_HEADER.pack(0, size)
         if size <= COPY_EVENT_BYTES:
+            tail += _EVENT_HEADER.pack(0, size)
             tail += event
         else:
             # Kept by reference, not copied: immutable, so the caller cannot change it.
-            self.parts.append(tail)
-            self.parts.append(event if type(event) is bytes else bytes(event))
-            self.tail = bytearray()
+            # Its header joins the copied bytes before it, or is a part of its own.
+            parts = self.parts
+            if tail:
+                tail += _EVENT_HEADER.pack(0, size)
+                parts.append(tail)
+                self.tail = bytearray()
+            else:
+                parts.append(_EVENT_HEADER.pack(0, size))
+            parts.append(event if type(event) is bytes else bytes(event))
         self.size += size + 8
         self.last_number = number
         self.positions.append(position)
