@@ -14,9 +14,15 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pravega_client as pc
+
+if __name__ == "__main__":  # run as a script: make ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.pravega_binding import read_slice, run
 
 FAST_S = 5.0
 """A final error arrives at once; a retried one takes about 61 s."""
@@ -205,23 +211,18 @@ def _controller_call(uri: str, name: str, request: Any) -> Any:
 
 def _read_all(m: Any, scope: str, stream: str, group: str, count: int) -> list[str]:
     """Read with a one-reader group until ``count`` events or the deadline."""
-    import asyncio
-
     rg = m.create_reader_group(group, scope, stream)
     reader = rg.create_reader("r1")
 
-    async def run() -> list[str]:
+    async def read() -> list[str]:
         got: list[str] = []
         deadline = time.monotonic() + READ_DEADLINE_S
         while len(got) < count and time.monotonic() < deadline:
-            piece = await reader.get_segment_slice_async()
-            got.extend(event.data().decode() for event in piece)
-            reader.release_segment(piece)
+            got.extend(event.decode() for event in await read_slice(reader))
         return got
 
-    # No reader_offline(): it sometimes stalls for the client's 30 s request
-    # timeout (docs/protocols/pravega.md); the process leaves with os._exit.
-    return asyncio.run(run())
+    # No reader_offline(): the process leaves with os._exit.
+    return run(read())
 
 
 def events_and_transactions(m: Any) -> dict[str, Any]:
@@ -312,8 +313,6 @@ def _head(uri: str, scope: str, stream: str) -> list[tuple[int, int]]:
 
 def retention_by_size(m: Any, uri: str) -> dict[str, Any]:
     """A reader that keeps up goes on across truncations; a new one starts at the head."""
-    import asyncio
-
     m.create_scope("ret")
     m.create_stream_with_policy(
         "ret",
@@ -330,9 +329,7 @@ def retention_by_size(m: Any, uri: str) -> dict[str, Any]:
     async def catch_up() -> None:
         deadline = time.monotonic() + READ_DEADLINE_S
         while len(seen) < len(written) and time.monotonic() < deadline:
-            piece = await live.get_segment_slice_async()
-            seen.extend(event.data().decode() for event in piece)
-            live.release_segment(piece)
+            seen.extend(event.decode() for event in await read_slice(live))
 
     def write(count: int) -> None:
         for _ in range(count):
@@ -346,11 +343,11 @@ def retention_by_size(m: Any, uri: str) -> dict[str, Any]:
     while truncations < 2 and time.monotonic() < deadline:
         head_before = _head(uri, "ret", "st")
         write(10)
-        asyncio.run(catch_up())
+        run(catch_up())
         if _head(uri, "ret", "st") != head_before:
             truncations += 1
     write(10)
-    asyncio.run(catch_up())
+    run(catch_up())
     [(_, head_offset)] = _head(uri, "ret", "st")
     late = _read_all(m, "ret", "st", "late", len(written) - head_offset // 107)
     return {
