@@ -232,7 +232,7 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         self._frame_got = 0
         self._header_due = False  # a SegmentRead's fields not yet told (too few bytes came)
         # Large-frame buffers, reused once unreferenced.
-        self._pool = FramePool(MAX_POOLED_FRAMES, MAX_POOLED_FRAME_BYTES)
+        self.pool = FramePool(MAX_POOLED_FRAMES, MAX_POOLED_FRAME_BYTES)
         self._write_paused = False
         self._drain_waiters: deque[asyncio.Future[None]] = deque()
         self._lost_exc: BaseException | None = None
@@ -281,7 +281,7 @@ class _FrameReceiver(asyncio.BufferedProtocol):
                 if type_code not in _COMMAND_TYPES:
                     pos = end  # refused before its payload is buffered, as the codec does
                     break
-                large = self._pool.get(total)
+                large = self.pool.get(total)
                 large[: end - pos] = memoryview(chunk)[pos:end]
                 self._frame, self._frame_got = large, end - pos
                 if type_code == _SEGMENT_READ and self._owner._read_watchers:
@@ -511,7 +511,7 @@ class SegmentStoreConnection:
     @property
     def frame_buffers(self) -> tuple[int, int]:
         """(allocated, reused) large-frame buffers since the connection opened."""
-        pool = self._receiver._pool
+        pool = self._receiver.pool
         return pool.allocated, pool.reused
 
     # ------------------------------------------------------------------ writers

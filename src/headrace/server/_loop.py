@@ -678,7 +678,7 @@ class Connection(asyncio.BufferedProtocol):
                     # The limit is reached: take every event of these bytes now (the
                     # receive buffer is shared) and read nothing more until they ran.
                     self._backlog.append(event)
-                    if self._transport is not None and (data or data is None):
+                    if self._transport is not None and data != b"":  # not at EOF
                         self._transport.pause_reading()
                     continue
                 self._dispatch(event)
