@@ -1763,6 +1763,33 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def context(results: dict[str, Any]) -> list[str]:
+    """The latency targets' figures for the peers, through the same paced writer.
+
+    Not targets: the ack latency a target names includes the paced writer
+    process and the machine's scheduling, so the peers' figures from the
+    same harness in the same run show how much of it any server pays.
+    """
+    limits = results["limits"]
+    lat = results["latency"]
+    lines = []
+    fsync_p99 = limits.get("fsync_4k_before_latency", {}).get("p99_ms")
+    for key in ("nats_default", "redis_everysec", "nats_always", "redis_always"):
+        if key not in lat:
+            continue
+        row = lat[key]
+        line = f"- {row['system']}: p99 {row['p99_ms']} ms"
+        if key.endswith("always") and fsync_p99:
+            line += (
+                f", {ratio(row['p99_ms'], fsync_p99)}x the 4 KiB fdatasync p99 measured"
+                " just before headrace's fsync-always latency shape"
+            )
+        if "NOT SUSTAINED" in row.get("note", ""):
+            line += " (the offered load was not sustained)"
+        lines.append(line + ".")
+    return lines
+
+
 def peer_ratio_lines(results: dict[str, Any], shape: str) -> list[str]:
     rows = results.get(shape, {})
     peers = [k for k in rows if not k.startswith("headrace") and "events_per_s" in rows[k]]
@@ -1842,6 +1869,15 @@ def render(results: dict[str, Any]) -> str:
         met = {True: "yes", False: "**no**", None: "n/a"}[row["met"]]
         comparison = ">=" if row["higher_is_better"] else "<="
         out.append(f"| {row['figure']} | {row['value']} | {comparison} {row['target']} | {met} |")
+    lines = context(results)
+    if lines:
+        out += [
+            "",
+            "The peers through the same paced writer (not targets: the harness and the machine"
+            " are in their figures too):",
+            "",
+            *lines,
+        ]
     return "\n".join(out) + "\n"
 
 
