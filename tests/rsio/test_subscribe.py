@@ -9,7 +9,7 @@ import pytest
 from headrace.client import PravegaClient
 from headrace.client.rsio import RsioClient, RsioError, decode_record
 from headrace.protocols.pravega.routing import routing_key_position
-from headrace.protocols.rsio import MAX_DEMAND
+from headrace.protocols.rsio import MAX_DEMAND, SPLIT_THRESHOLD_BYTES
 
 from .conftest import WAIT_S, Server, new_stream, write_events
 
@@ -168,6 +168,27 @@ async def test_large_events_arrive_split_and_whole(server: Server, pravega: Prav
         assert got == events
     finally:
         await client.goodbye()
+
+
+async def test_runs_of_small_elements_and_split_ones_keep_their_order(
+    server: Server, pravega: PravegaClient
+) -> None:
+    """Small elements go out in runs (one ``send_elements``), a split element
+    between them ends a run: the subscriber must see the stream's order."""
+    scope, stream = await new_stream(pravega)
+    events: list[bytes] = []
+    for i in range(4):
+        events += [b"s%d-%d" % (i, j) for j in range(50 * i)]
+        events.append(bytes([65 + i]) * (SPLIT_THRESHOLD_BYTES + 1000 * i + 1))
+    await write_events(pravega, scope, stream, events)
+    await pravega.controller.seal_stream(scope, stream)
+    for batch in (MAX_DEMAND, 7):
+        client = await RsioClient.connect("127.0.0.1", server.rsio_port)
+        try:
+            got = [e async for e in client.subscribe(f"{scope}/{stream}", batch=batch)]
+            assert got == events
+        finally:
+            await client.goodbye()
 
 
 async def test_unbounded_demand_reads_everything(server: Server, pravega: PravegaClient) -> None:

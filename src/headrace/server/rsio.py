@@ -638,14 +638,28 @@ class RsioHandler(ConnectionHandler):
                     self._room.clear()
                     await self._room.wait()
                     continue
-                while conn.publication_demand(sid) and self._unsent < MAX_UNSENT_BYTES:
+                # Up to the demand and the room, the records at hand go out as one
+                # run of onNext frames (send_elements); a split element ends a run.
+                run: list[bytes] = []
+                room = conn.publication_demand(sid)
+                unsent = self._unsent
+                while room and unsent < MAX_UNSENT_BYTES:
                     record = cursor.pop()
                     if record is None:
                         break
                     element = record.value
                     if query.fmt == "record":
                         element = encode_record(record, cursor.last_segment_id)
+                    room -= 1
+                    unsent += len(element) + 16
+                    if len(element) <= SPLIT_THRESHOLD_BYTES:
+                        run.append(element)
+                        continue
+                    self._send_run(sid, run)
+                    run = []
                     element_id = self._send_element(sid, element, element_id)
+                    unsent = self._unsent
+                self._send_run(sid, run)
                 self.wake_writer()
                 await asyncio.sleep(0)  # let other subscriptions and the writer run
         except asyncio.CancelledError:
@@ -662,6 +676,12 @@ class RsioHandler(ConnectionHandler):
             if entry is not None and entry[0] is asyncio.current_task():
                 del self._publications[sid]
             self.wake_writer()
+
+    def _send_run(self, sid: int, elements: list[bytes]) -> None:
+        """Send elements no larger than ``SPLIT_THRESHOLD_BYTES``, one ``onNext`` each."""
+        if elements:
+            self._conn.send_elements(sid, elements)
+            self._unsent += sum(map(len, elements)) + 16 * len(elements)
 
     def _send_element(self, sid: int, element: bytes, element_id: int) -> int:
         """Send one element, split above ``SPLIT_THRESHOLD_BYTES`` (B.6); the next element Id."""

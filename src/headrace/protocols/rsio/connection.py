@@ -41,7 +41,7 @@ reply at most ``GOODBYE_TIMEOUT_S``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from headrace.errors import ConfigError, LocalProtocolError, RemoteProtocolError
@@ -55,6 +55,7 @@ from headrace.protocols.rsio.codec import (
     decode_message,
     encode_frame,
     encode_message,
+    encode_on_next_frames,
     encode_varint,
     peek_message_type,
     peek_subscriber,
@@ -540,6 +541,45 @@ class ReactiveConnection:
         else:
             self._send_publisher_side(message)
         self._state = next_state
+
+    def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
+        """Queue one ``onNext`` per element on the peer's subscription, in order.
+
+        The same bytes and checks as ``send(OnNext(subscriber, element))`` for
+        each element, done once for the run: a publisher delivering many
+        small elements spends its time on them, not on the state machine.
+        Elements that need splitting go with ``onNextPart`` through ``send``.
+
+        Raises:
+            LocalProtocolError: as ``send`` would for any one of them (the
+                subscription is not active, the run exceeds the outstanding
+                demand, a fixed-size element of the wrong size, a frame over
+                ``max_send_frame_bytes``). Nothing is queued or changed.
+        """
+        if not elements:
+            return
+        step = CONNECTION_TRANSITIONS.get((self._state, ConnectionInput.SEND_MESSAGE))
+        if step is None:
+            raise LocalProtocolError(f"cannot send ON_NEXT in connection state {self._state.value}")
+        pub = self._publications.get(subscriber)
+        state = PublisherState.CLOSED if pub is None else pub.state
+        pub_step = PUBLISHER_TRANSITIONS.get((state, PublisherInput.SEND_ON_NEXT))
+        if pub_step is None or pub is None:
+            raise LocalProtocolError(
+                f"cannot send ON_NEXT for subscriber {subscriber} in state {state.value}"
+            )
+        count = len(elements)
+        if not pub.demand.can_consume(count):
+            raise LocalProtocolError(
+                f"ON_NEXT of {count} element(s) for subscriber {subscriber} "
+                f"exceeds the outstanding demand {pub.demand.outstanding}"
+            )
+        self._outgoing += encode_on_next_frames(
+            subscriber, elements, pub.element_size, self._max_send_frame_bytes
+        )
+        pub.demand.consume(count)
+        pub.state = pub_step[1]  # active stays active: onNext ends nothing
+        self._state = step[1]
 
     @property
     def buffered_bytes(self) -> int:
