@@ -48,6 +48,9 @@ async def test_tank_topic_is_read_as_records(server: Server) -> None:
         sub = client.subscribe("tank/rsio-topic?format=record", batch=2)
         records = [decode_record(await asyncio.wait_for(sub.next(), WAIT_S)) for _ in range(3)]
         await sub.cancel()
+        sub = client.subscribe("tank/rsio-topic", batch=2)  # format=value: the messages
+        values = [await asyncio.wait_for(sub.next(), WAIT_S) for _ in range(3)]
+        await sub.cancel()
     finally:
         await client.goodbye()
     assert [(r.key, r.value, r.timestamp_ms, r.index) for r in records] == [
@@ -56,6 +59,7 @@ async def test_tank_topic_is_read_as_records(server: Server) -> None:
         (b"k3", b"v3", 1_700_000_000_003, 0),
     ]
     assert records[0].offset == records[1].offset < records[2].offset
+    assert values == [b"v1", b"v2", b"v3"]
 
 
 async def test_reused_id_gets_nothing_of_the_cancelled_subscription(

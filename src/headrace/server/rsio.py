@@ -12,7 +12,8 @@ this module is the thin adapter between it and the store:
   ends only the subscription it hit, with ``onError(id, reason)``.
 
 Theory of operation. Each subscription runs in its own task that reads the
-store through :class:`StreamCursor` (records, as every reader sees them) and
+store through :class:`StreamCursor` (records, as every reader sees them,
+as the subscription's elements) and
 sends an element only while the subscriber's demand allows; the
 subscription's only pace is its demand. A task with no demand waits on an
 event that ``request`` sets; a task at the tail long-polls the store
@@ -29,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
@@ -232,7 +233,8 @@ class _SegmentRead:
     name: str
     events: EventBuffer
     until: int | None
-    records: deque[Record] = field(default_factory=deque)
+    elements: deque[bytes] = field(default_factory=deque)
+    """The segment's records read so far and not yet sent, as the subscription's elements."""
     finished: bool = False
 
 
@@ -304,26 +306,37 @@ class StreamCursor:
     @property
     def done(self) -> bool:
         """Every segment read to its end (sealed or ``until``) and nothing left to hand out."""
-        return all(seg.finished and not seg.records for seg in self._segments)
+        return all(seg.finished and not seg.elements for seg in self._segments)
 
     @property
-    def has_records(self) -> bool:
-        """Whether :meth:`pop` has a record to give."""
-        return any(seg.records for seg in self._segments)
+    def has_elements(self) -> bool:
+        """Whether :meth:`pop` has an element to give."""
+        return any(seg.elements for seg in self._segments)
 
-    def pop(self) -> Record | None:
-        """The next record ready to send, taking segments in turns; None if none is read yet."""
+    def pop(self) -> bytes | None:
+        """The next element ready to send, taking segments in turns; None if none is read yet."""
         segments = self._segments
         for _ in range(len(segments)):
             seg = segments[self._turn % len(segments)]
             self._turn += 1
-            if seg.records:
-                self.last_segment_id = seg.sid
-                return seg.records.popleft()
+            if seg.elements:
+                return seg.elements.popleft()
         return None
 
-    last_segment_id = 0
-    """Segment id of the record :meth:`pop` returned last."""
+    def _elements(self, seg: _SegmentRead, data: bytes | memoryview) -> Iterable[bytes]:
+        """The elements of a read's records: the values, or ``format=record`` encodings.
+
+        A Pravega event's value is its payload, taken without a ``Record`` in
+        between (the common case: most of a subscription's CPU per element
+        was that object before).
+        """
+        events = seg.events.feed(data)
+        if not self.tank and self._query.fmt == "value":
+            return [payload for _, payload in events]
+        records = records_from_events(self.name, seg.name, events, tank=self.tank)
+        if self._query.fmt == "value":
+            return [record.value for record in records]
+        return [encode_record(record, seg.sid) for record in records]
 
     async def fill(self) -> None:
         """Read until some record is ready, a segment ends, or a long-poll at the tail ran out.
@@ -332,8 +345,8 @@ class StreamCursor:
             StoreError: the store failed (a deleted stream: ``SegmentNotFound``).
         """
         store = self._app.store
-        self._segments = [seg for seg in self._segments if seg.records or not seg.finished]
-        reading = [seg for seg in self._segments if not seg.finished and not seg.records]
+        self._segments = [seg for seg in self._segments if seg.elements or not seg.finished]
+        reading = [seg for seg in self._segments if not seg.finished and not seg.elements]
         progress = False
         waiting: list[_SegmentRead] = []
         # One chunk from every segment that has nothing ready, so that a busy
@@ -352,10 +365,7 @@ class StreamCursor:
                 continue
             if got.data:
                 progress = True
-                records = records_from_events(
-                    self.name, seg.name, seg.events.feed(got.data), tank=self.tank
-                )
-                seg.records.extend(records)
+                seg.elements.extend(self._elements(seg, got.data))
             reached_until = seg.until is not None and offset + len(got.data) >= seg.until
             if got.end_of_segment or reached_until:
                 progress = True
@@ -627,7 +637,7 @@ class RsioHandler(ConnectionHandler):
                 if cursor.done:
                     conn.send(OnComplete(sid))  # needs no demand
                     break
-                if not cursor.has_records:
+                if not cursor.has_elements:
                     await cursor.fill()  # reads one chunk ahead at most; long-polls at the tail
                     continue
                 if conn.publication_demand(sid) == 0:
@@ -644,12 +654,9 @@ class RsioHandler(ConnectionHandler):
                 room = conn.publication_demand(sid)
                 unsent = self._unsent
                 while room and unsent < MAX_UNSENT_BYTES:
-                    record = cursor.pop()
-                    if record is None:
+                    element = cursor.pop()
+                    if element is None:
                         break
-                    element = record.value
-                    if query.fmt == "record":
-                        element = encode_record(record, cursor.last_segment_id)
                     room -= 1
                     unsent += len(element) + 16
                     if len(element) <= SPLIT_THRESHOLD_BYTES:
