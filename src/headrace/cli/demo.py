@@ -260,9 +260,16 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
 
     from headrace.spark.pipeline import start_summary_query
 
-    server = _EmbeddedServer(work_dir / "data")
-    spark = None
+    # Spark first: its JVM is started by a fork of this process, and a fork while
+    # gRPC's threads run (the embedded server's controller, our clients) can kill
+    # the child before it execs (gRPC skips its fork handlers then, and the JVM
+    # never starts). Nothing forks this process after this.
+    spark_started = time.perf_counter()
+    spark = _spark_session(master)
+    spark_ready = time.perf_counter()
+    server: _EmbeddedServer | None = None
     try:
+        server = _EmbeddedServer(work_dir / "data")
         console.print(
             f"headrace server: controller {server.controller}, "
             f"Lumberjack 127.0.0.1:{server.ports['lumberjack']}, data in {work_dir / 'data'}"
@@ -290,8 +297,6 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
             f"({acked / shipped_s:,.0f} events/s, each acknowledged once stored)"
         )
 
-        spark_started = time.perf_counter()
-        spark = _spark_session(master)
         processing = time.perf_counter()
         query = start_summary_query(
             spark,
@@ -354,7 +359,7 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
         console.print(
             f"micro-batches: {batches}; summary records published to {SUMMARY_STREAM}: "
             f"{published} (the latest of each window agrees with Parquet); "
-            f"Spark start {processing - spark_started:.1f} s, "
+            f"Spark start {spark_ready - spark_started:.1f} s, "
             f"processing {done - processing:.1f} s"
         )
         console.print(
@@ -364,9 +369,9 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
         if total != acked:
             raise click.ClickException(f"the summary counts {total} requests, {acked} were shipped")
     finally:
-        if spark is not None:
-            spark.stop()
-        server.close()
+        spark.stop()
+        if server is not None:
+            server.close()
 
 
 @click.command()
