@@ -122,6 +122,9 @@ _RECEIVE_INPUTS = {
     MessageType.ON_ERROR: SubscriberInput.RECV_ON_ERROR,
 }
 
+_ON_NEXT_CODE = int(MessageType.ON_NEXT)
+"""``onNext``'s type code: one varint byte, the first of its frames' bodies."""
+
 _SEND_INPUTS = {
     MessageType.SUBSCRIBED: PublisherInput.SEND_SUBSCRIBED,
     MessageType.ON_NEXT: PublisherInput.SEND_ON_NEXT,
@@ -333,6 +336,33 @@ class ReactiveConnection:
         self._publications.clear()
 
     def _receive_frame(self, body: bytes) -> None:
+        # The common frame first: an onNext of a few bytes' Id and length on an
+        # active variable-size subscription with demand left, on an open
+        # connection, which the general path below would deliver unchanged.
+        # Anything else (or anything wrong with it) takes the general path,
+        # so its checks and errors are the only ones.
+        if (
+            body[0] == _ON_NEXT_CODE
+            and self._state is ConnectionState.OPEN
+            and len(body) >= 3
+            and body[1] < 0x80
+            and body[2] < 0x80
+            and len(body) - 3 == body[2]
+        ):
+            sub = self._subscriptions.get(body[1])
+            if (
+                sub is not None
+                and sub.state is SubscriberState.ACTIVE
+                and not sub.element_size
+                and sub.demand.can_consume(1)
+            ):
+                sub.demand.consume(1)
+                self._events.append(OnNext(body[1], body[3:]))
+                return
+        self._receive_message(body)
+
+    def _receive_message(self, body: bytes) -> None:
+        """Any frame: the connection's table, then the message's side."""
         message_type = peek_message_type(body)
         if message_type in (MessageType.CLIENT_HELLO, MessageType.SERVER_HELLO):
             connection_input = ConnectionInput.RECV_HELLO
