@@ -97,6 +97,9 @@ log = logging.getLogger(__name__)
 OFFER_EXTENSION = 1
 """Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §10), listed in our hello."""
 
+ELEMENT_OVERHEAD_BYTES = 16
+"""What ``_unsent`` counts for an element beyond its bytes: its frame's prefixes, at most."""
+
 MAX_UNSENT_BYTES = 1 << 20
 """Bytes one connection may have queued that the writer has not yet taken.
 
@@ -652,20 +655,18 @@ class RsioHandler(ConnectionHandler):
                 # run of onNext frames (send_elements); a split element ends a run.
                 run: list[bytes] = []
                 room = conn.publication_demand(sid)
-                unsent = self._unsent
-                while room and unsent < MAX_UNSENT_BYTES:
+                while room and self._unsent < MAX_UNSENT_BYTES:
                     element = cursor.pop()
                     if element is None:
                         break
                     room -= 1
-                    unsent += len(element) + 16
-                    if len(element) <= SPLIT_THRESHOLD_BYTES:
-                        run.append(element)
+                    if len(element) > SPLIT_THRESHOLD_BYTES:
+                        self._send_run(sid, run)
+                        run = []
+                        element_id = self._send_element(sid, element, element_id)
                         continue
-                    self._send_run(sid, run)
-                    run = []
-                    element_id = self._send_element(sid, element, element_id)
-                    unsent = self._unsent
+                    run.append(element)
+                    self._unsent += len(element) + ELEMENT_OVERHEAD_BYTES
                 self._send_run(sid, run)
                 self.wake_writer()
                 await asyncio.sleep(0)  # let other subscriptions and the writer run
@@ -685,15 +686,15 @@ class RsioHandler(ConnectionHandler):
             self.wake_writer()
 
     def _send_run(self, sid: int, elements: list[bytes]) -> None:
-        """Send elements no larger than ``SPLIT_THRESHOLD_BYTES``, one ``onNext`` each."""
+        """Send elements no larger than ``SPLIT_THRESHOLD_BYTES``, one ``onNext`` each
+        (the caller counted them in ``_unsent`` as it took them)."""
         if elements:
             self._conn.send_elements(sid, elements)
-            self._unsent += sum(map(len, elements)) + 16 * len(elements)
 
     def _send_element(self, sid: int, element: bytes, element_id: int) -> int:
         """Send one element, split above ``SPLIT_THRESHOLD_BYTES`` (B.6); the next element Id."""
         conn = self._conn
-        self._unsent += len(element) + 16
+        self._unsent += len(element) + ELEMENT_OVERHEAD_BYTES
         if len(element) <= SPLIT_THRESHOLD_BYTES:
             conn.send(OnNext(sid, element))
             return element_id
