@@ -11,6 +11,7 @@ run: it costs seconds, every test after the first reuses it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import sys
@@ -90,8 +91,14 @@ def server() -> Iterator[Server]:
             srv.stop()
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+_started: list[object] = []
+"""The run's Spark session, once started (``_start_spark``)."""
+
+
+def _start_spark() -> object:
+    """The run's Spark session: started on the first call, the same one after."""
+    if _started:
+        return _started[0]
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -107,10 +114,34 @@ def spark() -> Iterator[object]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
+    _started.append(session)
+    return session
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start Spark before any test runs, if a selected test needs it.
+
+    PySpark launches its JVM with a ``preexec_fn``, so the pytest process
+    forks. Forking after earlier tests have used gRPC in this process (every
+    ``PravegaClient``) forks while gRPC's threads may be busy, the race that
+    made the demo fail with ``JAVA_GATEWAY_EXITED`` (CHANGELOG). Here no test
+    has run yet. A failure to start is left to the ``spark`` fixture, which
+    tries again and reports it on the tests that need it.
+    """
+    if any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
+        with contextlib.suppress(Exception):
+            _start_spark()
+
+
+def pytest_sessionfinish() -> None:
+    """Stop the Spark session, if one was started (its JVM would outlive the run)."""
+    while _started:
+        _started.pop().stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def spark() -> object:
+    return _start_spark()
 
 
 def stream_suffix() -> str:
