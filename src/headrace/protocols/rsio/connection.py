@@ -166,6 +166,28 @@ class _Publication:
     part_bytes: int = 0  # bytes of the split element sent so far
 
 
+def _frame_rest(buffer: ReceiveBuffer, room: int) -> int:
+    """How many bytes to feed ``buffer`` next so that it holds no more than the
+    frame it has begun: the rest of that frame when its length prefix is whole,
+    else enough for the longest prefix (a frame whose prefix takes two bytes or
+    more has a body of 128 bytes or more, so that stays inside the frame), or
+    ``room`` when the buffer is empty or the prefix is wrong (``read_frame``
+    then says why)."""
+    buffered = len(buffer)
+    if not buffered:
+        return MAX_VARINT_BYTES
+    head = buffer.peek(min(buffered, MAX_VARINT_BYTES))
+    assert head is not None
+    length = 0
+    for count, byte in enumerate(head):
+        length |= (byte & 0x7F) << (7 * count)
+        if byte < 0x80:
+            return max(1, count + 1 + length - buffered)
+    if len(head) == MAX_VARINT_BYTES:
+        return room  # a varint too long: read_frame raises
+    return MAX_VARINT_BYTES - len(head)
+
+
 class ReactiveConnection:
     """One end of an rsio-v0 connection over a byte stream; subscriber, publisher or both.
 
@@ -283,17 +305,59 @@ class ReactiveConnection:
             return
         view = memoryview(data)
         position = 0
+        end = len(view)
+        buffer = self._buffer
         try:
-            while position < len(view):
-                room = self._buffer_limit - len(self._buffer)
+            while position < end:
+                if not buffer:
+                    position = self._take_frames(view, position)
+                    if position == end:
+                        break
+                # A frame the loop above left (not whole yet, a longer length
+                # prefix, or a wrong one) goes through the buffer, which reads and
+                # judges it; no more is fed than that frame, so the frames after
+                # it take the loop above again.
+                room = self._buffer_limit - len(buffer)
                 assert room > 0, "a whole frame was left unparsed"
-                chunk = view[position : position + room]
-                self._buffer.feed(chunk)
+                chunk = view[position : position + min(room, _frame_rest(buffer, room))]
+                buffer.feed(chunk)
                 position += len(chunk)
-                while (body := read_frame(self._buffer, self._max_frame_bytes)) is not None:
+                while (body := read_frame(buffer, self._max_frame_bytes)) is not None:
                     self._receive_frame(body)
         except RemoteProtocolError as exc:
             self._fail(exc)
+
+    def _take_frames(self, view: memoryview, position: int) -> int:
+        """Handle the whole frames at ``view[position:]`` with a length prefix of
+        one or two bytes, straight from the view; return where it stopped.
+
+        Small frames (a body under 16 KiB: every ``onNext`` of a small element)
+        skip the receive buffer's copy and ``read_frame``'s byte-by-byte varint.
+        It stops at a frame that has not fully arrived, a longer prefix, or any
+        prefix ``read_frame`` would refuse (0, overlong, over the limit), which
+        the buffer path then takes or words: each frame it takes is one
+        ``read_frame`` would have returned.
+        """
+        end = len(view)
+        limit = self._max_frame_bytes
+        receive = self._receive_frame
+        while end - position >= 2:
+            first = view[position]
+            if first < 0x80:
+                length = first
+                start = position + 1
+            else:
+                second = view[position + 1]
+                if second >= 0x80 or second == 0:  # three bytes or more, or overlong
+                    break
+                length = (first & 0x7F) | (second << 7)
+                start = position + 2
+            stop = start + length
+            if length == 0 or length > limit or stop > end:
+                break
+            position = stop
+            receive(bytes(view[start:stop]))
+        return position
 
     def events(self) -> Iterator[Event]:
         """Events from the data received so far, in order.
