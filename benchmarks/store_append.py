@@ -240,6 +240,9 @@ def measure_pair(
     ref_thresholds: dict[str, int],
     policy: FsyncPolicy = FsyncPolicy.ALWAYS,
 ) -> tuple[Figure, list[Figure]]:
+    """``_measure_pair`` on its own event loop, in a fresh directory under ``base``
+    that is removed afterwards: each configuration starts on an empty disk
+    directory, and ``main`` stays synchronous."""
     directory = Path(tempfile.mkdtemp(prefix=f"store-{size_bytes}-{concurrency}-", dir=base))
     try:
         return asyncio.run(
