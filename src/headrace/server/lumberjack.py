@@ -67,7 +67,9 @@ from headrace.protocols.lumberjack import (
     ProtocolVersion,
     Role,
     encode_frame,
+    fields_parser,
 )
+from headrace.protocols.lumberjack.codec import DocumentParser
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
@@ -102,6 +104,9 @@ connection (logged) rather than writing what a reader would refuse."""
 ROUTE_REFRESH_ATTEMPTS: Final = 3
 """Times a window is re-routed when a segment was sealed under it (the stream
 was scaled through the controller) before the connection gives up."""
+
+MAX_DOCUMENT_PARSERS: Final = 16
+"""Document parsers kept, one per distinct set of routing fields (listeners' configs)."""
 
 _ROUTING_CACHE_SIZE: Final = 4096
 """Routing keys whose hash position is remembered: shippers' host names repeat."""
@@ -195,6 +200,14 @@ class _Window:
     durable: bool = False
 
 
+@functools.lru_cache(maxsize=MAX_DOCUMENT_PARSERS)
+def _document_parser(fields: tuple[str, ...]) -> DocumentParser:
+    """The ``J`` document parser of a listener routing on ``fields`` (top-level keys):
+    only they are built as objects (``fields_parser``). One per set of fields, not
+    per connection: each is a msgspec struct type and its decoder."""
+    return fields_parser(fields)
+
+
 def _routing_key(
     document: Mapping[str, object], payload: bytes, paths: tuple[tuple[str, ...], ...]
 ) -> str | None:
@@ -272,6 +285,7 @@ class LumberjackHandler(ConnectionHandler):
                 max_decompressed_bytes=config.max_decompressed_bytes,
                 max_window_count=config.max_window_count,
             ),
+            parse=_document_parser(tuple(path[0] for path in self._paths)),
         )
         self._open_payloads: list[bytes] = []
         self._open_keys: list[str | None] = []

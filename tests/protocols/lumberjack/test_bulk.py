@@ -16,6 +16,7 @@ import struct
 import zlib
 from collections.abc import Mapping
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,9 +29,10 @@ from headrace.protocols.lumberjack import (
     LumberjackConnection,
     ProtocolVersion,
     Role,
+    fields_parser,
     parse_json_object,
 )
-from headrace.protocols.lumberjack.codec import _parse_with_json
+from headrace.protocols.lumberjack.codec import DocumentParser, _parse_with_json
 from tests.protocols.lumberjack.test_properties import (
     SMALL_LIMITS,
     client_streams,
@@ -176,10 +178,10 @@ def test_msgspec_first_accepts_and_refuses_as_json_alone(payload: bytes) -> None
 
 
 def _outcome(
-    chunks: list[bytes], limits: Limits, bulk: bool
+    chunks: list[bytes], limits: Limits, bulk: bool, parse: DocumentParser = parse_json_object
 ) -> tuple[list[ConnectionEvent], list[object], tuple[type, str] | None, int]:
     """Events, their documents, the error (type, text) and the pending windows left."""
-    server = LumberjackConnection(Role.SERVER, limits=limits, bulk=bulk)
+    server = LumberjackConnection(Role.SERVER, limits=limits, bulk=bulk, parse=parse)
     events: list[ConnectionEvent] = []
     error: tuple[type, str] | None = None
     try:
@@ -250,3 +252,99 @@ def test_many_small_frames_in_one_read_give_the_same_windows() -> None:
     batches = [e for e in events if isinstance(e, Batch)]
     assert error is None and pending == 0
     assert [(b.events[0].seq, b.ack_seq) for b in batches] == [(i, i) for i in range(30_000)]
+
+
+# --------------------------------------------------------------------------- fields_parser
+
+FIELDS = ("a", "host", "n", "", "@metadata")
+"""Keys the documents above use (``a``, ``host``, ``n``), the empty key (which
+generated objects often have), and one they do not."""
+
+field_sets = st.lists(st.sampled_from(FIELDS) | st.text(max_size=2), max_size=3).map(tuple)
+
+
+def _projected(parsed: tuple[str, object], fields: tuple[str, ...]) -> tuple[str, object]:
+    kind, value = parsed
+    if kind != "ok":
+        return parsed
+    assert isinstance(value, dict)
+    return kind, {name: value[name] for name in dict.fromkeys(fields) if name in value}
+
+
+payloads = st.one_of(
+    documents,
+    json_objects.map(lambda d: json.dumps(d, ensure_ascii=True).encode()),
+    st.builds(
+        lambda doc, at, noise: doc[:at] + noise + doc[at:],
+        documents,
+        st.integers(min_value=0, max_value=40),
+        st.sampled_from([b"\\", b'"', b"}", b"{", b"\x00", b"\xed\xa0\x80", b"1e999", b" "]),
+    ),
+    st.builds(
+        lambda key, value: b'{"' + key + b'":' + value + b',"x":"\xff"}',
+        st.sampled_from([b"a", b"host", b"n"]),
+        st.sampled_from([b'"v"', b'{"name":"h"}', b"1e400", b"9" * 5000, b'"\\ud800"']),
+    ),
+)
+
+
+@given(payloads, field_sets)
+@settings(deadline=None, max_examples=1000)
+def test_fields_parser_keeps_the_fields_of_the_whole_parse(
+    payload: bytes, fields: tuple[str, ...]
+) -> None:
+    """The same documents accepted, the same errors, the fields' values as the whole
+    parse gives them."""
+    expected = _projected(_parsed(parse_json_object, payload), fields)
+    assert _parsed(fields_parser(fields), payload) == expected
+
+
+@given(
+    mixed_streams(),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+    limits_choice,
+    field_sets,
+)
+@settings(deadline=None, max_examples=300)
+def test_a_connection_parsing_some_fields_accepts_and_refuses_the_same(
+    data: bytes, cuts: list[int], limits: Limits, fields: tuple[str, ...]
+) -> None:
+    """The same events, error and windows left, bulk or frame by frame."""
+    parse = fields_parser(fields)
+    for bulk in (True, False):
+        whole = _outcome(split(data, cuts), limits, bulk=bulk)
+        some = _outcome(split(data, cuts), limits, bulk=bulk, parse=parse)
+        assert (some[0], some[2], some[3]) == (whole[0], whole[2], whole[3])
+
+
+@given(
+    client_streams(),
+    st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+    field_sets,
+    st.booleans(),
+)
+@settings(deadline=None, max_examples=300)
+def test_a_connection_parsing_some_fields_keeps_them_for_each_j_document(
+    stream: tuple[ProtocolVersion, bytes], cuts: list[int], fields: tuple[str, ...], bulk: bool
+) -> None:
+    """A ``J`` document's entry holds the fields present; a ``D`` frame's stays whole."""
+    version, data = stream
+    events, docs, error, _ = _outcome(split(data, cuts), Limits(), bulk, fields_parser(fields))
+    assert error is None
+    batches = [e for e in events if isinstance(e, Batch)]
+    for batch, batch_docs in zip(batches, docs, strict=True):
+        for event, doc in zip(batch.events, batch_docs, strict=True):
+            full = _plain(parse_json_object(event.payload))
+            assert isinstance(full, dict)
+            if version is ProtocolVersion.V2:
+                assert doc == {k: full[k] for k in dict.fromkeys(fields) if k in full}
+            else:
+                assert doc == full
+
+
+def test_fields_parser_builds_only_the_fields() -> None:
+    payload = b'{"host":{"name":"web-1"},"message":"x","n":[1,2]}'
+    assert fields_parser(("host", "@metadata"))(payload) == {"host": {"name": "web-1"}}
+    assert fields_parser(())(payload) == {}
+    with pytest.raises(RemoteProtocolError, match="not UTF-8"):
+        fields_parser(("host",))(b'{"host":"a","message":"\xff"}')

@@ -28,6 +28,7 @@ from headrace.protocols.lumberjack.codec import (
     decode_frame,
     decode_frames,
     encode_frame,
+    fields_parser,
     parse_json_object,
 )
 from headrace.protocols.lumberjack.commands import (
@@ -84,5 +85,6 @@ __all__ = [
     "decode_frame",
     "decode_frames",
     "encode_frame",
+    "fields_parser",
     "parse_json_object",
 ]

@@ -49,6 +49,7 @@ from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolErr
 from headrace.protocols.lumberjack.codec import (
     DEFAULT_LIMITS,
     DataRun,
+    DocumentParser,
     FrameDecoder,
     Limits,
     data_document,
@@ -156,6 +157,9 @@ class LumberjackConnection:
             the frame-by-frame path (one ``next_frame`` and one state-machine
             step per frame): the same events and errors, slower; the property
             tests compare the two.
+        parse: server: what each ``J`` document's ``Batch.documents`` entry is
+            (``parse_json_object``, the whole object; ``fields_parser``, the
+            keys a router reads). Either accepts and refuses the same documents.
 
     Raises:
         LocalProtocolError: a client without a version.
@@ -169,6 +173,7 @@ class LumberjackConnection:
         limits: Limits = DEFAULT_LIMITS,
         compress_level: int = 6,
         bulk: bool = True,
+        parse: DocumentParser = parse_json_object,
     ) -> None:
         if role is Role.CLIENT and version is None:
             raise LocalProtocolError("a Lumberjack client must choose its version")
@@ -178,7 +183,8 @@ class LumberjackConnection:
         self._limits = limits
         self._compress_level = compress_level
         self._bulk = bulk
-        self._decoder = FrameDecoder(limits)
+        self._parse = parse
+        self._decoder = FrameDecoder(limits, parse)
         self._state = WindowState.AWAITING_WINDOW
         self._eof = False
         self._failure: RemoteProtocolError | None = None
@@ -445,7 +451,7 @@ class LumberjackConnection:
         assert self._open is not None
         if isinstance(frame, JsonData):
             payload = frame.payload
-            document: Mapping[str, object] = parse_json_object(payload)
+            document: Mapping[str, object] = self._parse(payload)
         else:
             document = data_document(frame.pairs)
             payload = data_to_json(frame.pairs)
