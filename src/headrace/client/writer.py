@@ -20,10 +20,13 @@ Each segment writer has a random 128-bit **writer id** and one sender task:
 2. ``write`` appends the framed event to the segment writer's open block
    (a new block once it holds ``MAX_BLOCK_EVENTS`` events or
    ``MAX_BLOCK_BYTES`` bytes). While fewer than ``max_blocks_in_flight``
-   blocks are unacknowledged, the sender takes the next block (closing it if
-   it was open) and sends it as one ``AppendBlockEnd`` carrying
-   ``num_events`` and ``last_event_number``. Several blocks are in flight at
-   once (the Rust client keeps one), which hides the round trip.
+   blocks are unacknowledged, the sender takes the next block and sends it
+   as one ``AppendBlockEnd`` carrying ``num_events`` and
+   ``last_event_number``. Several full blocks are in flight at once (the
+   Rust client keeps one block in flight), which hides the round trip; the
+   open block (still filling) goes only when nothing is in flight, so a
+   segment written slowly sends one append per round trip with everything
+   written meanwhile (``MAX_BLOCKS_IN_FLIGHT``).
 3. ``DataAppended(E)`` acknowledges every in-flight event numbered ``<= E``
    (acks come in order), resolving their futures and freeing room.
 4. If the connection is lost (server restart, network), the task reconnects
@@ -122,7 +125,17 @@ MAX_BLOCK_EVENTS = 10_000
 
 MAX_BLOCKS_IN_FLIGHT = 8
 """Blocks sent and not yet acknowledged, per segment: enough to keep a
-connection busy during the round trip plus the server's durable write."""
+connection busy during the round trip plus the server's durable write.
+
+Only full blocks (``MAX_BLOCK_EVENTS`` or ``MAX_BLOCK_BYTES``) go out while
+another is in flight; the block still filling waits for the acks, as Nagle's
+algorithm holds a partial segment, and goes out when they arrive or when it
+fills. A fast producer still keeps several full blocks in flight, while a
+segment that receives a trickle (one of many segments, a slow writer) sends
+one append per round trip holding everything written meanwhile, rather than
+an append of a few events per write: the server's cost is per append. Under
+``fsync=always`` the wait costs next to nothing, as the server would hold
+those events for its next sync round anyway."""
 
 MAX_OUTSTANDING_EVENTS = 200_000
 """Events written and not yet acknowledged, per writer, before ``write`` waits."""
@@ -497,7 +510,7 @@ class _SegmentWriter:
         queued, in_flight = self.queued, self.in_flight
         if self._conn is None or not queued or self.sealed:
             return False
-        if in_flight and (in_flight[-1].large or queued[0].large):
+        if in_flight and (in_flight[-1].large or queued[0].large or queued[0] is self._open):
             return False
         return len(in_flight) < self.owner.max_blocks_in_flight
 
@@ -518,6 +531,8 @@ class _SegmentWriter:
                     self._send_large(conn, blk), name=f"large event {self.name}"
                 )
                 return
+            if in_flight and queued[0] is self._open:
+                return  # a block still filling waits for the acks (see MAX_BLOCKS_IN_FLIGHT)
             blk = queued.popleft()
             if blk is self._open:
                 self._open = None  # sent: no more events go into it
