@@ -334,7 +334,16 @@ class _SegmentWriter:
         if blk.large:
             self._open = None
         wake = self._wake
-        if not wake.is_set():
+        if wake.is_set():
+            return
+        # Wake the sender only if it can send now. While only the open block
+        # waits behind an append in flight, or the blocks in flight are at the
+        # limit, it cannot, and an ack wakes it: with many segments, waking each
+        # segment's sender for every event cost more than the events.
+        in_flight = self.in_flight
+        if not in_flight or (
+            self.queued[0] is not self._open and len(in_flight) < self.owner.max_blocks_in_flight
+        ):
             wake.set()
 
     def take_unacked(self) -> list[_Pending]:
