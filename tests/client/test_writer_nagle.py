@@ -9,6 +9,7 @@ the controller is a stand-in with the three calls the writer makes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -86,13 +87,13 @@ class OneSegmentController:
         return ""
 
 
-@pytest.fixture
-async def held() -> AsyncIterator[tuple[HeldStore, EventWriter]]:
+@contextlib.asynccontextmanager
+async def _held_writer(**options: int) -> AsyncIterator[tuple[HeldStore, EventWriter]]:
     store = HeldStore()
     server = await asyncio.start_server(store.handle, "127.0.0.1", 0)
     pool = ConnectionPool()
     controller = OneSegmentController(server.sockets[0].getsockname()[:2])
-    writer = EventWriter(controller, pool, "sc", "st")  # type: ignore[arg-type]
+    writer = EventWriter(controller, pool, "sc", "st", **options)  # type: ignore[arg-type]
     await writer.open()
     try:
         yield store, writer
@@ -102,6 +103,12 @@ async def held() -> AsyncIterator[tuple[HeldStore, EventWriter]]:
         await pool.aclose()
         server.close()
         await server.wait_closed()
+
+
+@pytest.fixture
+async def held() -> AsyncIterator[tuple[HeldStore, EventWriter]]:
+    async with _held_writer() as pair:
+        yield pair
 
 
 async def _turns(count: int = 5) -> None:
@@ -144,3 +151,23 @@ async def test_full_blocks_go_while_another_is_in_flight(
     assert store.appends[3].event_count == 1
     store.release()
     await writer.flush()
+
+
+async def test_blocks_at_the_in_flight_limit_go_as_acks_make_room() -> None:
+    async with _held_writer(max_blocks_in_flight=2) as (store, writer):
+        await writer.write(b"first")
+        await store.until(1)
+        for _ in range(3 * MAX_BLOCK_EVENTS + 1):  # three full blocks and one event more
+            await writer.write(b"x")
+        await store.until(2)
+        await _turns()
+        assert writer.stats["blocks_sent"] == 2  # the limit: two full blocks wait
+        store.release()
+        await store.until(4)  # the acks made room for both
+        await _turns()
+        assert writer.stats["blocks_sent"] == 4  # the open block waits for theirs
+        store.release()
+        await store.until(5)
+        assert [a.event_count for a in store.appends] == [1, *[MAX_BLOCK_EVENTS] * 3, 1]
+        store.release()
+        await writer.flush()
