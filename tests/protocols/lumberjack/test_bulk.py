@@ -159,18 +159,20 @@ def _parsed(parse: object, payload: bytes) -> tuple[str, object]:
         return "error", str(exc)
 
 
-@given(
-    st.one_of(
+mangled_documents = st.one_of(
+    documents,
+    json_objects.map(lambda d: json.dumps(d, ensure_ascii=True).encode()),
+    st.builds(
+        lambda doc, at, noise: doc[:at] + noise + doc[at:],
         documents,
-        json_objects.map(lambda d: json.dumps(d, ensure_ascii=True).encode()),
-        st.builds(
-            lambda doc, at, noise: doc[:at] + noise + doc[at:],
-            documents,
-            st.integers(min_value=0, max_value=40),
-            st.sampled_from([b"\\", b'"', b"}", b"{", b"\x00", b"\xed\xa0\x80", b"1e999", b" "]),
-        ),
-    )
+        st.integers(min_value=0, max_value=40),
+        st.sampled_from([b"\\", b'"', b"}", b"{", b"\x00", b"\xed\xa0\x80", b"1e999", b" "]),
+    ),
 )
+"""Documents as sent, ASCII-escaped, and with a byte that breaks them inserted anywhere."""
+
+
+@given(mangled_documents)
 @settings(deadline=None, max_examples=1000)
 def test_msgspec_first_accepts_and_refuses_as_json_alone(payload: bytes) -> None:
     """msgspec parses first; the documents accepted and the errors are ``json``'s."""
@@ -272,14 +274,7 @@ def _projected(parsed: tuple[str, object], fields: tuple[str, ...]) -> tuple[str
 
 
 payloads = st.one_of(
-    documents,
-    json_objects.map(lambda d: json.dumps(d, ensure_ascii=True).encode()),
-    st.builds(
-        lambda doc, at, noise: doc[:at] + noise + doc[at:],
-        documents,
-        st.integers(min_value=0, max_value=40),
-        st.sampled_from([b"\\", b'"', b"}", b"{", b"\x00", b"\xed\xa0\x80", b"1e999", b" "]),
-    ),
+    mangled_documents,
     st.builds(
         lambda key, value: b'{"' + key + b'":' + value + b',"x":"\xff"}',
         st.sampled_from([b"a", b"host", b"n"]),
