@@ -168,11 +168,11 @@ class _Publication:
 
 def _frame_rest(buffer: ReceiveBuffer, room: int) -> int:
     """How many bytes to feed ``buffer`` next so that it holds no more than the
-    frame it has begun: the rest of that frame when its length prefix is whole,
-    else enough for the longest prefix (a frame whose prefix takes two bytes or
-    more has a body of 128 bytes or more, so that stays inside the frame), or
-    ``room`` when the buffer is empty or the prefix is wrong (``read_frame``
-    then says why)."""
+    frame it has begun: the rest of that frame when its length prefix is whole;
+    else, or when the buffer is empty, enough for the longest prefix (a frame
+    whose prefix takes two bytes or more has a body of 128 bytes or more, so
+    that stays inside the frame); ``room`` when the prefix is too long
+    (``read_frame`` then says why)."""
     buffered = len(buffer)
     if not buffered:
         return MAX_VARINT_BYTES
