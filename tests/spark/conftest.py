@@ -128,6 +128,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     has run yet. A failure to start is left to the ``spark`` fixture, which
     tries again and reports it on the tests that need it.
     """
+    if session.config.option.collectonly:
+        return
     if any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
         with contextlib.suppress(Exception):
             _start_spark()
