@@ -1126,7 +1126,11 @@ def hr_latency_shape(
     segment, tail = asyncio.run(hr_stream(uri, f"lat{fsync}"))
     ss = str(listeners["segment-store"])
     total = int(OFFERED_RATE * sizes.latency_s)
-    writer = ["lat-pravega", ss, segment, str(OFFERED_RATE), str(sizes.latency_s), sizes.flush_s]
+
+    def writer_on(segment: str) -> list[str]:
+        return ["lat-pravega", ss, segment, str(OFFERED_RATE), str(sizes.latency_s), sizes.flush_s]
+
+    writer = writer_on(segment)
     reader = ["tail-pravega", ss, segment, str(tail), str(total), str(sizes.latency_s + 5)]
     if fsync == "always":
         results["limits"]["fsync_4k_before_latency"] = fsync_latency(scratch, sizes.fsync_ops)
@@ -1136,7 +1140,7 @@ def hr_latency_shape(
     server_side = server_latency(listeners["http"], before)
     alone_segment, _ = asyncio.run(hr_stream(uri, f"lat{fsync}alone"))
     with Measured(pid) as m_alone:
-        _, (alone,) = run_group([[*writer[:2], alone_segment, *writer[3:]]])
+        _, (alone,) = run_group([writer_on(alone_segment)])
     if fsync == "always":
         results["limits"]["fsync_4k_after_latency"] = fsync_latency(scratch, sizes.fsync_ops)
     results["profiles"][f"latency_{fsync}"] = profiler.summary

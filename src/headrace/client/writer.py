@@ -333,17 +333,13 @@ class _SegmentWriter:
             blk.futures[number] = future
         if blk.large:
             self._open = None
-        wake = self._wake
-        if wake.is_set():
-            return
         # Wake the sender only if it can send now. While only the open block
         # waits behind an append in flight, or the blocks in flight are at the
-        # limit, it cannot, and an ack wakes it: with many segments, waking each
-        # segment's sender for every event cost more than the events.
-        in_flight = self.in_flight
-        if not in_flight or (
-            self.queued[0] is not self._open and len(in_flight) < self.owner.max_blocks_in_flight
-        ):
+        # limit, it cannot, and an ack wakes it (as a lost connection or a seal
+        # does): with many segments, waking each segment's sender for every
+        # event cost more than the events.
+        wake = self._wake
+        if not wake.is_set() and self._can_send():
             wake.set()
 
     def take_unacked(self) -> list[_Pending]:

@@ -663,7 +663,7 @@ class RsioHandler(ConnectionHandler):
                     if len(element) > SPLIT_THRESHOLD_BYTES:
                         self._send_run(sid, run)
                         run = []
-                        element_id = self._send_element(sid, element, element_id)
+                        element_id = self._send_split(sid, element, element_id)
                         continue
                     run.append(element)
                     self._unsent += len(element) + ELEMENT_OVERHEAD_BYTES
@@ -691,13 +691,10 @@ class RsioHandler(ConnectionHandler):
         if elements:
             self._conn.send_elements(sid, elements)
 
-    def _send_element(self, sid: int, element: bytes, element_id: int) -> int:
-        """Send one element, split above ``SPLIT_THRESHOLD_BYTES`` (B.6); the next element Id."""
+    def _send_split(self, sid: int, element: bytes, element_id: int) -> int:
+        """Send an element over ``SPLIT_THRESHOLD_BYTES`` in parts (B.6); the next element Id."""
         conn = self._conn
         self._unsent += len(element) + ELEMENT_OVERHEAD_BYTES
-        if len(element) <= SPLIT_THRESHOLD_BYTES:
-            conn.send(OnNext(sid, element))
-            return element_id
         view = memoryview(element)
         last = len(element) - SPLIT_THRESHOLD_BYTES
         position = 0

@@ -589,8 +589,7 @@ def fields_parser(fields: Iterable[str]) -> DocumentParser:
         # msgspec cannot name a field so (its raw names are written unescaped).
 
         def parse_whole(payload: bytes) -> Mapping[str, object]:
-            whole = parse_json_object(payload)
-            return {name: whole[name] for name in names if name in whole}
+            return _only(parse_json_object(payload), names)
 
         return parse_whole
     attrs = tuple(f"f{i}" for i in range(len(names)))
@@ -618,10 +617,14 @@ def fields_parser(fields: Iterable[str]) -> DocumentParser:
                     document[name] = decode(raw)
             return document
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            whole = parse_json_object(payload)  # its acceptance and its words
-            return {name: whole[name] for name in names if name in whole}
+            return _only(parse_json_object(payload), names)  # its acceptance and words
 
     return parse
+
+
+def _only(document: Mapping[str, object], names: tuple[str, ...]) -> dict[str, object]:
+    """The keys ``names`` of ``document`` that it has."""
+    return {name: document[name] for name in names if name in document}
 
 
 class _Budget:

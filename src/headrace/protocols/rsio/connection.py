@@ -166,26 +166,21 @@ class _Publication:
     part_bytes: int = 0  # bytes of the split element sent so far
 
 
-def _frame_rest(buffer: ReceiveBuffer, room: int) -> int:
+def _frame_rest(buffer: ReceiveBuffer) -> int:
     """How many bytes to feed ``buffer`` next so that it holds no more than the
     frame it has begun: the rest of that frame when its length prefix is whole;
-    else, or when the buffer is empty, enough for the longest prefix (a frame
-    whose prefix takes two bytes or more has a body of 128 bytes or more, so
-    that stays inside the frame); ``room`` when the prefix is too long
-    (``read_frame`` then says why)."""
+    else (the buffer empty, or a prefix not whole yet) enough for the longest
+    prefix: a frame whose prefix takes two bytes or more has a body of 128
+    bytes or more, so that stays inside the frame. (A prefix too long never
+    waits here: ``read_frame`` raises as soon as it is buffered.)"""
     buffered = len(buffer)
-    if not buffered:
-        return MAX_VARINT_BYTES
-    head = buffer.peek(min(buffered, MAX_VARINT_BYTES))
-    assert head is not None
+    head = buffer.peek(min(buffered, MAX_VARINT_BYTES)) or b""
     length = 0
     for count, byte in enumerate(head):
         length |= (byte & 0x7F) << (7 * count)
         if byte < 0x80:
             return max(1, count + 1 + length - buffered)
-    if len(head) == MAX_VARINT_BYTES:
-        return room  # a varint too long: read_frame raises
-    return MAX_VARINT_BYTES - len(head)
+    return max(1, MAX_VARINT_BYTES - len(head))
 
 
 class ReactiveConnection:
@@ -319,7 +314,7 @@ class ReactiveConnection:
                 # it take the loop above again.
                 room = self._buffer_limit - len(buffer)
                 assert room > 0, "a whole frame was left unparsed"
-                chunk = view[position : position + min(room, _frame_rest(buffer, room))]
+                chunk = view[position : position + min(room, _frame_rest(buffer))]
                 buffer.feed(chunk)
                 position += len(chunk)
                 while (body := read_frame(buffer, self._max_frame_bytes)) is not None:
