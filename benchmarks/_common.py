@@ -120,13 +120,43 @@ def machine() -> dict[str, object]:
     except OSError:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {
+    described: dict[str, object] = {
         "cpu": cpu,
         "cpus": os.cpu_count(),
         "memory_gib": round(mem_gib, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
     }
+    guest = guest_settings()
+    if guest:
+        described["guest"] = guest
+    return described
+
+
+GUEST_SETTINGS = {
+    "cpuidle_governor": "/sys/devices/system/cpu/cpuidle/current_governor",
+    "guest_halt_poll_ns": "/sys/module/haltpoll/parameters/guest_halt_poll_ns",
+    "page_reporting_order": "/sys/module/page_reporting/parameters/page_reporting_order",
+}
+"""Virtual-machine settings that move the figures (``docs/benchmarks.md``, "What
+the VM adds"): whether an idle vCPU polls before it halts (with
+``guest_halt_poll_ns`` 0 every wake-up from idle goes through the host, which
+sets the latency rows' tail), and whether free memory is handed back to the host
+(free page reporting: page-cache pages allocated from it fault in the host on
+first write, which sets the no-fsync 10 KiB rows)."""
+
+
+def guest_settings() -> dict[str, str]:
+    """The ``GUEST_SETTINGS`` this machine has (none on bare metal, as a rule)."""
+    found = {}
+    for name, path in GUEST_SETTINGS.items():
+        try:
+            found[name] = Path(path).read_text().strip()
+        except OSError:
+            continue
+    if found.get("cpuidle_governor") != "haltpoll":
+        found.pop("guest_halt_poll_ns", None)  # the module's knob only counts under its governor
+    return found
 
 
 def filesystem_of(path: Path) -> str:

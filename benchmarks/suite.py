@@ -1844,6 +1844,16 @@ def render(results: dict[str, Any]) -> str:
         f" {m['kernel']}, Python {m['python']}; data on {results['filesystem']}."
         f" Load average (1 min) {results['loadavg_start_end'][0]:.2f} at start,"
         f" {results['loadavg_start_end'][1]:.2f} at end. Wall time {results['wall_s']:.0f} s.",
+        *(
+            [
+                "",
+                'Guest settings (see "What the VM adds"): '
+                + ", ".join(f"`{k}` {v}" for k, v in m["guest"].items())
+                + ".",
+            ]
+            if m.get("guest")
+            else []
+        ),
         "",
         "Machine limits, measured first:",
         "",
