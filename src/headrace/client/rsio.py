@@ -38,9 +38,7 @@ from headrace.protocols.rsio import (
     OnComplete,
     OnError,
     OnNext,
-    OnNextLastPart,
     OnNextPacked,
-    OnNextPart,
     ReactiveConnection,
     Request,
     Role,
@@ -48,6 +46,7 @@ from headrace.protocols.rsio import (
     Subscribe,
     Subscribed,
     SubscriptionAborted,
+    split_element,
 )
 from headrace.protocols.rsio.codec import decode_varint
 from headrace.protocols.rsio.states import PublisherState
@@ -389,14 +388,10 @@ class RsioClient:
         if len(element) <= SPLIT_THRESHOLD_BYTES:
             self._send(OnNext(sid, element))
             return element_id
-        position = 0
-        while len(element) - position > SPLIT_THRESHOLD_BYTES:
-            self._send(
-                OnNextPart(sid, element_id, element[position : position + SPLIT_THRESHOLD_BYTES])
-            )
-            position += SPLIT_THRESHOLD_BYTES
-        self._send(OnNextLastPart(sid, element_id, element[position:]))
-        return element_id + 1
+        parts, next_id = split_element(sid, element, element_id)
+        for part in parts:
+            self._send(part)
+        return next_id
 
     # -- the reader
 

@@ -57,15 +57,14 @@ from headrace.protocols.rsio import (
     OnComplete,
     OnError,
     OnNext,
-    OnNextLastPart,
     OnNextPacked,
-    OnNextPart,
     ReactiveConnection,
     Request,
     Role,
     Subscribe,
     Subscribed,
     SubscriptionAborted,
+    split_element,
 )
 from headrace.protocols.rsio.codec import (
     MAX_VARINT_BYTES,
@@ -693,20 +692,11 @@ class RsioHandler(ConnectionHandler):
 
     def _send_split(self, sid: int, element: bytes, element_id: int) -> int:
         """Send an element over ``SPLIT_THRESHOLD_BYTES`` in parts (B.6); the next element Id."""
-        conn = self._conn
         self._unsent += len(element) + ELEMENT_OVERHEAD_BYTES
-        view = memoryview(element)
-        last = len(element) - SPLIT_THRESHOLD_BYTES
-        position = 0
-        while position < last:
-            conn.send(
-                OnNextPart(
-                    sid, element_id, bytes(view[position : position + SPLIT_THRESHOLD_BYTES])
-                )
-            )
-            position += SPLIT_THRESHOLD_BYTES
-        conn.send(OnNextLastPart(sid, element_id, bytes(view[position:])))
-        return (element_id + 1) % (1 << 64)
+        parts, next_id = split_element(sid, element, element_id)
+        for part in parts:
+            self._conn.send(part)
+        return next_id
 
     # -- offers (the client publishes, we append)
 

@@ -21,6 +21,7 @@ from headrace.protocols.rsio.codec import (
     decode_message,
     encode_frame,
     encode_message,
+    split_element,
 )
 from headrace.protocols.rsio.commands import (
     Cancel,
@@ -91,4 +92,5 @@ __all__ = [
     "decode_message",
     "encode_frame",
     "encode_message",
+    "split_element",
 ]

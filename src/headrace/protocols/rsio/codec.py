@@ -71,6 +71,7 @@ __all__ = [
     "peek_message_type",
     "peek_subscriber",
     "read_frame",
+    "split_element",
 ]
 
 # --------------------------------------------------------------------------- limits
@@ -495,6 +496,31 @@ def encode_message(message: Message, element_size: int = 0) -> bytes:
 
 _SMALL_VARINTS = tuple(bytes([value]) for value in range(0x80))
 """The one-byte varints (0 … 127), so a run of small elements looks its lengths up."""
+
+
+def split_element(
+    subscriber: int, element: bytes | memoryview, element_id: int
+) -> tuple[list[OnNextPart | OnNextLastPart], int]:
+    """An element over ``SPLIT_THRESHOLD_BYTES`` as its parts (B.6), and the Id the
+    subscription's next split element takes.
+
+    Parts of ``SPLIT_THRESHOLD_BYTES`` each, the last one holding the rest (it
+    is never empty: an element of exactly n parts' size ends with a full
+    part). Ids count per subscription and wrap within ``MAX_ID``, which B.6
+    allows: an Id may be reused once its last part has been sent. Both ends
+    publish (the server its subscriptions, the client its offers), so both
+    cut elements here.
+    """
+    view = memoryview(element)
+    last = len(view) - SPLIT_THRESHOLD_BYTES
+    parts: list[OnNextPart | OnNextLastPart] = []
+    position = 0
+    while position < last:
+        chunk = bytes(view[position : position + SPLIT_THRESHOLD_BYTES])
+        parts.append(OnNextPart(subscriber, element_id, chunk))
+        position += SPLIT_THRESHOLD_BYTES
+    parts.append(OnNextLastPart(subscriber, element_id, bytes(view[position:])))
+    return parts, (element_id + 1) % (MAX_ID + 1)
 
 
 def encode_on_next_frames(
