@@ -12,6 +12,8 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
@@ -153,6 +155,27 @@ def test_data_to_json_replaces_invalid_utf8() -> None:
     payload = data_to_json(((b"line", b"caf\xe9"), (b"k\xff", b"\xc3\xa9")))
     assert json.loads(payload) == {"line": "caf\ufffd", "k\ufffd": "\u00e9"}
     assert "é".encode() in payload  # not ASCII-escaped
+
+
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=12), st.binary(max_size=40))
+        | st.tuples(st.text(max_size=8), st.text(max_size=30)).map(
+            lambda kv: (
+                kv[0].encode("utf-8", "surrogatepass"),
+                kv[1].encode("utf-8", "surrogatepass"),
+            )
+        ),
+        max_size=6,
+    )
+)
+def test_data_to_json_writes_what_json_dumps_writes(pairs: list[tuple[bytes, bytes]]) -> None:
+    # The encoder is msgspec's; the format is the one json.dumps wrote before:
+    # compact, not ASCII-escaped, the same escapes (control characters, quotes,
+    # backslashes), the last value of a duplicated key at its first position.
+    document = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in pairs}
+    expected = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    assert data_to_json(tuple(pairs)) == expected
 
 
 def test_data_pair_count_over_limit_fails_before_the_pairs_arrive() -> None:

@@ -919,8 +919,17 @@ def data_document(pairs: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     }
 
 
+_DOCUMENT_JSON: Final = msgspec.json.Encoder().encode
+"""Writes a ``D`` document in C: the same bytes as ``json.dumps(document,
+ensure_ascii=False, separators=(",", ":"))`` in UTF-8 for a dict of strings
+without lone surrogates (which ``decode(..., "replace")`` never makes; a
+hypothesis test holds the two equal), about ten times faster (0.4 against 4.5
+µs for a five-field document on the AMD VM): the encoding was a third of a v1
+event's cost."""
+
+
 def _document_json(document: dict[str, str]) -> bytes:
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _DOCUMENT_JSON(document)
 
 
 # --------------------------------------------------------------------------- bulk decoding
