@@ -336,16 +336,15 @@ class LumberjackHandler(ConnectionHandler):
             raise
 
     def _take(self, batch: Batch) -> _Window | None:
-        events = batch.events
-        if events and not self._open_payloads:
+        payloads = batch.payloads
+        if payloads and not self._open_payloads:
             self._timer_wake.set()  # the linger clock starts
-        payloads = [event.payload for event in events]
         size = sum(map(len, payloads))
         if payloads and (
             max(map(len, payloads)) > MAX_EVENT_BYTES
             or self._pending_bytes + size > self._config.max_pending_bytes
         ):
-            self._refuse(events)
+            self._refuse(batch.events)
         self._pending_bytes += size
         self._open_bytes += size
         self._open_payloads += payloads

@@ -63,7 +63,6 @@ from headrace.protocols.lumberjack.commands import (
     Compressed,
     ConnectionClosed,
     Data,
-    Event,
     Frame,
     InnerFrame,
     JsonData,
@@ -138,8 +137,15 @@ class _Batcher:
 
     def flush(self, ack_seq: int | None = None) -> None:
         if self._seqs or ack_seq is not None:
-            events = tuple(map(Event, self._seqs, self._payloads))
-            self.out.append(Batch(self._version, events, ack_seq, tuple(self._documents)))
+            self.out.append(
+                Batch.of_columns(
+                    self._version,
+                    tuple(self._seqs),
+                    tuple(self._payloads),
+                    ack_seq,
+                    tuple(self._documents),
+                )
+            )
             self._seqs, self._payloads, self._documents = [], [], []
 
 
