@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,3 +54,15 @@ def test_a_batch_is_immutable() -> None:
 def test_columns_of_different_lengths_are_refused() -> None:
     with pytest.raises(ValueError, match="2 seqs for 1 payloads"):
         Batch.of_columns(V2, (1, 2), (b"x",), None)
+
+
+def test_a_batch_copies_pickles_and_matches_like_the_dataclass_it_was() -> None:
+    batch = Batch.of_columns(V1, (3, 4), (b"a", b"b"), 4, ({"k": "v"}, {}))
+    for twin in (copy.copy(batch), copy.deepcopy(batch), pickle.loads(pickle.dumps(batch))):
+        assert twin == batch
+        assert twin.documents == batch.documents
+    match batch:
+        case Batch(version, events, ack):
+            assert (version, events, ack) == (V1, (Event(3, b"a"), Event(4, b"b")), 4)
+        case _:
+            pytest.fail("no match")

@@ -189,6 +189,7 @@ class Batch:
     """
 
     __slots__ = ("_events", "ack_seq", "documents", "payloads", "seqs", "version")
+    __match_args__ = ("version", "events", "ack_seq")
 
     version: ProtocolVersion
     seqs: tuple[int, ...]
@@ -255,6 +256,11 @@ class Batch:
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}: a Batch is immutable")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Slots and a refusing __setattr__: copy and pickle rebuild it from its columns.
+        columns = (self.version, self.seqs, self.payloads, self.ack_seq, self.documents)
+        return (Batch.of_columns, columns)
 
     def _key(self) -> tuple[object, ...]:
         return (self.version, self.seqs, self.payloads, self.ack_seq)
