@@ -171,8 +171,8 @@ class Batch:
 
     The events are held as two columns, ``seqs`` and ``payloads``: a server
     stores the payloads of thousands of events per window and never needs
-    an object per event, which cost about a tenth of its CPU per event;
-    ``events`` builds the ``Event`` objects when first asked. Immutable and
+    an object per event, which cost ``LumberjackHandler.feed`` 15-27% of its
+    time; ``events`` builds the ``Event`` objects when first asked. Immutable and
     compared like a frozen dataclass of ``version``, ``events``, ``ack_seq``.
 
     Attributes:
