@@ -511,7 +511,12 @@ class _SegmentWriter:
         self._ack_through(stored)
 
     def _can_send(self) -> bool:
-        """Whether ``_send_blocks`` would send something now."""
+        """Whether the next queued block may go out now (``_send_blocks`` sends while so).
+
+        Not while a large event is being stored, nor a large event before the
+        appends in flight (its merge must come after them), nor the block still
+        filling while anything is in flight (see ``MAX_BLOCKS_IN_FLIGHT``).
+        """
         queued, in_flight = self.queued, self.in_flight
         if self._conn is None or not queued or self.sealed:
             return False
@@ -520,28 +525,20 @@ class _SegmentWriter:
         return len(in_flight) < self.owner.max_blocks_in_flight
 
     def _send_blocks(self) -> None:
-        conn = self._conn
-        limit = self.owner.max_blocks_in_flight
         queued = self.queued
         in_flight = self.in_flight
-        while conn is not None and queued and len(in_flight) < limit and not self.sealed:
-            if in_flight and in_flight[-1].large:
-                return  # nothing goes out while a large event is being stored
-            if queued[0].large:
-                if in_flight:
-                    return  # earlier appends first: the merge must come after them
-                blk = queued.popleft()
-                in_flight.append(blk)
+        while self._can_send():
+            conn = self._conn
+            assert conn is not None
+            blk = queued.popleft()
+            in_flight.append(blk)
+            if blk.large:  # nothing else goes out until it is stored (_can_send)
                 self._large_task = asyncio.create_task(
                     self._send_large(conn, blk), name=f"large event {self.name}"
                 )
                 return
-            if in_flight and queued[0] is self._open:
-                return  # a block still filling waits for the acks (see MAX_BLOCKS_IN_FLIGHT)
-            blk = queued.popleft()
             if blk is self._open:
                 self._open = None  # sent: no more events go into it
-            in_flight.append(blk)
             rid = next_request_id()
             # The data field left empty: the block's parts go out after the frame's
             # prefix, from where they lie (send_append_parts).
@@ -553,7 +550,6 @@ class _SegmentWriter:
             except ConnectionLost:
                 return  # connection_lost() already ran or will; the block stays in flight
             self.owner._stats.blocks_sent += 1
-            conn = self._conn
 
     async def _send_large(self, conn: SegmentStoreConnection, blk: _Block) -> None:
         """Store one large event (spec §5.5): fill a transient segment in chunks with

@@ -61,7 +61,6 @@ from headrace.protocols.lumberjack import (
     RECEIVE_SLACK_BYTES,
     Ack,
     Batch,
-    Event,
     Limits,
     LumberjackConnection,
     ProtocolVersion,
@@ -344,7 +343,7 @@ class LumberjackHandler(ConnectionHandler):
             max(map(len, payloads)) > MAX_EVENT_BYTES
             or self._pending_bytes + size > self._config.max_pending_bytes
         ):
-            self._refuse(batch.events)
+            self._refuse(batch.seqs, payloads)
         self._pending_bytes += size
         self._open_bytes += size
         self._open_payloads += payloads
@@ -372,14 +371,14 @@ class LumberjackHandler(ConnectionHandler):
         self._windows.append(window)
         return window
 
-    def _refuse(self, events: tuple[Event, ...]) -> None:
+    def _refuse(self, seqs: tuple[int, ...], payloads: tuple[bytes, ...]) -> None:
         """Raise the error for the first event over a limit (the event or pending bytes)."""
         pending = self._pending_bytes
-        for event in events:
-            size = len(event.payload)
+        for seq, payload in zip(seqs, payloads, strict=True):
+            size = len(payload)
             if size > MAX_EVENT_BYTES:
                 raise RemoteProtocolError(
-                    f"event seq {event.seq} of {size} bytes exceeds the "
+                    f"event seq {seq} of {size} bytes exceeds the "
                     f"{MAX_EVENT_BYTES}-byte event limit"
                 )
             pending += size

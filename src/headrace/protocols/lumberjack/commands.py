@@ -266,9 +266,8 @@ class Batch:
         return (self.version, self.seqs, self.payloads, self.ack_seq)
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Batch:
+        if not isinstance(other, Batch):
             return NotImplemented
-        assert isinstance(other, Batch)
         return self._key() == other._key()
 
     def __hash__(self) -> int:

@@ -53,7 +53,7 @@ from headrace.protocols.lumberjack.codec import (
     FrameDecoder,
     Limits,
     data_document,
-    data_to_json,
+    document_json,
     encode_frame,
     parse_json_object,
 )
@@ -460,7 +460,7 @@ class LumberjackConnection:
             document: Mapping[str, object] = self._parse(payload)
         else:
             document = data_document(frame.pairs)
-            payload = data_to_json(frame.pairs)
+            payload = document_json(document)
         batcher.add(frame.seq, payload, document)
         self._open.add(frame.seq)
         self._window_frames += 1
