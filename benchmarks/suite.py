@@ -864,6 +864,41 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
             common.stop(proc)
 
 
+# --------------------------------------------------------------------------- floor
+
+FLOOR_MODES = (
+    ("none", "floor_never", "the write in the read callback, no sync"),
+    ("inline", "floor_always", "write + fdatasync in the read callback (stops the loop)"),
+    ("thread", "floor_always_thread", "fdatasync in a sync thread, reply via the loop"),
+)
+"""``floor_server.py``'s modes, the result key of each, and what it does."""
+
+
+def run_floor(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
+    """The latency floor: ``floor_server.py`` (frame, write, optionally sync, ack;
+    nothing else) driven by the same paced writer, each mode on a fresh file."""
+    for mode, key, what in FLOOR_MODES:
+        port = common.free_port()
+        path = scratch / f"{key}.bin"
+        server = [sys.executable, str(ROOT / "benchmarks" / "floor_server.py"), "--port", str(port)]
+        proc = subprocess.Popen([*server, "--file", str(path), "--sync", mode])
+        try:
+            common.wait_connectable(proc, port, time.monotonic() + 30)
+            writer = [
+                *("lat-pravega", str(port), "floor", str(OFFERED_RATE)),
+                *(str(sizes.latency_s), sizes.flush_s),
+            ]
+            with Measured(proc.pid) as m:
+                _, (out,) = run_group([writer])
+            row = latency_row(f"Python floor ack, {what}", out, note="floor_server.py")
+            row["server_cpu_us_per_event"] = round(m.cpu * 1e6 / max(1, out["events"]), 2)
+            results["latency"][key] = row
+            say(f"  floor ({mode}): ack at 10k/s p50 {out['p50_ms']} p99 {out['p99_ms']} ms")
+        finally:
+            common.stop(proc)
+            path.unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------- memory
 
 
@@ -1796,22 +1831,25 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def context(results: dict[str, Any]) -> list[str]:
-    """The latency targets' figures for the peers, through the same paced writer.
+    """The latency targets' figures for the peers and the Python floor, through
+    the same paced writer.
 
     Not targets: the ack latency a target names includes the paced writer
     process and the machine's scheduling, so the peers' figures from the
-    same harness in the same run show how much of it any server pays.
+    same harness in the same run show how much of it any server pays, and
+    the floor's how much of it any Python asyncio server pays.
     """
     limits = results["limits"]
     lat = results["latency"]
     lines = []
     fsync_p99 = limits.get("fsync_4k_before_latency", {}).get("p99_ms")
-    for key in ("nats_default", "redis_everysec", "nats_always", "redis_always"):
+    peers = ("nats_default", "redis_everysec", "nats_always", "redis_always")
+    for key in (*peers, *(key for _, key, _ in FLOOR_MODES)):
         if key not in lat:
             continue
         row = lat[key]
         line = f"- {row['system']}: p99 {row['p99_ms']} ms"
-        if key.endswith("always") and fsync_p99:
+        if "always" in key and fsync_p99:
             line += (
                 f", {ratio(row['p99_ms'], fsync_p99)}x the 4 KiB fdatasync p99 measured"
                 " just before headrace's fsync-always latency shape"
@@ -1819,6 +1857,14 @@ def context(results: dict[str, Any]) -> list[str]:
         if "NOT SUSTAINED" in row.get("note", ""):
             line += " (the offered load was not sustained)"
         lines.append(line + ".")
+    for fsync, floor in (("never", "floor_never"), ("always", "floor_always_thread")):
+        ours = lat.get(f"headrace_{fsync}_alone")
+        if ours and floor in lat:
+            lines.append(
+                f"- headrace writer alone under `{fsync}` against the floor"
+                f" ({lat[floor]['system']}): p50 {ratio(ours['p50_ms'], lat[floor]['p50_ms'])}x,"
+                f" p99 {ratio(ours['p99_ms'], lat[floor]['p99_ms'])}x."
+            )
     return lines
 
 
@@ -1915,8 +1961,9 @@ def render(results: dict[str, Any]) -> str:
     if lines:
         out += [
             "",
-            "The peers through the same paced writer (not targets: the harness and the machine"
-            " are in their figures too):",
+            "The peers and the Python floor (`benchmarks/floor_server.py`: frame, write,"
+            " optionally sync, ack; nothing else) through the same paced writer (not targets:"
+            " the harness and the machine are in their figures too):",
             "",
             *lines,
         ]
@@ -1947,7 +1994,7 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write docs/benchmarks.md (quick)")
     parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     parser.add_argument(
-        "--skip", action="append", default=[], choices=["nats", "redis", "headrace"]
+        "--skip", action="append", default=[], choices=["nats", "redis", "floor", "headrace"]
     )
     parser.add_argument(
         "--flush-ms",
@@ -2017,6 +2064,9 @@ def main() -> None:
         if "redis" not in args.skip:
             say("Redis Streams:")
             run_redis(sizes, scratch, results, want)
+        if "floor" not in args.skip and want("latency"):
+            say("Python floor (benchmarks/floor_server.py):")
+            run_floor(sizes, scratch, results)
         if "headrace" not in args.skip:
             say("headrace:")
             profile_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="headrace-profiles-"))
