@@ -61,6 +61,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,21 @@ class Measured:
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self._t0
         self.cpu = common.cpu_s(self.pid) - self._cpu0
+
+
+def raw_produce_row(port: int, segment: str, pid: int, count: int, system: str) -> dict[str, Any]:
+    """10 KiB events in ``AppendBlockEnd`` blocks as our client's writer sends them
+    (``MAX_BLOCK_BYTES``, ``MAX_BLOCKS_IN_FLIGHT``), from a raw-socket process."""
+    from headrace.client.writer import MAX_BLOCK_BYTES, MAX_BLOCKS_IN_FLIGHT
+
+    command = [
+        *("raw-produce", str(port), segment, str(LARGE), str(count)),
+        *(str(MAX_BLOCK_BYTES), str(MAX_BLOCKS_IN_FLIGHT)),
+    ]
+    with Measured(pid) as m:
+        _, (out,) = run_group([command])
+    note = f"raw-socket blocks of {MAX_BLOCK_BYTES // 1024} KiB, {MAX_BLOCKS_IN_FLIGHT} in flight"
+    return rate_row(system, count, LARGE, out["seconds"], pid=pid, cpu_s=m.cpu, note=note)
 
 
 class Profiler:
@@ -874,29 +890,47 @@ FLOOR_MODES = (
 """``floor_server.py``'s modes, the result key of each, and what it does."""
 
 
+@contextlib.contextmanager
+def floor_server(mode: str, path: Path) -> Iterator[tuple[int, int]]:
+    """A ``floor_server.py`` writing to ``path``: its port and pid."""
+    port = common.free_port()
+    server = [sys.executable, str(ROOT / "benchmarks" / "floor_server.py"), "--port", str(port)]
+    proc = subprocess.Popen([*server, "--file", str(path), "--sync", mode])
+    try:
+        common.wait_connectable(proc, port, time.monotonic() + 30)
+        yield port, proc.pid
+    finally:
+        common.stop(proc)
+
+
 def run_floor(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
     """The latency floor: ``floor_server.py`` (frame, write, optionally sync, ack;
     nothing else) driven by the same paced writer, each mode on a fresh file."""
     for mode, key, what in FLOOR_MODES:
-        port = common.free_port()
-        path = scratch / f"{key}.bin"
-        server = [sys.executable, str(ROOT / "benchmarks" / "floor_server.py"), "--port", str(port)]
-        proc = subprocess.Popen([*server, "--file", str(path), "--sync", mode])
-        try:
-            common.wait_connectable(proc, port, time.monotonic() + 30)
+        path = scratch / f"{key}_latency.bin"
+        with floor_server(mode, path) as (port, pid):
             writer = [
                 *("lat-pravega", str(port), "floor", str(OFFERED_RATE)),
                 *(str(sizes.latency_s), sizes.flush_s),
             ]
-            with Measured(proc.pid) as m:
+            with Measured(pid) as m:
                 _, (out,) = run_group([writer])
-            row = latency_row(f"Python floor ack, {what}", out, note="floor_server.py")
-            row["server_cpu_us_per_event"] = round(m.cpu * 1e6 / max(1, out["events"]), 2)
-            results["latency"][key] = row
-            say(f"  floor ({mode}): ack at 10k/s p50 {out['p50_ms']} p99 {out['p99_ms']} ms")
-        finally:
-            common.stop(proc)
-            path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        row = latency_row(f"Python floor ack, {what}", out, note="floor_server.py")
+        row["server_cpu_us_per_event"] = round(m.cpu * 1e6 / max(1, out["events"]), 2)
+        results["latency"][key] = row
+        say(f"  floor ({mode}): ack at 10k/s p50 {out['p50_ms']} p99 {out['p99_ms']} ms")
+
+
+def floor_large_row(fsync: str, scratch: Path, count: int) -> tuple[str, dict[str, Any]]:
+    """The 10 KiB raw-socket blocks into ``floor_server.py``, run right after
+    headrace's row of the same policy. Its file is kept until the run ends: on a
+    VM that returns free memory to its host, deleting it would hand the next
+    row pages written a moment ago, which take writes several times faster
+    than new ones ("What the VM adds" in docs/benchmarks.md)."""
+    mode, key, what = next(m for m in FLOOR_MODES if m[1] == f"floor_{fsync}")
+    with floor_server(mode, scratch / f"{key}_10k.bin") as (port, pid):
+        return key, raw_produce_row(port, "floor", pid, count, f"Python floor, {what}")
 
 
 # --------------------------------------------------------------------------- memory
@@ -1293,6 +1327,7 @@ def run_headrace(
     profile: bool,
     prof_dir: Path,
     want: Any,
+    floor: bool,
 ) -> None:
     import lumberjack_ingest
     import rsio_subscribe
@@ -1423,6 +1458,21 @@ def run_headrace(
             )
             results["produce_10k"]["headrace_always"] = row
             say(f"  10 KiB: {row['mb_per_s']} MB/s")
+        if want("large"):
+            segment, _ = asyncio.run(hr_stream(uri, "raw10kalways"))
+            row = raw_produce_row(
+                listeners["segment-store"],
+                segment,
+                pid,
+                sizes.large_events,
+                "headrace, raw-socket blocks, fsync always",
+            )
+            results["produce_10k"]["headrace_raw_always"] = row
+            say(f"  10 KiB, raw-socket blocks: {row['mb_per_s']} MB/s")
+            if floor:
+                key, floor_row = floor_large_row("always", scratch, sizes.large_events)
+                results["produce_10k"][key] = floor_row
+                say(f"  10 KiB, Python floor: {floor_row['mb_per_s']} MB/s")
         if want("large"):
             results["produce_10k"].update(
                 large_rows(
@@ -1615,6 +1665,20 @@ def run_headrace(
             )
             results["produce_10k"]["headrace_never"] = row
             say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
+            segment, _ = asyncio.run(hr_stream(uri, "raw10knever"))
+            row = raw_produce_row(
+                listeners["segment-store"],
+                segment,
+                pid,
+                sizes.large_events,
+                "headrace, raw-socket blocks, fsync never",
+            )
+            results["produce_10k"]["headrace_raw_never"] = row
+            say(f"  10 KiB, raw-socket blocks, fsync never: {row['mb_per_s']} MB/s")
+            if floor:
+                key, floor_row = floor_large_row("never", scratch, sizes.large_events)
+                results["produce_10k"][key] = floor_row
+                say(f"  10 KiB, Python floor: {floor_row['mb_per_s']} MB/s")
             results["produce_10k"].update(
                 large_rows(
                     "never", uri, listeners["tank"], pid, sizes.large_events, sizes.large_events
@@ -2071,7 +2135,8 @@ def main() -> None:
             say("headrace:")
             profile_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="headrace-profiles-"))
             profile_dir.mkdir(parents=True, exist_ok=True)
-            run_headrace(sizes, scratch, results, args.profile, profile_dir, want)
+            floor = "floor" not in args.skip
+            run_headrace(sizes, scratch, results, args.profile, profile_dir, want, floor)
             if args.profile:
                 say(f"  folded stacks (py-spy raw format) kept in {profile_dir}")
         # the fsync limit again, after the run: the disk drifts

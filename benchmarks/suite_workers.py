@@ -503,6 +503,50 @@ def hr_produce(uri: str, scope: str, stream: str, size: str, count: str) -> None
     asyncio.run(main())
 
 
+def raw_produce(
+    port: str, segment: str, size: str, count: str, block_bytes: str, in_flight: str
+) -> None:
+    """``AppendBlockEnd`` frames of about ``block_bytes`` of ``size``-byte events, as
+    our client's writer sends them, ``in_flight`` unacknowledged at most, over a
+    raw socket: the same bytes for headrace and for ``floor_server.py``.
+
+    Every full block carries the same events, so one block's bytes are built
+    once and only its 20-byte tail (event count, last event number, request
+    id) is packed per block."""
+    sock, frames = pravega_connect(int(port))
+    writer = setup_append(sock, frames, segment)
+    encoder = AppendEncoder(writer, int(size))
+    per_block = max(1, int(block_bytes) // (int(size) + 8))
+    n = int(count)
+    window = int(in_flight)
+    tail_size = encoder.tail.size
+    head = encoder.block([0] * per_block, per_block, 0)[:-tail_size]
+    blocks = []  # (events, last event number)
+    for first in range(0, n, per_block):
+        events = min(per_block, n - first)
+        blocks.append((events, first + events))
+    handshake()
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    sent = acked_blocks = 0
+    while acked_blocks < len(blocks):
+        while sent < len(blocks) and sent - acked_blocks < window:
+            events, last = blocks[sent]
+            if events == per_block:
+                sock.sendall(head)
+                sock.sendall(encoder.tail.pack(events, last, sent + 10))
+            else:
+                sock.sendall(encoder.block([0] * events, last, sent + 10))
+            sent += 1
+        frames.receive()
+        for kind, payload in frames.available():
+            if kind != 7:  # DataAppended
+                raise RuntimeError(f"append answered with type {kind}: {payload[:80]!r}")
+            acked_blocks += 1
+    seconds = time.perf_counter() - began
+    finish({"seconds": seconds, "client_cpu_s": time.process_time() - cpu0, "events": n})
+
+
 def tank_produce(port: str, topic: str, count: str) -> None:
     """TANK bundles of 8192 100-byte messages (``tank_produce.py``'s), one in flight."""
     import tank_produce as tank
@@ -934,6 +978,7 @@ WORKERS: dict[str, Callable[..., None]] = {
     "tail-pravega": tail_pravega,
     "hr-produce": hr_produce,
     "tank-produce": tank_produce,
+    "raw-produce": raw_produce,
     "nats-produce": nats_produce,
     "redis-produce": redis_produce,
     "hr-consume": hr_consume,
