@@ -155,6 +155,40 @@ class Sizes:
         self.connection_counts = (1, 64) if quick else (1, 64, 512)
         self.connection_s = 2.0 if quick else 5.0
 
+    def producers4_large(self) -> tuple[tuple[str, str, int, int], ...]:
+        """The ``producers4`` shapes beyond 100 B: (result shape, stream, event size,
+        events in all, split over ``PRODUCERS`` processes)."""
+        return (
+            ("produce_10k_4", "p10kx4", LARGE, self.large_events),
+            ("produce_1mib_4", "p1mx4", HUGE, self.huge_events),
+        )
+
+    def e2e_more(self, small_events: int) -> tuple[tuple[str, str, int, int, int], ...]:
+        """The ``e2e`` shapes beyond 100 B with one producer: (result shape, stream,
+        event size, events in all, producer processes); ``small_events``, the
+        system's own 100 B end-to-end count."""
+        return (
+            ("e2e_10k", "e2e10k", LARGE, self.large_events, 1),
+            ("e2e_1mib", "e2e1m", HUGE, self.huge_events, 1),
+            ("e2e_100b_4", "e2e100x4", SMALL, small_events, PRODUCERS),
+            ("e2e_10k_4", "e2e10kx4", LARGE, self.large_events, PRODUCERS),
+            ("e2e_1mib_4", "e2e1mx4", HUGE, self.huge_events, PRODUCERS),
+        )
+
+
+READ_BATCH_BYTES = 32 * 1024 * 1024
+"""The most a peer's consumer asks for in one fetch: 1,000 entries, fewer of large
+events (1,000 of 1 MiB would be a 1 GB reply, past nats-py's 64 MiB of pending
+bytes per subscription)."""
+
+
+def read_batch(size: int) -> int:
+    return max(1, min(1000, READ_BATCH_BYTES // size))
+
+
+def producers_label(label: str, producers: int) -> str:
+    return label if producers == 1 else f"{label}, {producers} producer processes"
+
 
 def say(text: str) -> None:
     print(text, flush=True)
@@ -520,6 +554,36 @@ def group_row(
     return row
 
 
+def producers_row(
+    system: str, producer: list[str], producers: int, size: int, pid: int, note: str = ""
+) -> dict[str, Any]:
+    """``producers`` copies of the ``producer`` worker at once."""
+    with Measured(pid) as m:
+        wall, out = run_group([producer] * producers)
+    return group_row(system, wall, out, size, pid=pid, cpu_s=m.cpu, note=note)
+
+
+def e2e_row(
+    system: str,
+    producer: list[str],
+    producers: int,
+    consumer: list[str],
+    size: int,
+    events: int,
+    pid: int,
+    note: str = "",
+) -> dict[str, Any]:
+    """``producers`` copies of ``producer`` and one ``consumer`` started together;
+    the time until the consumer has every event. The clients' CPU counts all."""
+    with Measured(pid) as m:
+        wall, out = run_group([producer] * producers + [consumer])
+    row = group_row(
+        system, wall, out[producers:], size, events=events, pid=pid, cpu_s=m.cpu, note=note
+    )
+    row["client_cpu_share"] = round(sum(float(r.get("client_cpu_s", 0.0)) for r in out) / wall, 2)
+    return row
+
+
 def latency_row(system: str, result: dict[str, Any], note: str = "") -> dict[str, Any]:
     """A row from a paced writer's or tail reader's result."""
     row: dict[str, Any] = {
@@ -649,6 +713,21 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                 )
                 results["produce_100b_4"][key] = row
                 say(f"  {label}: {PRODUCERS} producers {row['events_per_s']:,} events/s")
+            if want("producers4") and not sync_always:
+                for shape, stream, size, total in sizes.producers4_large():
+                    asyncio.run(nats_stream(port, stream))
+                    per = total // PRODUCERS
+                    command = ["nats-produce", str(port), stream, str(size), str(per)]
+                    row = producers_row(
+                        producers_label(label, PRODUCERS),
+                        command,
+                        PRODUCERS,
+                        size,
+                        pid,
+                        "nats-py each",
+                    )
+                    results[shape][key] = row
+                    say(f"  {label}: {PRODUCERS} producers, {size} B {row['mb_per_s']} MB/s")
             if want("consume") and not sync_always:
                 command = ["nats-consume", str(port), "p100", "p100", str(count), "120"]
                 with Measured(pid) as m:
@@ -669,15 +748,41 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                 row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
                 results["e2e_100b"][key] = row
                 say(f"  {label}: end to end {row['events_per_s']:,} events/s")
+                for shape, stream, size, total, producers in sizes.e2e_more(n):
+                    asyncio.run(nats_stream(port, stream))
+                    per = total // producers
+                    producer = ["nats-produce", str(port), stream, str(size), str(per)]
+                    consumer = ["nats-consume", str(port), stream, stream, str(per * producers)]
+                    consumer += ["300", str(read_batch(size))]
+                    row = e2e_row(
+                        producers_label(label, producers),
+                        producer,
+                        producers,
+                        consumer,
+                        size,
+                        per * producers,
+                        pid,
+                    )
+                    results[shape][key] = row
+                    say(f"  {label}: end to end, {shape}: {row['mb_per_s']} MB/s")
             if want("large"):
-                count = sizes.large_events
-                seconds = asyncio.run(nats_produce(port, "p10k", LARGE, count))
-                results["produce_10k"][key] = rate_row(label, count, LARGE, seconds, pid=pid)
-                say(f"  {label}: 10 KiB {results['produce_10k'][key]['mb_per_s']} MB/s")
-                count = sizes.huge_events
-                seconds = asyncio.run(nats_produce(port, "p1m", HUGE, count))
-                results["produce_1mib"][key] = rate_row(label, count, HUGE, seconds, pid=pid)
-                say(f"  {label}: 1 MiB {results['produce_1mib'][key]['mb_per_s']} MB/s")
+                for shape, stream, size, count in (
+                    ("produce_10k", "p10k", LARGE, sizes.large_events),
+                    ("produce_1mib", "p1m", HUGE, sizes.huge_events),
+                ):
+                    seconds = asyncio.run(nats_produce(port, stream, size, count))
+                    results[shape][key] = rate_row(label, count, size, seconds, pid=pid)
+                    say(f"  {label}: {shape} {results[shape][key]['mb_per_s']} MB/s")
+                    if sync_always:
+                        continue
+                    consumer = ["nats-consume", str(port), stream, stream, str(count), "300"]
+                    with Measured(pid) as m:
+                        wall, out = run_group([[*consumer, str(read_batch(size))]])
+                    consumed = "catchup" if size == LARGE else "consume_1mib"
+                    note = f"nats-py pull, {read_batch(size):,}"
+                    row = group_row(label, wall, out, size, pid=pid, cpu_s=m.cpu, note=note)
+                    results[consumed][key] = row
+                    say(f"  {label}: {consumed} {row['mb_per_s']} MB/s")
             if want("latency"):
                 asyncio.run(nats_stream(port, "lat"))
                 run_s = sizes.latency_s / 4 if sync_always else sizes.latency_s
@@ -734,8 +839,8 @@ async def redis_produce(port: int, key: str, size: int, count: int, batch: int =
     return seconds
 
 
-async def redis_range(port: int, key: str, count: int) -> float:
-    """Read ``count`` stored entries with ``XRANGE`` of 1,000 (redis-py)."""
+async def redis_range(port: int, key: str, count: int, batch: int = 1000) -> float:
+    """Read ``count`` stored entries with ``XRANGE`` of ``batch`` (redis-py)."""
     import redis.asyncio as aioredis
 
     client = aioredis.Redis(host="127.0.0.1", port=port)
@@ -743,7 +848,7 @@ async def redis_range(port: int, key: str, count: int) -> float:
     got = 0
     last = "-"
     while got < count:
-        entries = await client.xrange(key, min=last, max="+", count=1000)
+        entries = await client.xrange(key, min=last, max="+", count=batch)
         if last != "-":
             entries = entries[1:]
         if not entries:
@@ -753,6 +858,15 @@ async def redis_range(port: int, key: str, count: int) -> float:
     seconds = time.perf_counter() - began
     await client.aclose()
     return seconds
+
+
+def redis_delete(port: int, key: str) -> None:
+    """Drop a stream a shape is done with: Redis holds every stream in memory."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port)
+    client.delete(key)
+    client.close()
 
 
 def redis_benchmark(port: int, count: int) -> dict[str, Any]:
@@ -835,6 +949,16 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
                 )
                 results["produce_100b_4"][key] = row
                 say(f"  {label}: {PRODUCERS} producers {row['events_per_s']:,} events/s")
+            if want("producers4") and first:
+                for shape, stream, size, total in sizes.producers4_large():
+                    per = total // PRODUCERS
+                    command = ["redis-produce", str(port), stream, str(size), str(per)]
+                    note = "redis-py pipelines each"
+                    label4 = producers_label(label, PRODUCERS)
+                    row = producers_row(label4, command, PRODUCERS, size, pid, note)
+                    results[shape][key] = row
+                    redis_delete(port, stream)
+                    say(f"  {label}: {PRODUCERS} producers, {size} B {row['mb_per_s']} MB/s")
             if want("consume") and first:
                 with Measured(pid) as m:
                     seconds = asyncio.run(redis_range(port, "p100", count))
@@ -853,6 +977,24 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
                 row["note"] = (row.get("note", "") + " redis-py, XREAD BLOCK 1,000").strip()
                 results["e2e_100b"][key] = row
                 say(f"  {label}: end to end {row['events_per_s']:,} events/s")
+                for shape, stream, size, total, producers in sizes.e2e_more(n):
+                    per = total // producers
+                    producer = ["redis-produce", str(port), stream, str(size), str(per)]
+                    consumer = ["redis-consume", str(port), stream, str(per * producers), "300"]
+                    consumer.append(str(read_batch(size)))
+                    row = e2e_row(
+                        producers_label(label, producers),
+                        producer,
+                        producers,
+                        consumer,
+                        size,
+                        per * producers,
+                        pid,
+                        note=f"redis-py, XREAD BLOCK {read_batch(size):,}",
+                    )
+                    results[shape][key] = row
+                    redis_delete(port, stream)
+                    say(f"  {label}: end to end, {shape}: {row['mb_per_s']} MB/s")
             if want("large"):
                 count = sizes.large_events
                 seconds = asyncio.run(redis_produce(port, "p10k", LARGE, count, batch=100))
@@ -866,6 +1008,12 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
                 seconds = asyncio.run(redis_produce(port, "p1m", HUGE, count, batch=10))
                 results["produce_1mib"][key] = rate_row(label, count, HUGE, seconds, pid=pid)
                 say(f"  {label}: 1 MiB {results['produce_1mib'][key]['mb_per_s']} MB/s")
+                if first:
+                    batch = read_batch(HUGE)
+                    seconds = asyncio.run(redis_range(port, "p1m", count, batch))
+                    row = rate_row(label, count, HUGE, seconds, pid=pid, note=f"XRANGE {batch}")
+                    results["consume_1mib"][key] = row
+                    say(f"  {label}: 1 MiB catch-up {row['mb_per_s']} MB/s")
             if want("latency"):
                 command = [
                     *("lat-redis", str(port), "lat", str(OFFERED_RATE)),
@@ -1440,6 +1588,14 @@ def run_headrace(
             row = tank_producers(listeners["tank"], sizes.small_events, pid)
             results["produce_100b_4"]["headrace_tank"] = row
             say(f"  {PRODUCERS} TANK processes: 100 B {row['events_per_s']:,} events/s")
+            for shape, stream, size, total in sizes.producers4_large():
+                asyncio.run(hr_stream(uri, stream))
+                command = ["hr-produce", uri, "bench", stream, str(size), str(total // PRODUCERS)]
+                system = f"headrace client, {PRODUCERS} producer processes"
+                note = "EventWriter each, one segment"
+                row = producers_row(system, command, PRODUCERS, size, pid, note)
+                results[shape]["headrace_client"] = row
+                say(f"  {PRODUCERS} client processes: {size} B {row['mb_per_s']} MB/s")
 
         if want("large") or want("consume"):
             with (
@@ -1485,7 +1641,7 @@ def run_headrace(
                 )
             )
 
-        if want("large"):
+        if want("large") or want("consume"):
             with Measured(pid) as m:
                 seconds = asyncio.run(hr_produce(uri, "p1m", HUGE, sizes.huge_events))
             row = rate_row(
@@ -1521,6 +1677,26 @@ def run_headrace(
             row["client_cpu_share"] = round(out["client_cpu_s"] / out["seconds"], 2)
             results["catchup"]["headrace_reader_process"] = row
             say(f"  catch-up (reader process, {CATCHUP_DEPTH} ahead): {row['mb_per_s']} MB/s")
+
+            segment, length = asyncio.run(hr_stream(uri, "p1m"))
+            reader = ["hr-catchup", ss, segment, str(length), str(HUGE), str(CATCHUP_DEPTH)]
+            reader += [str(2 * 1024 * 1024), "0", "1"]
+            with Measured(pid) as m:
+                _, (got,) = run_group([reader])
+            whole = got["complete"] and got["events"] * (HUGE + 8) == length
+            row = rate_row(
+                f"headrace ReadSegment 2 MiB, bare-socket reader process, {CATCHUP_DEPTH} ahead",
+                got["events"],
+                HUGE + 8,
+                got["seconds"],
+                pid=pid,
+                cpu_s=m.cpu,
+                note="every event header checked"
+                + ("" if whole else f" INCOMPLETE: {got['bytes']} of {length} bytes"),
+            )
+            row["client_cpu_share"] = round(got["client_cpu_s"] / got["seconds"], 2)
+            results["consume_1mib"]["headrace_reader_process"] = row
+            say(f"  1 MiB catch-up (reader process): {row['mb_per_s']} MB/s")
 
             for key, call, views, kept_as in (
                 ("headrace_client", "read", False, "as bytes"),
@@ -1599,6 +1775,19 @@ def run_headrace(
             row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
             results["e2e_100b"]["headrace"] = row
             say(f"  end to end: {row['events_per_s']:,} events/s")
+            for shape, stream, size, total, producers in sizes.e2e_more(sizes.e2e_events):
+                segment, _ = asyncio.run(hr_stream(uri, stream))
+                per = total // producers
+                producer = ["hr-produce", uri, "bench", stream, str(size), str(per)]
+                # each producer writes one event more, before the timing starts
+                nbytes = producers * (per + 1) * (size + 8)
+                consumer = ["hr-consume", ss, segment, str(nbytes), "300"]
+                system = producers_label(
+                    "headrace client → bare-socket ReadSegment reader", producers
+                )
+                row = e2e_row(system, producer, producers, consumer, size, per * producers, pid)
+                results[shape]["headrace"] = row
+                say(f"  end to end, {shape}: {row['mb_per_s']} MB/s")
 
         if want("latency"):
             profiler = Profiler(profile, pid, "latency_always", prof_dir)
@@ -1698,10 +1887,18 @@ SHAPES = (
     ("produce_100b", "Producer only, 100-byte events, one producer"),
     ("produce_100b_4", f"Producer only, 100-byte events, {PRODUCERS} producer processes"),
     ("produce_10k", "Producer only, 10 KiB events, one producer"),
+    ("produce_10k_4", f"Producer only, 10 KiB events, {PRODUCERS} producer processes"),
     ("produce_1mib", "Producer only, 1 MiB events, one producer"),
+    ("produce_1mib_4", f"Producer only, 1 MiB events, {PRODUCERS} producer processes"),
     ("consume_100b", "Consumer only, 100-byte events stored by the producer shape"),
     ("catchup", "Consumer only, 10 KiB events (catch-up of a stored stream)"),
+    ("consume_1mib", "Consumer only, 1 MiB events (catch-up of the stored stream)"),
     ("e2e_100b", "End to end, 100-byte events: one producer and one consumer process at once"),
+    ("e2e_10k", "End to end, 10 KiB events: one producer and one consumer process"),
+    ("e2e_1mib", "End to end, 1 MiB events: one producer and one consumer process"),
+    ("e2e_100b_4", f"End to end, 100-byte events: {PRODUCERS} producer processes, one consumer"),
+    ("e2e_10k_4", f"End to end, 10 KiB events: {PRODUCERS} producer processes, one consumer"),
+    ("e2e_1mib_4", f"End to end, 1 MiB events: {PRODUCERS} producer processes, one consumer"),
     ("latency", f"Latency at an offered {OFFERED_RATE:,} events/s of 100 bytes"),
     ("scaling", "Throughput over segments (100-byte events, one writer)"),
     ("connections", "Throughput over connections (100-byte events, each connection writing)"),
@@ -2002,8 +2199,19 @@ def render(results: dict[str, Any]) -> str:
     for shape, title in (
         ("produce_100b", "100-byte produce, one producer"),
         ("produce_100b_4", f"100-byte produce, {PRODUCERS} producer processes"),
+        ("produce_10k", "10 KiB produce, one producer"),
+        ("produce_10k_4", f"10 KiB produce, {PRODUCERS} producer processes"),
+        ("produce_1mib", "1 MiB produce, one producer"),
+        ("produce_1mib_4", f"1 MiB produce, {PRODUCERS} producer processes"),
         ("consume_100b", "100-byte consume"),
+        ("catchup", "10 KiB catch-up"),
+        ("consume_1mib", "1 MiB catch-up"),
         ("e2e_100b", "100-byte end to end"),
+        ("e2e_10k", "10 KiB end to end"),
+        ("e2e_1mib", "1 MiB end to end"),
+        ("e2e_100b_4", f"100-byte end to end, {PRODUCERS} producer processes"),
+        ("e2e_10k_4", f"10 KiB end to end, {PRODUCERS} producer processes"),
+        ("e2e_1mib_4", f"1 MiB end to end, {PRODUCERS} producer processes"),
     ):
         lines = peer_ratio_lines(results, shape)
         if lines:

@@ -580,7 +580,7 @@ def nats_produce(port: str, subject: str, size: str, count: str) -> None:
 
     async def main() -> None:
         nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=0)
-        js = nc.jetstream(publish_async_max_pending=4000)
+        js = nc.jetstream(publish_async_max_pending=4000 if int(size) <= 64 * 1024 else 16)
         await asyncio.to_thread(handshake)
         cpu0 = time.process_time()
         began = time.perf_counter()
@@ -862,8 +862,11 @@ def hr_catchup(
     )
 
 
-def nats_consume(port: str, stream: str, subject: str, count: str, seconds: str) -> None:
-    """A JetStream pull consumer fetching batches of 1,000 (nats-py), acking none."""
+def nats_consume(
+    port: str, stream: str, subject: str, count: str, seconds: str, batch: str = "1000"
+) -> None:
+    """A JetStream pull consumer fetching ``batch`` messages at a time (nats-py),
+    acking none."""
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -881,7 +884,7 @@ def nats_consume(port: str, stream: str, subject: str, count: str, seconds: str)
         got = 0
         while got < n and time.perf_counter() < deadline:
             try:
-                got += len(await sub.fetch(min(1000, n - got), timeout=1.0))
+                got += len(await sub.fetch(min(int(batch), n - got), timeout=1.0))
             except nats.errors.TimeoutError:
                 continue
         elapsed = time.perf_counter() - began
@@ -892,8 +895,8 @@ def nats_consume(port: str, stream: str, subject: str, count: str, seconds: str)
     asyncio.run(main())
 
 
-def redis_consume(port: str, key: str, count: str, seconds: str) -> None:
-    """``XREAD BLOCK`` of up to 1,000 entries at a time from the start (redis-py)."""
+def redis_consume(port: str, key: str, count: str, seconds: str, batch: str = "1000") -> None:
+    """``XREAD BLOCK`` of up to ``batch`` entries at a time from the start (redis-py)."""
     import redis
 
     n = int(count)
@@ -906,7 +909,7 @@ def redis_consume(port: str, key: str, count: str, seconds: str) -> None:
     got = 0
     last = b"0-0"
     while got < n and time.perf_counter() < deadline:
-        reply = client.xread({key: last}, count=1000, block=1000)
+        reply = client.xread({key: last}, count=int(batch), block=1000)
         if not reply:
             continue
         entries = reply[0][1]
