@@ -15,7 +15,10 @@ Every run measures, in this order and on this machine:
    ``everysec``) driven by redis-py and ``redis-benchmark`` (Redis's own
    ceiling). A peer whose binary is missing is installed with ``apt-get`` when
    possible, or skipped with a printed note.
-3. **headrace** (``headrace serve``, ``--fsync always`` and ``never``): 100-byte
+3. **The Python floor** (``floor_server.py``: frame, write, optionally sync,
+   ack) through the latency shape's paced writer, and after headrace's 10 KiB
+   raw-socket rows through the same block producer.
+4. **headrace** (``headrace serve``, ``--fsync always`` and ``never``): 100-byte
    durable produce through headrace's own client (Pravega protocol), the real
    ``pravega`` client, TANK bundles of 8192 and Lumberjack windows of 2048;
    10 KiB and 1 MiB durable produce; catch-up consume; ack and tail-delivery
@@ -25,12 +28,13 @@ Every run measures, in this order and on this machine:
 
 The shapes (``--only SHAPE`` runs one, repeatable, after the machine limits):
 ``produce`` (one producer), ``producers4`` (``PRODUCERS`` producer processes,
-each its own client), ``large`` (10 KiB and 1 MiB), ``consume`` (stored
-100-byte and 10 KiB streams read back; RS-IO subscribers; the 10 KiB catch-up
+each its own client, for each size), ``large`` (10 KiB and 1 MiB), ``consume``
+(stored 100-byte, 10 KiB and 1 MiB streams read back; RS-IO subscribers; the 10 KiB catch-up
 target is judged on a bare-socket reader process with ``CATCHUP_DEPTH`` reads
 ahead, what the server delivers to a native reader, and the same stream read
-through headrace's ``PravegaClient`` is its own row), ``e2e`` (a
-producer process and a consumer process at once), ``latency``, ``segments``,
+through headrace's ``PravegaClient`` is its own row), ``e2e`` (one or
+``PRODUCERS`` producer processes and a consumer process at once, each size),
+``latency``, ``segments``,
 ``connections``, ``memory``; the peers run the same shapes where they apply.
 Multi-process shapes use ``suite_workers.py``: each worker sets up, says
 ``ready``, and starts on ``go``, so set-up is outside the time. The latency
