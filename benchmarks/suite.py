@@ -167,17 +167,27 @@ class Sizes:
             ("produce_1mib_4", "p1mx4", HUGE, self.huge_events),
         )
 
-    def e2e_more(self, small_events: int) -> tuple[tuple[str, str, int, int, int], ...]:
-        """The ``e2e`` shapes beyond 100 B with one producer: (result shape, stream,
-        event size, events in all, producer processes); ``small_events``, the
-        system's own 100 B end-to-end count."""
+    def e2e_shapes(self, small_events: int) -> tuple[tuple[str, str, int, int, int], ...]:
+        """The ``e2e`` shapes: (result shape, stream, event size, events in all,
+        producer processes); ``small_events``, the system's own 100 B count."""
         return (
+            ("e2e_100b", "e2e", SMALL, small_events, 1),
             ("e2e_10k", "e2e10k", LARGE, self.large_events, 1),
             ("e2e_1mib", "e2e1m", HUGE, self.huge_events, 1),
             ("e2e_100b_4", "e2e100x4", SMALL, small_events, PRODUCERS),
             ("e2e_10k_4", "e2e10kx4", LARGE, self.large_events, PRODUCERS),
             ("e2e_1mib_4", "e2e1mx4", HUGE, self.huge_events, PRODUCERS),
         )
+
+
+E2E_LATENCY_SAMPLES = 10_000
+"""Events stamped with their send time in an end-to-end shape (about; one in
+``events // E2E_LATENCY_SAMPLES``): the consumer's delivery p50/p99 come from
+them."""
+
+
+def stamp_every(events: int) -> str:
+    return str(max(1, events // E2E_LATENCY_SAMPLES))
 
 
 READ_BATCH_BYTES = 32 * 1024 * 1024
@@ -578,13 +588,17 @@ def e2e_row(
     note: str = "",
 ) -> dict[str, Any]:
     """``producers`` copies of ``producer`` and one ``consumer`` started together;
-    the time until the consumer has every event. The clients' CPU counts all."""
+    the time until the consumer has every event, and the consumer's delivery
+    latency of the stamped ones. The clients' CPU counts all."""
     with Measured(pid) as m:
         wall, out = run_group([producer] * producers + [consumer])
     row = group_row(
         system, wall, out[producers:], size, events=events, pid=pid, cpu_s=m.cpu, note=note
     )
     row["client_cpu_share"] = round(sum(float(r.get("client_cpu_s", 0.0)) for r in out) / wall, 2)
+    for key in ("p50_ms", "p99_ms", "p999_ms"):  # delivery of the stamped events
+        if out[producers].get(key) is not None:
+            row[key] = out[producers][key]
     return row
 
 
@@ -742,20 +756,13 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                 results["consume_100b"][key] = row
                 say(f"  {label}: consume {row['events_per_s']:,} events/s")
             if want("e2e") and not sync_always:
-                n = sizes.peer_e2e_events
-                asyncio.run(nats_stream(port, "e2e"))
-                producer = ["nats-produce", str(port), "e2e", str(SMALL), str(n)]
-                consumer = ["nats-consume", str(port), "e2e", "e2e", str(n), "300"]
-                with Measured(pid) as m:
-                    wall, out = run_group([producer, consumer])
-                row = group_row(label, wall, out[1:], SMALL, pid=pid, cpu_s=m.cpu)
-                row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
-                results["e2e_100b"][key] = row
-                say(f"  {label}: end to end {row['events_per_s']:,} events/s")
-                for shape, stream, size, total, producers in sizes.e2e_more(n):
+                for shape, stream, size, total, producers in sizes.e2e_shapes(
+                    sizes.peer_e2e_events
+                ):
                     asyncio.run(nats_stream(port, stream))
                     per = total // producers
                     producer = ["nats-produce", str(port), stream, str(size), str(per)]
+                    producer.append(stamp_every(total))
                     consumer = ["nats-consume", str(port), stream, stream, str(per * producers)]
                     consumer += ["300", str(read_batch(size))]
                     row = e2e_row(
@@ -766,6 +773,7 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                         size,
                         per * producers,
                         pid,
+                        note=f"nats-py pull, {read_batch(size):,}",
                     )
                     results[shape][key] = row
                     say(f"  {label}: end to end, {shape}: {row['mb_per_s']} MB/s")
@@ -971,19 +979,12 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
                 )
                 say(f"  {label}: consume {results['consume_100b'][key]['events_per_s']:,} events/s")
             if want("e2e") and first:
-                n = sizes.peer_e2e_events
-                producer = ["redis-produce", str(port), "e2e", str(SMALL), str(n)]
-                consumer = ["redis-consume", str(port), "e2e", str(n), "300"]
-                with Measured(pid) as m:
-                    wall, out = run_group([producer, consumer])
-                row = group_row(label, wall, out[1:], SMALL, pid=pid, cpu_s=m.cpu)
-                row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
-                row["note"] = (row.get("note", "") + " redis-py, XREAD BLOCK 1,000").strip()
-                results["e2e_100b"][key] = row
-                say(f"  {label}: end to end {row['events_per_s']:,} events/s")
-                for shape, stream, size, total, producers in sizes.e2e_more(n):
+                for shape, stream, size, total, producers in sizes.e2e_shapes(
+                    sizes.peer_e2e_events
+                ):
                     per = total // producers
                     producer = ["redis-produce", str(port), stream, str(size), str(per)]
+                    producer.append(stamp_every(total))
                     consumer = ["redis-consume", str(port), stream, str(per * producers), "300"]
                     consumer.append(str(read_batch(size)))
                     row = e2e_row(
@@ -1083,6 +1084,29 @@ def floor_large_row(fsync: str, scratch: Path, count: int) -> tuple[str, dict[st
     mode, key, what = next(m for m in FLOOR_MODES if m[1] == f"floor_{fsync}")
     with floor_server(mode, scratch / f"{key}_10k.bin") as (port, pid):
         return key, raw_produce_row(port, "floor", pid, count, f"Python floor, {what}")
+
+
+def raw_and_floor_rows(
+    fsync: str,
+    uri: str,
+    listeners: dict[str, int],
+    pid: int,
+    sizes: Sizes,
+    scratch: Path,
+    results: dict[str, Any],
+    floor: bool,
+) -> None:
+    """The 10 KiB raw-socket block rows: headrace's (server ``pid``, policy
+    ``fsync``), then, unless ``--skip floor``, the Python floor's of the same policy."""
+    segment, _ = asyncio.run(hr_stream(uri, f"raw10k{fsync}"))
+    system = f"headrace, raw-socket blocks, fsync {fsync}"
+    row = raw_produce_row(listeners["segment-store"], segment, pid, sizes.large_events, system)
+    results["produce_10k"][f"headrace_raw_{fsync}"] = row
+    say(f"  10 KiB, raw-socket blocks, fsync {fsync}: {row['mb_per_s']} MB/s")
+    if floor:
+        key, row = floor_large_row(fsync, scratch, sizes.large_events)
+        results["produce_10k"][key] = row
+        say(f"  10 KiB, Python floor: {row['mb_per_s']} MB/s")
 
 
 # --------------------------------------------------------------------------- memory
@@ -1619,20 +1643,7 @@ def run_headrace(
             results["produce_10k"]["headrace_always"] = row
             say(f"  10 KiB: {row['mb_per_s']} MB/s")
         if want("large"):
-            segment, _ = asyncio.run(hr_stream(uri, "raw10kalways"))
-            row = raw_produce_row(
-                listeners["segment-store"],
-                segment,
-                pid,
-                sizes.large_events,
-                "headrace, raw-socket blocks, fsync always",
-            )
-            results["produce_10k"]["headrace_raw_always"] = row
-            say(f"  10 KiB, raw-socket blocks: {row['mb_per_s']} MB/s")
-            if floor:
-                key, floor_row = floor_large_row("always", scratch, sizes.large_events)
-                results["produce_10k"][key] = floor_row
-                say(f"  10 KiB, Python floor: {floor_row['mb_per_s']} MB/s")
+            raw_and_floor_rows("always", uri, listeners, pid, sizes, scratch, results, floor)
         if want("large"):
             results["produce_10k"].update(
                 large_rows(
@@ -1761,34 +1772,16 @@ def run_headrace(
                 say(f"  RS-IO ({mode}): {row['events_per_s']:,} events/s")
 
         if want("e2e"):
-            n = sizes.e2e_events
-            segment, _ = asyncio.run(hr_stream(uri, "e2e"))
-            producer = ["hr-produce", uri, "bench", "e2e", str(SMALL), str(n)]
-            consumer = ["hr-consume", ss, segment, str((n + 1) * event_bytes), "300"]
-            with Measured(pid) as m:
-                wall, out = run_group([producer, consumer])
-            row = group_row(
-                "headrace client → bare-socket ReadSegment reader",
-                wall,
-                out[1:],
-                SMALL,
-                events=n,
-                pid=pid,
-                cpu_s=m.cpu,
-            )
-            row["client_cpu_share"] = round(sum(r["client_cpu_s"] for r in out) / wall, 2)
-            results["e2e_100b"]["headrace"] = row
-            say(f"  end to end: {row['events_per_s']:,} events/s")
-            for shape, stream, size, total, producers in sizes.e2e_more(sizes.e2e_events):
+            for shape, stream, size, total, producers in sizes.e2e_shapes(sizes.e2e_events):
                 segment, _ = asyncio.run(hr_stream(uri, stream))
                 per = total // producers
                 producer = ["hr-produce", uri, "bench", stream, str(size), str(per)]
+                producer.append(stamp_every(total))
                 # each producer writes one event more, before the timing starts
                 nbytes = producers * (per + 1) * (size + 8)
-                consumer = ["hr-consume", ss, segment, str(nbytes), "300"]
-                system = producers_label(
-                    "headrace client → bare-socket ReadSegment reader", producers
-                )
+                consumer = ["hr-consume", ss, segment, str(nbytes), "300", str(size)]
+                system = "headrace client → bare-socket ReadSegment reader"
+                system = producers_label(system, producers)
                 row = e2e_row(system, producer, producers, consumer, size, per * producers, pid)
                 results[shape]["headrace"] = row
                 say(f"  end to end, {shape}: {row['mb_per_s']} MB/s")
@@ -1858,20 +1851,7 @@ def run_headrace(
             )
             results["produce_10k"]["headrace_never"] = row
             say(f"  10 KiB, fsync never: {row['mb_per_s']} MB/s")
-            segment, _ = asyncio.run(hr_stream(uri, "raw10knever"))
-            row = raw_produce_row(
-                listeners["segment-store"],
-                segment,
-                pid,
-                sizes.large_events,
-                "headrace, raw-socket blocks, fsync never",
-            )
-            results["produce_10k"]["headrace_raw_never"] = row
-            say(f"  10 KiB, raw-socket blocks, fsync never: {row['mb_per_s']} MB/s")
-            if floor:
-                key, floor_row = floor_large_row("never", scratch, sizes.large_events)
-                results["produce_10k"][key] = floor_row
-                say(f"  10 KiB, Python floor: {floor_row['mb_per_s']} MB/s")
+            raw_and_floor_rows("never", uri, listeners, pid, sizes, scratch, results, floor)
             results["produce_10k"].update(
                 large_rows(
                     "never", uri, listeners["tank"], pid, sizes.large_events, sizes.large_events

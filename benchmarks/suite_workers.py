@@ -58,6 +58,31 @@ def now_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+class Stamps:
+    """Events of ``size`` bytes whose first 8 bytes carry their send time
+    (``now_ns``, big-endian) in one of every ``every`` events and zeros in the
+    others (0: none): a consumer subtracts the stamps it finds from its own
+    clock, so an end-to-end shape gives a delivery latency for a sample of its
+    events without a clock read per event."""
+
+    def __init__(self, size: int, every: int) -> None:
+        self.pad = os.urandom(size - _I64.size)
+        self.plain = bytes(_I64.size) + self.pad
+        self.every = every
+
+    def event(self, i: int) -> bytes:
+        if self.every and i % self.every == 0:
+            return _I64.pack(now_ns()) + self.pad
+        return self.plain
+
+
+def stamped_latency(payload: bytes | memoryview, arrived: int, into: list[int]) -> None:
+    """Add ``payload``'s delivery latency to ``into`` if it carries a stamp."""
+    stamp = _I64.unpack_from(payload)[0]
+    if stamp:
+        into.append(arrived - stamp)
+
+
 def handshake() -> None:
     """Tell the parent the worker is set up; return when it says go."""
     print("ready", flush=True)
@@ -474,11 +499,13 @@ def _timed(run: Callable[[], Any]) -> None:
     finish({"seconds": seconds, "client_cpu_s": time.process_time() - cpu0, **(extra or {})})
 
 
-def hr_produce(uri: str, scope: str, stream: str, size: str, count: str) -> None:
-    """headrace's ``EventWriter``: ``count`` events, then ``flush``."""
+def hr_produce(uri: str, scope: str, stream: str, size: str, count: str, every: str = "0") -> None:
+    """headrace's ``EventWriter``: ``count`` events, then ``flush``; one in
+    ``every`` stamped (``Stamps``)."""
     from headrace.client import PravegaClient
 
-    event = os.urandom(int(size))
+    stamps = Stamps(int(size), int(every))
+    event = stamps.plain
     n = int(count)
 
     async def main() -> None:
@@ -488,8 +515,11 @@ def hr_produce(uri: str, scope: str, stream: str, size: str, count: str) -> None
             await asyncio.to_thread(handshake)
 
             async def produce() -> None:
-                for _ in range(n):
-                    await writer.write(event)
+                every = stamps.every or n
+                for first in range(0, n, every):  # no per-event test: 100 B is client-bound
+                    await writer.write(stamps.event(first) if stamps.every else event)
+                    for _ in range(min(every, n - first) - 1):
+                        await writer.write(event)
                 await writer.flush()
 
             cpu0 = time.process_time()
@@ -571,11 +601,12 @@ def tank_produce(port: str, topic: str, count: str) -> None:
     asyncio.run(main())
 
 
-def nats_produce(port: str, subject: str, size: str, count: str) -> None:
-    """nats-py ``publish_async`` (4,000 pending), then wait for every ack."""
+def nats_produce(port: str, subject: str, size: str, count: str, every: str = "0") -> None:
+    """nats-py ``publish_async`` (4,000 pending), then wait for every ack; one in
+    ``every`` stamped (``Stamps``)."""
     import nats
 
-    payload = os.urandom(int(size))
+    stamps = Stamps(int(size), int(every))
     n = int(count)
 
     async def main() -> None:
@@ -584,8 +615,8 @@ def nats_produce(port: str, subject: str, size: str, count: str) -> None:
         await asyncio.to_thread(handshake)
         cpu0 = time.process_time()
         began = time.perf_counter()
-        for _ in range(n):
-            await js.publish_async(subject, payload)
+        for i in range(n):
+            await js.publish_async(subject, stamps.event(i))
         await js.publish_async_completed()
         seconds = time.perf_counter() - began
         cpu = time.process_time() - cpu0
@@ -595,11 +626,12 @@ def nats_produce(port: str, subject: str, size: str, count: str) -> None:
     asyncio.run(main())
 
 
-def redis_produce(port: str, key: str, size: str, count: str) -> None:
-    """redis-py pipelines of ``XADD`` (1,000 per pipeline; 10 for 1 MiB events)."""
+def redis_produce(port: str, key: str, size: str, count: str, every: str = "0") -> None:
+    """redis-py pipelines of ``XADD`` (1,000 per pipeline; 10 for 1 MiB events);
+    one in ``every`` stamped (``Stamps``)."""
     import redis
 
-    payload = os.urandom(int(size))
+    stamps = Stamps(int(size), int(every))
     n = int(count)
     batch = 1000 if int(size) <= 1024 else (100 if int(size) <= 64 * 1024 else 10)
     client = redis.Redis(host="127.0.0.1", port=int(port))
@@ -609,8 +641,8 @@ def redis_produce(port: str, key: str, size: str, count: str) -> None:
     began = time.perf_counter()
     for start in range(0, n, batch):
         pipe = client.pipeline(transaction=False)
-        for _ in range(min(batch, n - start)):
-            pipe.xadd(key, {"v": payload})
+        for i in range(start, min(start + batch, n)):
+            pipe.xadd(key, {"v": stamps.event(i)})
         pipe.execute()
     seconds = time.perf_counter() - began
     finish({"seconds": seconds, "client_cpu_s": time.process_time() - cpu0, "events": n})
@@ -619,13 +651,21 @@ def redis_produce(port: str, key: str, size: str, count: str) -> None:
 # --------------------------------------------------------------------------- consumers
 
 
-def hr_consume(port: str, segment: str, nbytes: str, seconds: str) -> None:
+def hr_consume(port: str, segment: str, nbytes: str, seconds: str, event_bytes: str = "0") -> None:
     """Read ``segment`` from 0 until ``nbytes`` with 2 MiB ``ReadSegment``s over a
-    bare socket (parked at the tail while a producer is still behind)."""
+    bare socket (parked at the tail while a producer is still behind). With
+    ``event_bytes`` (every event that size), the delivery latency of each
+    stamped event (``Stamps``), from the arrival of the reply that completes it."""
     from headrace.protocols import pravega as p
 
     sock, frames = pravega_connect(int(port))
     end = int(nbytes)
+    size = int(event_bytes)
+    stride = _FRAME.size + size
+    # an event: its header, the stamp, the rest of its payload
+    event = struct.Struct(f">{_FRAME.size}xq{size - _I64.size}x") if size else None
+    latencies: list[int] = []
+    cut = b""  # the start of an event the previous reply ended in
     handshake()
     cpu0 = time.process_time()
     began = time.perf_counter()
@@ -638,14 +678,33 @@ def hr_consume(port: str, segment: str, nbytes: str, seconds: str) -> None:
         if kind != p.CommandType.SEGMENT_READ:
             raise RuntimeError(f"ReadSegment answered with type {kind}: {payload[:80]!r}")
         name_size = struct.unpack_from(">H", payload)[0]
-        offset += struct.unpack_from(">i", payload, 2 + name_size + 8 + 2)[0]
+        at = 2 + name_size + 8 + 2
+        got = struct.unpack_from(">i", payload, at)[0]
+        offset += got
         request_id += 1
+        if event is not None:
+            arrived = now_ns()
+            data = memoryview(payload)[at + 4 : at + 4 + got]
+            start = 0
+            if cut:  # finish the event the previous reply cut
+                start = min(stride - len(cut), len(data))
+                cut += bytes(data[:start])
+                if len(cut) == stride:
+                    stamped_latency(cut[_FRAME.size :], arrived, latencies)
+                    cut = b""
+            whole = start + (len(data) - start) // stride * stride
+            for (stamp,) in event.iter_unpack(data[start:whole]):
+                if stamp:
+                    latencies.append(arrived - stamp)
+            if whole < len(data):
+                cut = bytes(data[whole:])
     finish(
         {
             "seconds": time.perf_counter() - began,
             "client_cpu_s": time.process_time() - cpu0,
             "bytes": offset,
             "complete": offset >= end,
+            **quantiles_ms(latencies),
         }
     )
 
@@ -882,15 +941,21 @@ def nats_consume(
         began = time.perf_counter()
         deadline = began + float(seconds)
         got = 0
+        latencies: list[int] = []
         while got < n and time.perf_counter() < deadline:
             try:
-                got += len(await sub.fetch(min(int(batch), n - got), timeout=1.0))
+                messages = await sub.fetch(min(int(batch), n - got), timeout=1.0)
             except nats.errors.TimeoutError:
                 continue
+            arrived = now_ns()
+            for message in messages:
+                stamped_latency(message.data, arrived, latencies)
+            got += len(messages)
         elapsed = time.perf_counter() - began
         cpu = time.process_time() - cpu0
         await nc.close()
-        finish({"seconds": elapsed, "client_cpu_s": cpu, "events": got, "complete": got >= n})
+        result = {"seconds": elapsed, "client_cpu_s": cpu, "events": got, "complete": got >= n}
+        finish({**result, **quantiles_ms(latencies)})
 
     asyncio.run(main())
 
@@ -907,12 +972,16 @@ def redis_consume(port: str, key: str, count: str, seconds: str, batch: str = "1
     began = time.perf_counter()
     deadline = began + float(seconds)
     got = 0
+    latencies: list[int] = []
     last = b"0-0"
     while got < n and time.perf_counter() < deadline:
         reply = client.xread({key: last}, count=int(batch), block=1000)
         if not reply:
             continue
+        arrived = now_ns()
         entries = reply[0][1]
+        for _, fields in entries:
+            stamped_latency(fields[b"v"], arrived, latencies)
         got += len(entries)
         last = entries[-1][0]
     finish(
@@ -921,6 +990,7 @@ def redis_consume(port: str, key: str, count: str, seconds: str, batch: str = "1
             "client_cpu_s": time.process_time() - cpu0,
             "events": got,
             "complete": got >= n,
+            **quantiles_ms(latencies),
         }
     )
 
