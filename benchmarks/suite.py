@@ -2113,17 +2113,34 @@ def context(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+LIMIT_COLUMNS = (
+    ("loopback_tcp", "/ loopback TCP"),
+    ("write_fsync", "/ fsynced sequential write"),
+)
+"""The machine limits each headrace row's MB/s is divided by in the ratio tables."""
+
+
 def peer_ratio_lines(results: dict[str, Any], shape: str) -> list[str]:
+    """Each headrace row's events/s over each peer's (and the floor's), and its
+    MB/s over the machine's limits, all from the same run."""
     rows = results.get(shape, {})
     peers = [k for k in rows if not k.startswith("headrace") and "events_per_s" in rows[k]]
-    ours = [k for k in rows if k.startswith("headrace")]
-    if not peers or not ours:
+    ours = [k for k in rows if k.startswith("headrace") and "mb_per_s" in rows[k]]
+    limits = [
+        (results["limits"][k]["mb_per_s"], header)
+        for k, header in LIMIT_COLUMNS
+        if results["limits"].get(k, {}).get("mb_per_s")
+    ]
+    if not ours or not (peers or limits):
         return []
-    lines = ["| headrace row | " + " | ".join(f"/ {k}" for k in peers) + " |"]
-    lines.append("|---" * (len(peers) + 1) + "|")
+    headers = [f"/ {k}" for k in peers] + [header for _, header in limits]
+    lines = ["| headrace row | " + " | ".join(headers) + " |"]
+    lines.append("|---" * (len(headers) + 1) + "|")
     for key in ours:
-        cells = [str(ratio(rows[key]["events_per_s"], rows[p]["events_per_s"])) for p in peers]
-        lines.append(f"| {rows[key]['system']} | " + " | ".join(cells) + " |")
+        row = rows[key]
+        cells = [str(ratio(row["events_per_s"], rows[p]["events_per_s"])) for p in peers]
+        cells += [str(ratio(row["mb_per_s"], limit)) for limit, _ in limits]
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -2199,7 +2216,7 @@ def render(results: dict[str, Any]) -> str:
     ):
         lines = peer_ratio_lines(results, shape)
         if lines:
-            out += [f"**{title}, ratios headrace / peer (same run)**", "", *lines, ""]
+            out += [f"**{title}, ratios headrace / peer and / limit (same run)**", "", *lines, ""]
     memory = results["idle_memory"]
     if memory:
         out += ["**Memory (server RSS growth)**", "", "| server | figure |", "|---|---|"]
