@@ -602,8 +602,8 @@ def tank_produce(port: str, topic: str, count: str) -> None:
 
 
 def nats_produce(port: str, subject: str, size: str, count: str, every: str = "0") -> None:
-    """nats-py ``publish_async`` (4,000 pending), then wait for every ack; one in
-    ``every`` stamped (``Stamps``)."""
+    """nats-py ``publish_async`` (4,000 pending; 16 of events over 64 KiB), then
+    wait for every ack; one in ``every`` stamped (``Stamps``)."""
     import nats
 
     stamps = Stamps(int(size), int(every))
