@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -65,7 +66,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,30 @@ class Measured:
         self.cpu = common.cpu_s(self.pid) - self._cpu0
 
 
+def catchup_row(
+    port: str, segment: str, length: int, size: int, passes: int, pid: int
+) -> dict[str, Any]:
+    """A bare-socket reader process (``hr-catchup``, ``CATCHUP_DEPTH`` reads ahead)
+    reading a stored segment of ``size``-byte events ``passes`` times."""
+    reader = ["hr-catchup", port, segment, str(length), str(size), str(CATCHUP_DEPTH)]
+    reader += [str(2 * 1024 * 1024), "0", str(passes)]
+    with Measured(pid) as m:
+        _, (got,) = run_group([reader])
+    whole = got["complete"] and got["events"] * (size + 8) == length * passes
+    row = rate_row(
+        f"headrace ReadSegment 2 MiB, bare-socket reader process, {CATCHUP_DEPTH} ahead",
+        got["events"],
+        size + 8,
+        got["seconds"],
+        pid=pid,
+        cpu_s=m.cpu,
+        note=f"the stream read {_times(passes)}; every event header checked"
+        + ("" if whole else f" INCOMPLETE: {got['bytes']} of {length * passes} bytes"),
+    )
+    row["client_cpu_share"] = round(got["client_cpu_s"] / got["seconds"], 2)
+    return row
+
+
 def raw_produce_row(port: int, segment: str, pid: int, count: int, system: str) -> dict[str, Any]:
     """10 KiB events in ``AppendBlockEnd`` blocks as our client's writer sends them
     (``MAX_BLOCK_BYTES``, ``MAX_BLOCKS_IN_FLIGHT``), from a raw-socket process."""
@@ -602,6 +627,56 @@ def e2e_row(
     return row
 
 
+def worker_args(worker: str, port: int, stream: str, times: int = 1) -> list[str]:
+    """A peer worker's first arguments: its name, the port, the stream ``times`` times."""
+    return [worker, str(port), *([stream] * times)]
+
+
+def nats_stream_now(port: int, stream: str) -> None:
+    asyncio.run(nats_stream(port, stream))
+
+
+def peer_e2e_rows(
+    label: str,
+    key: str,
+    pid: int,
+    sizes: Sizes,
+    results: dict[str, Any],
+    *,
+    producer: Callable[[str], list[str]],
+    consumer: Callable[[str], list[str]],
+    note: str,
+    before: Callable[[str], object] | None = None,
+    after: Callable[[str], object] | None = None,
+) -> None:
+    """A peer's end-to-end rows, every size, 1 and ``PRODUCERS`` producers.
+
+    ``producer(stream)`` and ``consumer(stream)`` are a worker command's first
+    arguments (size, count and stamping, or count, time limit and batch,
+    follow); ``before``/``after`` run around each row (create the stream,
+    drop it); ``note`` is formatted with the consumer's ``batch``.
+    """
+    for shape, stream, size, total, producers in sizes.e2e_shapes(sizes.peer_e2e_events):
+        if before is not None:
+            before(stream)
+        per = total // producers
+        batch = read_batch(size)
+        row = e2e_row(
+            producers_label(label, producers),
+            [*producer(stream), str(size), str(per), stamp_every(total)],
+            producers,
+            [*consumer(stream), str(per * producers), "300", str(batch)],
+            size,
+            per * producers,
+            pid,
+            note=note.format(batch=batch),
+        )
+        results[shape][key] = row
+        if after is not None:
+            after(stream)
+        say(f"  {label}: end to end, {shape}: {row['mb_per_s']} MB/s")
+
+
 def latency_row(system: str, result: dict[str, Any], note: str = "") -> dict[str, Any]:
     """A row from a paced writer's or tail reader's result."""
     row: dict[str, Any] = {
@@ -756,27 +831,17 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                 results["consume_100b"][key] = row
                 say(f"  {label}: consume {row['events_per_s']:,} events/s")
             if want("e2e") and not sync_always:
-                for shape, stream, size, total, producers in sizes.e2e_shapes(
-                    sizes.peer_e2e_events
-                ):
-                    asyncio.run(nats_stream(port, stream))
-                    per = total // producers
-                    producer = ["nats-produce", str(port), stream, str(size), str(per)]
-                    producer.append(stamp_every(total))
-                    consumer = ["nats-consume", str(port), stream, stream, str(per * producers)]
-                    consumer += ["300", str(read_batch(size))]
-                    row = e2e_row(
-                        producers_label(label, producers),
-                        producer,
-                        producers,
-                        consumer,
-                        size,
-                        per * producers,
-                        pid,
-                        note=f"nats-py pull, {read_batch(size):,}",
-                    )
-                    results[shape][key] = row
-                    say(f"  {label}: end to end, {shape}: {row['mb_per_s']} MB/s")
+                peer_e2e_rows(
+                    label,
+                    key,
+                    pid,
+                    sizes,
+                    results,
+                    producer=functools.partial(worker_args, "nats-produce", port),
+                    consumer=functools.partial(worker_args, "nats-consume", port, times=2),
+                    note="nats-py pull, {batch:,}",
+                    before=functools.partial(nats_stream_now, port),
+                )
             if want("large"):
                 for shape, stream, size, count in (
                     ("produce_10k", "p10k", LARGE, sizes.large_events),
@@ -979,27 +1044,17 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
                 )
                 say(f"  {label}: consume {results['consume_100b'][key]['events_per_s']:,} events/s")
             if want("e2e") and first:
-                for shape, stream, size, total, producers in sizes.e2e_shapes(
-                    sizes.peer_e2e_events
-                ):
-                    per = total // producers
-                    producer = ["redis-produce", str(port), stream, str(size), str(per)]
-                    producer.append(stamp_every(total))
-                    consumer = ["redis-consume", str(port), stream, str(per * producers), "300"]
-                    consumer.append(str(read_batch(size)))
-                    row = e2e_row(
-                        producers_label(label, producers),
-                        producer,
-                        producers,
-                        consumer,
-                        size,
-                        per * producers,
-                        pid,
-                        note=f"redis-py, XREAD BLOCK {read_batch(size):,}",
-                    )
-                    results[shape][key] = row
-                    redis_delete(port, stream)
-                    say(f"  {label}: end to end, {shape}: {row['mb_per_s']} MB/s")
+                peer_e2e_rows(
+                    label,
+                    key,
+                    pid,
+                    sizes,
+                    results,
+                    producer=functools.partial(worker_args, "redis-produce", port),
+                    consumer=functools.partial(worker_args, "redis-consume", port),
+                    note="redis-py, XREAD BLOCK {batch:,}",
+                    after=functools.partial(redis_delete, port),
+                )
             if want("large"):
                 count = sizes.large_events
                 seconds = asyncio.run(redis_produce(port, "p10k", LARGE, count, batch=100))
@@ -1673,43 +1728,14 @@ def run_headrace(
         if want("consume"):
             segment, length = asyncio.run(hr_stream(uri, "p10k"))
             passes = -(-CATCHUP_MIN_BYTES // length)
-            reader = ["hr-catchup", ss, segment, str(length), str(LARGE), str(CATCHUP_DEPTH)]
-            reader += [str(2 * 1024 * 1024), "0", str(passes)]
-            with Profiler(profile, pid, "catchup", prof_dir) as prof, Measured(pid) as m:
-                _, (out,) = run_group([reader])
+            with Profiler(profile, pid, "catchup", prof_dir) as prof:
+                row = catchup_row(ss, segment, length, LARGE, passes, pid)
             results["profiles"]["catchup"] = prof.summary
-            whole = out["complete"] and out["events"] * (LARGE + 8) == length * passes
-            row = rate_row(
-                f"headrace ReadSegment 2 MiB, bare-socket reader process, {CATCHUP_DEPTH} ahead",
-                out["events"],
-                LARGE + 8,
-                out["seconds"],
-                pid=pid,
-                cpu_s=m.cpu,
-                note=f"the stream read {_times(passes)}; every event header checked"
-                + ("" if whole else f" INCOMPLETE: {out['bytes']} of {length * passes} bytes"),
-            )
-            row["client_cpu_share"] = round(out["client_cpu_s"] / out["seconds"], 2)
             results["catchup"]["headrace_reader_process"] = row
             say(f"  catch-up (reader process, {CATCHUP_DEPTH} ahead): {row['mb_per_s']} MB/s")
 
             segment, length = asyncio.run(hr_stream(uri, "p1m"))
-            reader = ["hr-catchup", ss, segment, str(length), str(HUGE), str(CATCHUP_DEPTH)]
-            reader += [str(2 * 1024 * 1024), "0", "1"]
-            with Measured(pid) as m:
-                _, (got,) = run_group([reader])
-            whole = got["complete"] and got["events"] * (HUGE + 8) == length
-            row = rate_row(
-                f"headrace ReadSegment 2 MiB, bare-socket reader process, {CATCHUP_DEPTH} ahead",
-                got["events"],
-                HUGE + 8,
-                got["seconds"],
-                pid=pid,
-                cpu_s=m.cpu,
-                note="every event header checked"
-                + ("" if whole else f" INCOMPLETE: {got['bytes']} of {length} bytes"),
-            )
-            row["client_cpu_share"] = round(got["client_cpu_s"] / got["seconds"], 2)
+            row = catchup_row(ss, segment, length, HUGE, 1, pid)
             results["consume_1mib"]["headrace_reader_process"] = row
             say(f"  1 MiB catch-up (reader process): {row['mb_per_s']} MB/s")
 
