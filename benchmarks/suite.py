@@ -1883,6 +1883,13 @@ def run_headrace(
                     "never", uri, listeners["tank"], pid, sizes.large_events, sizes.large_events
                 )
             )
+            # beside the peers' default policies, which sync in the background too
+            with Measured(pid) as m:
+                seconds = asyncio.run(hr_produce(uri, "p1m", HUGE, sizes.huge_events))
+            system = "headrace client, fsync never"
+            row = rate_row(system, sizes.huge_events, HUGE, seconds, pid=pid, cpu_s=m.cpu)
+            results["produce_1mib"]["headrace_never"] = row
+            say(f"  1 MiB, fsync never: {row['mb_per_s']} MB/s")
         if want("latency"):
             profiler = Profiler(profile, pid, "latency_never", prof_dir)
             hr_latency_shape("never", listeners, uri, pid, sizes, scratch, results, profiler)
