@@ -4,9 +4,11 @@ The latency targets of issue #10 (ack p99 <= 0.5 ms under ``never``, <= 2x the
 disk's fdatasync p99 under ``always``) include the paced writer process and the
 machine's scheduling. This server shows what is left for any Python server on
 the same machine, measured by the same paced writer in the same run: it parses
-the frame header, writes the events to one file, optionally syncs, and
-answers ``DataAppended`` from a precompiled ``struct``. No store, no segments,
-no validation, no metrics, one file for every writer.
+the frame header, takes the CRC-32 of the events (every byte a store keeps is
+covered by a checksum; the same zlib-ng function as headrace's store), writes
+them to one file, optionally syncs, and answers ``DataAppended`` from a
+precompiled ``struct``. No store, no segments, no validation, no metrics, one
+file for every writer.
 
 ``--sync``:
 
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from headrace.protocols import pravega as p
 from headrace.protocols._buffer import ReceiveBuffer
+from headrace.store.disk.format import crc32
 
 HEADER = struct.Struct(">ii")
 APPEND_HEAD = struct.Struct(">16sii")
@@ -101,6 +104,7 @@ class Floor(asyncio.Protocol):
         self.buffer = bytearray()
         self.last: dict[bytes, int] = {}
         self.end = 0
+        self.crc = 0
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -134,7 +138,10 @@ class Floor(asyncio.Protocol):
                 continue
             writer, _, length = APPEND_HEAD.unpack_from(buffer, body)
             start = body + APPEND_HEAD.size
-            os.write(self.fd, memoryview(buffer)[start : start + length])
+            data = memoryview(buffer)[start : start + length]
+            self.crc = crc32(data, self.crc)
+            os.write(self.fd, data)
+            del data  # the buffer is resized below
             self.end += length
             _, number, request_id = APPEND_TAIL.unpack_from(buffer, start + length)
             previous = self.last.get(writer, -1)
