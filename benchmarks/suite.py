@@ -15,7 +15,7 @@ Every run measures, in this order and on this machine:
    ``everysec``) driven by redis-py and ``redis-benchmark`` (Redis's own
    ceiling). A peer whose binary is missing is installed with ``apt-get`` when
    possible, or skipped with a printed note.
-3. **The Python floor** (``floor_server.py``: frame, write, optionally sync,
+3. **The Python floor** (``floor_server.py``: frame, checksum, write, optionally sync,
    ack) through the latency shape's paced writer, and after headrace's 10 KiB
    raw-socket rows through the same block producer.
 4. **headrace** (``headrace serve``, ``--fsync always`` and ``never``): 100-byte
@@ -1112,7 +1112,7 @@ def floor_server(mode: str, path: Path) -> Iterator[tuple[int, int]]:
 
 
 def run_floor(sizes: Sizes, scratch: Path, results: dict[str, Any]) -> None:
-    """The latency floor: ``floor_server.py`` (frame, write, optionally sync, ack;
+    """The latency floor: ``floor_server.py`` (frame, checksum, write, optionally sync, ack;
     nothing else) driven by the same paced writer, each mode on a fresh file."""
     for mode, key, what in FLOOR_MODES:
         path = scratch / f"{key}_latency.bin"
@@ -2267,7 +2267,7 @@ def render(results: dict[str, Any]) -> str:
     if lines:
         out += [
             "",
-            "The peers and the Python floor (`benchmarks/floor_server.py`: frame, write,"
+            "The peers and the Python floor (`benchmarks/floor_server.py`: frame, checksum, write,"
             " optionally sync, ack; nothing else) through the same paced writer (not targets:"
             " the harness and the machine are in their figures too):",
             "",
