@@ -138,10 +138,10 @@ class Floor(asyncio.Protocol):
                 continue
             writer, _, length = APPEND_HEAD.unpack_from(buffer, body)
             start = body + APPEND_HEAD.size
-            data = memoryview(buffer)[start : start + length]
-            self.crc = crc32(data, self.crc)
-            os.write(self.fd, data)
-            del data  # the buffer is resized below
+            events = memoryview(buffer)[start : start + length]
+            self.crc = crc32(events, self.crc)
+            os.write(self.fd, events)
+            del events  # the buffer is resized below
             self.end += length
             _, number, request_id = APPEND_TAIL.unpack_from(buffer, start + length)
             previous = self.last.get(writer, -1)

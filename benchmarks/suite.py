@@ -559,7 +559,8 @@ def run_group(
             if proc.returncode != 0 or not lines:
                 err.seek(0)
                 tail = err.read().decode(errors="replace")[-1500:]
-                raise RuntimeError(f"worker {proc.args[2:]} failed ({proc.returncode}): {tail}")
+                args = list(proc.args)[2:] if isinstance(proc.args, list) else proc.args
+                raise RuntimeError(f"worker {args!r} failed ({proc.returncode}): {tail}")
             results.append(json.loads(lines[-1]))
         return seconds, results
     finally:
@@ -923,15 +924,15 @@ async def redis_range(port: int, key: str, count: int, batch: int = 1000) -> flo
     client = aioredis.Redis(host="127.0.0.1", port=port)
     began = time.perf_counter()
     got = 0
-    last = "-"
+    last: bytes | str = "-"
     while got < count:
-        entries = await client.xrange(key, min=last, max="+", count=batch)
+        entries = await client.xrange(key, min=last, max="+", count=batch) or []
         if last != "-":
             entries = entries[1:]
         if not entries:
             break
         got += len(entries)
-        last = entries[-1][0]
+        last = entries[-1][0] or last
     seconds = time.perf_counter() - began
     await client.aclose()
     return seconds
@@ -1374,7 +1375,9 @@ def large_rows(
     return rows
 
 
-def tank_produce(port: int, count: int, profile: Profiler, pid: int) -> tuple[float, float]:
+def tank_produce(port: int, count: int, profile: Profiler, pid: int) -> tuple[float, float, float]:
+    """TANK bundles of 8192 produced (``profile`` around that only), then read back:
+    produce seconds, the server's CPU seconds while producing, consume seconds."""
     import tank_produce as tank
 
     from headrace.client.tank import TankClient
@@ -1562,6 +1565,8 @@ def run_headrace(
 ) -> None:
     import lumberjack_ingest
     import rsio_subscribe
+
+    from headrace.protocols.rsio import MAX_DEMAND
 
     listeners = {
         "controller": common.free_port(),
@@ -1779,7 +1784,7 @@ def run_headrace(
                     await rsio_subscribe._fill(client, "rs100", sizes.rsio_events, SMALL)
 
             asyncio.run(rsio_fill())
-            for mode, batch in (("unbounded demand", rsio_subscribe.MAX_DEMAND), ("batch 64", 64)):
+            for mode, batch in (("unbounded demand", MAX_DEMAND), ("batch 64", 64)):
                 with Measured(pid) as m:
                     seconds = asyncio.run(
                         rsio_subscribe._read(listeners["rsio"], "rs100", batch, sizes.rsio_events)

@@ -975,7 +975,7 @@ def redis_consume(port: str, key: str, count: str, seconds: str, batch: str = "1
     latencies: list[int] = []
     last = b"0-0"
     while got < n and time.perf_counter() < deadline:
-        reply = client.xread({key: last}, count=int(batch), block=1000)
+        reply: Any = client.xread({key: last}, count=int(batch), block=1000)
         if not reply:
             continue
         arrived = now_ns()
