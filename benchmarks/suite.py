@@ -794,17 +794,8 @@ def run_nats(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) ->
                 asyncio.run(nats_stream(port, "p100x4"))
                 per = count // PRODUCERS
                 command = ["nats-produce", str(port), "p100x4", str(SMALL), str(per)]
-                with Measured(pid) as m:
-                    wall, out = run_group([command] * PRODUCERS)
-                row = group_row(
-                    f"{label}, {PRODUCERS} producer processes",
-                    wall,
-                    out,
-                    SMALL,
-                    pid=pid,
-                    cpu_s=m.cpu,
-                    note="nats-py each",
-                )
+                label4 = producers_label(label, PRODUCERS)
+                row = producers_row(label4, command, PRODUCERS, SMALL, pid, "nats-py each")
                 results["produce_100b_4"][key] = row
                 say(f"  {label}: {PRODUCERS} producers {row['events_per_s']:,} events/s")
             if want("producers4") and not sync_always:
@@ -1014,17 +1005,9 @@ def run_redis(sizes: Sizes, scratch: Path, results: dict[str, Any], want: Any) -
             if want("producers4"):
                 per = count // PRODUCERS
                 command = ["redis-produce", str(port), "p100x4", str(SMALL), str(per)]
-                with Measured(pid) as m:
-                    wall, out = run_group([command] * PRODUCERS)
-                row = group_row(
-                    f"{label}, {PRODUCERS} producer processes",
-                    wall,
-                    out,
-                    SMALL,
-                    pid=pid,
-                    cpu_s=m.cpu,
-                    note="redis-py pipelines of 1,000 each",
-                )
+                label4 = producers_label(label, PRODUCERS)
+                note = "redis-py pipelines of 1,000 each"
+                row = producers_row(label4, command, PRODUCERS, SMALL, pid, note)
                 results["produce_100b_4"][key] = row
                 say(f"  {label}: {PRODUCERS} producers {row['events_per_s']:,} events/s")
             if want("producers4") and first:
@@ -1487,17 +1470,8 @@ def tank_producers(port: int, count: int, pid: int) -> dict[str, Any]:
 
     asyncio.run(create())
     command = ["tank-produce", str(port), "bench4", str(count // PRODUCERS)]
-    with Measured(pid) as m:
-        wall, out = run_group([command] * PRODUCERS)
-    return group_row(
-        f"headrace TANK, {PRODUCERS} producer processes",
-        wall,
-        out,
-        SMALL,
-        pid=pid,
-        cpu_s=m.cpu,
-        note="bundles of 8192, one partition",
-    )
+    system = f"headrace TANK, {PRODUCERS} producer processes"
+    return producers_row(system, command, PRODUCERS, SMALL, pid, "bundles of 8192, one partition")
 
 
 def hr_connections(
@@ -1660,17 +1634,9 @@ def run_headrace(
             asyncio.run(hr_stream(uri, "p100x4"))
             per = sizes.small_events // PRODUCERS
             command = ["hr-produce", uri, "bench", "p100x4", str(SMALL), str(per)]
-            with Measured(pid) as m:
-                wall, out = run_group([command] * PRODUCERS)
-            row = group_row(
-                f"headrace client, {PRODUCERS} producer processes",
-                wall,
-                out,
-                SMALL,
-                pid=pid,
-                cpu_s=m.cpu,
-                note="EventWriter each, one segment",
-            )
+            system = f"headrace client, {PRODUCERS} producer processes"
+            note = "EventWriter each, one segment"
+            row = producers_row(system, command, PRODUCERS, SMALL, pid, note)
             results["produce_100b_4"]["headrace_client"] = row
             say(f"  {PRODUCERS} client processes: 100 B {row['events_per_s']:,} events/s")
             row = tank_producers(listeners["tank"], sizes.small_events, pid)

@@ -543,6 +543,8 @@ def raw_produce(
     Every full block carries the same events, so one block's bytes are built
     once and only its 20-byte tail (event count, last event number, request
     id) is packed per block."""
+    from headrace.protocols import pravega as p
+
     sock, frames = pravega_connect(int(port))
     writer = setup_append(sock, frames, segment)
     encoder = AppendEncoder(writer, int(size))
@@ -570,7 +572,7 @@ def raw_produce(
             sent += 1
         frames.receive()
         for kind, payload in frames.available():
-            if kind != 7:  # DataAppended
+            if kind != p.CommandType.DATA_APPENDED:
                 raise RuntimeError(f"append answered with type {kind}: {payload[:80]!r}")
             acked_blocks += 1
     seconds = time.perf_counter() - began
