@@ -1,0 +1,451 @@
+"""Tables from a run's results: the full report the suite prints, the compact
+block it writes into ``docs/benchmarks.md``, and the targets judged on the
+run's own figures."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hrbench.config import PRODUCERS, ROOT, SHAPES, TARGETS
+from hrbench.floor import FLOOR_MODES
+from hrbench.results import Fsync, Results, Row, Target
+
+DOCS: Final = ROOT / "docs" / "benchmarks.md"
+BEGIN_MARK: Final = "<!-- suite:begin (written by benchmarks/suite.py) -->"
+END_MARK: Final = "<!-- suite:end -->"
+
+COLUMNS: Final = (
+    ("events_per_s", "events/s"),
+    ("mb_per_s", "MB/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("p999_ms", "p99.9 ms"),
+    ("server_cpu_us_per_event", "server CPU µs/event"),
+    ("server_peak_rss_mib", "server peak RSS MiB"),
+    ("server_rss_mib_before", "server RSS MiB before"),
+    ("server_rss_mib_during", "server RSS MiB during (max)"),
+    ("client_cpu_share", "client CPU (cores)"),
+    ("send_lateness_p99_ms", "send lateness p99 ms"),
+    ("server_append_p50_ms_at_most", "server append p50 ms ≤"),
+    ("server_append_p99_ms_at_most", "server append p99 ms ≤"),
+    ("server_fsync_p99_ms_at_most", "server fsync p99 ms ≤"),
+)
+"""Every figure column of the full tables, in order; a table shows those its rows have."""
+
+DOCS_COLUMNS: Final = (
+    ("events_per_s", "events/s"),
+    ("mb_per_s", "MB/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("server_cpu_us_per_event", "server CPU µs/event"),
+    ("server_peak_rss_mib", "server peak RSS MiB"),
+    ("client_cpu_share", "client CPU (cores)"),
+)
+"""The columns of the one table in ``docs/benchmarks.md``."""
+
+SHAPE_LABELS: Final = {
+    "produce_100b": "produce 100 B",
+    "produce_100b_4": f"produce 100 B, {PRODUCERS} producers",
+    "produce_10k": "produce 10 KiB",
+    "produce_10k_4": f"produce 10 KiB, {PRODUCERS} producers",
+    "produce_1mib": "produce 1 MiB",
+    "produce_1mib_4": f"produce 1 MiB, {PRODUCERS} producers",
+    "consume_100b": "consume 100 B",
+    "catchup": "consume 10 KiB",
+    "consume_1mib": "consume 1 MiB",
+    "e2e_100b": "end to end 100 B",
+    "e2e_10k": "end to end 10 KiB",
+    "e2e_1mib": "end to end 1 MiB",
+    "e2e_100b_4": f"end to end 100 B, {PRODUCERS} producers",
+    "e2e_10k_4": f"end to end 10 KiB, {PRODUCERS} producers",
+    "e2e_1mib_4": f"end to end 1 MiB, {PRODUCERS} producers",
+    "latency": "latency, 10,000/s",
+    "scaling": "segments",
+    "connections": "connections",
+}
+"""Each shape's short name in the docs table."""
+
+RATIO_TITLES: Final = (
+    ("produce_100b", "100-byte produce, one producer"),
+    ("produce_100b_4", f"100-byte produce, {PRODUCERS} producer processes"),
+    ("produce_10k", "10 KiB produce, one producer"),
+    ("produce_10k_4", f"10 KiB produce, {PRODUCERS} producer processes"),
+    ("produce_1mib", "1 MiB produce, one producer"),
+    ("produce_1mib_4", f"1 MiB produce, {PRODUCERS} producer processes"),
+    ("consume_100b", "100-byte consume"),
+    ("catchup", "10 KiB catch-up"),
+    ("consume_1mib", "1 MiB catch-up"),
+    ("e2e_100b", "100-byte end to end"),
+    ("e2e_10k", "10 KiB end to end"),
+    ("e2e_1mib", "1 MiB end to end"),
+    ("e2e_100b_4", f"100-byte end to end, {PRODUCERS} producer processes"),
+    ("e2e_10k_4", f"10 KiB end to end, {PRODUCERS} producer processes"),
+    ("e2e_1mib_4", f"1 MiB end to end, {PRODUCERS} producer processes"),
+)
+
+LIMIT_COLUMNS: Final = (
+    ("loopback_tcp", "/ loopback TCP"),
+    ("write_fsync", "/ fsynced sequential write"),
+)
+"""The machine limits each headrace row's MB/s is divided by in the ratio tables."""
+
+FSYNC_LIMITS: Final = (
+    ("fsync_4k", "4 KiB append + fdatasync"),
+    ("fsync_4k_before_latency", "the same just before the fsync-always latency shape"),
+    ("fsync_4k_after_latency", "the same just after it"),
+    ("fsync_4k_after", "the same after the run"),
+)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not b:
+        return None
+    return round(a / b, 3)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def table(rows: list[Row]) -> list[str]:
+    """One shape's rows, with the columns they have."""
+    keys = [(k, h) for k, h in COLUMNS if any(getattr(row, k) is not None for row in rows)]
+    lines = ["| system | " + " | ".join(h for _, h in keys) + " | note |"]
+    lines.append("|---" * (len(keys) + 2) + "|")
+    for row in rows:
+        cells = [_cell(getattr(row, k)) for k, _ in keys]
+        lines.append(f"| {row.system} | " + " | ".join(cells) + f" | {row.note} |")
+    return lines
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def judge(results: Results) -> list[Target]:
+    """Each target: the measured ratio or figure, the target, and whether it is met."""
+    limits = results.limits
+    targets: list[Target] = []
+
+    def get(shape: str, key: str | None, field: str) -> float | None:
+        row = results.row(shape, key) if key else None
+        value = getattr(row, field) if row is not None else None
+        return float(value) if value is not None else None
+
+    def add(name: str, value: float | None, target: float, higher_is_better: bool = True) -> None:
+        met = None
+        if value is not None:
+            met = value >= target if higher_is_better else value <= target
+        targets.append(Target(name, value, target, higher_is_better, met))
+
+    def best(shape: str, keys: list[str], field: str) -> Row | None:
+        """The fastest of headrace's front doors (each target takes its best)."""
+        rows = [r for k in keys if (r := results.row(shape, k)) is not None]
+        return max(rows, key=lambda r: float(getattr(r, field)), default=None)
+
+    tcp = limits.mb_per_s.get("loopback_tcp")
+    small = best(
+        "produce_100b", ["headrace_client", "headrace_tank", "headrace_rust_client"], "events_per_s"
+    )
+    small_rate = float(small.events_per_s) if small else None
+    name = small.system if small else ""
+    add(f"100 B produce events/s ({name})", small_rate, TARGETS["produce_100b_events_per_s"])
+    add(
+        "100 B produce: headrace / NATS sync always",
+        ratio(small_rate, get("produce_100b", "nats_always", "events_per_s")),
+        TARGETS["produce_100b_vs_nats_always"],
+    )
+    add(
+        "100 B produce: headrace / Redis everysec (redis-py)",
+        ratio(small_rate, get("produce_100b", "redis_everysec", "events_per_s")),
+        TARGETS["produce_100b_vs_redis_everysec"],
+    )
+    add(
+        "100 B produce: headrace / Redis everysec (redis-benchmark -P 64)",
+        ratio(small_rate, get("produce_100b", "redis_everysec_redis_benchmark", "events_per_s")),
+        TARGETS["produce_100b_vs_redis_everysec"],
+    )
+    write_fsync = limits.mb_per_s.get("write_fsync")
+    for fsync, limit, what, target in (
+        ("always", write_fsync, "fsynced sequential write", "produce_10k_vs_fsynced_write"),
+        ("never", tcp, "loopback TCP", "produce_10k_nofsync_vs_tcp"),
+    ):
+        keys = [
+            r.key
+            for r in results.shape("produce_10k")
+            if r.key.startswith("headrace") and r.key.endswith(fsync)
+        ]
+        row = best("produce_10k", keys, "mb_per_s")
+        add(
+            f"10 KiB produce: headrace fsync {fsync} / {what} ({row.system if row else ''})",
+            ratio(row.mb_per_s if row else None, limit),
+            TARGETS[target],
+        )
+    for key, what in (
+        ("headrace_reader_process", "bare-socket ReadSegment reader process"),
+        ("headrace_client", "headrace's PravegaClient, segments.read"),
+        ("headrace_client_views", "headrace's PravegaClient, segments.read_view"),
+    ):
+        add(
+            f"catch-up consume / loopback TCP ({what})",
+            ratio(get("catchup", key, "mb_per_s"), tcp),
+            TARGETS["catchup_vs_tcp"],
+        )
+    for key, with_what in (
+        ("headrace_never", "with a tail reader"),
+        ("headrace_never_alone", "writer alone"),
+    ):
+        add(
+            f"ack p99 ms at 10k/s, fsync never, {with_what}",
+            get("latency", key, "p99_ms"),
+            TARGETS["ack_p99_never_ms"],
+            higher_is_better=False,
+        )
+    for key, with_what in (
+        ("headrace_always", "with a tail reader"),
+        ("headrace_always_alone", "writer alone"),
+    ):
+        for when in ("before", "after"):
+            fsync_p99 = limits.fsync.get(f"fsync_4k_{when}_latency")
+            add(
+                f"ack p99 at 10k/s, fsync always, {with_what}"
+                f" / 4 KiB fdatasync p99 measured just {when}",
+                ratio(get("latency", key, "p99_ms"), fsync_p99.p99_ms if fsync_p99 else None),
+                TARGETS["ack_p99_always_vs_fsync_p99"],
+                higher_is_better=False,
+            )
+    for fsync in ("always", "never"):
+        add(
+            f"tail delivery p99 ms at 10k/s, fsync {fsync}",
+            get("latency", f"headrace_{fsync}_delivery", "p99_ms"),
+            TARGETS["delivery_p99_ms"],
+            higher_is_better=False,
+        )
+    for key in ("headrace_tank", "headrace_client"):
+        row = results.row("produce_100b", key)
+        add(
+            f"server CPU µs per 100 B event ({row.system if row else key})",
+            get("produce_100b", key, "server_cpu_us_per_event"),
+            TARGETS["server_cpu_us_per_event"],
+            higher_is_better=False,
+        )
+    memory = results.memory.get("headrace")
+    per_conn = memory.kib_per_connection if memory else None
+    per_reader = memory.kib_per_reader_and_connection if memory else None
+    add(
+        "MiB for 10,000 idle connections (extrapolated)",
+        round(per_conn * 10_000 / 1024, 1) if per_conn is not None else None,
+        TARGETS["idle_connections_mib"],
+        higher_is_better=False,
+    )
+    add(
+        "MiB for 10,000 parked readers, each on its own connection (extrapolated)",
+        round(per_reader * 10_000 / 1024, 1) if per_reader is not None else None,
+        TARGETS["idle_connections_mib"],
+        higher_is_better=False,
+    )
+    return targets
+
+
+def targets_table(results: Results) -> list[str]:
+    lines = ["| figure | measured | target | met |", "|---|---|---|---|"]
+    for row in results.targets:
+        if results.run.only and row.value is None:
+            continue  # a shape left out with --only
+        met = {True: "yes", False: "**no**", None: "n/a"}[row.met]
+        comparison = ">=" if row.higher_is_better else "<="
+        lines.append(f"| {row.figure} | {row.value} | {comparison} {row.target} | {met} |")
+    return lines
+
+
+def context(results: Results) -> list[str]:
+    """The latency targets' figures for the peers and the Python floor, through
+    the same paced writer.
+
+    Not targets: the ack latency a target names includes the paced writer
+    process and the machine's scheduling, so the peers' figures from the
+    same harness in the same run show how much of it any server pays, and
+    the floor's how much of it any Python asyncio server pays.
+    """
+    before = results.limits.fsync.get("fsync_4k_before_latency")
+    fsync_p99 = before.p99_ms if before else None
+    lines = []
+    peers = ("nats_default", "redis_everysec", "nats_always", "redis_always")
+    for key in (*peers, *(key for _, key, _ in FLOOR_MODES)):
+        row = results.row("latency", key)
+        if row is None:
+            continue
+        line = f"- {row.system}: p99 {row.p99_ms} ms"
+        if "always" in key and fsync_p99:
+            line += (
+                f", {ratio(row.p99_ms, fsync_p99)}x the 4 KiB fdatasync p99 measured"
+                " just before headrace's fsync-always latency shape"
+            )
+        if "NOT SUSTAINED" in row.note:
+            line += " (the offered load was not sustained)"
+        lines.append(line + ".")
+    for fsync, floor_key in (("never", "floor_never"), ("always", "floor_always_thread")):
+        ours = results.row("latency", f"headrace_{fsync}_alone")
+        floor = results.row("latency", floor_key)
+        if ours and floor:
+            lines.append(
+                f"- headrace writer alone under `{fsync}` against the floor"
+                f" ({floor.system}): p50 {ratio(ours.p50_ms, floor.p50_ms)}x,"
+                f" p99 {ratio(ours.p99_ms, floor.p99_ms)}x."
+            )
+    return lines
+
+
+CONTEXT_INTRO: Final = (
+    "The peers and the Python floor (`benchmarks/floor_server.py`: frame, checksum, write,"
+    " optionally sync, ack; nothing else) through the same paced writer (not targets:"
+    " the harness and the machine are in their figures too):"
+)
+
+
+def peer_ratio_lines(results: Results, shape: str) -> list[str]:
+    """Each headrace row's events/s over each peer's (and the floor's), and its
+    MB/s over the machine's limits, all from the same run."""
+    rows = results.shape(shape)
+    peers = [r for r in rows if not r.key.startswith("headrace")]
+    ours = [r for r in rows if r.key.startswith("headrace")]
+    limits = [
+        (results.limits.mb_per_s[k], header)
+        for k, header in LIMIT_COLUMNS
+        if results.limits.mb_per_s.get(k)
+    ]
+    if not ours or not (peers or limits):
+        return []
+    headers = [f"/ {p.key}" for p in peers] + [header for _, header in limits]
+    lines = ["| headrace row | " + " | ".join(headers) + " |"]
+    lines.append("|---" * (len(headers) + 1) + "|")
+    for row in ours:
+        cells = [str(ratio(row.events_per_s, p.events_per_s)) for p in peers]
+        cells += [str(ratio(row.mb_per_s, limit)) for limit, _ in limits]
+        lines.append(f"| {row.system} | " + " | ".join(cells) + " |")
+    return lines
+
+
+# --------------------------------------------------------------------------- whole reports
+
+
+def _fsync_cell(f: Fsync) -> str:
+    return f"{f.ops_per_s:,} ops/s, p50 {f.p50_ms} ms, p99 {f.p99_ms} ms, p99.9 {f.p999_ms} ms"
+
+
+def header(results: Results) -> list[str]:
+    """The run and the machine, and the machine's limits."""
+    run, m, limits = results.run, results.run.machine, results.limits
+    out = [
+        f"Machine: {m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gib')} GiB RAM, kernel"
+        f" {m.get('kernel')}, Python {m.get('python')}; data on {run.filesystem}."
+        f" Load average (1 min) {run.loadavg_start:.2f} at start, {run.loadavg_end:.2f} at end."
+        f" Wall time {run.wall_s:.0f} s.",
+    ]
+    guest = m.get("guest")
+    if guest:
+        settings = ", ".join(f"`{k}` {v}" for k, v in guest.items())
+        out += ["", f'Guest settings (see "What the VM adds"): {settings}.']
+    out += ["", "| limit | figure |", "|---|---|"]
+    for key, name in (
+        ("loopback_tcp", "loopback TCP (iperf3, 1 stream)"),
+        ("write_nosync", "sequential 1 MiB writes, no sync"),
+        ("write_fsync", "sequential 1 MiB writes, fdatasync each"),
+    ):
+        figure = limits.mb_per_s.get(key)
+        out.append(f"| {name} | {limits.skipped.get(key, f'{figure} MB/s')} |")
+    for key, name in FSYNC_LIMITS:
+        if key in limits.fsync:
+            out.append(f"| {name} | {_fsync_cell(limits.fsync[key])} |")
+    return out
+
+
+def memory_table(results: Results) -> list[str]:
+    if not results.memory:
+        return []
+    out = ["| server | KiB per idle connection | KiB per parked reader and its connection |"]
+    out.append("|---|---|---|")
+    for key, memory in results.memory.items():
+        per_reader = memory.kib_per_reader_and_connection
+        readers = f"{per_reader} ({memory.readers:,})" if per_reader is not None else ""
+        out.append(f"| {key} | {memory.kib_per_connection} ({memory.connections:,}) | {readers} |")
+    return out
+
+
+def render(results: Results) -> str:
+    """The full report: every shape's table, the ratios, memory, targets."""
+    run = results.run
+    out = [
+        f"### Results, {run.when} ({'quick' if run.quick else 'full'} run)",
+        "",
+        *header(results),
+        "",
+    ]
+    for key, title in SHAPES:
+        rows = results.shape(key)
+        if rows:
+            out += [f"**{title}**", "", *table(rows), ""]
+            if key == "latency":
+                out += [
+                    f"The paced writers send what has fallen due every {run.flush_ms} ms;"
+                    " `send lateness` is how far behind that schedule they sent.",
+                    "",
+                ]
+    for shape, title in RATIO_TITLES:
+        lines = peer_ratio_lines(results, shape)
+        if lines:
+            out += [f"**{title}, ratios headrace / peer and / limit (same run)**", "", *lines, ""]
+    memory = memory_table(results)
+    if memory:
+        out += ["**Memory (server RSS growth)**", "", *memory, ""]
+    out += ["**Targets**", "", *targets_table(results)]
+    lines = context(results)
+    if lines:
+        out += ["", CONTEXT_INTRO, "", *lines]
+    return "\n".join(out) + "\n"
+
+
+def render_docs(results: Results) -> str:
+    """The block of ``docs/benchmarks.md``: the machine and its limits, one table
+    of every row, memory, the targets."""
+    run = results.run
+    out = [
+        f"{'Quick' if run.quick else 'Full'} run, results file"
+        " `benchmarks/results/latest.json` (`suite.py --render` writes this block from it).",
+        "",
+        *header(results),
+        "",
+        "| shape | system | " + " | ".join(h for _, h in DOCS_COLUMNS) + " | note |",
+        "|---" * (len(DOCS_COLUMNS) + 3) + "|",
+    ]
+    for key, _ in SHAPES:
+        label = SHAPE_LABELS[key]
+        for row in results.shape(key):
+            cells = [_cell(getattr(row, k)) for k, _ in DOCS_COLUMNS]
+            note = row.note
+            if row.send_lateness_p99_ms is not None:
+                note = f"{note}; sent up to {row.send_lateness_p99_ms} ms late at p99"
+            out.append(f"| {label} | {row.system} | " + " | ".join(cells) + f" | {note} |")
+            label = ""
+    memory = memory_table(results)
+    if memory:
+        out += ["", *memory]
+    out += ["", *targets_table(results)]
+    lines = context(results)
+    if lines:
+        out += ["", CONTEXT_INTRO, "", *lines]
+    return "\n".join(out) + "\n"
+
+
+def write_docs(text: str) -> None:
+    """Replace the generated block of ``docs/benchmarks.md`` with ``text``."""
+    current = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    block = f"{BEGIN_MARK}\n{text}{END_MARK}"
+    if BEGIN_MARK in current and END_MARK in current:
+        head, rest = current.split(BEGIN_MARK, 1)
+        tail = rest.split(END_MARK, 1)[1]
+        current = head + block + tail
+    else:
+        current = current.rstrip("\n") + "\n\n## Latest results\n\n" + block + "\n"
+    DOCS.write_text(current)
