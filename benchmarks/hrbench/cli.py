@@ -20,8 +20,14 @@ from hrbench.limits import fsync_latency, measure_limits
 from hrbench.measure import say
 from hrbench.peer_nats import run_nats
 from hrbench.peer_redis import run_redis
-from hrbench.render import DOCS, judge, render, write_docs
+from hrbench.render import DOCS, judge, render, render_docs, write_docs
 from hrbench.results import Results, Run, load
+
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+LATEST = RESULTS_DIR / "latest.json"
+"""The results of the last run that wrote the docs: the docs block is rendered from it."""
+SCRATCH = RESULTS_DIR / "scratch.json"
+"""The results of a run that leaves the docs alone (git ignores it)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,10 +59,19 @@ def parser() -> argparse.ArgumentParser:
         help="run only this shape (repeatable), after the machine limits; never writes the docs",
     )
     p.add_argument(
-        "--render",
+        "--results",
         type=Path,
         default=None,
-        help="write the tables again from a saved run's output (its JSON line); runs nothing",
+        help="write the run's results here (default: benchmarks/results/latest.json for a run"
+        " that writes the docs, benchmarks/results/scratch.json otherwise)",
+    )
+    p.add_argument(
+        "--render",
+        "--render-json",
+        type=Path,
+        default=None,
+        help="print the tables and write the docs block again from a results file (or a saved"
+        " run's output, its last JSON line); runs nothing",
     )
     return p
 
@@ -119,21 +134,38 @@ def run(args: argparse.Namespace) -> Results:
     return results
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
+def docs_from(path: Path) -> None:
+    """Write the docs block from the results file at ``path``."""
+    write_docs(render_docs(load(path), shown(path)))
+    say(f"{shown(DOCS)} written from {shown(path)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.render is not None:
         results = load(args.render)
         results.targets = judge(results)
-        text = render(results)
-        print(text)
+        print(render(results))
+        source = args.render
+        if args.results is not None:  # a saved run's output, kept as a results file
+            results.save(args.results)
+            source = args.results
         if not args.no_docs:
-            write_docs(text)
+            docs_from(source)
         return
+    docs = (not args.quick or args.docs) and not args.no_docs and not args.only
+    path = args.results or (LATEST if docs else SCRATCH)
     results = run(args)
-    text = render(results)
     print()
-    print(text)
-    if (not args.quick or args.docs) and not args.no_docs and not args.only:
-        write_docs(text)
-        say(f"written to {DOCS.relative_to(ROOT)}")
+    print(render(results))
+    results.save(path)
+    say(f"results written to {shown(path)}")
+    if docs:
+        docs_from(path)
     print(json.dumps(results.to_json(), ensure_ascii=False))

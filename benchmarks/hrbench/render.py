@@ -32,39 +32,6 @@ COLUMNS: Final = (
 )
 """Every figure column of the full tables, in order; a table shows those its rows have."""
 
-DOCS_COLUMNS: Final = (
-    ("events_per_s", "events/s"),
-    ("mb_per_s", "MB/s"),
-    ("p50_ms", "p50 ms"),
-    ("p99_ms", "p99 ms"),
-    ("server_cpu_us_per_event", "server CPU µs/event"),
-    ("server_peak_rss_mib", "server peak RSS MiB"),
-    ("client_cpu_share", "client CPU (cores)"),
-)
-"""The columns of the one table in ``docs/benchmarks.md``."""
-
-SHAPE_LABELS: Final = {
-    "produce_100b": "produce 100 B",
-    "produce_100b_4": f"produce 100 B, {PRODUCERS} producers",
-    "produce_10k": "produce 10 KiB",
-    "produce_10k_4": f"produce 10 KiB, {PRODUCERS} producers",
-    "produce_1mib": "produce 1 MiB",
-    "produce_1mib_4": f"produce 1 MiB, {PRODUCERS} producers",
-    "consume_100b": "consume 100 B",
-    "catchup": "consume 10 KiB",
-    "consume_1mib": "consume 1 MiB",
-    "e2e_100b": "end to end 100 B",
-    "e2e_10k": "end to end 10 KiB",
-    "e2e_1mib": "end to end 1 MiB",
-    "e2e_100b_4": f"end to end 100 B, {PRODUCERS} producers",
-    "e2e_10k_4": f"end to end 10 KiB, {PRODUCERS} producers",
-    "e2e_1mib_4": f"end to end 1 MiB, {PRODUCERS} producers",
-    "latency": "latency, 10,000/s",
-    "scaling": "segments",
-    "connections": "connections",
-}
-"""Each shape's short name in the docs table."""
-
 RATIO_TITLES: Final = (
     ("produce_100b", "100-byte produce, one producer"),
     ("produce_100b_4", f"100-byte produce, {PRODUCERS} producer processes"),
@@ -406,36 +373,198 @@ def render(results: Results) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_docs(results: Results) -> str:
-    """The block of ``docs/benchmarks.md``: the machine and its limits, one table
-    of every row, memory, the targets."""
+DOORS: Final = {
+    "headrace_client": "client",
+    "headrace_tank": "TANK",
+    "headrace_lumberjack": "Lumberjack",
+    "headrace_rust_client": "pravega",
+    "headrace_always": "client",
+    "headrace_never": "client",
+    "headrace_raw_always": "raw blocks",
+    "headrace_raw_never": "raw blocks",
+    "headrace_tank_always": "TANK",
+    "headrace_tank_never": "TANK",
+    "headrace_rust_always": "pravega",
+    "headrace_rust_never": "pravega",
+    "headrace_read": "reader",
+    "headrace_reader_process": "reader",
+    "headrace_client_views": "client, views",
+    "headrace_rsio_unbounded": "RS-IO",
+    "headrace_rsio": "RS-IO, 64",
+}
+"""The short name of each headrace row's front door or client in the docs table."""
+
+DOCS_SHAPES: Final = (
+    ("produce 100 B", "events/s", "produce_100b", "events_per_s"),
+    ("produce 100 B, 4 producers", "events/s", "produce_100b_4", "events_per_s"),
+    ("produce 10 KiB", "MB/s", "produce_10k", "mb_per_s"),
+    ("produce 10 KiB, 4 producers", "MB/s", "produce_10k_4", "mb_per_s"),
+    ("produce 1 MiB", "MB/s", "produce_1mib", "mb_per_s"),
+    ("produce 1 MiB, 4 producers", "MB/s", "produce_1mib_4", "mb_per_s"),
+    ("consume 100 B", "events/s", "consume_100b", "events_per_s"),
+    ("consume 10 KiB (catch-up)", "MB/s", "catchup", "mb_per_s"),
+    ("consume 1 MiB (catch-up)", "MB/s", "consume_1mib", "mb_per_s"),
+    ("end to end 100 B", "events/s", "e2e_100b", "events_per_s"),
+    ("end to end 10 KiB", "MB/s", "e2e_10k", "mb_per_s"),
+    ("end to end 1 MiB", "MB/s", "e2e_1mib", "mb_per_s"),
+    ("end to end 100 B, 4 producers", "events/s", "e2e_100b_4", "events_per_s"),
+    ("end to end 10 KiB, 4 producers", "MB/s", "e2e_10k_4", "mb_per_s"),
+    ("end to end 1 MiB, 4 producers", "MB/s", "e2e_1mib_4", "mb_per_s"),
+)
+"""The throughput rows of the docs table: label, unit, shape, figure."""
+
+DOCS_HEADER: Final = (
+    "| shape | unit | headrace `always` | floor, sync | NATS sync always | Redis always"
+    " | headrace `never` | floor, no sync | NATS default | Redis everysec |"
+)
+
+
+def _figure(row: Row | None, field: str) -> str:
+    return "" if row is None else _cell(getattr(row, field))
+
+
+def _best(rows: list[Row], field: str) -> str:
+    """The best headrace row's figure, and its door when the shape has several."""
+    best = max(rows, key=lambda r: float(getattr(r, field)), default=None)
+    if best is None:
+        return ""
+    door = DOORS.get(best.key, "")
+    return _figure(best, field) + (f" ({door})" if door and len(rows) > 1 else "")
+
+
+def _docs_throughput(results: Results, shape: str, field: str) -> list[str]:
+    rows = results.shape(shape)
+    ours = [r for r in rows if r.key.startswith("headrace")]
+    never = [r for r in ours if r.key.endswith("never")]
+    always = [r for r in ours if not r.key.endswith("never")]
+    redis = _figure(results.row(shape, "redis_everysec"), field)
+    ceiling = results.row(shape, "redis_everysec_redis_benchmark")
+    if ceiling is not None:
+        redis += f" (redis-benchmark {_figure(ceiling, field)})"
+    return [
+        _best(always, field),
+        _figure(results.row(shape, "floor_always"), field),
+        _figure(results.row(shape, "nats_always"), field),
+        _figure(results.row(shape, "redis_always"), field),
+        _best(never, field),
+        _figure(results.row(shape, "floor_never"), field),
+        _figure(results.row(shape, "nats_default"), field),
+        redis,
+    ]
+
+
+def _docs_latency(results: Results, suffix: str, peers: bool) -> list[str]:
+    """p99 ms of the latency rows ``headrace_<policy><suffix>``, beside the peers'
+    and the floor's acks when ``peers``."""
+
+    def p99(key: str) -> str:
+        row = results.row("latency", key)
+        sustained = row is None or "NOT SUSTAINED" not in row.note
+        return _figure(row, "p99_ms") + ("" if sustained else " (not sustained)")
+
+    inline, thread = p99("floor_always"), p99("floor_always_thread")
+    floor_sync = f"{inline} inline, {thread} thread" if inline and thread else inline or thread
+    return [
+        p99(f"headrace_always{suffix}"),
+        floor_sync if peers else "",
+        p99("nats_always") if peers else "",
+        p99("redis_always") if peers else "",
+        p99(f"headrace_never{suffix}"),
+        p99("floor_never") if peers else "",
+        p99("nats_default") if peers else "",
+        p99("redis_everysec") if peers else "",
+    ]
+
+
+def docs_table(results: Results) -> list[str]:
+    """Every system side by side, one line per shape: durable policies on the
+    left (headrace ``always``, the floor that syncs, NATS and Redis syncing each
+    write), the others on the right."""
+    out = [DOCS_HEADER, "|---" * 10 + "|"]
+
+    def line(label: str, unit: str, cells: list[str]) -> None:
+        if any(cells):
+            out.append(f"| {label} | {unit} | " + " | ".join(cells) + " |")
+
+    for label, unit, shape, field in DOCS_SHAPES:
+        line(label, unit, _docs_throughput(results, shape, field))
+    line("ack at 10,000/s, writer alone", "p99 ms", _docs_latency(results, "_alone", True))
+    line("ack, with a tail reader", "p99 ms", _docs_latency(results, "", False))
+    line("tail delivery", "p99 ms", _docs_latency(results, "_delivery", False))
+    for shape, what in (("scaling", "segments"), ("connections", "connections")):
+        rows = results.shape(shape)
+        if rows:
+            counts = " / ".join(r.key.rsplit("_", 1)[1] for r in rows)
+            figures = " / ".join(_cell(r.events_per_s) for r in rows)
+            line(f"{counts} {what}", "events/s", [figures, *[""] * 7])
+    memory = results.memory
+
+    def kib(key: str, field: str) -> str:
+        value = getattr(memory[key], field) if key in memory else None
+        return "" if value is None else str(value)
+
+    idle = [
+        kib(key, "kib_per_connection") for key in ("headrace", "nats_default", "redis_everysec")
+    ]
+    line("idle connection", "KiB", [idle[0], "", "", "", "", "", idle[1], idle[2]])
+    parked = kib("headrace", "kib_per_reader_and_connection")
+    line("parked tail reader and its connection", "KiB", [parked, *[""] * 7])
+    return out
+
+
+def render_docs(results: Results, source: str) -> str:
+    """The block of ``docs/benchmarks.md``, from the results file ``source``: the
+    machine and its limits, every system side by side, the targets."""
     run = results.run
     out = [
-        f"{'Quick' if run.quick else 'Full'} run, results file"
-        " `benchmarks/results/latest.json` (`suite.py --render` writes this block from it).",
+        f"A {'quick' if run.quick else 'full'} run, from `{source}`: every row is there,"
+        f" and `benchmarks/suite.py --render {source}` prints them and writes this block again."
+        + (f" {run.note}" if run.note else ""),
         "",
         *header(results),
         "",
-        "| shape | system | " + " | ".join(h for _, h in DOCS_COLUMNS) + " | note |",
-        "|---" * (len(DOCS_COLUMNS) + 3) + "|",
+        *docs_table(results),
+        "",
+        *targets_table(results),
     ]
-    for key, _ in SHAPES:
-        label = SHAPE_LABELS[key]
-        for row in results.shape(key):
-            cells = [_cell(getattr(row, k)) for k, _ in DOCS_COLUMNS]
-            note = row.note
-            if row.send_lateness_p99_ms is not None:
-                note = f"{note}; sent up to {row.send_lateness_p99_ms} ms late at p99"
-            out.append(f"| {label} | {row.system} | " + " | ".join(cells) + f" | {note} |")
-            label = ""
-    memory = memory_table(results)
-    if memory:
-        out += ["", *memory]
-    out += ["", *targets_table(results)]
-    lines = context(results)
+    lines = docs_context(results)
     if lines:
-        out += ["", CONTEXT_INTRO, "", *lines]
+        out += ["", *lines]
     return "\n".join(out) + "\n"
+
+
+def docs_context(results: Results) -> list[str]:
+    """The ``always`` acks over the disk's fdatasync p99, and headrace's acks
+    over the Python floor's: what the ack targets leave to the server."""
+    before = results.limits.fsync.get("fsync_4k_before_latency")
+    lines = []
+    if before is not None:
+        ratios = []
+        for key, name in (
+            ("headrace_always_alone", "headrace, writer alone"),
+            ("floor_always", "the floor syncing in its read callback"),
+            ("floor_always_thread", "the floor with a sync thread"),
+            ("redis_always", "Redis `always`"),
+            ("nats_always", "NATS sync always"),
+        ):
+            row = results.row("latency", key)
+            if row is not None:
+                ratios.append(f"{name} {ratio(row.p99_ms, before.p99_ms)}x")
+        if ratios:
+            lines.append(
+                f"Ack p99 under a sync per write over the 4 KiB fdatasync p99 ({before.p99_ms} ms)"
+                f" measured just before: {', '.join(ratios)}."
+            )
+    for fsync, floor_key in (("never", "floor_never"), ("always", "floor_always_thread")):
+        ours = results.row("latency", f"headrace_{fsync}_alone")
+        floor = results.row("latency", floor_key)
+        if ours and floor:
+            p50, p99 = ratio(ours.p50_ms, floor.p50_ms), ratio(ours.p99_ms, floor.p99_ms)
+            lines.append(
+                f"headrace's writer-alone ack under `{fsync}` over the floor's"
+                f" ({floor.system.removeprefix('Python floor ack, ')}): p50 {p50}x, p99 {p99}x."
+            )
+    return [line for pair in zip(lines, [""] * len(lines), strict=True) for line in pair][:-1]
 
 
 def write_docs(text: str) -> None:

@@ -32,10 +32,11 @@ class Row:
     system: str
     size: int
     """Bytes per event, as counted for MB/s."""
-    events: int
-    seconds: float
     events_per_s: int
     mb_per_s: float
+    events: int | None = None
+    """Events counted (None in results converted from printed tables)."""
+    seconds: float | None = None
     producers: int = 1
     """Producer (or client) processes."""
     p50_ms: float | None = None
@@ -125,6 +126,8 @@ class Run:
     loadavg_start: float = 0.0
     loadavg_end: float = 0.0
     wall_s: float = 0.0
+    note: str = ""
+    """Where the figures came from, when not from this suite's own run."""
 
 
 @dataclass(slots=True)
