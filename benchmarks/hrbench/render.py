@@ -56,6 +56,12 @@ LIMIT_COLUMNS: Final = (
 )
 """The machine limits each headrace row's MB/s is divided by in the ratio tables."""
 
+LIMITS: Final = (
+    ("loopback_tcp", "loopback TCP (iperf3, 1 stream)"),
+    ("write_nosync", "sequential 1 MiB writes, no sync"),
+    ("write_fsync", "sequential 1 MiB writes, fdatasync each"),
+)
+
 FSYNC_LIMITS: Final = (
     ("fsync_4k", "4 KiB append + fdatasync"),
     ("fsync_4k_before_latency", "the same just before the fsync-always latency shape"),
@@ -301,9 +307,9 @@ def _fsync_cell(f: Fsync) -> str:
     return f"{f.ops_per_s:,} ops/s, p50 {f.p50_ms} ms, p99 {f.p99_ms} ms, p99.9 {f.p999_ms} ms"
 
 
-def header(results: Results) -> list[str]:
-    """The run and the machine, and the machine's limits."""
-    run, m, limits = results.run, results.run.machine, results.limits
+def machine_lines(results: Results) -> list[str]:
+    """The run and the machine it ran on."""
+    run, m = results.run, results.run.machine
     out = [
         f"Machine: {m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gib')} GiB RAM, kernel"
         f" {m.get('kernel')}, Python {m.get('python')}; data on {run.filesystem}."
@@ -314,18 +320,43 @@ def header(results: Results) -> list[str]:
     if guest:
         settings = ", ".join(f"`{k}` {v}" for k, v in guest.items())
         out += ["", f'Guest settings (see "What the VM adds"): {settings}.']
-    out += ["", "| limit | figure |", "|---|---|"]
-    for key, name in (
-        ("loopback_tcp", "loopback TCP (iperf3, 1 stream)"),
-        ("write_nosync", "sequential 1 MiB writes, no sync"),
-        ("write_fsync", "sequential 1 MiB writes, fdatasync each"),
-    ):
+    return out
+
+
+def header(results: Results) -> list[str]:
+    """The run and the machine, and the machine's limits as a table."""
+    limits = results.limits
+    out = [*machine_lines(results), "", "| limit | figure |", "|---|---|"]
+    for key, name in LIMITS:
         figure = limits.mb_per_s.get(key)
         out.append(f"| {name} | {limits.skipped.get(key, f'{figure} MB/s')} |")
     for key, name in FSYNC_LIMITS:
         if key in limits.fsync:
             out.append(f"| {name} | {_fsync_cell(limits.fsync[key])} |")
     return out
+
+
+def limits_sentence(results: Results) -> str:
+    """The machine's limits in one sentence, for the docs."""
+    limits = results.limits
+    parts = [
+        f"{name} {limits.skipped.get(key, f'{limits.mb_per_s.get(key)} MB/s')}"
+        for key, name in LIMITS
+    ]
+    fsync = [
+        f"{limits.fsync[key].p99_ms} ms {when}"
+        for key, when in (
+            ("fsync_4k", "first"),
+            ("fsync_4k_before_latency", "just before the `always` latency shape"),
+            ("fsync_4k_after_latency", "just after it"),
+            ("fsync_4k_after", "at the end"),
+        )
+        if key in limits.fsync
+    ]
+    text = "Limits: " + "; ".join(parts)
+    if fsync:
+        text += f"; 4 KiB append + fdatasync p99 {', '.join(fsync)}"
+    return text + "."
 
 
 def memory_table(results: Results) -> list[str]:
@@ -388,9 +419,9 @@ DOORS: Final = {
     "headrace_rust_never": "pravega",
     "headrace_read": "reader",
     "headrace_reader_process": "reader",
-    "headrace_client_views": "client, views",
-    "headrace_rsio_unbounded": "RS-IO",
-    "headrace_rsio": "RS-IO, 64",
+    "headrace_client_views": "client read_view",
+    "headrace_rsio_unbounded": "RS-IO unbounded",
+    "headrace_rsio": "RS-IO batches of 64",
 }
 """The short name of each headrace row's front door or client in the docs table."""
 
@@ -512,6 +543,20 @@ def docs_table(results: Results) -> list[str]:
     return out
 
 
+def docs_doors(results: Results) -> list[str]:
+    """Each of headrace's front doors where a shape has several (the table shows
+    the best)."""
+    lines = []
+    for label, unit, shape, field in DOCS_SHAPES:
+        rows = [r for r in results.shape(shape) if r.key in DOORS]
+        for policy in ("always", "never"):
+            mine = [r for r in rows if r.key.endswith("never") == (policy == "never")]
+            if len(mine) > 1:
+                figures = ", ".join(f"{DOORS[r.key]} {_figure(r, field)}" for r in mine)
+                lines.append(f"- {label}, `{policy}`, {unit}: {figures}.")
+    return ["headrace's doors and clients where a shape has several:", "", *lines] if lines else []
+
+
 def render_docs(results: Results, source: str) -> str:
     """The block of ``docs/benchmarks.md``, from the results file ``source``: the
     machine and its limits, every system side by side, the targets."""
@@ -521,9 +566,13 @@ def render_docs(results: Results, source: str) -> str:
         f" and `benchmarks/suite.py --render {source}` prints them and writes this block again."
         + (f" {run.note}" if run.note else ""),
         "",
-        *header(results),
+        *machine_lines(results),
+        "",
+        limits_sentence(results),
         "",
         *docs_table(results),
+        "",
+        *docs_doors(results),
         "",
         *targets_table(results),
     ]
