@@ -428,6 +428,43 @@ async def test_a_client_that_takes_no_replies_is_dropped(monkeypatch: pytest.Mon
     await store.close()
 
 
+async def test_the_handler_stores_no_append_its_setup_did_not_cover() -> None:
+    """Behind the connection's own rule (no session before AppendSetup), the
+    handler checks each append against the segment its writer's accepted
+    SetupAppend named: an append for another segment, or from a writer whose
+    setup it never accepted, is refused with AuthTokenCheckFailed, not stored."""
+    store = MemoryStore()
+    other = "sc/other/0.#epoch.0"
+    for name in (SEG, other):
+        await store.create_segment(name)
+    handler = PravegaHandler(store)
+    w, stranger = uuid.uuid4(), uuid.uuid4()
+    frames = p.encode_command(p.Hello(15, 5)) + p.encode_command(p.SetupAppend(1, w, SEG))
+    for event in handler.feed(frames):
+        await handler.handle(event)
+    data = _events(b"x")
+    for append in [
+        p.AppendData(w, other, data, 1, 1, 2),
+        p.AppendData(stranger, SEG, data, 1, 1, 3),
+    ]:
+        await handler.handle(append)
+    await handler.handle(p.AppendData(w, SEG, data, 1, 1, 4))
+    client = p.PravegaConnection(p.Role.CLIENT)
+    client.receive_data(handler.data_to_send())
+    replies = [e for e in client.events() if not isinstance(e, p.Hello)]
+    failed = p.AuthTokenCheckFailed.TOKEN_CHECK_FAILED
+    assert [(type(r).__name__, r.request_id_or_default) for r in replies] == [
+        ("AppendSetup", 1),
+        ("AuthTokenCheckFailed", 2),
+        ("AuthTokenCheckFailed", 3),
+        ("DataAppended", 4),
+    ]
+    assert {r.error_code for r in replies if isinstance(r, p.AuthTokenCheckFailed)} == {failed}
+    assert await _read_all(store, SEG) == data
+    assert (await store.info(other)).length == 0
+    await store.close()
+
+
 async def test_read_errors_and_end_of_segment(server: Server) -> None:
     await server.store.create_segment(SEG)
     await server.store.append(SEG, b"0123456789")

@@ -49,6 +49,12 @@ Behaviour the client depends on, and where it is kept:
   a refused one gets ``AuthTokenCheckFailed`` with TOKEN_EXPIRED (the client
   fetches a fresh token and retries) or TOKEN_CHECK_FAILED, and the
   connection stays open.
+* **Appends only after an accepted SetupAppend**: a writer's session opens
+  when we send ``AppendSetup`` (the connection's rule), so a refused
+  SetupAppend leaves its appends to close the connection; and every append
+  is checked again against the segment its writer's accepted SetupAppend
+  named (``_setups``) before its store call. As in Java, a writer's token
+  is checked (expiry included) at SetupAppend, not on each append.
 """
 
 from __future__ import annotations
@@ -251,6 +257,10 @@ class PravegaHandler(ConnectionHandler):
         # Keyed by the writer id's ``int``: hashed in C (a UUID's hash is a Python call).
         self._last_acked: dict[int, int] = {}
         self._ack_tail: dict[int, _AckTurn] = {}
+        # Per writer (id's ``int``): the segment its accepted SetupAppend named
+        # (with auth on, one its token covered with READ_UPDATE). At most one
+        # per writer session of the connection: a new SetupAppend removes it.
+        self._setups: dict[int, str] = {}
         self._parked: set[asyncio.Task[object]] = set()  # tasks of reads parked at the tail
         self._unsent_bytes = 0  # data of read replies queued since the writer last took them
         self._taken = asyncio.Event()  # set when the writer takes the queued bytes
@@ -301,6 +311,8 @@ class PravegaHandler(ConnectionHandler):
         if isinstance(event, p.Hello | p.KeepAlive):
             return  # the connection answered them itself
         assert isinstance(event, p.Command)
+        if type(event) is p.SetupAppend:  # the connection ended the writer's session too
+            self._setups.pop(event.writer_id.int, None)
         if self._token_key is not None:
             refusal = self._check_token(event)
             if refusal is not None:
@@ -443,6 +455,9 @@ class PravegaHandler(ConnectionHandler):
         """
         writer_id = ev.writer_id
         key = writer_id.int
+        if self._setups.get(key) != ev.segment:
+            self._refuse_append(ev)
+            return
         tail = self._ack_tail
         before = tail.get(key)
         mine = tail[key] = _AckTurn()
@@ -477,6 +492,22 @@ class PravegaHandler(ConnectionHandler):
             mine.finish()
             if tail.get(key) is mine:
                 del tail[key]
+
+    def _refuse_append(self, ev: p.AppendData) -> None:
+        """An append whose writer has no accepted SetupAppend for its segment
+        (the connection refuses those first): not stored, the token refused."""
+        log.warning(
+            "pravega: refused an append of writer %s to %s: no accepted SetupAppend",
+            ev.writer_id,
+            ev.segment,
+        )
+        self._reply(
+            p.AuthTokenCheckFailed(
+                ev.request_id,
+                "append without an accepted SetupAppend",
+                p.AuthTokenCheckFailed.TOKEN_CHECK_FAILED,
+            )
+        )
 
     async def _admit(self, size: int) -> None:
         """Take ``size`` bytes of append room, waiting in arrival order if needed.
@@ -531,6 +562,8 @@ class PravegaHandler(ConnectionHandler):
         last = await self._store.get_attribute(cmd.segment, cmd.writer_id)
         self._last_acked[cmd.writer_id.int] = last
         self._reply(p.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
+        if not self._failed:  # the reply opened the writer's session
+            self._setups[cmd.writer_id.int] = cmd.segment
 
     async def _create_transient(self, cmd: p.CreateTransientSegment) -> None:
         await self._store.info(cmd.parent_segment)  # NoSuchSegment for a missing parent
