@@ -29,7 +29,7 @@ from headrace.server.pravega import (
     serve_segment_store,
     start_segment_store,
 )
-from headrace.store.api import SegmentStore
+from headrace.store.api import MAX_TABLE_VALUE_BYTES, SegmentStore
 from headrace.store.memory import MemoryStore
 from headrace.types import NOT_EXISTS, NULL_ATTRIBUTE_VALUE, TableUpdate
 
@@ -425,6 +425,35 @@ async def test_a_client_that_takes_no_replies_is_dropped(monkeypatch: pytest.Mon
         await handler.handle(event)
     with pytest.raises(TimeoutError, match="took no replies"):
         await asyncio.wait_for(handler.handle(events[-1]), WAIT_S)
+    await store.close()
+
+
+async def test_table_replies_larger_than_their_room_still_go_out() -> None:
+    """A table read takes its room (``TABLE_READ_ROOM_BYTES``) before it is issued;
+    a reply larger than that, or than the whole room, waits until the writer took
+    everything queued, and then goes out: such replies never wait for each other."""
+    store = MemoryStore()
+    table = "sc/_tables/big"
+    await store.create_table(table)
+    value = b"v" * MAX_TABLE_VALUE_BYTES
+    keys = [b"k%d" % i for i in range(10)]  # ~10 MiB a reply: over the whole room
+    await store.update_table(table, [TableUpdate(k, value, NOT_EXISTS) for k in keys])
+    handler = PravegaHandler(store)
+    table_keys = tuple(p.TableKey(k, p.NO_VERSION) for k in keys)
+    reads = [p.ReadTable(rid, table, "", table_keys) for rid in range(5)]
+    frames = p.encode_command(p.Hello(15, 5)) + b"".join(map(p.encode_command, reads))
+    events = list(handler.feed(frames))[1:]
+    handler.data_to_send()  # our Hello
+    waiting = {asyncio.create_task(handler.handle(e)) for e in events}
+    answered = []
+    while waiting:  # bounded: each round must let one more reply out
+        done, waiting = await asyncio.wait(waiting, timeout=WAIT_S, return_when="FIRST_COMPLETED")
+        assert done, f"{len(answered)} of {len(reads)} table replies went out"
+        client = p.PravegaConnection(p.Role.CLIENT)
+        client.receive_data(p.encode_command(p.Hello(15, 5)) + handler.data_to_send())
+        answered += [r for r in client.events() if isinstance(r, p.TableRead)]
+    assert sorted(r.request_id for r in answered) == list(range(len(reads)))
+    assert all(len(r.entries.entries) == len(keys) for r in answered)
     await store.close()
 
 
