@@ -309,6 +309,35 @@ def test_delegation_token_names_user_stream_permission_and_expiry(
     assert denied == grpc.StatusCode.PERMISSION_DENIED
 
 
+def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -> None:
+    """A token's resource is matched as a pattern at the segment store, so its
+    names follow the rules of every other RPC: no ``*``, ``/`` or other
+    characters outside ``[A-Za-z0-9.-]`` (INVALID_ARGUMENT), except the ``_``
+    of a table's pseudo-stream (``<group>_kvtable``, ``<group>_hrgroup``)."""
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    for scope, stream in [
+        (SCOPE, "*"),
+        (SCOPE, "T*"),
+        (SCOPE, "*_kvtable"),
+        (SCOPE, "T/x"),
+        (SCOPE, "../T"),
+        (SCOPE, "T/.."),
+        (SCOPE, ""),
+        (SCOPE, "_system"),
+        (SCOPE, "_kvtable"),
+        (SCOPE, "T_other"),
+        ("*", "T"),
+        ("S/stream:T", "T"),
+        ("", "T"),
+    ]:
+        request = pb.StreamInfo(scope=scope, stream=stream)
+        assert _code(auth_server, "getDelegationToken", request, ADMIN) == invalid, (scope, stream)
+    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup"]:
+        token = _token(auth_server, ADMIN, SCOPE, stream)
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        assert claims["res"] == f"prn::/scope:{SCOPE}/stream:{stream}"
+
+
 def _key(server: ServerProcess) -> bytes:
     path = server.data_dir / TOKEN_KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
