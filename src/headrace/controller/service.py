@@ -57,7 +57,7 @@ from headrace.controller.errors import (
     TxnNotOpen,
 )
 from headrace.controller.model import ControllerModel, HeadSegment
-from headrace.controller.naming import TxnId
+from headrace.controller.naming import TxnId, is_valid_name, is_valid_token_stream
 from headrace.controller.records import (
     RetentionPolicy,
     RetentionType,
@@ -456,7 +456,16 @@ class ControllerService:
         writers, readers and reader-group tables alike); the segment store
         checks each command against it. A user with no permission at all gets
         PERMISSION_DENIED here already.
+
+        The names follow the other RPCs' rules (a table's pseudo-stream
+        ``<group>_kvtable`` included): the token's resource is matched as a
+        pattern at the segment store, so a ``*`` in it would reach every
+        stream it matches.
         """
+        if not is_valid_name(req.scope):
+            raise InvalidName("scope", req.scope)
+        if not is_valid_token_stream(req.stream):
+            raise InvalidName("stream", req.stream)
         if self.auth is None:
             return pb.DelegationToken(delegationToken="")
         user = CURRENT_USER.get()
