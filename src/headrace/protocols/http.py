@@ -184,8 +184,10 @@ class HttpConnection:
             return False
         return self._h11.their_state is h11.SEND_BODY or bool(self._h11.trailing_data[0])
 
-    def partial_message_bytes(self) -> int:
-        """Bytes of a WebSocket message received in part (0: none)."""
+    def partial_bytes(self) -> int:
+        """Bytes of a request head, or of a WebSocket message, received in part (0: none)."""
+        if self._ws is None:
+            return len(self._h11.trailing_data[0])  # under MAX_HEADER_BYTES between reads
         return 0 if self._message is None else len(self._message)
 
     # -- receiving

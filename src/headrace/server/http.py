@@ -144,7 +144,7 @@ class HttpHandler(ConnectionHandler):
         self._conn.reply_to_error(exc)
 
     def partial_frame_bytes(self) -> int:
-        return self._conn.partial_message_bytes()
+        return self._conn.partial_bytes()
 
     def busy(self) -> bool:
         return self._rsio is not None and self._rsio.busy()
