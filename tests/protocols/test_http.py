@@ -92,6 +92,14 @@ def test_nothing_after_connection_close_is_parsed() -> None:
     assert b"connection: close" in conn.data_to_send().lower()
 
 
+def test_head_gets_the_headers_without_the_body() -> None:
+    conn = HttpConnection()
+    seen = _answer_all(conn, b"HEAD /abc HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert [r.method for r in seen] == ["HEAD"]
+    out = conn.data_to_send()
+    assert b"Content-Length: 4\r\n" in out and out.endswith(b"\r\n\r\n")
+
+
 def test_http_1_0_closes_after_its_response() -> None:
     conn = HttpConnection()
     assert len(_answer_all(conn, b"GET /a HTTP/1.0\r\n\r\n")) == 1
@@ -255,3 +263,59 @@ def test_arbitrary_frames_give_events_or_a_remote_error(data: bytes) -> None:
             assert isinstance(event, Message | Closed)
     except RemoteProtocolError as exc:
         assert isinstance(exc.reply_hint, int)
+
+
+_HEADER_LINES = st.sampled_from(
+    [
+        b"Host: x",
+        b"Connection: close",
+        b"Connection: keep-alive",
+        b"Connection: Upgrade",
+        b"Upgrade: websocket",
+        b"Upgrade: h2c",
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        b"Sec-WebSocket-Version: 13",
+        b"Content-Length: 5",
+        b"Content-Length: 0",
+        b"Transfer-Encoding: chunked",
+        b"Expect: 100-continue",
+        b"Origin: http://evil.example",
+    ]
+)
+_REQUESTS = st.builds(
+    lambda method, target, version, lines, body: (
+        method
+        + b" "
+        + target
+        + b" HTTP/"
+        + version
+        + b"\r\n"
+        + b"".join(line + b"\r\n" for line in lines)
+        + b"\r\n"
+        + body
+    ),
+    st.sampled_from([b"GET", b"HEAD", b"POST", b"PUT", b"OPTIONS", b"CONNECT", b"DELETE"]),
+    st.sampled_from([b"/health", b"/rsio", b"/", b"*", b"a:1", b"/x?y=z"]),
+    st.sampled_from([b"1.0", b"1.1"]),
+    st.lists(_HEADER_LINES, max_size=6),
+    st.sampled_from([b"", b"hello", b"5\r\nhello\r\n0\r\n\r\n", b"\x82\x80abcd"]),
+)
+
+
+@given(st.lists(_REQUESTS, min_size=1, max_size=4), st.integers(1, 64))
+def test_request_like_bytes_give_requests_or_a_remote_error(
+    requests: list[bytes], chunk: int
+) -> None:
+    """Whatever the requests say, answering them raises nothing but RemoteProtocolError."""
+    conn = HttpConnection()
+    stream = b"".join(requests)
+    with contextlib.suppress(RemoteProtocolError):
+        for start in range(0, len(stream), chunk):
+            conn.receive_data(stream[start : start + chunk])
+            for event in conn.events():
+                if isinstance(event, Request) and event.is_websocket_upgrade():
+                    conn.accept_websocket(event)
+                elif isinstance(event, Request):
+                    conn.respond(404, b"nope\n")
+            if conn.must_close:
+                break

@@ -155,6 +155,7 @@ class HttpConnection:
         self._ws: WsConnection | None = None
         self._out = bytearray()
         self._request: Request | None = None
+        self._head_only = False  # the request being answered is a HEAD: no body goes out
         self._body_bytes = 0
         self._message: bytearray | None = None
         self._message_text = False
@@ -251,6 +252,7 @@ class HttpConnection:
             event.method.decode("latin-1"), event.target.decode("latin-1"), headers
         )
         self._body_bytes = 0
+        self._head_only = event.method == b"HEAD"
         length = headers.get("content-length", "0")
         if length.isdigit() and int(length) > self._max_body_bytes:
             raise _too_large(self._max_body_bytes)
@@ -313,7 +315,7 @@ class HttpConnection:
         h = self._h11
         reason = http.HTTPStatus(status).phrase.encode("ascii")
         self._out += h.send(h11.Response(status_code=status, headers=fields, reason=reason)) or b""
-        if body:
+        if body and not self._head_only:  # HEAD: the headers of the GET, no body
             self._out += h.send(h11.Data(data=body)) or b""
         self._out += h.send(h11.EndOfMessage()) or b""
         if h.our_state is h11.DONE and h.their_state is h11.DONE:
