@@ -16,10 +16,11 @@ import re
 import time
 from typing import Any
 
+from headrace.server.http import WAITING_SHARE
 from tests.ops.conftest import WAIT_S, free_port, listener_args
 
 HALF_REQUESTS = 64
-"""Half-sent requests held open at once: every slot of ``--max-connections``."""
+"""Half-sent requests held open at once: as many as may wait for a request."""
 SHORT_HEADER_TIMEOUT_S = 0.5
 """``--http-header-timeout`` in the timeout test, so it runs in about a second."""
 
@@ -142,20 +143,67 @@ def test_idle_half_requests_are_closed_after_the_header_timeout(start_serve: Any
         "--http-header-timeout",
         str(SHORT_HEADER_TIMEOUT_S),
         "--max-connections",
-        str(HALF_REQUESTS),
+        str(int(HALF_REQUESTS / WAITING_SHARE)),
         "--log-format",
         "json",
     )
     port = serve.ports["http"]
     closed = asyncio.run(_half_requests(port, HALF_REQUESTS))
     assert all(closed), f"{closed.count(False)} half-sent requests still held open"
-    status, body = serve.get("/health")  # every slot was taken; they are free again
+    status, body = serve.get("/health")
     assert status == 200, body
     record = serve.wait_access(protocol="http", reason="header_timeout")
     assert record["requests"] == 0
     assert serve.metric("headrace_errors_total", protocol="http", kind="header_timeout") == (
         HALF_REQUESTS
     )
+
+
+async def _evictions(port: int, count: int) -> tuple[list[bool], bytes]:
+    """Open ``count`` half-sent requests one after another, then ask for /health
+    while they are held; which were closed (by then), and the /health answer."""
+    streams = []
+    try:
+        for _ in range(count):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            await writer.drain()
+            streams.append((reader, writer))
+        health, _ = await _exchange(
+            port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+
+        async def closed(reader: asyncio.StreamReader) -> bool:
+            try:
+                return await asyncio.wait_for(reader.read(65536), 1.0) == b""
+            except ConnectionResetError:
+                return True  # closed before the server read the half request
+            except TimeoutError:
+                return False  # still held: the long header timeout has not run out
+
+        return list(await asyncio.gather(*(closed(r) for r, _ in streams))), health
+    finally:
+        for _, writer in streams:
+            writer.close()
+
+
+def test_half_requests_past_the_waiting_share_evict_the_oldest(start_serve: Any) -> None:
+    max_connections = 8
+    serve = start_serve(
+        *listener_args(http=free_port()),
+        "--max-connections",
+        str(max_connections),
+        "--http-header-timeout",
+        "600",  # no timeout here: only eviction frees a slot
+        "--log-format",
+        "json",
+    )
+    closed, health = asyncio.run(_evictions(serve.ports["http"], max_connections))
+    assert _statuses(health) == [200], health[:300]  # every slot was asked for; one answered
+    waiting = int(max_connections * WAITING_SHARE)
+    # The oldest were closed to make room, the newest are still held.
+    assert closed == [True] * (max_connections - waiting + 1) + [False] * (waiting - 1), closed
+    serve.wait_access(protocol="http", reason="evicted")
 
 
 def test_websocket_upgrade_from_a_foreign_origin_is_refused(start_serve: Any) -> None:

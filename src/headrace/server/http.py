@@ -13,8 +13,12 @@ Routes (HTTP/1.1, keep-alive; the framing is ``h11``'s, the WebSocket
 Connections: a client has ``--http-header-timeout`` (``HEADER_TIMEOUT_S``)
 from its connection, or from its previous response, to send a whole request;
 past it the connection is closed, so half-sent requests and idle keep-alives
-give their connection slot back. ``Connection: close`` closes the
-connection once its response is sent; nothing after that request is read.
+give their connection slot back. And at most ``WAITING_SHARE`` of the
+listener's ``--max-connections`` may wait for a request at once: past it the
+connection that has waited longest is closed (``reason=evicted``), so a flood
+of half-sent requests cannot take every slot even while the timeout runs.
+``Connection: close`` closes the connection once its response is sent;
+nothing after that request is read.
 
 Origins: a browser page of any site can open a WebSocket to any address
 (the same-origin policy does not cover WebSockets), so an upgrade whose
@@ -38,7 +42,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Final
 
 from headrace.errors import RemoteProtocolError
 from headrace.protocols.http import (
@@ -52,7 +58,7 @@ from headrace.protocols.http import (
 from headrace.protocols.rsio import DEFAULT_MAX_FRAME_BYTES, Goodbye
 from headrace.protocols.rsio.codec import decode_varint, encode_varint
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import ConnectionHandler
+from headrace.server._loop import LISTENER_SETTINGS, ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from headrace.server.rsio import RsioHandler
@@ -63,8 +69,35 @@ log = logging.getLogger(__name__)
 
 RSIO_PATH = "/rsio"
 
-MAX_LOGGED_ORIGIN_CHARS = 200
+MAX_LOGGED_ORIGIN_CHARS: Final = 200
 """An ``Origin`` header quoted in a log line or a 403 is cut to this."""
+
+WAITING_SHARE: Final = 0.5
+"""Share of the listener's ``--max-connections`` that may wait for a request at
+once; past it the longest-waiting one is closed. A flood of half-sent requests
+then holds at most half the slots, and the rest stay for clients that send
+whole requests and for WebSockets."""
+
+
+class _Waiting:
+    """The HTTP connections waiting for a request, longest-waiting first (one per
+    listener); the oldest is closed when there are more than ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = max(1, limit)
+        self._order: OrderedDict[HttpHandler, None] = OrderedDict()
+
+    def wait(self, handler: HttpHandler) -> None:
+        """``handler`` waits for a request from now on (again, after a response)."""
+        self._order[handler] = None
+        self._order.move_to_end(handler)
+        while len(self._order) > self._limit:
+            oldest, _ = self._order.popitem(last=False)
+            oldest.evict()
+
+    def done(self, handler: HttpHandler) -> None:
+        """``handler`` waits no more (upgraded, or closing)."""
+        self._order.pop(handler, None)
 
 
 class HttpHandler(ConnectionHandler):
@@ -72,8 +105,9 @@ class HttpHandler(ConnectionHandler):
 
     name = "http"
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: ServerApp, waiting: _Waiting | None = None) -> None:
         self._app = app
+        self._waiting = waiting
         # RS-IO frames fit a 16 MiB message; the length prefix adds at most 10 bytes.
         self._conn = HttpConnection(max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
         self._rsio: RsioHandler | None = None
@@ -225,6 +259,8 @@ class HttpHandler(ConnectionHandler):
         """Give the next request ``--http-header-timeout`` from now."""
         if self._closing or self._rsio is not None:
             return
+        if self._waiting is not None:
+            self._waiting.wait(self)
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + self._header_timeout_s
         if self._timer is None:
@@ -239,6 +275,8 @@ class HttpHandler(ConnectionHandler):
             self._timer = loop.call_at(self._deadline, self._expire)
             return
         self._closing = True
+        if self._waiting is not None:
+            self._waiting.done(self)
         started = self._conn.request_started
         log.info(
             "http: %s within %.1f s; closing",
@@ -247,7 +285,18 @@ class HttpHandler(ConnectionHandler):
         )
         self.close_connection("header_timeout" if started else "idle")
 
+    def evict(self) -> None:
+        """Close this connection to make room (``_Waiting``)."""
+        if self._closing or self._rsio is not None:
+            return
+        self._closing = True
+        self._cancel_timer()
+        log.info("http: too many connections waiting for a request; closing the oldest")
+        self.close_connection("evicted")
+
     def _cancel_timer(self) -> None:
+        if self._waiting is not None:
+            self._waiting.done(self)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -255,8 +304,10 @@ class HttpHandler(ConnectionHandler):
 
 async def start_http(app: ServerApp, host: str, port: int) -> Listener:
     """Serve the HTTP port on (host, port): HTTPS when a certificate is configured."""
+    limits = LISTENER_SETTINGS.get().limits
+    waiting = _Waiting(int(limits.max_connections * WAITING_SHARE))
     return await start_tcp_listener(
-        "http", host, port, lambda: HttpHandler(app), ssl_context=app.ssl_context()
+        "http", host, port, lambda: HttpHandler(app, waiting), ssl_context=app.ssl_context()
     )
 
 
