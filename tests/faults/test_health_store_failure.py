@@ -19,7 +19,7 @@ import pytest
 from headrace.client.errors import ClientError
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage, CreateTopicResult, ProduceError, encode_bundle
-from tests._server import FREE, ServerProcess
+from tests._server import FREE, ServerProcess, run_cli
 
 RUNNER = Path(__file__).with_name("full_disk_server.py")
 TOPIC = "health"
@@ -74,5 +74,8 @@ async def test_health_is_503_with_the_reason_once_the_disk_filled(tmp_path: Path
         assert status == 503, report
         assert report["status"] == "unavailable"
         assert "No space left on device" in str(report["store"]), report
+        status_cli = await asyncio.to_thread(run_cli, "status", "--http-port", str(http))
+        assert status_cli.returncode == 1, status_cli.stderr
+        assert "store: the store stopped after an I/O error" in status_cli.stdout
     finally:
         server.stop()
