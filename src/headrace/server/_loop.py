@@ -161,6 +161,7 @@ ERROR_REASONS = frozenset(
         "handler_error",
         "frame_too_large",
         "partial_frame_timeout",
+        "header_timeout",
         "not_reading",
         "refused",
         "tls_failed",
@@ -233,6 +234,10 @@ class ConnectionHandler(abc.ABC):
 
     name: str = "connection"
     wake_writer: Callable[[], None] = staticmethod(lambda: None)
+    close_connection: Callable[[str], None] = staticmethod(lambda reason: None)
+    """Set by the loop before ``on_start``: take no more bytes and close the
+    connection once what is queued is sent (the protocol ended it: an HTTP
+    ``Connection: close``, a timeout of its own); ``reason`` goes to the access line."""
     sendfile_ok: bool = False
     """Set by the loop before ``on_start``: the connection is plain TCP, so
     ``FileRegion`` pieces go out with ``sendfile``; on TLS they would be read
@@ -620,6 +625,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = transport
         handler = self._handler = self._make_handler()
         handler.wake_writer = self._wake.set
+        handler.close_connection = self._close_by_handler
         sock = transport.get_extra_info("socket")
         handler.sendfile_ok = (
             transport.get_extra_info("sslcontext") is None
@@ -644,6 +650,12 @@ class Connection(asyncio.BufferedProtocol):
             self._received(len(early), early)
         if self._early_eof and self._receiving:
             self.eof_received()
+
+    def _close_by_handler(self, reason: str) -> None:
+        """The handler's ``close_connection``: stop receiving; ``serve`` flushes and closes."""
+        if self._receiving:
+            self._close_reason(reason)
+            self._stop_receiving()
 
     def _close_reason(self, why: str) -> None:
         if not self._reason:

@@ -96,15 +96,26 @@ class ServerApp:
         return self._controller
 
     def health(self) -> tuple[bool, dict[str, object]]:
-        """Whether every configured listener is up, and a JSON-able report of each."""
+        """Whether every configured listener is up and the store takes writes, and
+        a JSON-able report: each listener, and the store (``ok`` or why it stopped)."""
         running = self.ports
         listeners = {
             name: {"port": running.get(name, port), "up": name in running}
             for name, port in self.config.enabled_listeners().items()
             if name in _known_listeners()
         }
-        ok = not self._closed and all(entry["up"] for entry in listeners.values())
-        return ok, {"status": "ok" if ok else "unavailable", "listeners": listeners}
+        failure = None if self._store is None else self._store.failure
+        ok = (
+            not self._closed
+            and failure is None
+            and all(entry["up"] for entry in listeners.values())
+        )
+        report: dict[str, object] = {
+            "status": "ok" if ok else "unavailable",
+            "listeners": listeners,
+            "store": failure or "ok",
+        }
+        return ok, report
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The one server ``SSLContext`` of every TLS listener; None without ``--tls-cert``.

@@ -23,6 +23,7 @@ from headrace.controller.auth import DEFAULT_TOKEN_TTL_S
 from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
+from headrace.protocols.http import ANY_ORIGIN, HEADER_TIMEOUT_S, normalize_origin
 from headrace.protocols.lumberjack import (
     MAX_DECOMPRESSED_BYTES,
     MAX_FRAME_BYTES,
@@ -130,6 +131,12 @@ class ServerConfig:
     lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     """Per-connection and per-listener limits of every TCP front door."""
+    http_header_timeout_s: float = HEADER_TIMEOUT_S
+    """An HTTP port client with no whole request this long after its connection
+    or its previous response is closed."""
+    http_allowed_origins: tuple[str, ...] = ()
+    """Origins (normalized, ``protocols.http.normalize_origin``) whose pages may
+    open ``/rsio`` besides the server's own; ``*``: any."""
     log_format: str = "text"
 
     def validate(self) -> None:
@@ -162,6 +169,8 @@ class ServerConfig:
             raise ConfigError("--partial-frame-timeout must be positive")
         if not self.tank_first_request_timeout_s > 0:
             raise ConfigError("--tank-first-request-timeout must be positive")
+        if not self.http_header_timeout_s > 0:
+            raise ConfigError("--http-header-timeout must be positive")
         self.lumberjack.validate()
 
     def enabled_listeners(self) -> dict[str, int]:
@@ -357,6 +366,25 @@ OPTIONS: tuple[Option, ...] = (
         "Limits",
         0.001,
     ),
+    # -- HTTP
+    Option(
+        "http_header_timeout",
+        float,
+        HEADER_TIMEOUT_S,
+        "Seconds an HTTP port client may take to send a whole request, from its "
+        "connection or its previous response; past it the connection is closed.",
+        "HTTP",
+        0.001,
+    ),
+    Option(
+        "http_allowed_origins",
+        str,
+        None,
+        "Comma-separated origins (scheme://host[:port]) whose web pages may open "
+        "/rsio WebSockets besides the server's own; * allows any. Clients that send "
+        "no Origin (programs, not browsers) are always let in.",
+        "HTTP",
+    ),
     # -- TLS
     Option(
         "tls_cert",
@@ -523,6 +551,15 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         idle_timeout_s=float(get("idle_timeout", float)),
         partial_frame_timeout_s=float(get("partial_frame_timeout", float)),
     )
+    origins: list[str] = []
+    listed = "" if v["http_allowed_origins"] is None else str(get("http_allowed_origins", str))
+    for entry in listed.split(","):
+        if not entry.strip():
+            continue
+        try:
+            origins.append(ANY_ORIGIN if entry.strip() == ANY_ORIGIN else normalize_origin(entry))
+        except ValueError as exc:
+            raise ConfigError(f"--http-allowed-origins: {exc}") from None
     config = ServerConfig(
         data_dir=Path(str(v["data_dir"])),
         host=str(get("host", str)),
@@ -545,6 +582,8 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         else AuthConfig(Path(str(v["auth_password_file"])), int(get("auth_token_ttl", int))),
         lumberjack=lumberjack,
         limits=limits,
+        http_header_timeout_s=float(get("http_header_timeout", float)),
+        http_allowed_origins=tuple(origins),
         log_format=str(get("log_format", str)),
     )
     config.validate()

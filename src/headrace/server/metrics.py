@@ -94,6 +94,13 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "Connections closed for a fault; kind: " + ", ".join(sorted(ERROR_REASONS)) + ".",
     ),
     (
+        "headrace_websocket_refused_total",
+        "counter",
+        "reason",
+        "WebSocket upgrades refused with 403; reason: origin (a page of a site not "
+        "allowed by --http-allowed-origins).",
+    ),
+    (
         "headrace_append_seconds",
         "histogram",
         "—",
@@ -172,6 +179,12 @@ class ServerMetrics:
         )
         self.errors = Counter(
             "headrace_errors", "Connections closed for a fault.", ["protocol", "kind"], registry=r
+        )
+        self.websocket_refused = Counter(
+            "headrace_websocket_refused",
+            "WebSocket upgrades refused with 403.",
+            ["reason"],
+            registry=r,
         )
         self.append_seconds = Histogram(
             "headrace_append_seconds",
