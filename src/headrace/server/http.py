@@ -173,8 +173,9 @@ class HttpHandler(ConnectionHandler):
                 )
             else:
                 self._out += handshake_response(request)
-                self._rsio = RsioHandler(self._app)
+                self._rsio = RsioHandler(self._app, listener=self.name)
                 self._rsio.wake_writer = self.wake_writer
+                self._rsio.peer, self._rsio.peer_cert = self.peer, self.peer_cert  # who, for auth
                 # RS-IO frames fit a 16 MiB message; the length prefix adds at most 10 bytes.
                 self._frames = FrameReader(masked=True, max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
         else:
