@@ -525,7 +525,7 @@ class Authenticator:
         self._owners = self._file.certificate_owners()
         self._cache_key = secrets.token_bytes(32)
         self._good: OrderedDict[tuple[str, bytes], None] = OrderedDict()
-        self.limiter = limiter or LoginLimiter()
+        self.limiter = limiter if limiter is not None else LoginLimiter()
         # What unknown users and users without a password are checked against:
         # a hash no password matches, with the cost new hashes get.
         self._dummy_hash = hash_password(secrets.token_urlsafe(16))
