@@ -388,7 +388,8 @@ OPTIONS: tuple[Option, ...] = (
         "tls_ca",
         Path,
         None,
-        "PEM CA bundle: TLS clients must present a certificate it signed.",
+        "PEM CA bundle: TLS clients must present a certificate it signed (see "
+        "--tls-verify-client).",
         "TLS",
         existing_file=True,
     ),
