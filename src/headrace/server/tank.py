@@ -955,24 +955,29 @@ class TankHandler(ConnectionHandler):
             self._access = ConnectionAccess.of(self._auth, self.name, self.peer, self.peer_cert)
         return self._access
 
-    def _allowed(self, resource: str, needed: Permission) -> bool:
-        """Whether the client holds ``needed`` on ``resource``; a refusal is counted and logged."""
-        refusal = self.access.check(resource, needed)
+    def _allowed(self, topic: str | None, needed: Permission) -> bool:
+        """Whether the client holds ``needed`` on ``topic``'s stream (None: on the
+        TANK scope); a refusal is counted and logged. Free with auth off."""
+        if self._auth is None:
+            return True
+        refusal = self.access.check(self._resource(topic), needed)
         if refusal is not None:
             self.access.note_refusal(refusal)
         return refusal is None
 
-    def _topic(self, topic: str) -> str:
-        return stream_resource(self._broker.scope, stream_name(topic))
+    def _resource(self, topic: str | None) -> str:
+        scope = self._broker.scope
+        if topic is None:
+            return scope_resource(scope)
+        return stream_resource(scope, stream_name(topic))
 
     def _readable_topics(self) -> list[tuple[str, int, bool]]:
         """The broker's topics that the client may read (all with auth off)."""
+        topics = self._broker.topics()
+        if self._auth is None:
+            return topics
         access = self.access
-        return [
-            entry
-            for entry in self._broker.topics()
-            if access.may(self._topic(entry[0]), Permission.READ)
-        ]
+        return [e for e in topics if access.may(self._resource(e[0]), Permission.READ)]
 
     # ------------------------------------------------------------------ produce
 
@@ -983,7 +988,7 @@ class TankHandler(ConnectionHandler):
         counts: list[int] = []
         jobs: list[Awaitable[t.ProduceError]] = []
         for topic in request.topics:
-            if not self._allowed(self._topic(topic.name), Permission.READ_UPDATE):
+            if not self._allowed(topic.name, Permission.READ_UPDATE):
                 topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
                 counts.append(0)
                 continue
@@ -1040,7 +1045,7 @@ class TankHandler(ConnectionHandler):
             at_end: dict[tuple[int, int], tuple[_Partition, int, int]] = {}
             answer_now = request.max_wait_ms == 0
             for ti, topic in enumerate(request.topics):
-                readable = self._allowed(self._topic(topic.name), Permission.READ)
+                readable = self._allowed(topic.name, Permission.READ)
                 count = broker.partitions_count(topic.name) if readable else None
                 if count is None:
                     topics.append(t.ConsumeUnknownTopic(topic.name, len(topic.partitions)))
@@ -1247,7 +1252,7 @@ class TankHandler(ConnectionHandler):
 
     async def create_topic(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.CreateTopic)
-        if not self._allowed(scope_resource(self._broker.scope), Permission.READ_UPDATE):
+        if not self._allowed(None, Permission.READ_UPDATE):
             result = t.CreateTopicResult.READ_ONLY
             return t.CreateTopicResponse(request.request_id, request.topic, result)
         result = await self._broker.create_topic(
@@ -1258,7 +1263,7 @@ class TankHandler(ConnectionHandler):
     async def discover_partitions(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.DiscoverPartitions)
         broker = self._broker
-        readable = self._allowed(self._topic(request.topic), Permission.READ)
+        readable = self._allowed(request.topic, Permission.READ)
         count = broker.partitions_count(request.topic) if readable else None
         if count is None:
             return t.DiscoverPartitionsResponse(request.request_id, request.topic, ())
@@ -1279,7 +1284,7 @@ class TankHandler(ConnectionHandler):
 
     async def reload_conf(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.ReloadConf)
-        readable = self._allowed(self._topic(request.topic), Permission.READ)
+        readable = self._allowed(request.topic, Permission.READ)
         count = self._broker.partitions_count(request.topic) if readable else None
         if count is None:
             result = t.ReloadConfResult.UNKNOWN_TOPIC
