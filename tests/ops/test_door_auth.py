@@ -46,6 +46,7 @@ from headrace.controller.auth import (
 )
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 from headrace.errors import ConfigError, ServerError
+from headrace.protocols import pravega as p
 from headrace.protocols import rsio as r
 from headrace.protocols import tank as t
 from headrace.protocols.lumberjack import JsonData, ProtocolVersion, WindowSize
@@ -686,3 +687,41 @@ def test_failed_logins_are_limited_per_address(tmp_path: Path) -> None:
         assert refusals(srv, "controller", "bad_credentials", plain) == 3
         assert refusals(srv, "controller", "rate_limited", plain) == 1
         assert refusals(srv, "rsio", "rate_limited", plain) == 1
+
+
+def test_segment_store_refusals_are_counted(tmp_path: Path) -> None:
+    from tests.server.test_pravega_server import Raw
+
+    users = tmp_path / "users"
+    _add(users, ADMIN[0], "--permission", "prn::/*,READ_UPDATE", password=ADMIN[1])
+    ports = {"controller": FREE, "segment_store": FREE, "http": FREE}
+    args = ["--auth-password-file", str(users)]
+    with ServerProcess(tmp_path / "data", ports=ports, args=args) as srv:
+        with grpc.insecure_channel(f"127.0.0.1:{srv.port_of('controller')}") as channel:
+            method = METHODS["getDelegationToken"]
+            call = channel.unary_unary(
+                f"/{SERVICE_NAME}/getDelegationToken",
+                request_serializer=method.request.SerializeToString,
+                response_deserializer=method.response.FromString,
+            )
+            token = call(
+                pb.StreamInfo(scope=SCOPE, stream="T"),
+                metadata=[("authorization", basic_header(*ADMIN))],
+                timeout=WAIT_S,
+            ).delegationToken
+
+        async def refuse() -> None:
+            raw = await Raw.connect(srv.port_of("segment_store"))
+            try:
+                stream_t, stream_u = f"{SCOPE}/T/0.#epoch.0", f"{SCOPE}/U/0.#epoch.0"
+                asks = [(stream_t, ""), (stream_t, "forged"), (stream_u, token)]
+                for rid, (segment, given) in enumerate(asks, 1):
+                    reply = await raw.request(p.ReadSegment(segment, 0, 10, given, rid))
+                    assert isinstance(reply, p.AuthTokenCheckFailed), reply
+            finally:
+                raw.writer.close()
+
+        asyncio.run(refuse())
+        plain = ssl.create_default_context()
+        for reason in ("unidentified", "bad_credentials", "permission_denied"):
+            assert refusals(srv, "segment_store", reason, plain) == 1, reason
