@@ -568,6 +568,25 @@ async def test_rsio_over_websocket_needs_credentials(
     finally:
         ws.writer.close()
 
+    # Offers pipelined behind a login are checked once it is decided: the reader's is
+    # refused, the admin's stores what it publishes (into S/U, which others leave empty).
+    offer = r.Subscribe(f"offer:{SCOPE}/U", 3, 0)
+    for creds, allowed in ((READER, False), (ADMIN, True)):
+        ws = await Wss.connect(server, ctx)
+        try:
+            ws.send(r.Subscribe("auth:" + basic_header(*creds), 1, 0), offer)
+            if not allowed:
+                events = await ws.until(lambda ev: any(isinstance(e, r.OnError) for e in ev))
+                error = next(e for e in events if isinstance(e, r.OnError))
+                assert error.subscriber == 3 and error.error.startswith("permission denied")
+                continue
+            await ws.until(lambda ev: any(isinstance(e, r.Subscribe) for e in ev))
+            ws.send(r.Subscribed(3, 0), r.OnNext(3, b"w"), r.OnComplete(3))
+            events = await ws.until(lambda ev: r.OnComplete(3) in ev)  # stored, durable
+            assert r.OnComplete(1) in events
+        finally:
+            ws.writer.close()
+
 
 # --------------------------------------------------------------------------- trusted listeners
 
