@@ -165,6 +165,7 @@ ERROR_REASONS = frozenset(
         "not_reading",
         "refused",
         "tls_failed",
+        "access_denied",
     }
 )
 """Close reasons that count as errors (``headrace_errors_total{kind=...}``)."""
@@ -242,6 +243,12 @@ class ConnectionHandler(abc.ABC):
     """Set by the loop before ``on_start``: the connection is plain TCP, so
     ``FileRegion`` pieces go out with ``sendfile``; on TLS they would be read
     and copied, so handlers ask the store for bytes instead."""
+    peer: object = None
+    """Set by the loop before ``on_start``: the peer's address (``getpeername()``)."""
+    peer_cert: dict[str, object] | None = None
+    """Set by the loop before ``on_start``: the peer's TLS certificate as
+    ``getpeercert()`` gives it, verified against ``--tls-ca``; None (or empty)
+    when it presented none (who it is: ``server/authz.py``)."""
 
     @abc.abstractmethod
     def feed(self, data: bytes) -> Iterable[object]:
@@ -632,6 +639,8 @@ class Connection(asyncio.BufferedProtocol):
             and transport.get_extra_info("ssl_object") is None  # however TLS was started
             and sock is not None
         )
+        handler.peer = self._peer
+        handler.peer_cert = transport.get_extra_info("peercert")
         if self._observer is not None:
             self._observer.connection_opened()
         self._receiving = True
@@ -702,8 +711,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
         assert self._handler is not None
-        self._close_reason("protocol_error")
-        log.warning("%s %s: protocol error, closing: %s", self._handler.name, self._peer, exc)
+        reason = exc.close_reason
+        self._close_reason(reason)
+        log.warning(
+            "%s %s: %s, closing: %s", self._handler.name, self._peer, reason.replace("_", " "), exc
+        )
         self._handler.on_protocol_error(exc)
         self._stop_receiving()
         self._write_now()

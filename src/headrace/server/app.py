@@ -20,9 +20,9 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 
-from headrace.controller.auth import PasswordFile, load_or_create_key
 from headrace.controller.model import ControllerModel
 from headrace.server._loop import LISTENER_SETTINGS, ListenerSettings
+from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
@@ -69,6 +69,8 @@ class ServerApp:
         self._stopping = asyncio.Event()
         self._closed = False
         self._ssl_context: ssl.SSLContext | None = None
+        self.door_auth: DoorAuth | None = None
+        """Users, grants and refusal counts shared by every front door; None: auth off."""
         self.metrics = ServerMetrics()
         self.metrics.attach(self)
 
@@ -154,8 +156,9 @@ class ServerApp:
         try:
             if self.config.auth is not None:
                 # A bad password file or key stops the start whichever listeners run.
-                PasswordFile.load(self.config.auth.password_file)
-                load_or_create_key(self.config.data_dir)
+                self.door_auth = DoorAuth(
+                    self.config.auth, self.config.data_dir, self.metrics.auth_refused
+                )
             self._controller = await ControllerModel.open(self._store)
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health

@@ -19,7 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headrace.controller.auth import DEFAULT_TOKEN_TTL_S
+from headrace.controller.auth import (
+    DEFAULT_TOKEN_TTL_S,
+    LOGIN_FAILURE_BURST,
+    LOGIN_FAILURE_INTERVAL_S,
+)
 from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
@@ -48,7 +52,7 @@ from headrace.server.lumberjack_config import (
     LumberjackConfig,
 )
 from headrace.server.lumberjack_config import IDLE_TIMEOUT_S as LUMBERJACK_IDLE_TIMEOUT_S
-from headrace.server.tls import TlsConfig
+from headrace.server.tls import VERIFY_CLIENT_MODES, TlsConfig
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES, FsyncPolicy
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "LOG_FORMATS",
     "MAX_TOKEN_TTL_S",
     "OPTIONS",
+    "TRUSTABLE_LISTENERS",
     "AuthConfig",
     "ConnectionLimits",
     "Option",
@@ -76,6 +81,11 @@ DEFAULT_PORTS: dict[str, int] = {
     "http": 9100,  # /metrics and /health
 }
 LISTENER_NAMES = tuple(DEFAULT_PORTS)
+
+TRUSTABLE_LISTENERS = ("tank", "lumberjack", "lumberjack_tls", "rsio", "http")
+"""Listeners ``--auth-trust-unauthenticated`` may name: the front doors whose
+clients identify themselves by certificate (or RS-IO's ``auth`` extension).
+The Pravega doors always take credentials: their clients all have them."""
 
 MAX_PORT = 65535
 
@@ -98,9 +108,16 @@ class AuthConfig:
     """Pravega-style auth (``--auth-password-file``); see ``docs/threat-model.md``."""
 
     password_file: Path
-    """Users, password hashes and grants (``headrace user add|remove``)."""
+    """Users, password hashes, grants and certificate names (``headrace user add|remove``)."""
     token_ttl_s: int = DEFAULT_TOKEN_TTL_S
     """Lifetime of the delegation tokens the controller signs."""
+    trusted_listeners: frozenset[str] = frozenset()
+    """Listeners (of ``TRUSTABLE_LISTENERS``) whose clients may do anything
+    without identifying themselves (``--auth-trust-unauthenticated``)."""
+    failed_login_burst: int = LOGIN_FAILURE_BURST
+    """Password checks one peer address may fail in a row (``LoginLimiter``)."""
+    failed_login_interval_s: float = LOGIN_FAILURE_INTERVAL_S
+    """One more check per this many seconds once the burst is used up."""
 
 
 @dataclass(slots=True)
@@ -127,7 +144,7 @@ class ServerConfig:
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
     auth: AuthConfig | None = None
-    """Credentials and delegation tokens on the Pravega front doors; None: auth off."""
+    """Who may do what on every front door (``server/authz.py``); None: auth off."""
     lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     """Per-connection and per-listener limits of every TCP front door."""
@@ -399,20 +416,62 @@ OPTIONS: tuple[Option, ...] = (
         "tls_ca",
         Path,
         None,
-        "PEM CA bundle: TLS clients must present a certificate it signed.",
+        "PEM CA bundle: TLS clients must present a certificate it signed (see "
+        "--tls-verify-client).",
         "TLS",
         existing_file=True,
+    ),
+    Option(
+        "tls_verify_client",
+        str,
+        "required",
+        "With --tls-ca: required: a client without a certificate is refused at the "
+        "handshake; optional: it is let in and must identify itself otherwise (a "
+        "password or a token, see Auth) where auth is on. A certificate that is "
+        "presented is always checked.",
+        "TLS",
+        choices=VERIFY_CLIENT_MODES,
     ),
     # -- auth
     Option(
         "auth_password_file",
         Path,
         None,
-        "Turn on auth: the controller checks Basic credentials against this file "
-        "(headrace user add|remove) and signs delegation tokens; the segment store "
-        "accepts only requests with a valid token. Default: auth off.",
+        "Turn on auth on every front door: users, their grants and the client "
+        "certificates that identify them (headrace user add|remove). The controller "
+        "checks Basic credentials and signs delegation tokens; the segment store takes "
+        "requests with a valid token; TANK and Lumberjack clients are known by their "
+        "certificate, RS-IO clients by certificate, credentials or token. Default: auth off.",
         "Auth",
         existing_file=True,
+    ),
+    Option(
+        "auth_trust_unauthenticated",
+        str,
+        "",
+        "Comma-separated listeners (of " + ", ".join(TRUSTABLE_LISTENERS) + ") whose "
+        "clients may do everything without identifying themselves, for trusted networks; "
+        "a client that does identify itself still gets only its grants. Default: none.",
+        "Auth",
+    ),
+    Option(
+        "auth_failed_login_burst",
+        int,
+        LOGIN_FAILURE_BURST,
+        "Password checks one client address may fail in a row; past it each further "
+        "attempt is refused (UNAUTHENTICATED) without being checked until the address "
+        "earns one more every --auth-failed-login-interval.",
+        "Auth",
+        1,
+    ),
+    Option(
+        "auth_failed_login_interval",
+        float,
+        LOGIN_FAILURE_INTERVAL_S,
+        "Seconds after which a client address that used up its failed-login burst gets "
+        "one more attempt.",
+        "Auth",
+        0.001,
     ),
     Option(
         "auth_token_ttl",
@@ -503,6 +562,22 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
 
 
+def _listener_list(text: str) -> frozenset[str]:
+    """``--auth-trust-unauthenticated``: listener names, commas between them.
+
+    Raises:
+        ConfigError: a name that is not one of ``TRUSTABLE_LISTENERS``.
+    """
+    names = frozenset(name.strip().replace("-", "_") for name in text.split(",") if name.strip())
+    unknown = sorted(names - set(TRUSTABLE_LISTENERS))
+    if unknown:
+        raise ConfigError(
+            f"--auth-trust-unauthenticated: {unknown[0]!r} is not one of "
+            + ", ".join(TRUSTABLE_LISTENERS)
+        )
+    return names
+
+
 def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
     """A validated ``ServerConfig`` from option values (keys of ``OPTIONS``; missing: default).
 
@@ -528,6 +603,16 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         raise ConfigError("--tls-cert and --tls-key go together")
     if tls_ca is not None and tls_cert is None:
         raise ConfigError("--tls-ca needs --tls-cert and --tls-key")
+    verify_client = str(get("tls_verify_client", str))
+    if verify_client not in VERIFY_CLIENT_MODES:
+        raise ConfigError(
+            f"--tls-verify-client {verify_client!r} is not one of {', '.join(VERIFY_CLIENT_MODES)}"
+        )
+    if verify_client != "required" and tls_ca is None:
+        raise ConfigError(f"--tls-verify-client {verify_client} needs --tls-ca")
+    trusted = _listener_list(str(get("auth_trust_unauthenticated", str)))
+    if trusted and v["auth_password_file"] is None:
+        raise ConfigError("--auth-trust-unauthenticated needs --auth-password-file")
     fsync = str(get("fsync", str))
     if fsync not in {p.value for p in FsyncPolicy}:
         raise ConfigError(f"--fsync {fsync!r} is not one of always, interval, never")
@@ -575,11 +660,20 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         tls=None
         if tls_cert is None or tls_key is None
         else TlsConfig(
-            Path(str(tls_cert)), Path(str(tls_key)), None if tls_ca is None else Path(str(tls_ca))
+            Path(str(tls_cert)),
+            Path(str(tls_key)),
+            None if tls_ca is None else Path(str(tls_ca)),
+            verify_client,
         ),
         auth=None
         if v["auth_password_file"] is None
-        else AuthConfig(Path(str(v["auth_password_file"])), int(get("auth_token_ttl", int))),
+        else AuthConfig(
+            Path(str(v["auth_password_file"])),
+            int(get("auth_token_ttl", int)),
+            trusted,
+            int(get("auth_failed_login_burst", int)),
+            float(get("auth_failed_login_interval", float)),
+        ),
         lumberjack=lumberjack,
         limits=limits,
         http_header_timeout_s=float(get("http_header_timeout", float)),

@@ -216,8 +216,9 @@ class HttpHandler(ConnectionHandler):
             else:
                 conn.accept_websocket(request)
                 self._cancel_timer()  # RS-IO's own limits apply from here
-                self._rsio = RsioHandler(self._app)
+                self._rsio = RsioHandler(self._app, listener=self.name)
                 self._rsio.wake_writer = self.wake_writer
+                self._rsio.peer, self._rsio.peer_cert = self.peer, self.peer_cert  # who, for auth
         else:
             conn.respond(404, b"404 Not Found\n")
         self._arm()

@@ -118,6 +118,13 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
     ("headrace_streams", "gauge", "—", "Streams known to the controller."),
     ("headrace_parked_readers", "gauge", "—", "Reads waiting at a segment's tail (long-poll)."),
     ("headrace_listener_up", "gauge", "listener", "1 when a configured listener is serving."),
+    (
+        "headrace_auth_refusals_total",
+        "counter",
+        "protocol, reason",
+        "Requests, logins and connections refused by auth; reason: bad_credentials, "
+        "permission_denied, rate_limited, unidentified.",
+    ),
 )
 
 
@@ -198,6 +205,12 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
+        self.auth_refusals = Counter(
+            "headrace_auth_refusals",
+            "Requests, logins and connections refused by auth.",
+            ["protocol", "reason"],
+            registry=r,
+        )
         self.parked_readers = 0
         self.gc_pauses = GcPauses()
         r.register(self.gc_pauses)
@@ -223,6 +236,10 @@ class ServerMetrics:
         if name not in self._listeners:
             self._listeners[name] = ListenerMetrics(self, name)
         return self._listeners[name]
+
+    def auth_refused(self, protocol: str, reason: str) -> None:
+        """Count one refusal by auth on ``protocol``'s listener (``server/authz.py``)."""
+        self.auth_refusals.labels(protocol, reason).inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

@@ -237,6 +237,9 @@ class PravegaHandler(ConnectionHandler):
         token_key: the key delegation tokens are signed with; when given
             (auth on) every request must carry a valid token covering its
             segments (``check_token``); None: tokens are ignored.
+        on_refused: called with the reason of every refused token
+            (``unidentified``, ``bad_credentials``, ``permission_denied``):
+            the server's metrics.
     """
 
     name = "pravega"
@@ -248,9 +251,11 @@ class PravegaHandler(ConnectionHandler):
         read_hold_s: float = READ_HOLD_S,
         max_append_bytes_in_flight: int = MAX_APPEND_BYTES_IN_FLIGHT,
         token_key: bytes | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
         self._token_key = token_key
+        self._on_refused = on_refused
         self._tokens: dict[str, TokenClaims] = {}  # signatures checked on this connection
         self._read_hold_s = read_hold_s
         # Append admission: room left, appends waiting in arrival order, and
@@ -331,6 +336,8 @@ class PravegaHandler(ConnectionHandler):
         if self._token_key is not None:
             refusal = self._check_token(event)
             if refusal is not None:
+                if self._on_refused is not None:
+                    self._on_refused(self._refusal_reason(event))
                 log.warning(
                     "pravega: refused %s on %s: %s",
                     type(event).__name__,
@@ -397,6 +404,14 @@ class PravegaHandler(ConnectionHandler):
             if resource is None or not resource_covers(claims.resource, resource):
                 return TokenInvalid(f"the token does not cover segment {segment!r}")
         return None
+
+    def _refusal_reason(self, request: p.Command) -> str:
+        """The metrics reason of a token ``_check_token`` just refused: none sent,
+        one that did not decode (or expired), or a good one that does not allow this."""
+        token = getattr(request, "delegation_token", "")
+        if not token:
+            return "unidentified"
+        return "permission_denied" if token in self._tokens else "bad_credentials"
 
     def output(self) -> list[OutputPiece]:
         self._unsent_bytes = 0
@@ -1117,6 +1132,7 @@ async def serve_segment_store(
     read_hold_s: float = READ_HOLD_S,
     ssl_context: ssl.SSLContext | None = None,
     token_key: bytes | None = None,
+    on_refused: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
 
@@ -1130,7 +1146,9 @@ async def serve_segment_store(
         "segment_store",
         host,
         port,
-        lambda: PravegaHandler(store, read_hold_s=read_hold_s, token_key=token_key),
+        lambda: PravegaHandler(
+            store, read_hold_s=read_hold_s, token_key=token_key, on_refused=on_refused
+        ),
         ssl_context=ssl_context,
     )
 
@@ -1138,13 +1156,14 @@ async def serve_segment_store(
 async def start_segment_store(app: ServerApp, host: str, port: int) -> Listener:
     """The ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
     TLS when a certificate is configured."""
-    auth = app.config.auth
+    auth, doors = app.config.auth, app.door_auth
     return await serve_segment_store(
         app.store,
         host,
         port,
         ssl_context=app.ssl_context(),
         token_key=None if auth is None else load_or_create_key(app.config.data_dir),
+        on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
     )
 
 
