@@ -697,6 +697,28 @@ async def test_table_updates_versions_and_conditions(server: Server) -> None:
     await raw.aclose()
 
 
+async def test_a_table_read_too_large_for_one_frame_is_refused(server: Server) -> None:
+    """A ReadTable whose values would not fit one frame (the same 1 MiB value asked
+    for twenty times) gets ErrorMessage(ILLEGAL_ARGUMENT) naming the limit, from
+    values fetched a few keys at a time, and the connection goes on serving."""
+    table = "sc/big_kvtable/0.#epoch.0"
+    raw = await Raw.connect(server.port)
+    assert await raw.request(p.CreateTableSegment(1, table)) == p.SegmentCreated(1, table)
+    value = b"v" * MAX_TABLE_VALUE_BYTES
+    put = _entries((b"big", value, p.NOT_EXISTS))
+    assert isinstance(
+        await raw.request(p.UpdateTableEntries(2, table, "", put)), p.TableEntriesUpdated
+    )
+    many = tuple(p.TableKey(b"big") for _ in range(20))
+    reply = await raw.request(p.ReadTable(3, table, "", many))
+    assert isinstance(reply, p.ErrorMessage), reply
+    assert reply.error_code == p.ErrorMessage.ILLEGAL_ARGUMENT
+    assert reply.request_id == 3 and "fewer keys" in reply.message
+    one = await raw.request(p.ReadTable(4, table, "", many[:1]))
+    assert isinstance(one, p.TableRead) and one.entries.entries[0][1].value == value
+    await raw.aclose()
+
+
 async def test_table_removals_and_delete(server: Server) -> None:
     table = "sc/t_kvtable/0.#epoch.0"
     raw = await Raw.connect(server.port)

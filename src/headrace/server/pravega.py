@@ -172,6 +172,24 @@ issued: the store caps an iteration or delta reply at about 2 MiB. A reply
 that turns out larger (ReadTable of many large values) waits, holding its
 room, until the writer has taken everything queued."""
 
+TABLE_READ_KEYS_PER_FETCH: Final = 16
+"""Keys a ReadTable fetches from the store at once: sixteen of the largest
+values make one full frame, so a request whose reply cannot fit one frame is
+refused after reading about that much, whatever number of keys it names."""
+
+TABLE_ENTRY_OVERHEAD_BYTES: Final = 32
+"""Bytes a TableRead entry takes beside its key and value (lengths, version;
+rounded up), for telling whether a reply fits one frame before encoding it."""
+
+TABLE_READ_REPLY_OVERHEAD_BYTES: Final = 64
+"""Bytes a TableRead takes beside its segment name and entries (frame header,
+request id, counts; rounded up)."""
+
+
+class _ReplyTooLarge(Exception):
+    """A requested reply would not fit one wire frame; the request is refused."""
+
+
 MAX_APPEND_BYTES_IN_FLIGHT = 64 * 1024 * 1024
 """Append data one connection may have issued to the store and not yet seen
 durable: eight full Rust batches (8 MiB each). Beyond it appends wait their
@@ -860,10 +878,19 @@ class PravegaHandler(ConnectionHandler):
         return result
 
     async def _read_table(self, cmd: p.ReadTable) -> None:
-        found = await self._with_room(
-            lambda: self._store.get_table_entries(cmd.segment, [k.key for k in cmd.keys]),
-            lambda found: _size_of([e for e in found if e is not None]),
-        )
+        try:
+            found = await self._with_room(
+                lambda: self._table_entries(cmd),
+                lambda found: _size_of([e for e in found if e is not None]),
+            )
+        except _ReplyTooLarge as exc:
+            log.warning("pravega: refused ReadTable on %s: %s", cmd.segment, exc)
+            self._reply(
+                p.ErrorMessage(
+                    cmd.request_id, cmd.segment, str(exc), p.ErrorMessage.ILLEGAL_ARGUMENT
+                )
+            )
+            return
         entries = tuple(
             (p.TableKey(k.key, p.NOT_EXISTS), p.TableValue(b""))  # absent: version -1, empty
             if entry is None
@@ -871,6 +898,34 @@ class PravegaHandler(ConnectionHandler):
             for k, entry in zip(cmd.keys, found, strict=True)
         )
         self._reply(p.TableRead(cmd.request_id, cmd.segment, p.TableEntries(entries)))
+
+    async def _table_entries(self, cmd: p.ReadTable) -> list[TableEntry | None]:
+        """The entries of ``cmd.keys``, fetched ``TABLE_READ_KEYS_PER_FETCH`` at a time,
+        so that a request for more than one frame can hold is refused after at most
+        one frame's worth of values was read.
+
+        Raises:
+            _ReplyTooLarge: the reply would not fit one frame.
+        """
+        size = TABLE_READ_REPLY_OVERHEAD_BYTES + len(cmd.segment.encode())
+        found: list[TableEntry | None] = []
+        keys = [k.key for k in cmd.keys]
+        for start in range(0, len(keys), TABLE_READ_KEYS_PER_FETCH):
+            batch = keys[start : start + TABLE_READ_KEYS_PER_FETCH]
+            entries = await self._store.get_table_entries(cmd.segment, batch)
+            for key, entry in zip(batch, entries, strict=True):
+                size += (
+                    TABLE_ENTRY_OVERHEAD_BYTES
+                    + len(key)
+                    + (0 if entry is None else len(entry.value))
+                )
+            if size > p.MAX_FRAME_BYTES:
+                raise _ReplyTooLarge(
+                    f"the values of {len(keys)} keys do not fit one {p.MAX_FRAME_BYTES}-byte"
+                    " reply: ask for fewer keys at a time"
+                )
+            found += entries
+        return found
 
     async def _read_keys(self, cmd: p.ReadTableKeys) -> None:
         page = await self._with_room(
