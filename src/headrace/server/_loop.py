@@ -57,8 +57,9 @@ replies inside the sans-I/O object; the loop writes whatever
   where its front door sets one (TANK, as the TANK broker does).
 * **Server-wide budget** (``MemoryBudget``, ``--max-total-buffered-bytes``):
   every connection charges what it holds (the bytes of a frame still
-  arriving, as ``partial_frame_bytes`` reports them, and reply bytes the
-  transport holds for the peer) to one budget shared by every listener.
+  arriving, as ``partial_frame_bytes`` reports them, replies its handler
+  holds, ``queued_bytes``, and reply bytes the transport holds for the peer)
+  to one budget shared by every listener.
   Once the total is over it, a connection that holds bytes and receives
   more stops reading until the total is back under it; one that holds
   nothing (a ``/health`` probe, a small request answered at once) never
@@ -390,6 +391,10 @@ class ConnectionHandler(abc.ABC):
     """Set by the loop before ``on_start``: the connection is plain TCP, so
     ``FileRegion`` pieces go out with ``sendfile``; on TLS they would be read
     and copied, so handlers ask the store for bytes instead."""
+    budget: MemoryBudget | None = None
+    """Set by the loop before ``on_start``: the server's budget of buffered bytes
+    (None: no bound on the sum). A handler that reads data for the peer on its
+    own (a subscription, a long read) may hold back while it is ``spent``."""
 
     @abc.abstractmethod
     def feed(self, data: bytes) -> Iterable[object]:
@@ -467,6 +472,14 @@ class ConnectionHandler(abc.ABC):
         The loop closes the connection when this exceeds ``max_frame_bytes`` or
         stays above 0 for longer than ``partial_frame_timeout_s``. Protocols that
         cannot tell return 0 (then only the idle timeout applies).
+        """
+        return 0
+
+    def queued_bytes(self) -> int:
+        """Bytes of replies the handler holds that the loop has not taken yet.
+
+        Counted against the server's budget with the frame still arriving and
+        the transport's unsent bytes; looked at after every receive and write.
         """
         return 0
 
@@ -794,6 +807,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = transport
         handler = self._handler = self._make_handler()
         handler.wake_writer = self._wake.set
+        handler.budget = self._budget
         sock = transport.get_extra_info("socket")
         handler.sendfile_ok = (
             transport.get_extra_info("sslcontext") is None
@@ -847,8 +861,10 @@ class Connection(asyncio.BufferedProtocol):
             return
         held = 0
         handler = self._handler
-        if self._receiving and handler is not None:
-            held = handler.partial_frame_bytes()
+        if handler is not None:
+            held = handler.queued_bytes()
+            if self._receiving:
+                held += handler.partial_frame_bytes()
         transport = self._transport
         if transport is not None and not self._lost:
             held += transport.get_write_buffer_size()
