@@ -155,8 +155,10 @@ MAX_TOTAL_BUFFERED_BYTES: Final = 256 * 1024 * 1024
 replies not taken) before reading pauses. Every per-connection limit holds on
 its own, but a thousand connections each within them add up to gigabytes; one
 bound on the sum (Kafka's ``queued.max.request.bytes``) keeps the server under
-1 GiB however many peers announce large frames or stop reading. Four times
-the largest Pravega frame, so large appends from many writers still flow."""
+1 GiB however many peers announce large frames or stop reading. Four frames
+of ``MAX_FRAME_BYTES`` (sixteen of Pravega's largest), so large appends from
+many writers still flow; it must be at least ``MAX_FRAME_BYTES``, or a frame
+that large could never be received whole."""
 
 BUDGET_RECHECK_S: Final = 0.1
 """How often a spent ``MemoryBudget`` looks again at what each connection holds
@@ -854,8 +856,8 @@ class Connection(asyncio.BufferedProtocol):
         self._resume("budget")
 
     def _recharge(self) -> None:
-        """Tell the budget what this connection holds now: the frame still arriving
-        and the reply bytes the transport holds for the peer."""
+        """Tell the budget what this connection holds now: the frame still arriving,
+        the replies its handler holds and the bytes the transport holds for the peer."""
         budget = self._budget
         if budget is None or self._released:
             return
