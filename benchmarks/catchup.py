@@ -35,13 +35,15 @@ import asyncio
 import json
 import socket
 import struct
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import _common as common
-import suite
+from hrbench.config import SMALL
+from hrbench.hr_client import hr_catchup, hr_produce, tank_produce
+from hrbench.limits import loopback_tcp
+from hrbench.measure import Profiler, run_group
 
 EVENT_BYTES = 10 * 1024
 READ_BYTES = 2 * 1024 * 1024
@@ -99,10 +101,10 @@ def _reader_process(
     reads ahead, reading the stream ``passes`` times."""
     command = ["hr-catchup", str(port), segment, str(end), str(EVENT_BYTES), str(depth)]
     command += [str(READ_BYTES), str(rcvbuf), str(passes)]
-    _, (out,) = suite.run_group([command])
+    _, (out,) = run_group([command])
     if not out["complete"] or out["events"] * (8 + EVENT_BYTES) != end * passes:
         raise SystemExit(f"the reader did not get the whole stream: {out}")
-    return out["bytes"] / out["seconds"] / 1e6
+    return float(out["bytes"]) / float(out["seconds"]) / 1e6
 
 
 async def _records_catchup(uri: str, stream: str, end: int) -> float:
@@ -146,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, object] = {"benchmark": "catchup", "machine": common.machine()}
     results["loadavg_1m_start"] = common.loadavg()
-    tcp = suite.loopback_tcp(3).get("mb_per_s")
+    tcp = loopback_tcp(3)
     results["loopback_tcp_mb_per_s"] = tcp
     print(f"loopback TCP (iperf3): {tcp} MB/s", flush=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -154,7 +156,7 @@ def main() -> None:
         proc = common.start_headrace(Path(tmp) / "data", ports)
         try:
             uri = f"tcp://127.0.0.1:{ports['controller']}"
-            asyncio.run(suite.hr_produce(uri, "p10k", EVENT_BYTES, args.events))
+            asyncio.run(hr_produce(uri, "p10k", EVENT_BYTES, args.events))
             segment, end = asyncio.run(_segment_end(uri, "p10k"))
             depths = [int(d) for d in args.depths.split(",") if d]
             rows: dict[str, list[float]] = {"client": [], "raw": [], "records": []}
@@ -166,7 +168,7 @@ def main() -> None:
                             ports["segment-store"], segment, end, depth, args.rcvbuf, args.passes
                         )
                     )
-                seconds, nbytes = asyncio.run(suite.hr_catchup(uri, "p10k", args.passes))
+                seconds, nbytes = asyncio.run(hr_catchup(uri, "p10k", args.passes))
                 assert nbytes == end * args.passes
                 rows["client"].append(nbytes / seconds / 1e6)
                 rows["raw"].append(end / _raw_catchup(ports["segment-store"], segment, end) / 1e6)
@@ -180,9 +182,9 @@ def main() -> None:
                     f" best / loopback TCP = {results[f'{name}_vs_tcp']}",
                     flush=True,
                 )
-            prof = suite.Profiler(False, proc.pid, "tank", Path(tmp))
-            _, _, consume_s = suite.tank_produce(ports["tank"], args.tank_messages, prof, proc.pid)
-            tank_mb = args.tank_messages * suite.SMALL / consume_s / 1e6
+            prof = Profiler(False, proc.pid, "tank", Path(tmp))
+            _, _, consume_s = tank_produce(ports["tank"], args.tank_messages, prof, proc.pid)
+            tank_mb = args.tank_messages * SMALL / consume_s / 1e6
             results["tank_consume_mb_per_s"] = round(tank_mb, 1)
             results["tank_vs_tcp"] = round(tank_mb / tcp, 3) if tcp else None
             print(f"TANK consume: {tank_mb:.1f} MB/s of messages", flush=True)
@@ -193,4 +195,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,7 +1,7 @@
 """The least a Python asyncio server can do per Pravega append: the latency floor.
 
-The latency targets of issue #10 (ack p99 <= 0.5 ms under ``never``, <= 2x the
-disk's fdatasync p99 under ``always``) include the paced writer process and the
+The latency targets (ack p99 <= 0.5 ms under ``never``, <= 2x the disk's
+fdatasync p99 under ``always``) include the paced writer process and the
 machine's scheduling. This server shows what is left for any Python server on
 the same machine, measured by the same paced writer in the same run: it parses
 the frame header, takes the CRC-32 of the events (every byte a store keeps is

@@ -26,7 +26,7 @@ left out if their shape is not measured). ``--compare-refs`` measures each
 shape twice in the same slices, as a back-to-back pair on one disk moment:
 the store with large appends written once (APPEND_REF, the default
 threshold or ``--ref-append-bytes``) and with references off (every byte in
-the WAL and the data file, as before format version 2); each is printed with
+the WAL and the data file); each is printed with
 its ratio to the raw loop interleaved with it, and the pair's ratio after /
 before.
 

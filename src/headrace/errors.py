@@ -10,6 +10,7 @@ translates in exactly one place (the server's error tables, the client's
     ├── ProtocolError
     │   ├── LocalProtocolError        we (or our caller) broke the protocol: a bug
     │   ├── RemoteProtocolError       the peer broke it; carries ``reply_hint``
+    │   │   └── AccessDenied          auth refused the peer; the connection closes
     │   └── FrameTooLarge             a frame over a named limit (remote's fault)
     ├── StoreError
     │   ├── SegmentNotFound(name)
@@ -35,6 +36,7 @@ translates in exactly one place (the server's error tables, the client's
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "BadOffset",
     "ClientError",
     "ConfigError",
@@ -87,9 +89,18 @@ class RemoteProtocolError(ProtocolError):
             "log and close".
     """
 
+    close_reason = "protocol_error"
+    """Why the connection closes, in its access line and ``headrace_errors_total``."""
+
     def __init__(self, message: str, *, reply_hint: object | None = None) -> None:
         super().__init__(message)
         self.reply_hint = reply_hint
+
+
+class AccessDenied(RemoteProtocolError):
+    """Auth refused the peer, on a protocol whose only answer is to close (Lumberjack)."""
+
+    close_reason = "access_denied"
 
 
 class FrameTooLarge(RemoteProtocolError):

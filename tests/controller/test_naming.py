@@ -7,6 +7,7 @@ import pytest
 from headrace.controller.naming import (
     TxnId,
     is_valid_name,
+    is_valid_token_stream,
     segment_epoch,
     segment_id,
     segment_name,
@@ -54,3 +55,19 @@ def test_valid_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["", "a/b", "_system", "a_b", "sp ace", "é", "a" * 256, "a#b"])
 def test_invalid_names(name: str) -> None:
     assert not is_valid_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["T", "a" * 255, "rg_kvtable", "my_group_kvtable", "g.1-x_hrgroup", "a_b_hrgroup"]
+)
+def test_valid_token_streams(name: str) -> None:
+    assert is_valid_token_stream(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "*", "T*", "*_kvtable", "_kvtable", "__kvtable", "a/b_kvtable", "T/x", "a_b", "_system",
+     "x_kvtable_", "a" * 248 + "_kvtable"],
+)  # fmt: skip
+def test_invalid_token_streams(name: str) -> None:
+    assert not is_valid_token_stream(name)

@@ -341,6 +341,15 @@ async def test_delegation_token_is_empty_without_auth(call: Client) -> None:
     assert (await call("getDelegationToken", info())).delegationToken == ""
 
 
+@pytest.mark.parametrize(("scope", "stream"), [("sc", "*"), ("sc", "a/b"), ("*", "st"), ("", "st")])
+async def test_delegation_token_names_follow_the_naming_rules(
+    call: Client, scope: str, stream: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call("getDelegationToken", pb.StreamInfo(scope=scope, stream=stream))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_server_list_names_this_controller(server: ControllerServer, call: Client) -> None:
     reply = await call("getControllerServerList", pb.ServerRequest())
     assert [(u.endpoint, u.port) for u in reply.nodeURI] == [("127.0.0.1", server.port)]

@@ -15,9 +15,12 @@ data, is attacked by clients that each stay within every per-connection limit:
 Throughout, a thread samples the server every ``SAMPLE_INTERVAL_S``: its
 resident memory (``VmRSS``, and the peak ``VmHWM`` at the end) must stay
 under ``RSS_LIMIT_BYTES``, and ``GET /health`` must answer within
-``HEALTH_LIMIT_S``. The attack sizes are parameters (``Attack``), chosen so
-that each case runs in seconds and that, unbounded, each attack would hold
-well over the limit.
+``HEALTH_LIMIT_S`` (all but ``SLOW_PROBES_ALLOWED`` of the probes, and every
+one within ``PROBE_TIMEOUT_S``). The attack sizes are parameters
+(``Attack``), chosen so that each case runs in seconds and that, unbounded,
+each attack would hold well over the limit. The cases share one server (its
+data takes longer to write than an attack to run); each waits until the
+connections of the one before are gone.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -47,9 +49,13 @@ MIB = 1024 * 1024
 RSS_LIMIT_BYTES = 1024 * MIB
 """The server's resident memory must stay under this whatever the attack."""
 HEALTH_LIMIT_S = 0.1
-"""Every ``/health`` probe must be answered within this."""
+"""A ``/health`` probe must be answered within this."""
+SLOW_PROBES_ALLOWED = 0.02
+"""The fraction of probes that may take longer (never over ``PROBE_TIMEOUT_S``):
+on a shared two-core machine the scheduler holds a process up now and then,
+attack or not; a bounded server answers all but a few in time."""
 SAMPLE_INTERVAL_S = 0.05
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 1.0
 """Bound on one probe (a slower answer is a failure, not a hang)."""
 HOLD_S = 4.0
 """How long the attack is held while the server is watched."""
@@ -209,12 +215,36 @@ def _attack(server: ServerProcess, attack: Attack) -> list[socket.socket]:
     return socks
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+def _connections_open(server: ServerProcess) -> float:
+    """Connections open on every listener but HTTP (the probes'), from ``/metrics``."""
+    url = f"http://127.0.0.1:{server.port_of('http')}/metrics"
+    with urllib.request.urlopen(url, timeout=WAIT_S) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("headrace_connections_open{") and 'protocol="http"' not in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     ports = dict.fromkeys(("controller", "segment_store", "tank", "rsio", "http"), FREE)
-    with ServerProcess(tmp_path / "data", ports=ports) as started:
+    data_dir = tmp_path_factory.mktemp("hostile") / "data"
+    with ServerProcess(data_dir, ports=ports) as started:
         asyncio.run(asyncio.wait_for(_fill(started), WAIT_S))
         yield started
+
+
+@pytest.fixture
+def server(filled: ServerProcess) -> ServerProcess:
+    """The shared server, once the previous case's connections are gone."""
+    assert filled.alive(), filled.log_tail()
+    deadline = time.monotonic() + WAIT_S
+    while _connections_open(filled) > 0:
+        assert time.monotonic() < deadline, "the last case's connections are still open"
+        time.sleep(0.1)
+    return filled
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS.values()), ids=list(ATTACKS))
@@ -241,7 +271,9 @@ def test_hostile_clients_leave_the_server_bounded_and_responsive(
     assert not watch.failures, watch.failures[:5]
     assert watch.health_s, "no /health probe ran"
     slow = [round(s, 3) for s in watch.health_s if s >= HEALTH_LIMIT_S]
-    assert not slow, f"{len(slow)} of {len(watch.health_s)} probes over {HEALTH_LIMIT_S} s: {slow}"
+    assert len(slow) <= SLOW_PROBES_ALLOWED * len(watch.health_s), (
+        f"{len(slow)} of {len(watch.health_s)} probes over {HEALTH_LIMIT_S} s: {slow}"
+    )
     assert watch.max_rss_bytes < RSS_LIMIT_BYTES, watch.max_rss_bytes / MIB
     assert peak < RSS_LIMIT_BYTES, f"peak {peak / MIB:.0f} MiB"
     assert server.alive()

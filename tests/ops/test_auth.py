@@ -309,6 +309,35 @@ def test_delegation_token_names_user_stream_permission_and_expiry(
     assert denied == grpc.StatusCode.PERMISSION_DENIED
 
 
+def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -> None:
+    """A token's resource is matched as a pattern at the segment store, so its
+    names follow the rules of every other RPC: no ``*``, ``/`` or other
+    characters outside ``[A-Za-z0-9.-]`` (INVALID_ARGUMENT), except the ``_``
+    of a table's pseudo-stream (``<group>_kvtable``, ``<group>_hrgroup``)."""
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    for scope, stream in [
+        (SCOPE, "*"),
+        (SCOPE, "T*"),
+        (SCOPE, "*_kvtable"),
+        (SCOPE, "T/x"),
+        (SCOPE, "../T"),
+        (SCOPE, "T/.."),
+        (SCOPE, ""),
+        (SCOPE, "_system"),
+        (SCOPE, "_kvtable"),
+        (SCOPE, "T_other"),
+        ("*", "T"),
+        ("S/stream:T", "T"),
+        ("", "T"),
+    ]:
+        request = pb.StreamInfo(scope=scope, stream=stream)
+        assert _code(auth_server, "getDelegationToken", request, ADMIN) == invalid, (scope, stream)
+    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup"]:
+        token = _token(auth_server, ADMIN, SCOPE, stream)
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        assert claims["res"] == f"prn::/scope:{SCOPE}/stream:{stream}"
+
+
 def _key(server: ServerProcess) -> bytes:
     path = server.data_dir / TOKEN_KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -379,6 +408,142 @@ def test_segment_store_checks_every_token(auth_server: ServerProcess, stream: st
     assert auth_server.alive()
     log = auth_server.log_text()
     assert "refused ReadSegment on S/T/0.#epoch.0: bad delegation token signature" in log
+
+
+@pytest.fixture(scope="module")
+def two_streams(auth_server: ServerProcess, stream: str) -> tuple[str, str]:
+    """``S/A`` and ``S/B``, one segment each, created by the admin and written only
+    by the test that checks who may append to them."""
+    for name in ("A", "B"):
+        config = pb.StreamConfig(
+            streamInfo=pb.StreamInfo(scope=SCOPE, stream=name),
+            scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+        )
+        status = _call(auth_server, "createStream", config, ADMIN).status
+        assert status == pb.CreateStreamStatus.SUCCESS
+    return f"{SCOPE}/A/0.#epoch.0", f"{SCOPE}/B/0.#epoch.0"
+
+
+async def _answer(raw: Raw) -> p.Command | None:
+    """The next reply on ``raw``, or None once the server closed the connection."""
+    while True:
+        event = raw.conn.next_event()
+        if isinstance(event, p.ConnectionClosed):
+            return None
+        if event is not None:
+            assert isinstance(event, p.Command), event
+            return event
+        try:
+            data = await asyncio.wait_for(raw.reader.read(1 << 20), WAIT_S)
+        except ConnectionResetError:
+            data = b""
+        raw.conn.receive_data(data)
+
+
+def _append_forms(writer: uuid.UUID) -> dict[str, list[p.Command]]:
+    """Every way a writer appends (wire spec §5.2, §5.4), each with event number 1."""
+    small = p.encode_event(b"smuggled")
+    large = p.encode_event(b"L" * (256 * 1024))  # over LARGE_FRAME_BYTES: its own buffer
+    block = p.encode_event(b"java")
+    return {
+        "AppendBlockEnd": [p.AppendBlockEnd(writer, len(small), small, 1, 1, 100)],
+        "large AppendBlockEnd": [p.AppendBlockEnd(writer, len(large), large, 1, 1, 100)],
+        "AppendBlock": [
+            p.AppendBlock(writer, block),
+            p.AppendBlockEnd(writer, len(block), b"", 1, 1, 100),
+        ],
+        "ConditionalAppend": [p.ConditionalAppend(writer, 1, 0, p.Event(b"cond"), 100)],
+        "ConditionalBlockEnd": [p.ConditionalBlockEnd(writer, 1, 0, b"raw bytes", 100)],
+    }
+
+
+def test_appends_need_an_accepted_setup_append(
+    auth_server: ServerProcess, two_streams: tuple[str, str]
+) -> None:
+    """A SetupAppend refused for its token opens no writer session: whatever the
+    append form, the writer's appends close the connection and nothing is stored,
+    whether the token was bad, only READ, or for another stream."""
+    a, b = two_streams
+    port = auth_server.port_of("segment_store")
+    admin_a = _token(auth_server, ADMIN, SCOPE, "A")
+    admin_b = _token(auth_server, ADMIN, SCOPE, "B")
+    reader_b = _token(auth_server, READER, SCOPE, "B")
+    refused_tokens = {"garbage": "garbage", "READ only": reader_b, "stream A's": admin_a}
+    failed = p.AuthTokenCheckFailed.TOKEN_CHECK_FAILED
+
+    async def attempt(token: str, form: str, *, wait_for_refusal: bool) -> str:
+        raw = await Raw.connect(port)
+        try:
+            writer = uuid.uuid4()
+            setup = p.SetupAppend(1, writer, b, token)
+            appends = _append_forms(writer)[form]
+            if wait_for_refusal:
+                refusal = await raw.request(setup)
+                assert isinstance(refusal, p.AuthTokenCheckFailed), refusal
+                assert refusal.error_code == failed
+                await raw.send(*appends)
+            else:  # pipelined: the appends arrive before the server answered the setup
+                await raw.send(setup, *appends)
+                refusal = await _answer(raw)
+                assert isinstance(refusal, p.AuthTokenCheckFailed | None), refusal
+            answer = await _answer(raw)
+            return "closed" if answer is None else type(answer).__name__
+        finally:
+            await raw.aclose()
+
+    async def moved(form: str) -> str:
+        """A writer set up on A asks for B with A's token: refused, and its
+        session on A is gone too (its appends are not meant for A any more)."""
+        raw = await Raw.connect(port)
+        try:
+            writer = uuid.uuid4()
+            setup = await raw.request(p.SetupAppend(1, writer, a, admin_a))
+            assert isinstance(setup, p.AppendSetup), setup
+            refusal = await raw.request(p.SetupAppend(2, writer, b, admin_a))
+            assert isinstance(refusal, p.AuthTokenCheckFailed), refusal
+            await raw.send(*_append_forms(writer)[form])
+            answer = await _answer(raw)
+            return "closed" if answer is None else type(answer).__name__
+        finally:
+            await raw.aclose()
+
+    async def length(segment: str, token: str) -> int:
+        raw = await Raw.connect(port)
+        try:
+            info = await raw.request(p.GetStreamSegmentInfo(9, segment, token))
+            assert isinstance(info, p.StreamSegmentInfo), info
+            return info.write_offset
+        finally:
+            await raw.aclose()
+
+    async def check() -> None:
+        outcomes = {}
+        for form in _append_forms(uuid.uuid4()):
+            for why, token in refused_tokens.items():
+                for waited in (True, False):
+                    outcomes[why, form, waited] = await attempt(
+                        token, form, wait_for_refusal=waited
+                    )
+            outcomes["moved", form, True] = await moved(form)
+        assert set(outcomes.values()) == {"closed"}, outcomes
+        assert await length(b, admin_b) == 0
+        assert await length(a, admin_a) == 0
+        # The stream's own writer still appends (the refusals harmed nobody).
+        raw = await Raw.connect(port)
+        try:
+            writer = uuid.uuid4()
+            setup = await raw.request(p.SetupAppend(1, writer, b, admin_b))
+            assert isinstance(setup, p.AppendSetup), setup
+            event = p.encode_event(b"allowed")
+            appended = await raw.request(p.AppendBlockEnd(writer, len(event), event, 1, 1, 2))
+            assert isinstance(appended, p.DataAppended), appended
+        finally:
+            await raw.aclose()
+        assert await length(b, admin_b) == len(event)
+
+    asyncio.run(check())
+    assert auth_server.alive()
+    assert "without an accepted SetupAppend" in auth_server.log_text()
 
 
 # --------------------------------------------------------------------------- our client

@@ -164,6 +164,7 @@ async def test_reading_pauses_at_max_pending_requests(max_pending: int) -> None:
 FIRST_BYTE = {
     "lumberjack": b"2",  # protocol version 2
     "rsio": b"\x05",  # varint length of a 5-byte frame
+    "http": b"G",  # of GET (a byte no request starts with gets 400 at once)
 }
 
 

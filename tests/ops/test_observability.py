@@ -49,6 +49,7 @@ def test_metrics_count_real_traffic_and_access_lines_describe_it(start_serve: An
             "http": {"port": http, "up": True},
             "tank": {"port": tank, "up": True},
         },
+        "store": "ok",
     }
     assert serve.metric("headrace_connections_total", protocol="tank") == 0
 

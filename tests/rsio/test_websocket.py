@@ -7,44 +7,73 @@ import base64
 import os
 import re
 
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, Message, TextMessage
+
 from headrace.client import PravegaClient
-from headrace.protocols.websocket import Close, FrameReader, Message, Opcode, encode_frame
 
 from .conftest import WAIT_S, Server, new_stream, write_events
 
+Binary = tuple[str, bytes]
+"""``("binary", payload)``: a whole binary message received."""
+Close = tuple[str, int]
+"""``("close", code)``: a close frame received."""
+
 
 class WsClient:
-    """A minimal WebSocket client (masked frames), enough to talk RS-IO by hand."""
+    """A minimal WebSocket client (``wsproto`` frames), enough to talk RS-IO by hand."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rest: bytes = b""
+    ) -> None:
         self.reader, self.writer = reader, writer
-        self.frames = FrameReader(masked=False)
-        self.pending: list[Message | Close] = []
+        self.ws = Connection(ConnectionType.CLIENT, trailing_data=rest)
+        self.pending: list[Binary | Close] = []
+        self.message = bytearray()
 
     @classmethod
-    async def connect(cls, port: int, path: str = "/rsio") -> tuple[WsClient, bytes]:
+    async def connect(
+        cls, port: int, path: str = "/rsio", extra: str = ""
+    ) -> tuple[WsClient, bytes]:
+        """Open ``path`` with an upgrade request (``extra``: more header lines)."""
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         key = base64.b64encode(os.urandom(16)).decode()
         writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n{extra}"
             "Sec-WebSocket-Version: 13\r\n\r\n".encode()
         )
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
         return cls(reader, writer), head
 
-    def send(self, payload: bytes, opcode: Opcode = Opcode.BINARY) -> None:
-        self.writer.write(encode_frame(opcode, payload, mask=True))
+    def send(self, payload: bytes, *, text: bool = False) -> None:
+        event: Message[str] | Message[bytes] = (
+            TextMessage(payload.decode()) if text else BytesMessage(payload)
+        )
+        self.writer.write(self.ws.send(event))
 
-    async def receive(self) -> Message | Close | None:
+    def close(self, code: int) -> None:
+        self.writer.write(self.ws.send(CloseConnection(code)))
+
+    async def receive(self) -> Binary | Close | None:
         while not self.pending:
             data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
             if not data:
                 return None
-            for frame in self.frames.receive_data(data):
-                if isinstance(frame, Message | Close):
-                    self.pending.append(frame)
+            self.ws.receive_data(data)
+            for event in self.ws.events():
+                if isinstance(event, BytesMessage):
+                    self.message += event.data
+                    if event.message_finished:
+                        self.pending.append(("binary", bytes(self.message)))
+                        self.message.clear()
+                elif isinstance(event, CloseConnection):
+                    self.pending.append(("close", int(event.code)))
         return self.pending.pop(0)
+
+
+def binary(hex_payload: str) -> Binary:
+    return ("binary", bytes.fromhex(hex_payload))
 
 
 async def test_part_c_exchange_over_websocket(server: Server, pravega: PravegaClient) -> None:
@@ -61,11 +90,12 @@ async def test_part_c_exchange_over_websocket(server: Server, pravega: PravegaCl
         expected = ["020000", "070100", "08010568656c6c6f", "080105776f726c64", "0c01"]
         for message in expected:
             got = await ws.receive()
-            assert got == Message(Opcode.BINARY, bytes.fromhex(message))
+            assert got == binary(message)
         ws.send(bytes.fromhex("0304646f6e65"))  # goodbye("done")
-        assert await ws.receive() == Message(Opcode.BINARY, bytes.fromhex("0300"))
-        ws.send(b"\x03\xe8", Opcode.CLOSE)
-        assert await ws.receive() == Close(1000, b"")
+        assert await ws.receive() == binary("0300")
+        ws.close(1000)
+        assert await ws.receive() == ("close", 1000)
+        assert await ws.receive() is None  # the closing handshake ends the connection
     finally:
         ws.writer.close()
 
@@ -74,12 +104,13 @@ async def test_text_message_gets_goodbye_and_close(server: Server) -> None:
     ws, _ = await WsClient.connect(server.http_port)
     try:
         ws.send(bytes.fromhex("010000"))
-        assert await ws.receive() == Message(Opcode.BINARY, bytes.fromhex("020000"))
-        ws.send(b"hello", Opcode.TEXT)
+        assert await ws.receive() == binary("020000")
+        ws.send(b"hello", text=True)
         goodbye = await ws.receive()
-        assert isinstance(goodbye, Message) and goodbye.payload.startswith(b"\x03")
-        assert b"text message" in goodbye.payload
-        assert await ws.receive() == Close(1002, b"")
+        assert goodbye is not None and goodbye[0] == "binary"
+        assert isinstance(goodbye[1], bytes) and goodbye[1].startswith(b"\x03")
+        assert b"text message" in goodbye[1]
+        assert await ws.receive() == ("close", 1002)
         assert await ws.receive() is None  # closed
     finally:
         ws.writer.close()
@@ -88,8 +119,8 @@ async def test_text_message_gets_goodbye_and_close(server: Server) -> None:
 async def test_unmasked_frame_is_refused_with_a_close(server: Server) -> None:
     ws, _ = await WsClient.connect(server.http_port)
     try:
-        ws.writer.write(encode_frame(Opcode.BINARY, bytes.fromhex("010000")))  # not masked
-        assert await ws.receive() == Close(1002, b"")
+        ws.writer.write(bytes([0x82, 3]) + bytes.fromhex("010000"))  # FIN, binary, not masked
+        assert await ws.receive() == ("close", 1002)
         assert await ws.receive() is None
     finally:
         ws.writer.close()

@@ -73,8 +73,11 @@ async def _check(plan: list[tuple[int, int, bytes]], turns: list[int], room: int
         await store.create_segment(name)
     handler = PravegaHandler(store, max_append_bytes_in_flight=room)
     writers = [uuid.UUID(int=i + 1) for i in range(4)]
-    frames = [p.Hello(15, 5)]
-    frames += [p.SetupAppend(i, w, SEGMENTS[i % 2]) for i, w in enumerate(writers)]
+    setups = [p.Hello(15, 5)]
+    setups += [p.SetupAppend(i, w, SEGMENTS[i % 2]) for i, w in enumerate(writers)]
+    for event in handler.feed(b"".join(map(p.encode_command, setups))):
+        await handler.handle(event)  # accepted before the writers append, as clients wait
+    frames: list[p.Command] = []
     next_number = dict.fromkeys(writers, 0)
     expected_data = {name: b"" for name in SEGMENTS}
     expected_acks: dict[uuid.UUID, list[int]] = {w: [] for w in writers}

@@ -29,7 +29,7 @@ from headrace.server.pravega import (
     serve_segment_store,
     start_segment_store,
 )
-from headrace.store.api import SegmentStore
+from headrace.store.api import MAX_TABLE_VALUE_BYTES, SegmentStore
 from headrace.store.memory import MemoryStore
 from headrace.types import NOT_EXISTS, NULL_ATTRIBUTE_VALUE, TableUpdate
 
@@ -425,6 +425,72 @@ async def test_a_client_that_takes_no_replies_is_dropped(monkeypatch: pytest.Mon
         await handler.handle(event)
     with pytest.raises(TimeoutError, match="took no replies"):
         await asyncio.wait_for(handler.handle(events[-1]), WAIT_S)
+    await store.close()
+
+
+async def test_table_replies_larger_than_their_room_still_go_out() -> None:
+    """A table read takes its room (``TABLE_READ_ROOM_BYTES``) before it is issued;
+    a reply larger than that, or than the whole room, waits until the writer took
+    everything queued, and then goes out: such replies never wait for each other."""
+    store = MemoryStore()
+    table = "sc/_tables/big"
+    await store.create_table(table)
+    value = b"v" * MAX_TABLE_VALUE_BYTES
+    keys = [b"k%d" % i for i in range(10)]  # ~10 MiB a reply: over the whole room
+    await store.update_table(table, [TableUpdate(k, value, NOT_EXISTS) for k in keys])
+    handler = PravegaHandler(store)
+    table_keys = tuple(p.TableKey(k, p.NO_VERSION) for k in keys)
+    reads = [p.ReadTable(rid, table, "", table_keys) for rid in range(5)]
+    frames = p.encode_command(p.Hello(15, 5)) + b"".join(map(p.encode_command, reads))
+    events = list(handler.feed(frames))[1:]
+    handler.data_to_send()  # our Hello
+    waiting = {asyncio.create_task(handler.handle(e)) for e in events}
+    answered = []
+    while waiting:  # bounded: each round must let one more reply out
+        done, waiting = await asyncio.wait(waiting, timeout=WAIT_S, return_when="FIRST_COMPLETED")
+        assert done, f"{len(answered)} of {len(reads)} table replies went out"
+        client = p.PravegaConnection(p.Role.CLIENT)
+        client.receive_data(p.encode_command(p.Hello(15, 5)) + handler.data_to_send())
+        answered += [r for r in client.events() if isinstance(r, p.TableRead)]
+    assert sorted(r.request_id for r in answered) == list(range(len(reads)))
+    assert all(len(r.entries.entries) == len(keys) for r in answered)
+    await store.close()
+
+
+async def test_the_handler_stores_no_append_its_setup_did_not_cover() -> None:
+    """Behind the connection's own rule (no session before AppendSetup), the
+    handler checks each append against the segment its writer's accepted
+    SetupAppend named: an append for another segment, or from a writer whose
+    setup it never accepted, is refused with AuthTokenCheckFailed, not stored."""
+    store = MemoryStore()
+    other = "sc/other/0.#epoch.0"
+    for name in (SEG, other):
+        await store.create_segment(name)
+    handler = PravegaHandler(store)
+    w, stranger = uuid.uuid4(), uuid.uuid4()
+    frames = p.encode_command(p.Hello(15, 5)) + p.encode_command(p.SetupAppend(1, w, SEG))
+    for event in handler.feed(frames):
+        await handler.handle(event)
+    data = _events(b"x")
+    for append in [
+        p.AppendData(w, other, data, 1, 1, 2),
+        p.AppendData(stranger, SEG, data, 1, 1, 3),
+    ]:
+        await handler.handle(append)
+    await handler.handle(p.AppendData(w, SEG, data, 1, 1, 4))
+    client = p.PravegaConnection(p.Role.CLIENT)
+    client.receive_data(handler.data_to_send())
+    replies = [e for e in client.events() if not isinstance(e, p.Hello)]
+    failed = p.AuthTokenCheckFailed.TOKEN_CHECK_FAILED
+    assert [(type(r).__name__, r.request_id_or_default) for r in replies] == [
+        ("AppendSetup", 1),
+        ("AuthTokenCheckFailed", 2),
+        ("AuthTokenCheckFailed", 3),
+        ("DataAppended", 4),
+    ]
+    assert {r.error_code for r in replies if isinstance(r, p.AuthTokenCheckFailed)} == {failed}
+    assert await _read_all(store, SEG) == data
+    assert (await store.info(other)).length == 0
     await store.close()
 
 

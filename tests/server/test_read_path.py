@@ -17,7 +17,9 @@ import os
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ import pytest
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.tls import TlsOptions
 from headrace.protocols import pravega as p
+from headrace.server._loop import MAX_PENDING_EVENTS
 from headrace.server.pravega import MAX_READ_REPLY_BYTES, MIN_READ_REPLY_BYTES, MIN_REGION_BYTES
 from headrace.store.disk.format import SIDECAR_BLOCK_BYTES
 from tests._server import FREE, ServerProcess, make_certificate
@@ -312,6 +315,91 @@ def test_client_vanishing_mid_sendfile_closes_only_its_connection(
     _run(still_serving())
 
 
+def _memory_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+HOARDED_BYTES = 32 * 1024 * 1024
+"""The segment pipelined readers ask for over and over: many full replies."""
+
+GREEDY_READS = MAX_PENDING_EVENTS
+"""ReadSegments each greedy connection pipelines: as many as it may have pending."""
+
+GREEDY_CONNECTIONS = 2
+"""Connections that read and never take a reply. The store lends at most
+``MAX_OPEN_REGIONS`` file regions at once, so unbounded, the first one would
+hold regions (descriptors) and the second one copies: 256 x 2 MiB of them."""
+
+MAX_GROWTH_KIB = 64 * 1024
+"""What the greedy connections may add to the server's resident memory: each
+holds at most ``MAX_UNSENT_REPLY_BYTES`` queued or being read, plus what its
+writer handed to the socket; a few times that, far below the 512 MiB of
+fetched replies one of them could pin unbounded."""
+
+
+def test_readers_that_take_no_replies_cost_bounded_memory(tmp_path: Path) -> None:
+    """Pipelined reads a client never takes: the server reads no more for it than
+    fits under ``MAX_UNSENT_REPLY_BYTES``, so its memory stays bounded, and
+    another connection is served meanwhile."""
+    serve = ServerProcess(
+        tmp_path / "data", ports={"segment_store": FREE}, args=["--fsync", "never"]
+    )
+    with serve:
+        name = "hoard/st/0.#epoch.0"
+        stored = bytes(range(256)) * (HOARDED_BYTES // 256)
+        with _connect(serve) as sock:
+            _recv_frame(sock)
+            sock.sendall(p.encode_command(p.CreateSegment(1, name, 0, 0)))
+            assert isinstance(p.decode_frame(_recv_frame(sock)), p.SegmentCreated)
+            writer = uuid.uuid4()
+            sock.sendall(p.encode_command(p.SetupAppend(2, writer, name)))
+            assert isinstance(p.decode_frame(_recv_frame(sock)), p.AppendSetup)
+            chunk = 4 * 1024 * 1024
+            for number, start in enumerate(range(0, len(stored), chunk), start=1):
+                data = stored[start : start + chunk]
+                sock.sendall(p.encode_command(p.AppendBlockEnd(writer, 0, data, 1, number, 9)))
+                assert isinstance(p.decode_frame(_recv_frame(sock)), p.DataAppended)
+        assert serve.process is not None
+        pid = serve.process.pid
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (proc(5))
+        before = _memory_kib(pid, "VmRSS")
+        greedy = []
+        try:
+            for _ in range(GREEDY_CONNECTIONS):
+                sock = _connect(serve)
+                reads = [
+                    p.ReadSegment(name, (i * MAX_READ_REPLY_BYTES) % HOARDED_BYTES,
+                                  MAX_READ_REPLY_BYTES, "", i)
+                    for i in range(GREEDY_READS)
+                ]  # fmt: skip
+                sock.sendall(b"".join(map(p.encode_command, reads)))
+                greedy.append(sock)
+            # Another reader reads the whole segment meanwhile, each reply promptly:
+            # the greedy ones had all that time to make the server read for them.
+            with _connect(serve) as sock:
+                _recv_frame(sock)
+                offset = 0
+                while offset < len(stored):
+                    started = time.monotonic()
+                    read = p.ReadSegment(name, offset, MAX_READ_REPLY_BYTES, "", offset)
+                    sock.sendall(p.encode_command(read))
+                    reply = p.decode_frame(_recv_frame(sock))
+                    assert isinstance(reply, p.SegmentRead) and reply.request_id == offset
+                    assert reply.data == stored[offset : offset + len(reply.data)]
+                    assert time.monotonic() - started < WAIT_S / 3
+                    offset += len(reply.data)
+            peak = _memory_kib(pid, "VmHWM")
+        finally:
+            for sock in greedy:
+                sock.close()
+        assert peak - before < MAX_GROWTH_KIB, f"the server grew by {peak - before} KiB"
+        assert "Traceback" not in serve.log_text()
+
+
+# ---------------------------------------------------------------------- TLS
 # ---------------------------------------------------------------------- TLS
 
 

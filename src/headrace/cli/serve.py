@@ -178,20 +178,42 @@ def render_docs() -> str:
             "(the controller's gRPC, the segment store, TANK, RS-IO and HTTP); Lumberjack",
             "keeps its plain port beside the TLS one (`--lumberjack-tls-port`). With",
             "`--tls-ca` as well, every TLS client must present a certificate signed by",
-            "that CA. Clients check the server name against the certificate, so set",
-            "`--advertise-host` to a DNS name on the certificate when `--host` is an",
+            "that CA (`--tls-verify-client optional`: may present one; Pravega clients",
+            "cannot). With auth on, the names on a client certificate can identify a user",
+            "of the password file. Clients check the server name against the certificate,",
+            "so set `--advertise-host` to a DNS name on the certificate when `--host` is an",
             "address. See `docs/security.md`.",
             "",
         ],
     }
+    notes["HTTP"] = [
+        "The HTTP port (`--http-port`) parses requests with `h11` and WebSockets with",
+        "`wsproto`. A client gets `--http-header-timeout` from its connection, or from",
+        "its previous response, to send a whole request (heads up to 16 KiB, bodies up",
+        "to 64 KiB, read and thrown away; larger ones get 431 and 413); then the",
+        "connection is closed, so half-sent requests and idle keep-alives give their",
+        "`--max-connections` slot back; past half the slots waiting for a request, the",
+        "longest-waiting connection is closed. `Connection: close` is honoured. A WebSocket",
+        "upgrade on `/rsio` from a web page (it has an `Origin` header) is refused with",
+        "403 unless the page is the server's own origin or listed in",
+        "`--http-allowed-origins`; see `threat-model.md`.",
+        "",
+    ]
     notes["Auth"] = [
-        "Auth covers the two Pravega front doors (controller and segment store): the",
-        "controller checks Basic credentials and per-resource grants on every call and",
-        "signs delegation tokens (key: `auth-token.key` in the data directory, created",
-        "at the first start, mode 0600); the segment store accepts only requests whose",
-        "token covers their stream. Manage users with `headrace user add|remove|list",
-        "--file F`. TANK, Lumberjack, RS-IO and HTTP have no credentials of their own:",
-        "protect them with `--tls-ca` or turn them off. See `threat-model.md`.",
+        "With `--auth-password-file`, every front door checks who its client is and",
+        "that user's grants (`prn::` resources with READ or READ_UPDATE) before it",
+        "reads or writes a stream. The controller checks Basic credentials on every",
+        "call and signs delegation tokens (key: `auth-token.key` in the data directory,",
+        "created at the first start, mode 0600); the segment store accepts only",
+        "requests whose token covers their stream. TANK and Lumberjack clients are",
+        "known by their TLS client certificate (a `cert:` name of a user in the",
+        "password file: `headrace user add NAME --cert CN=NAME`); RS-IO clients (TCP",
+        "and `/rsio`) by certificate or by logging in with Basic credentials or a",
+        "delegation token (the `auth` extension, `docs/protocols/rsio.md`). A door",
+        "that cannot tell who its client is refuses it, in the protocol's own terms,",
+        "unless `--auth-trust-unauthenticated` names its listener. `/health` and",
+        "`/metrics` stay open. Manage users with `headrace user add|remove|list",
+        "--file F`. See `threat-model.md` and `security.md`.",
         "",
     ]
     for section, options in sections.items():
@@ -199,7 +221,7 @@ def render_docs() -> str:
         lines += ["| key | flag | environment | default | meaning |"]
         lines += ["|---|---|---|---|---|"]
         for option in options:
-            default = "—" if option.default is None else f"`{option.default}`"
+            default = "—" if option.default in (None, "") else f"`{option.default}`"
             meaning = option.help.replace("|", "\\|")
             if option.choices:
                 meaning += " One of: " + ", ".join(f"`{c}`" for c in option.choices) + "."
@@ -215,7 +237,8 @@ def render_docs() -> str:
         "## Observability",
         "",
         "The HTTP listener (`--http-port`, default 9100) serves `/health` (200 with a",
-        "JSON body when every configured listener is up, 503 otherwise) and `/metrics`",
+        "JSON body when every configured listener is up and the store takes writes, 503",
+        "otherwise; `store` in the body says why the store stopped) and `/metrics`",
         "(Prometheus text format). `headrace status --http-port PORT` prints a summary",
         "of a running server from them.",
         "",
@@ -232,7 +255,10 @@ def render_docs() -> str:
         "connection of a TCP front door logs one `headrace.access` line with its",
         "protocol, peer, requests, bytes each way, duration and the reason it closed",
         "(`eof`, `idle`, `protocol_error`, `handler_error`, `frame_too_large`,",
-        "`partial_frame_timeout`, `not_reading`, `refused`, `tls_failed`, `shutdown`, `closed`).",
+        "`partial_frame_timeout`, `not_reading`, `refused`, `tls_failed`, `access_denied`,",
+        "`shutdown`, `closed`; HTTP also `header_timeout`: a request not complete in time,",
+        "`evicted`: closed to make room for a newer connection, and `done`: ended by the",
+        "protocol, as by `Connection: close` or a WebSocket closing handshake).",
         "A TANK connection with no request within `--tank-first-request-timeout` closes",
         "with `first_request_timeout`, as the TANK broker closes it.",
         "The controller (gRPC) logs one line per call instead (at debug level, `-vv`).",

@@ -107,6 +107,8 @@ def status(host: str, http_port: int, https: bool) -> None:
     report = json.loads(health_body)
     values = _samples(metrics_body.decode())
     click.echo(f"server {base}: {report.get('status', '?')}")
+    if report.get("store", "ok") != "ok":
+        click.echo(f"store: {report['store']}")
     click.echo("listeners:")
     opened = _by_label(values, "headrace_connections_total", "protocol")
     open_now = _by_label(values, "headrace_connections_open", "protocol")

@@ -4,7 +4,9 @@ The file is rewritten atomically (temporary file, fsync, rename) with mode
 0600, so a server reading it at the same moment sees the old or the new file,
 never half of one; the server re-reads it when it changes. Passwords are read
 from a prompt (twice) or, with ``--password-stdin``, from the first line of
-standard input, and never appear on the command line or in the file.
+standard input, and never appear on the command line or in the file. A user
+may also (or, with ``--no-password``, only) be known by the names on its TLS
+client certificate (``--cert CN=host-1``, ``--cert DNS=host-1.example.com``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ from pathlib import Path
 import click
 
 from headrace.controller.auth import (
+    CERT_NAME_KINDS,
+    NO_PASSWORD,
+    CertName,
     PasswordFile,
     UserEntry,
     check_user_name,
     hash_password,
+    parse_cert_name,
 )
 from headrace.errors import ConfigError
 from headrace.protocols.pravega.auth import Grant, parse_grant
@@ -62,6 +68,13 @@ def _grant(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
         raise click.BadParameter(str(exc)) from exc
 
 
+def _certs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[CertName]:
+    try:
+        return [parse_cert_name(value) for value in values]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
         return check_user_name(value)
@@ -86,25 +99,59 @@ def user() -> None:
     help="A grant, e.g. 'prn::/*,READ_UPDATE' or 'prn::/scope:logs,READ' (repeatable).",
 )
 @click.option(
+    "--cert",
+    "certs",
+    multiple=True,
+    callback=_certs,
+    metavar="KIND=VALUE",
+    help="A name on the user's TLS client certificate that identifies it on every front "
+    f"door; KIND is one of {', '.join(CERT_NAME_KINDS)} (subject CN or a subjectAltName "
+    "entry), e.g. 'CN=filebeat-1' (repeatable).",
+)
+@click.option(
     "--password-stdin", is_flag=True, help="Read the password from the first line of stdin."
 )
+@click.option(
+    "--no-password",
+    is_flag=True,
+    help="No password: the user is known by its certificate (--cert) only.",
+)
 @click.option("--replace", is_flag=True, help="Overwrite an existing user.")
-def add(name: str, path: Path, grants: list[Grant], password_stdin: bool, replace: bool) -> None:
+def add(
+    name: str,
+    path: Path,
+    grants: list[Grant],
+    certs: list[CertName],
+    password_stdin: bool,
+    no_password: bool,
+    replace: bool,
+) -> None:
     """Add user NAME (creating the file if needed) with its grants."""
     users = _load(path, missing_ok=True)
     if name in users.users and not replace:
         raise click.ClickException(f"user {name!r} exists in {path}; use --replace")
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
+    if no_password and not certs:
+        raise click.ClickException("--no-password needs --cert: the user could never log in")
+    owners = {cert: user for user, entry in users.users.items() for cert in entry.certs}
+    for cert in certs:
+        owner = owners.get(cert)
+        if owner is not None and owner != name:
+            raise click.ClickException(f"{cert} already identifies user {owner!r}")
+    if no_password:
+        password_hash = NO_PASSWORD
     else:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    if len(password) < MIN_PASSWORD_CHARS:
-        raise click.ClickException(
-            f"the password must have at least {MIN_PASSWORD_CHARS} characters"
-        )
+        if password_stdin:
+            password = sys.stdin.readline().rstrip("\r\n")
+        else:
+            password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+        if len(password) < MIN_PASSWORD_CHARS:
+            raise click.ClickException(
+                f"the password must have at least {MIN_PASSWORD_CHARS} characters"
+            )
+        password_hash = hash_password(password)
     if not grants:
         click.echo(f"note: {name!r} has no grants and can do nothing but log in", err=True)
-    users.users[name] = UserEntry(name, hash_password(password), tuple(grants))
+    users.users[name] = UserEntry(name, password_hash, tuple(grants), tuple(dict.fromkeys(certs)))
     _save(users, path)
     click.echo(f"user {name} saved in {path}")
 
@@ -124,6 +171,7 @@ def remove(name: str, path: Path) -> None:
 @user.command(name="list")
 @_FILE
 def list_users(path: Path) -> None:
-    """List the users and their grants (never the hashes)."""
+    """List the users, their grants and certificate names (never the hashes)."""
     for entry in _load(path, missing_ok=False).users.values():
-        click.echo(f"{entry.name}\t" + " ".join(str(g) for g in entry.grants))
+        items = [*map(str, entry.grants), *map(str, entry.certs)]
+        click.echo(f"{entry.name}\t" + " ".join(items))

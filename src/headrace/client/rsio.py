@@ -3,7 +3,7 @@
 An asyncio driver around the sans-I/O ``ReactiveConnection`` (rsio-v0,
 ``docs/protocols/rsio.md``)::
 
-    client = await RsioClient.connect("127.0.0.1", 7070)
+    client = await RsioClient.connect("127.0.0.1", 7070)   # credentials=(user, password)
     async with client.subscribe("scope/stream?from=earliest", batch=256) as sub:
         async for element in sub:           # bytes; requests 256 at a time
             ...
@@ -15,6 +15,13 @@ after every event batch and every send. Demand is the subscriber's: a
 :class:`Subscription` requests ``batch`` elements at first and tops up by
 half a batch whenever half has been consumed, so at most ``batch`` elements
 wait in memory. ``batch=0`` leaves demand to the caller (:meth:`Subscription.request`).
+
+Against a server with auth on, a client is known by its TLS client
+certificate (``ssl_context`` with ``load_cert_chain``), or logs in with
+``credentials=(user, password)`` or ``token=<delegation token>`` (the
+``auth`` extension: a subscription to ``auth:Basic …`` or ``auth:Bearer …``,
+answered ``onComplete`` or ``onError``); ``connect`` raises ``RsioError`` if
+the login is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headrace.errors import HeadraceError, LocalProtocolError, RemoteProtocolError
+from headrace.protocols.pravega.auth import basic_header
 from headrace.protocols.rsio import (
     GOODBYE_TIMEOUT_S,
     MAX_DEMAND,
@@ -52,6 +60,7 @@ from headrace.protocols.rsio.codec import decode_varint
 from headrace.protocols.rsio.states import PublisherState
 
 __all__ = [
+    "AUTH_EXTENSION",
     "DEFAULT_BATCH",
     "OFFER_EXTENSION",
     "RecordElement",
@@ -62,7 +71,14 @@ __all__ = [
 ]
 
 OFFER_EXTENSION = 1
-"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §10)."""
+"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §11)."""
+
+AUTH_EXTENSION = 2
+"""Extension Id of headrace's ``auth`` (``docs/protocols/rsio.md`` §11a)."""
+
+LOGIN_TIMEOUT_S = 30.0
+"""Bound on the server's answer to a login: a password check is tens of
+milliseconds, but the server runs them one per worker thread."""
 
 DEFAULT_BATCH = 256
 """Elements a subscription requests at a time: enough to keep a fast link busy,
@@ -226,7 +242,7 @@ class RsioClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
-        self._conn = ReactiveConnection(Role.CLIENT, extensions=(OFFER_EXTENSION,))
+        self._conn = ReactiveConnection(Role.CLIENT, extensions=(OFFER_EXTENSION, AUTH_EXTENSION))
         self._subscriptions: dict[int, Subscription] = {}
         self._offers: dict[int, _Offer] = {}
         self._next_id = 1
@@ -239,13 +255,56 @@ class RsioClient:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None
+        cls,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+        token: str | None = None,
     ) -> RsioClient:
-        """Open a connection; the client's hello goes out at once (loose handshake)."""
+        """Open a connection; the client's hello goes out at once (loose handshake).
+
+        Args:
+            ssl_context: speak TLS; with a client certificate loaded, a
+                server with auth on knows the client by it.
+            credentials: (user, password) to log in with (``login``).
+            token: a delegation token to log in with instead.
+
+        Raises:
+            RsioError: the login was refused (the connection is closed).
+        """
         reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context)
         client = cls(reader, writer)
         await client._flush()
+        if credentials is not None or token is not None:
+            try:
+                await client.login(credentials=credentials, token=token)
+            except BaseException:
+                await client.aclose()
+                raise
         return client
+
+    async def login(
+        self, *, credentials: tuple[str, str] | None = None, token: str | None = None
+    ) -> None:
+        """Say who we are (the ``auth`` extension): Basic credentials or a delegation
+        token; returns once the server accepted them. Once per connection.
+
+        Raises:
+            RsioError: the server refused them, or does not know the extension.
+        """
+        if (credentials is None) == (token is None):
+            raise ValueError("log in with credentials or a token, one of the two")
+        authorization = basic_header(*credentials) if credentials is not None else f"Bearer {token}"
+        hello = await asyncio.wait_for(asyncio.shield(self._hello), GOODBYE_TIMEOUT_S)
+        if AUTH_EXTENSION not in hello:
+            raise RsioError("the server does not support auth")
+        sub = self.subscribe(f"auth:{authorization}", batch=0)
+        try:
+            await asyncio.wait_for(_drain(sub), LOGIN_TIMEOUT_S)
+        except TimeoutError:
+            raise RsioError(f"no answer to the login in {LOGIN_TIMEOUT_S:.0f} s") from None
 
     @property
     def server_extensions(self) -> frozenset[int]:
@@ -524,6 +583,12 @@ class RsioClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.goodbye()
+
+
+async def _drain(sub: Subscription) -> None:
+    """Wait for a subscription's end; its ``onError`` raises ``RsioError``."""
+    async for _ in sub:
+        pass
 
 
 async def _aiter(elements: Iterable[bytes] | AsyncIterable[bytes]) -> AsyncIterator[bytes]:

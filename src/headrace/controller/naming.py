@@ -18,9 +18,12 @@ and ids itself (``../shared/protocols/pravega-controller.md`` section 6):
 
 User scope and stream names follow Java's rule ``[A-Za-z0-9.-]+``; names
 starting with ``_`` are reserved for internal use (``_system``) and are
-refused, as Java refuses them from users. Segments under ``INTERNAL_PREFIX``
-(the controller's metadata tables, TANK's sequence-number tables) belong to
-the server alone.
+refused, as Java refuses them from users. Table segments of reader groups
+and key-value tables live in pseudo-streams named ``<name>_kvtable`` (the
+Rust client) or ``<name>_hrgroup`` (our client's reader groups), which are
+never created through the controller but are named in delegation tokens.
+Segments under ``INTERNAL_PREFIX`` (the controller's metadata tables, TANK's
+sequence-number tables) belong to the server alone.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "TxnId",
     "is_internal_segment",
     "is_valid_name",
+    "is_valid_token_stream",
     "segment_epoch",
     "segment_id",
     "segment_name",
@@ -58,13 +62,33 @@ TRANSIENT_INFIX = "#transient."
 """Marks a transient segment: ``<parent>#transient.<writer hex>.<random hex>``
 (Java's naming, wire spec section 5.5)."""
 
+PSEUDO_STREAM_SUFFIXES = ("_kvtable", "_hrgroup")
+"""Suffixes of the pseudo-streams holding table segments (see above)."""
+
 _INT64_MASK = 2**64 - 1
 _NAME = re.compile(r"[A-Za-z0-9.\-]+")
+_TABLE_NAME = re.compile(r"[A-Za-z0-9.\-][A-Za-z0-9.\-_]*")
 
 
 def is_valid_name(name: str) -> bool:
     """A user scope or stream name (Java's ``NameUtils`` rule), at most ``MAX_NAME_CHARS``."""
     return len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name) is not None
+
+
+def is_valid_token_stream(name: str) -> bool:
+    """A stream a delegation token may name: a user stream name, or a table's
+    pseudo-stream ``<name>_kvtable`` / ``<name>_hrgroup`` (``<name>`` may hold
+    ``_`` after its first character: reader group names are the client's).
+
+    Never ``*`` or ``/``: a token's resource is matched as a pattern."""
+    if len(name) > MAX_NAME_CHARS:
+        return False
+    if _NAME.fullmatch(name) is not None:
+        return True
+    return any(
+        name.endswith(suffix) and _TABLE_NAME.fullmatch(name[: -len(suffix)]) is not None
+        for suffix in PSEUDO_STREAM_SUFFIXES
+    )
 
 
 def is_internal_segment(name: str) -> bool:

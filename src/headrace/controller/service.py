@@ -30,6 +30,7 @@ import contextvars
 import logging
 import socket
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +58,7 @@ from headrace.controller.errors import (
     TxnNotOpen,
 )
 from headrace.controller.model import ControllerModel, HeadSegment
-from headrace.controller.naming import TxnId
+from headrace.controller.naming import TxnId, is_valid_name, is_valid_token_stream
 from headrace.controller.records import (
     RetentionPolicy,
     RetentionType,
@@ -329,6 +330,19 @@ class ControllerAuth:
 
     authenticator: Authenticator
     issuer: TokenIssuer
+    refused: Callable[[str], None] | None = None
+    """Called with the reason of every refused call (``AuthFailed.reason`` or
+    ``permission_denied``): the server's metrics."""
+
+
+def _peer_address(context: Any) -> str:
+    """The client's address without its port, from gRPC's ``ipv4:1.2.3.4:5``,
+    ``ipv6:%5B::1%5D:5`` or ``unix:...`` (the key of its failed-login bucket)."""
+    peer = urllib.parse.unquote(str(context.peer() or ""))
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return peer
+    return rest.rpartition(":")[0].strip("[]")
 
 
 def _scope_of(field: str) -> Callable[[Any], str]:
@@ -401,7 +415,7 @@ async def _check_access(auth: ControllerAuth, name: str, request: Message, conte
     """
     metadata = context.invocation_metadata() or ()
     authorization = next((value for key, value in metadata if key == "authorization"), None)
-    user = await auth.authenticator.authenticate(authorization)
+    user = await auth.authenticator.authenticate(authorization, peer=_peer_address(context))
     rule = RPC_ACCESS.get(name, _ADMIN)
     if rule is not None:
         resource_of, needed = rule
@@ -456,7 +470,16 @@ class ControllerService:
         writers, readers and reader-group tables alike); the segment store
         checks each command against it. A user with no permission at all gets
         PERMISSION_DENIED here already.
+
+        The names follow the other RPCs' rules (a table's pseudo-stream
+        ``<group>_kvtable`` included): the token's resource is matched as a
+        pattern at the segment store, so a ``*`` in it would reach every
+        stream it matches.
         """
+        if not is_valid_name(req.scope):
+            raise InvalidName("scope", req.scope)
+        if not is_valid_token_stream(req.stream):
+            raise InvalidName("stream", req.stream)
         if self.auth is None:
             return pb.DelegationToken(delegationToken="")
         user = CURRENT_USER.get()
@@ -697,8 +720,12 @@ def _wrap(
             return reply
         except AuthFailed as exc:
             outcome = (grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            if auth is not None and auth.refused is not None:
+                auth.refused(exc.reason)
         except PermissionDenied as exc:
             outcome = (grpc.StatusCode.PERMISSION_DENIED, str(exc))
+            if auth is not None and auth.refused is not None:
+                auth.refused("permission_denied")
         except ControllerError as exc:
             outcome = reply_for_error(response, exc)
         except StoreClosed as exc:

@@ -193,9 +193,11 @@ ERROR_REASONS = frozenset(
         "handler_error",
         "frame_too_large",
         "partial_frame_timeout",
+        "header_timeout",
         "not_reading",
         "refused",
         "tls_failed",
+        "access_denied",
     }
 )
 """Close reasons that count as errors (``headrace_errors_total{kind=...}``)."""
@@ -389,6 +391,10 @@ class ConnectionHandler(abc.ABC):
 
     name: str = "connection"
     wake_writer: Callable[[], None] = staticmethod(lambda: None)
+    close_connection: Callable[[str], None] = staticmethod(lambda reason: None)
+    """Set by the loop before ``on_start``: take no more bytes and close the
+    connection once what is queued is sent (the protocol ended it: an HTTP
+    ``Connection: close``, a timeout of its own); ``reason`` goes to the access line."""
     sendfile_ok: bool = False
     """Set by the loop before ``on_start``: the connection is plain TCP, so
     ``FileRegion`` pieces go out with ``sendfile``; on TLS they would be read
@@ -397,6 +403,12 @@ class ConnectionHandler(abc.ABC):
     """Set by the loop before ``on_start``: the server's budget of buffered bytes
     (None: no bound on the sum). A handler that reads data for the peer on its
     own (a subscription, a long read) may hold back while it is ``spent``."""
+    peer: object = None
+    """Set by the loop before ``on_start``: the peer's address (``getpeername()``)."""
+    peer_cert: dict[str, object] | None = None
+    """Set by the loop before ``on_start``: the peer's TLS certificate as
+    ``getpeercert()`` gives it, verified against ``--tls-ca``; None (or empty)
+    when it presented none (who it is: ``server/authz.py``)."""
 
     @abc.abstractmethod
     def feed(self, data: bytes) -> Iterable[object]:
@@ -810,12 +822,15 @@ class Connection(asyncio.BufferedProtocol):
         handler = self._handler = self._make_handler()
         handler.wake_writer = self._wake.set
         handler.budget = self._budget
+        handler.close_connection = self._close_by_handler
         sock = transport.get_extra_info("socket")
         handler.sendfile_ok = (
             transport.get_extra_info("sslcontext") is None
             and transport.get_extra_info("ssl_object") is None  # however TLS was started
             and sock is not None
         )
+        handler.peer = self._peer
+        handler.peer_cert = transport.get_extra_info("peercert")
         if self._observer is not None:
             self._observer.connection_opened()
         self._receiving = True
@@ -881,6 +896,12 @@ class Connection(asyncio.BufferedProtocol):
             self._charged = 0
             self._budget.forget(self)
 
+    def _close_by_handler(self, reason: str) -> None:
+        """The handler's ``close_connection``: stop receiving; ``serve`` flushes and closes."""
+        if self._receiving:
+            self._close_reason(reason)
+            self._stop_receiving()
+
     def _close_reason(self, why: str) -> None:
         if not self._reason:
             self._reason = why
@@ -926,8 +947,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
         assert self._handler is not None
-        self._close_reason("protocol_error")
-        log.warning("%s %s: protocol error, closing: %s", self._handler.name, self._peer, exc)
+        reason = exc.close_reason
+        self._close_reason(reason)
+        log.warning(
+            "%s %s: %s, closing: %s", self._handler.name, self._peer, reason.replace("_", " "), exc
+        )
         self._handler.on_protocol_error(exc)
         self._stop_receiving()
         self._write_now()

@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from headrace.controller.auth import PasswordFile, load_or_create_key
 from headrace.controller.model import ControllerModel
 from headrace.errors import ConfigError
 from headrace.server._loop import (
@@ -40,6 +39,7 @@ from headrace.server._loop import (
     ListenerSettings,
     MemoryBudget,
 )
+from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
@@ -168,6 +168,8 @@ class ServerApp:
         """Bytes buffered by every connection of every listener (read by the metrics)."""
         self.slots = ConnectionSlots()
         """Connections of every listener, bounded by the open-file limit at start."""
+        self.door_auth: DoorAuth | None = None
+        """Users, grants and refusal counts shared by every front door; None: auth off."""
         self.metrics = ServerMetrics()
         self.metrics.attach(self)
 
@@ -195,15 +197,26 @@ class ServerApp:
         return self._controller
 
     def health(self) -> tuple[bool, dict[str, object]]:
-        """Whether every configured listener is up, and a JSON-able report of each."""
+        """Whether every configured listener is up and the store takes writes, and
+        a JSON-able report: each listener, and the store (``ok`` or why it stopped)."""
         running = self.ports
         listeners = {
             name: {"port": running.get(name, port), "up": name in running}
             for name, port in self.config.enabled_listeners().items()
             if name in _known_listeners()
         }
-        ok = not self._closed and all(entry["up"] for entry in listeners.values())
-        return ok, {"status": "ok" if ok else "unavailable", "listeners": listeners}
+        failure = None if self._store is None else self._store.failure
+        ok = (
+            not self._closed
+            and failure is None
+            and all(entry["up"] for entry in listeners.values())
+        )
+        report: dict[str, object] = {
+            "status": "ok" if ok else "unavailable",
+            "listeners": listeners,
+            "store": failure or "ok",
+        }
+        return ok, report
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The one server ``SSLContext`` of every TLS listener; None without ``--tls-cert``.
@@ -257,8 +270,9 @@ class ServerApp:
             )
             if self.config.auth is not None:
                 # A bad password file or key stops the start whichever listeners run.
-                PasswordFile.load(self.config.auth.password_file)
-                load_or_create_key(self.config.data_dir)
+                self.door_auth = DoorAuth(
+                    self.config.auth, self.config.data_dir, self.metrics.auth_refused
+                )
             self._controller = await ControllerModel.open(self._store)
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health

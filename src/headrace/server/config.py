@@ -19,10 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headrace.controller.auth import DEFAULT_TOKEN_TTL_S
+from headrace.controller.auth import (
+    DEFAULT_TOKEN_TTL_S,
+    LOGIN_FAILURE_BURST,
+    LOGIN_FAILURE_INTERVAL_S,
+)
 from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
 from headrace.errors import ConfigError
+from headrace.protocols.http import ANY_ORIGIN, HEADER_TIMEOUT_S, normalize_origin
 from headrace.protocols.lumberjack import (
     MAX_DECOMPRESSED_BYTES,
     MAX_FRAME_BYTES,
@@ -48,7 +53,7 @@ from headrace.server.lumberjack_config import (
     LumberjackConfig,
 )
 from headrace.server.lumberjack_config import IDLE_TIMEOUT_S as LUMBERJACK_IDLE_TIMEOUT_S
-from headrace.server.tls import TlsConfig
+from headrace.server.tls import VERIFY_CLIENT_MODES, TlsConfig
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES, FsyncPolicy
 
 __all__ = [
@@ -59,6 +64,7 @@ __all__ = [
     "LOG_FORMATS",
     "MAX_TOKEN_TTL_S",
     "OPTIONS",
+    "TRUSTABLE_LISTENERS",
     "AuthConfig",
     "ConnectionLimits",
     "Option",
@@ -76,6 +82,11 @@ DEFAULT_PORTS: dict[str, int] = {
     "http": 9100,  # /metrics and /health
 }
 LISTENER_NAMES = tuple(DEFAULT_PORTS)
+
+TRUSTABLE_LISTENERS = ("tank", "lumberjack", "lumberjack_tls", "rsio", "http")
+"""Listeners ``--auth-trust-unauthenticated`` may name: the front doors whose
+clients identify themselves by certificate (or RS-IO's ``auth`` extension).
+The Pravega doors always take credentials: their clients all have them."""
 
 MAX_PORT = 65535
 
@@ -98,9 +109,16 @@ class AuthConfig:
     """Pravega-style auth (``--auth-password-file``); see ``docs/threat-model.md``."""
 
     password_file: Path
-    """Users, password hashes and grants (``headrace user add|remove``)."""
+    """Users, password hashes, grants and certificate names (``headrace user add|remove``)."""
     token_ttl_s: int = DEFAULT_TOKEN_TTL_S
     """Lifetime of the delegation tokens the controller signs."""
+    trusted_listeners: frozenset[str] = frozenset()
+    """Listeners (of ``TRUSTABLE_LISTENERS``) whose clients may do anything
+    without identifying themselves (``--auth-trust-unauthenticated``)."""
+    failed_login_burst: int = LOGIN_FAILURE_BURST
+    """Password checks one peer address may fail in a row (``LoginLimiter``)."""
+    failed_login_interval_s: float = LOGIN_FAILURE_INTERVAL_S
+    """One more check per this many seconds once the burst is used up."""
 
 
 @dataclass(slots=True)
@@ -127,12 +145,18 @@ class ServerConfig:
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
     auth: AuthConfig | None = None
-    """Credentials and delegation tokens on the Pravega front doors; None: auth off."""
+    """Who may do what on every front door (``server/authz.py``); None: auth off."""
     lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     """Per-connection and per-listener limits of every TCP front door."""
     max_total_buffered_bytes: int = MAX_TOTAL_BUFFERED_BYTES
     """Bytes all connections may hold together before reading pauses (``MemoryBudget``)."""
+    http_header_timeout_s: float = HEADER_TIMEOUT_S
+    """An HTTP port client with no whole request this long after its connection
+    or its previous response is closed."""
+    http_allowed_origins: tuple[str, ...] = ()
+    """Origins (normalized, ``protocols.http.normalize_origin``) whose pages may
+    open ``/rsio`` besides the server's own; ``*``: any."""
     log_format: str = "text"
 
     def validate(self) -> None:
@@ -170,6 +194,8 @@ class ServerConfig:
             raise ConfigError("--partial-frame-timeout must be positive")
         if not self.tank_first_request_timeout_s > 0:
             raise ConfigError("--tank-first-request-timeout must be positive")
+        if not self.http_header_timeout_s > 0:
+            raise ConfigError("--http-header-timeout must be positive")
         self.lumberjack.validate()
 
     def enabled_listeners(self) -> dict[str, int]:
@@ -375,6 +401,25 @@ OPTIONS: tuple[Option, ...] = (
         "Limits",
         0.001,
     ),
+    # -- HTTP
+    Option(
+        "http_header_timeout",
+        float,
+        HEADER_TIMEOUT_S,
+        "Seconds an HTTP port client may take to send a whole request, from its "
+        "connection or its previous response; past it the connection is closed.",
+        "HTTP",
+        0.001,
+    ),
+    Option(
+        "http_allowed_origins",
+        str,
+        None,
+        "Comma-separated origins (scheme://host[:port]) whose web pages may open "
+        "/rsio WebSockets besides the server's own; * allows any. Clients that send "
+        "no Origin (programs, not browsers) are always let in.",
+        "HTTP",
+    ),
     # -- TLS
     Option(
         "tls_cert",
@@ -389,20 +434,62 @@ OPTIONS: tuple[Option, ...] = (
         "tls_ca",
         Path,
         None,
-        "PEM CA bundle: TLS clients must present a certificate it signed.",
+        "PEM CA bundle: TLS clients must present a certificate it signed (see "
+        "--tls-verify-client).",
         "TLS",
         existing_file=True,
+    ),
+    Option(
+        "tls_verify_client",
+        str,
+        "required",
+        "With --tls-ca: required: a client without a certificate is refused at the "
+        "handshake; optional: it is let in and must identify itself otherwise (a "
+        "password or a token, see Auth) where auth is on. A certificate that is "
+        "presented is always checked.",
+        "TLS",
+        choices=VERIFY_CLIENT_MODES,
     ),
     # -- auth
     Option(
         "auth_password_file",
         Path,
         None,
-        "Turn on auth: the controller checks Basic credentials against this file "
-        "(headrace user add|remove) and signs delegation tokens; the segment store "
-        "accepts only requests with a valid token. Default: auth off.",
+        "Turn on auth on every front door: users, their grants and the client "
+        "certificates that identify them (headrace user add|remove). The controller "
+        "checks Basic credentials and signs delegation tokens; the segment store takes "
+        "requests with a valid token; TANK and Lumberjack clients are known by their "
+        "certificate, RS-IO clients by certificate, credentials or token. Default: auth off.",
         "Auth",
         existing_file=True,
+    ),
+    Option(
+        "auth_trust_unauthenticated",
+        str,
+        "",
+        "Comma-separated listeners (of " + ", ".join(TRUSTABLE_LISTENERS) + ") whose "
+        "clients may do everything without identifying themselves, for trusted networks; "
+        "a client that does identify itself still gets only its grants. Default: none.",
+        "Auth",
+    ),
+    Option(
+        "auth_failed_login_burst",
+        int,
+        LOGIN_FAILURE_BURST,
+        "Password checks one client address may fail in a row; past it each further "
+        "attempt is refused (UNAUTHENTICATED) without being checked until the address "
+        "earns one more every --auth-failed-login-interval.",
+        "Auth",
+        1,
+    ),
+    Option(
+        "auth_failed_login_interval",
+        float,
+        LOGIN_FAILURE_INTERVAL_S,
+        "Seconds after which a client address that used up its failed-login burst gets "
+        "one more attempt.",
+        "Auth",
+        0.001,
     ),
     Option(
         "auth_token_ttl",
@@ -493,6 +580,22 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
 
 
+def _listener_list(text: str) -> frozenset[str]:
+    """``--auth-trust-unauthenticated``: listener names, commas between them.
+
+    Raises:
+        ConfigError: a name that is not one of ``TRUSTABLE_LISTENERS``.
+    """
+    names = frozenset(name.strip().replace("-", "_") for name in text.split(",") if name.strip())
+    unknown = sorted(names - set(TRUSTABLE_LISTENERS))
+    if unknown:
+        raise ConfigError(
+            f"--auth-trust-unauthenticated: {unknown[0]!r} is not one of "
+            + ", ".join(TRUSTABLE_LISTENERS)
+        )
+    return names
+
+
 def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
     """A validated ``ServerConfig`` from option values (keys of ``OPTIONS``; missing: default).
 
@@ -518,6 +621,16 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         raise ConfigError("--tls-cert and --tls-key go together")
     if tls_ca is not None and tls_cert is None:
         raise ConfigError("--tls-ca needs --tls-cert and --tls-key")
+    verify_client = str(get("tls_verify_client", str))
+    if verify_client not in VERIFY_CLIENT_MODES:
+        raise ConfigError(
+            f"--tls-verify-client {verify_client!r} is not one of {', '.join(VERIFY_CLIENT_MODES)}"
+        )
+    if verify_client != "required" and tls_ca is None:
+        raise ConfigError(f"--tls-verify-client {verify_client} needs --tls-ca")
+    trusted = _listener_list(str(get("auth_trust_unauthenticated", str)))
+    if trusted and v["auth_password_file"] is None:
+        raise ConfigError("--auth-trust-unauthenticated needs --auth-password-file")
     fsync = str(get("fsync", str))
     if fsync not in {p.value for p in FsyncPolicy}:
         raise ConfigError(f"--fsync {fsync!r} is not one of always, interval, never")
@@ -541,6 +654,15 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         idle_timeout_s=float(get("idle_timeout", float)),
         partial_frame_timeout_s=float(get("partial_frame_timeout", float)),
     )
+    origins: list[str] = []
+    listed = "" if v["http_allowed_origins"] is None else str(get("http_allowed_origins", str))
+    for entry in listed.split(","):
+        if not entry.strip():
+            continue
+        try:
+            origins.append(ANY_ORIGIN if entry.strip() == ANY_ORIGIN else normalize_origin(entry))
+        except ValueError as exc:
+            raise ConfigError(f"--http-allowed-origins: {exc}") from None
     config = ServerConfig(
         data_dir=Path(str(v["data_dir"])),
         host=str(get("host", str)),
@@ -556,14 +678,25 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         tls=None
         if tls_cert is None or tls_key is None
         else TlsConfig(
-            Path(str(tls_cert)), Path(str(tls_key)), None if tls_ca is None else Path(str(tls_ca))
+            Path(str(tls_cert)),
+            Path(str(tls_key)),
+            None if tls_ca is None else Path(str(tls_ca)),
+            verify_client,
         ),
         auth=None
         if v["auth_password_file"] is None
-        else AuthConfig(Path(str(v["auth_password_file"])), int(get("auth_token_ttl", int))),
+        else AuthConfig(
+            Path(str(v["auth_password_file"])),
+            int(get("auth_token_ttl", int)),
+            trusted,
+            int(get("auth_failed_login_burst", int)),
+            float(get("auth_failed_login_interval", float)),
+        ),
         lumberjack=lumberjack,
         limits=limits,
         max_total_buffered_bytes=int(get("max_total_buffered_bytes", int)),
+        http_header_timeout_s=float(get("http_header_timeout", float)),
+        http_allowed_origins=tuple(origins),
         log_format=str(get("log_format", str)),
     )
     config.validate()

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
-from headrace.controller.auth import Authenticator, TokenIssuer, load_or_create_key
+from headrace.controller.auth import TokenIssuer
 from headrace.controller.service import ControllerAuth, ControllerServer
 from headrace.server._loop import LISTENER_SETTINGS, ConnectionObserver
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
@@ -43,16 +43,18 @@ class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 def _auth(app: ServerApp) -> ControllerAuth | None:
     """Credential checks and the token signer (the key is shared with the
-    segment store through the data directory); None with auth off.
-
-    Raises:
-        ConfigError: the password file or the key cannot be used.
+    segment store through the data directory); None with auth off. The
+    password checks, and their failed-login buckets, are the app's, shared
+    with RS-IO's ``auth`` extension; refusals count as ``controller``'s.
     """
-    auth = app.config.auth
-    if auth is None:
+    auth, doors = app.config.auth, app.door_auth
+    if auth is None or doors is None:
         return None
-    key = load_or_create_key(app.config.data_dir)
-    return ControllerAuth(Authenticator(auth.password_file), TokenIssuer(key, auth.token_ttl_s))
+    return ControllerAuth(
+        doors.authenticator,
+        TokenIssuer(doors.token_key, auth.token_ttl_s),
+        refused=lambda reason: doors.refused("controller", reason),
+    )
 
 
 async def start_controller(app: ServerApp, host: str, port: int) -> Listener:

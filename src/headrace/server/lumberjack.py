@@ -34,6 +34,11 @@ Theory of operation
   connection without its ack (the client resends elsewhere).
 * **Bad input** (``RemoteProtocolError`` from the codec, or a limit here)
   closes this connection with a log line; the open window is dropped unacked.
+* **Auth** (``server/authz.py``): with auth on, the client must be a user
+  (known by its TLS client certificate) holding READ_UPDATE on the target
+  stream, checked at its first bytes and at every window; otherwise the
+  connection is closed with one log line (``reason=access_denied``) and
+  nothing of it is stored. Lumberjack has no error reply.
 
 What is and is not deduplicated is written down in ``docs/protocols/lumberjack.md``
 ("Storage and guarantees").
@@ -56,7 +61,7 @@ from typing import Final
 from headrace.controller.errors import ScopeExists, StreamExists
 from headrace.controller.naming import segment_name
 from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
-from headrace.errors import RemoteProtocolError, SegmentNotFound, SegmentSealed
+from headrace.errors import AccessDenied, RemoteProtocolError, SegmentNotFound, SegmentSealed
 from headrace.protocols.lumberjack import (
     RECEIVE_SLACK_BYTES,
     Ack,
@@ -69,10 +74,12 @@ from headrace.protocols.lumberjack import (
     fields_parser,
 )
 from headrace.protocols.lumberjack.codec import DocumentParser
+from headrace.protocols.pravega.auth import Permission, stream_resource
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.authz import ConnectionAccess, DoorAuth
 from headrace.server.lumberjack_config import (
     MAX_WINDOWS_IN_FLIGHT,
     STREAM_SEGMENT_COUNT,
@@ -270,12 +277,22 @@ class LumberjackHandler(ConnectionHandler):
         target: the listener's target stream.
         config: limits and routing fields.
         name: the listener name, for log lines.
+        auth: who may write (``server/authz.py``); None: auth off.
     """
 
-    def __init__(self, target: LumberjackTarget, config: LumberjackConfig, name: str) -> None:
+    def __init__(
+        self,
+        target: LumberjackTarget,
+        config: LumberjackConfig,
+        name: str,
+        *,
+        auth: DoorAuth | None = None,
+    ) -> None:
         self.name = name
         self._target = target
         self._config = config
+        self._auth = auth
+        self._access: ConnectionAccess | None = None
         self._paths = tuple(parse_field_path(spec) for spec in config.routing_key_fields)
         self._conn = LumberjackConnection(
             Role.SERVER,
@@ -316,6 +333,8 @@ class LumberjackHandler(ConnectionHandler):
             raise RemoteProtocolError(
                 f"storing part of an incomplete window failed ({self._broken}); closing"
             )
+        if self._access is None and data:
+            self._check_access()  # before a byte of the peer's is taken in
         if data:
             self._last_data_s = asyncio.get_running_loop().time()
         view = memoryview(data)
@@ -359,6 +378,7 @@ class LumberjackHandler(ConnectionHandler):
             ]
         if batch.ack_seq is None:
             return None
+        self._check_access()  # the grants may have changed since the last window
         window = _Window(
             batch.ack_seq,
             self._open_payloads,
@@ -370,6 +390,15 @@ class LumberjackHandler(ConnectionHandler):
         self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
         self._windows.append(window)
         return window
+
+    def _check_access(self) -> None:
+        """Raise ``AccessDenied`` unless the client may write to the target stream."""
+        if self._access is None:
+            self._access = ConnectionAccess.of(self._auth, self.name, self.peer, self.peer_cert)
+        resource = stream_resource(self._target.scope, self._target.stream)
+        refusal = self._access.check(resource, Permission.READ_UPDATE)
+        if refusal is not None:
+            raise AccessDenied(refusal)
 
     def _refuse(self, seqs: tuple[int, ...], payloads: tuple[bytes, ...]) -> None:
         """Raise the error for the first event over a limit (the event or pending bytes)."""
@@ -608,7 +637,7 @@ async def _start(app: ServerApp, name: str, host: str, port: int, *, tls: bool) 
         name,
         host,
         port,
-        lambda: LumberjackHandler(target, config, name),
+        lambda: LumberjackHandler(target, config, name, auth=app.door_auth),
         ssl_context=ssl_context,
         idle_timeout_s=config.idle_timeout_s,
         max_pending_events=MAX_WINDOWS_IN_FLIGHT,

@@ -101,6 +101,13 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "Connections closed for a fault; kind: " + ", ".join(sorted(ERROR_REASONS)) + ".",
     ),
     (
+        "headrace_websocket_refused_total",
+        "counter",
+        "reason",
+        "WebSocket upgrades refused with 403; reason: origin (a page of a site not "
+        "allowed by --http-allowed-origins).",
+    ),
+    (
         "headrace_append_seconds",
         "histogram",
         "—",
@@ -136,6 +143,13 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "counter",
         "—",
         "Connections that stopped reading because the budget of buffered bytes was spent.",
+    ),
+    (
+        "headrace_auth_refusals_total",
+        "counter",
+        "protocol, reason",
+        "Requests, logins and connections refused by auth; reason: bad_credentials, "
+        "permission_denied, rate_limited, unidentified.",
     ),
 )
 
@@ -199,6 +213,12 @@ class ServerMetrics:
         self.errors = Counter(
             "headrace_errors", "Connections closed for a fault.", ["protocol", "kind"], registry=r
         )
+        self.websocket_refused = Counter(
+            "headrace_websocket_refused",
+            "WebSocket upgrades refused with 403.",
+            ["reason"],
+            registry=r,
+        )
         self.append_seconds = Histogram(
             "headrace_append_seconds",
             "Stream appends, from the call to the acknowledgement.",
@@ -209,6 +229,12 @@ class ServerMetrics:
             "headrace_fsync_seconds",
             "Write-ahead log syncs.",
             buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.auth_refusals = Counter(
+            "headrace_auth_refusals",
+            "Requests, logins and connections refused by auth.",
+            ["protocol", "reason"],
             registry=r,
         )
         self.parked_readers = 0
@@ -236,6 +262,10 @@ class ServerMetrics:
         if name not in self._listeners:
             self._listeners[name] = ListenerMetrics(self, name)
         return self._listeners[name]
+
+    def auth_refused(self, protocol: str, reason: str) -> None:
+        """Count one refusal by auth on ``protocol``'s listener (``server/authz.py``)."""
+        self.auth_refusals.labels(protocol, reason).inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

@@ -34,9 +34,13 @@ Behaviour the client depends on, and where it is kept:
   straight into a buffer of the frame's size (``frame_buffer``, see
   ``_frames.LargeFrames``), and the append data goes to the store as a view
   of it: the bytes are not copied after the kernel's copy into that buffer.
-* **Bounded buffers**: read replies a client has not taken yet are capped
-  (``MAX_UNSENT_REPLY_BYTES``; further reads wait, and a client that takes
-  nothing for ``MAX_REPLY_WAIT_S`` is dropped), as is append data in flight.
+* **Bounded buffers**: read replies a client has not taken yet, and the
+  data of reads issued to the store for them, are capped together
+  (``MAX_UNSENT_REPLY_BYTES``): a read takes room for the most it may
+  return *before* it is issued (``_reserve``), so a client pipelining reads
+  it never takes holds at most that much; further reads wait, and a client
+  that takes nothing for ``MAX_REPLY_WAIT_S`` is dropped. A read parked at
+  the tail holds no room. Append data in flight is capped too.
 * **Never unsolicited** (§1): every frame we send answers one the client sent.
 * **Error replies echo** the request id and the segment name exactly as the
   client sent them (§10).
@@ -49,6 +53,12 @@ Behaviour the client depends on, and where it is kept:
   a refused one gets ``AuthTokenCheckFailed`` with TOKEN_EXPIRED (the client
   fetches a fresh token and retries) or TOKEN_CHECK_FAILED, and the
   connection stays open.
+* **Appends only after an accepted SetupAppend**: a writer's session opens
+  when we send ``AppendSetup`` (the connection's rule), so a refused
+  SetupAppend leaves its appends to close the connection; and every append
+  is checked again against the segment its writer's accepted SetupAppend
+  named (``_setups``) before its store call. As in Java, a writer's token
+  is checked (expiry included) at SetupAppend, not on each append.
 """
 
 from __future__ import annotations
@@ -61,7 +71,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
@@ -122,6 +132,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 READ_HOLD_S = 10.0
 """How long a read at the tail of an open segment is parked before it gets an
 empty reply. Well under the client's 30 s request timeout (after which it
@@ -147,10 +159,18 @@ the client suggests; the store also caps a reply at about 2 MiB (§9.3)."""
 
 MAX_UNSENT_REPLY_BYTES = 8 * 1024 * 1024
 """Bytes of read replies a connection may have queued that the writer has not
-taken yet. A client that sends reads but does not read the replies would
-otherwise make the server buffer without bound (each reply may be 2 MiB);
-beyond this, read handlers wait for the writer, whose drain waits for the
-client. Four full replies keep a fast reader's pipe full."""
+taken yet, together with the most the reads issued to the store for further
+replies may return. A client that sends reads but does not read the replies
+would otherwise make the server read and buffer without bound (each reply
+may be 2 MiB, and 256 requests may be pending); beyond this, reads wait
+before they are issued, for the writer, whose drain waits for the client.
+Four full replies keep a fast reader's pipe full."""
+
+TABLE_READ_ROOM_BYTES: Final = MAX_READ_REPLY_BYTES
+"""Room a table read takes under ``MAX_UNSENT_REPLY_BYTES`` before it is
+issued: the store caps an iteration or delta reply at about 2 MiB. A reply
+that turns out larger (ReadTable of many large values) waits, holding its
+room, until the writer has taken everything queued."""
 
 MAX_APPEND_BYTES_IN_FLIGHT = 64 * 1024 * 1024
 """Append data one connection may have issued to the store and not yet seen
@@ -217,6 +237,9 @@ class PravegaHandler(ConnectionHandler):
         token_key: the key delegation tokens are signed with; when given
             (auth on) every request must carry a valid token covering its
             segments (``check_token``); None: tokens are ignored.
+        on_refused: called with the reason of every refused token
+            (``unidentified``, ``bad_credentials``, ``permission_denied``):
+            the server's metrics.
     """
 
     name = "pravega"
@@ -228,9 +251,11 @@ class PravegaHandler(ConnectionHandler):
         read_hold_s: float = READ_HOLD_S,
         max_append_bytes_in_flight: int = MAX_APPEND_BYTES_IN_FLIGHT,
         token_key: bytes | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
         self._token_key = token_key
+        self._on_refused = on_refused
         self._tokens: dict[str, TokenClaims] = {}  # signatures checked on this connection
         self._read_hold_s = read_hold_s
         # Append admission: room left, appends waiting in arrival order, and
@@ -251,9 +276,14 @@ class PravegaHandler(ConnectionHandler):
         # Keyed by the writer id's ``int``: hashed in C (a UUID's hash is a Python call).
         self._last_acked: dict[int, int] = {}
         self._ack_tail: dict[int, _AckTurn] = {}
+        # Per writer (id's ``int``): the segment its accepted SetupAppend named
+        # (with auth on, one its token covered with READ_UPDATE). At most one
+        # per writer session of the connection: a new SetupAppend removes it.
+        self._setups: dict[int, str] = {}
         self._parked: set[asyncio.Task[object]] = set()  # tasks of reads parked at the tail
         self._unsent_bytes = 0  # data of read replies queued since the writer last took them
-        self._taken = asyncio.Event()  # set when the writer takes the queued bytes
+        self._reserved_bytes = 0  # room taken by reads issued to the store, not yet queued
+        self._room = asyncio.Event()  # set when the writer takes the queued bytes or room is freed
 
     # ------------------------------------------------------------------ loop interface
 
@@ -301,9 +331,13 @@ class PravegaHandler(ConnectionHandler):
         if isinstance(event, p.Hello | p.KeepAlive):
             return  # the connection answered them itself
         assert isinstance(event, p.Command)
+        if type(event) is p.SetupAppend:  # the connection ended the writer's session too
+            self._setups.pop(event.writer_id.int, None)
         if self._token_key is not None:
             refusal = self._check_token(event)
             if refusal is not None:
+                if self._on_refused is not None:
+                    self._on_refused(self._refusal_reason(event))
                 log.warning(
                     "pravega: refused %s on %s: %s",
                     type(event).__name__,
@@ -371,9 +405,17 @@ class PravegaHandler(ConnectionHandler):
                 return TokenInvalid(f"the token does not cover segment {segment!r}")
         return None
 
+    def _refusal_reason(self, request: p.Command) -> str:
+        """The metrics reason of a token ``_check_token`` just refused: none sent,
+        one that did not decode (or expired), or a good one that does not allow this."""
+        token = getattr(request, "delegation_token", "")
+        if not token:
+            return "unidentified"
+        return "permission_denied" if token in self._tokens else "bad_credentials"
+
     def output(self) -> list[OutputPiece]:
         self._unsent_bytes = 0
-        self._taken.set()
+        self._room.set()
         pieces, self._out = self._out, []
         if not self._failed:
             queued = self._conn.data_to_send()
@@ -391,24 +433,68 @@ class PravegaHandler(ConnectionHandler):
                 parts.append(piece)
         return b"".join(parts)
 
-    async def _room_for(self, size_bytes: int) -> None:
-        """Wait until a read reply of ``size_bytes`` fits under ``MAX_UNSENT_REPLY_BYTES``
-        (one reply always fits when nothing is waiting to be taken).
+    def _has_room(self, size_bytes: int) -> bool:
+        """Whether a read of up to ``size_bytes`` may be issued now (one always
+        may when nothing is queued or being read)."""
+        held = self._unsent_bytes + self._reserved_bytes
+        return not held or held + size_bytes <= MAX_UNSENT_REPLY_BYTES
+
+    async def _reserve(self, size_bytes: int) -> None:
+        """Take room for a read reply of up to ``size_bytes`` under
+        ``MAX_UNSENT_REPLY_BYTES`` before the read is issued, waiting for it if
+        needed. The caller gives it back with ``_unreserve`` or turns it into
+        a queued reply with ``_queue_reserved``.
 
         Raises:
             TimeoutError: the client took no replies for ``MAX_REPLY_WAIT_S``;
                 the loop closes the connection.
         """
-        while self._unsent_bytes and self._unsent_bytes + size_bytes > MAX_UNSENT_REPLY_BYTES:
-            self._taken.clear()
-            self.wake_writer()
-            try:
-                await asyncio.wait_for(self._taken.wait(), MAX_REPLY_WAIT_S)
-            except TimeoutError:
-                raise TimeoutError(
-                    f"the client took no replies for {MAX_REPLY_WAIT_S:.0f} s"
-                ) from None
+        while not self._has_room(size_bytes):
+            await self._wait_for_room()
+        self._reserved_bytes += size_bytes
+
+    def _unreserve(self, size_bytes: int) -> None:
+        self._reserved_bytes -= size_bytes
+        self._room.set()
+
+    def _queue_room(self, reserved_bytes: int, size_bytes: int) -> None:
+        """Turn the room of a read into the ``size_bytes`` (no more) of its reply,
+        queued next."""
+        self._reserved_bytes -= reserved_bytes
         self._unsent_bytes += size_bytes
+        if size_bytes < reserved_bytes:
+            self._room.set()
+
+    async def _queue_reserved(self, reserved_bytes: int, size_bytes: int) -> None:
+        """Turn the room of a read into the ``size_bytes`` of its reply, queued next.
+
+        A reply larger than its room waits, holding the room, until it fits
+        or the writer has taken everything queued (so that two such replies
+        never wait for each other). The room is given back if it raises.
+
+        Raises:
+            TimeoutError: as ``_reserve``.
+        """
+        try:
+            while (
+                size_bytes > reserved_bytes
+                and self._unsent_bytes
+                and self._unsent_bytes + self._reserved_bytes - reserved_bytes + size_bytes
+                > MAX_UNSENT_REPLY_BYTES
+            ):
+                await self._wait_for_room()
+        except BaseException:
+            self._unreserve(reserved_bytes)
+            raise
+        self._queue_room(reserved_bytes, size_bytes)
+
+    async def _wait_for_room(self) -> None:
+        self._room.clear()
+        self.wake_writer()
+        try:
+            await asyncio.wait_for(self._room.wait(), MAX_REPLY_WAIT_S)
+        except TimeoutError:
+            raise TimeoutError(f"the client took no replies for {MAX_REPLY_WAIT_S:.0f} s") from None
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # What was queued before the bad frame still goes out, then the hint.
@@ -443,6 +529,9 @@ class PravegaHandler(ConnectionHandler):
         """
         writer_id = ev.writer_id
         key = writer_id.int
+        if self._setups.get(key) != ev.segment:
+            self._refuse_append(ev)
+            return
         tail = self._ack_tail
         before = tail.get(key)
         mine = tail[key] = _AckTurn()
@@ -477,6 +566,22 @@ class PravegaHandler(ConnectionHandler):
             mine.finish()
             if tail.get(key) is mine:
                 del tail[key]
+
+    def _refuse_append(self, ev: p.AppendData) -> None:
+        """An append whose writer has no accepted SetupAppend for its segment
+        (the connection refuses those first): not stored, the token refused."""
+        log.warning(
+            "pravega: refused an append of writer %s to %s: no accepted SetupAppend",
+            ev.writer_id,
+            ev.segment,
+        )
+        self._reply(
+            p.AuthTokenCheckFailed(
+                ev.request_id,
+                "append without an accepted SetupAppend",
+                p.AuthTokenCheckFailed.TOKEN_CHECK_FAILED,
+            )
+        )
 
     async def _admit(self, size: int) -> None:
         """Take ``size`` bytes of append room, waiting in arrival order if needed.
@@ -531,6 +636,8 @@ class PravegaHandler(ConnectionHandler):
         last = await self._store.get_attribute(cmd.segment, cmd.writer_id)
         self._last_acked[cmd.writer_id.int] = last
         self._reply(p.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
+        if not self._failed:  # the reply opened the writer's session
+            self._setups[cmd.writer_id.int] = cmd.segment
 
     async def _create_transient(self, cmd: p.CreateTransientSegment) -> None:
         await self._store.info(cmd.parent_segment)  # NoSuchSegment for a missing parent
@@ -551,43 +658,17 @@ class PravegaHandler(ConnectionHandler):
 
     async def _read_segment(self, cmd: p.ReadSegment) -> None:
         size = min(max(cmd.suggested_length, MIN_READ_REPLY_BYTES), MAX_READ_REPLY_BYTES)
-        result: ReadResult | RegionRead
-        try:
-            result = await self._read(cmd, size)
-            ready = isinstance(result, RegionRead) or bool(result.data) or result.end_of_segment
-        except BadOffset:  # beyond the tail: wait for the segment to get there
-            ready = False
-        if not ready:
-            task = asyncio.current_task()
-            assert task is not None
-            self._parked.add(task)
-            try:
-                arrived = await self._store.wait_for_data(
-                    cmd.segment, cmd.offset, self._read_hold_s
-                )
-            finally:
-                self._parked.discard(task)
-            if not arrived:
-                self._reply(
-                    p.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
-                )
-                return
-            result = await self._read(cmd, size)
+        result = await self._read_with_room(cmd, size)
+        if result is None:  # parked at the tail for the whole hold
+            self._reply(p.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id))
+            return
         if isinstance(result, RegionRead):
             payload: FileRegion | bytes = result.region
             size_bytes = result.region.size_bytes
         else:
             payload = result.data
             size_bytes = len(payload)
-        if self._unsent_bytes and self._unsent_bytes + size_bytes > MAX_UNSENT_REPLY_BYTES:
-            try:
-                await self._room_for(size_bytes)
-            except BaseException:
-                if isinstance(payload, FileRegion):
-                    payload.close()
-                raise
-        else:  # room now (a tail read, mostly): no coroutine for the wait that is not needed
-            self._unsent_bytes += size_bytes
+        self._queue_room(size, size_bytes)
         if isinstance(payload, bytes) and size_bytes < MIN_REGION_BYTES:  # a tail read, mostly
             self._reply(
                 p.SegmentRead(
@@ -604,6 +685,45 @@ class PravegaHandler(ConnectionHandler):
             cmd.segment, cmd.offset, result.at_tail, result.end_of_segment, b"", cmd.request_id
         )
         self._reply_with_data(reply, payload, size_bytes)
+
+    async def _read_with_room(
+        self, cmd: p.ReadSegment, size: int
+    ) -> ReadResult | RegionRead | None:
+        """The store's answer to ``cmd``, read with room for ``size`` bytes taken
+        first (``_reserve``) and still held; None if the read was parked at the
+        tail for the whole hold (holding no room meanwhile)."""
+        if self._has_room(size):  # nearly always: no coroutine for a wait not needed
+            self._reserved_bytes += size
+        else:
+            await self._reserve(size)
+        result: ReadResult | RegionRead | None
+        try:
+            result = await self._read(cmd, size)
+        except BadOffset:  # beyond the tail: wait for the segment to get there
+            result = None
+        except BaseException:
+            self._unreserve(size)
+            raise
+        if result is not None and (
+            isinstance(result, RegionRead) or result.data or result.end_of_segment
+        ):
+            return result
+        self._unreserve(size)  # a parked read holds no room
+        task = asyncio.current_task()
+        assert task is not None
+        self._parked.add(task)
+        try:
+            arrived = await self._store.wait_for_data(cmd.segment, cmd.offset, self._read_hold_s)
+        finally:
+            self._parked.discard(task)
+        if not arrived:
+            return None
+        await self._reserve(size)
+        try:
+            return await self._read(cmd, size)
+        except BaseException:
+            self._unreserve(size)
+            raise
 
     def _reply_with_data(
         self, reply: p.SegmentRead, data: FileRegion | bytes, size_bytes: int
@@ -725,9 +845,25 @@ class PravegaHandler(ConnectionHandler):
         )
         self._reply(p.TableKeysRemoved(cmd.request_id, cmd.segment))
 
+    async def _with_room(
+        self, fetch: Callable[[], Awaitable[_T]], size_of: Callable[[_T], int]
+    ) -> _T:
+        """``fetch()``'s result (a table read), issued with ``TABLE_READ_ROOM_BYTES``
+        of room taken first; its reply of ``size_of(result)`` bytes is queued next."""
+        await self._reserve(TABLE_READ_ROOM_BYTES)
+        try:
+            result = await fetch()
+        except BaseException:
+            self._unreserve(TABLE_READ_ROOM_BYTES)
+            raise
+        await self._queue_reserved(TABLE_READ_ROOM_BYTES, size_of(result))
+        return result
+
     async def _read_table(self, cmd: p.ReadTable) -> None:
-        found = await self._store.get_table_entries(cmd.segment, [k.key for k in cmd.keys])
-        await self._room_for(_size_of([e for e in found if e is not None]))
+        found = await self._with_room(
+            lambda: self._store.get_table_entries(cmd.segment, [k.key for k in cmd.keys]),
+            lambda found: _size_of([e for e in found if e is not None]),
+        )
         entries = tuple(
             (p.TableKey(k.key, p.NOT_EXISTS), p.TableValue(b""))  # absent: version -1, empty
             if entry is None
@@ -737,21 +873,26 @@ class PravegaHandler(ConnectionHandler):
         self._reply(p.TableRead(cmd.request_id, cmd.segment, p.TableEntries(entries)))
 
     async def _read_keys(self, cmd: p.ReadTableKeys) -> None:
-        page = await self._store.iterate_table_keys(
-            cmd.segment,
-            continuation_token=cmd.args.continuation_token,
-            max_count=_item_count(cmd.suggested_key_count),
+        page = await self._with_room(
+            lambda: self._store.iterate_table_keys(
+                cmd.segment,
+                continuation_token=cmd.args.continuation_token,
+                max_count=_item_count(cmd.suggested_key_count),
+            ),
+            lambda page: sum(len(k.key) for k in page.items),
         )
         keys = tuple(p.TableKey(k.key, k.version) for k in page.items)
         self._reply(p.TableKeysRead(cmd.request_id, cmd.segment, keys, page.continuation_token))
 
     async def _read_entries(self, cmd: p.ReadTableEntries) -> None:
-        page = await self._store.iterate_table_entries(
-            cmd.segment,
-            continuation_token=cmd.args.continuation_token,
-            max_count=_item_count(cmd.suggested_entry_count),
+        page = await self._with_room(
+            lambda: self._store.iterate_table_entries(
+                cmd.segment,
+                continuation_token=cmd.args.continuation_token,
+                max_count=_item_count(cmd.suggested_entry_count),
+            ),
+            lambda page: _size_of(page.items),
         )
-        await self._room_for(_size_of(page.items))
         self._reply(
             p.TableEntriesRead(
                 cmd.request_id, cmd.segment, _entries(page.items), page.continuation_token
@@ -759,10 +900,12 @@ class PravegaHandler(ConnectionHandler):
         )
 
     async def _read_delta(self, cmd: p.ReadTableEntriesDelta) -> None:
-        delta = await self._store.read_table_delta(
-            cmd.segment, cmd.from_position, _item_count(cmd.suggested_entry_count)
+        delta = await self._with_room(
+            lambda: self._store.read_table_delta(
+                cmd.segment, cmd.from_position, _item_count(cmd.suggested_entry_count)
+            ),
+            lambda delta: _size_of(delta.entries),
         )
-        await self._room_for(_size_of(delta.entries))
         self._reply(
             p.TableEntriesDeltaRead(
                 cmd.request_id,
@@ -989,6 +1132,7 @@ async def serve_segment_store(
     read_hold_s: float = READ_HOLD_S,
     ssl_context: ssl.SSLContext | None = None,
     token_key: bytes | None = None,
+    on_refused: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
 
@@ -1002,7 +1146,9 @@ async def serve_segment_store(
         "segment_store",
         host,
         port,
-        lambda: PravegaHandler(store, read_hold_s=read_hold_s, token_key=token_key),
+        lambda: PravegaHandler(
+            store, read_hold_s=read_hold_s, token_key=token_key, on_refused=on_refused
+        ),
         ssl_context=ssl_context,
     )
 
@@ -1010,13 +1156,14 @@ async def serve_segment_store(
 async def start_segment_store(app: ServerApp, host: str, port: int) -> Listener:
     """The ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
     TLS when a certificate is configured."""
-    auth = app.config.auth
+    auth, doors = app.config.auth, app.door_auth
     return await serve_segment_store(
         app.store,
         host,
         port,
         ssl_context=app.ssl_context(),
         token_key=None if auth is None else load_or_create_key(app.config.data_dir),
+        on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
     )
 
 

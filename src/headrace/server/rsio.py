@@ -10,6 +10,12 @@ this module is the thin adapter between it and the store:
   take effect in wire order.
 * **Error table** (:data:`STORE_ERROR_REASONS`): a store or controller error
   ends only the subscription it hit, with ``onError(id, reason)``.
+* **Auth** (``server/authz.py``): with auth on, a subscription needs READ on
+  its stream and an offer READ_UPDATE, for the user the client's certificate
+  names or the one its ``auth:`` subscription logged in as (the ``auth``
+  extension, ``docs/protocols/rsio.md`` §11a). A refusal is that
+  subscription's ``onError``. Subscriptions that arrive while a login is
+  being checked wait for its outcome in their own tasks.
 
 Theory of operation. Each subscription runs in its own task that reads the
 store through :class:`StreamCursor` (records, as every reader sees them,
@@ -34,6 +40,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
+from headrace.controller.auth import AuthFailed
 from headrace.controller.naming import segment_name
 from headrace.errors import (
     HeadraceError,
@@ -44,6 +51,7 @@ from headrace.errors import (
     SegmentTruncated,
     StoreError,
 )
+from headrace.protocols.pravega.auth import Permission, stream_resource
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.protocols.records import EventBuffer, Record, records_from_events
 from headrace.protocols.rsio import (
@@ -76,9 +84,12 @@ from headrace.protocols.rsio.states import PublisherState, SubscriberState
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.authz import ConnectionAccess
 from headrace.store.api import MAX_APPEND_BYTES, MAX_WAIT_S
 
 __all__ = [
+    "AUTH_EXTENSION",
+    "AUTH_PREFIX",
     "MAX_UNSENT_BYTES",
     "OFFER_EXTENSION",
     "OFFER_WINDOW",
@@ -94,7 +105,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OFFER_EXTENSION = 1
-"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §10), listed in our hello."""
+"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §11), listed in our hello."""
+
+AUTH_EXTENSION = 2
+"""Extension Id of headrace's ``auth`` (``docs/protocols/rsio.md`` §11a): the client
+logs in with a subscription to ``auth:<Basic credentials or Bearer token>``."""
+
+AUTH_PREFIX = "auth:"
+"""Publisher strings of the ``auth`` extension start with it."""
+
+EXTENSIONS = (OFFER_EXTENSION, AUTH_EXTENSION)
+"""Every extension the server knows; its hello lists those the client listed too."""
 
 ELEMENT_OVERHEAD_BYTES = 16
 """What ``_unsent`` counts for an element beyond its bytes: its frame's prefixes, at most."""
@@ -448,8 +469,11 @@ class RsioHandler(ConnectionHandler):
 
     name = "rsio"
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: ServerApp, *, listener: str = "rsio") -> None:
         self._app = app
+        self._listener = listener
+        self._access: ConnectionAccess | None = None
+        self._login: asyncio.Task[None] | None = None
         self._conn = ReactiveConnection(Role.SERVER)  # replaced once the clientHello is in
         self._started = False
         self._early = bytearray()
@@ -580,6 +604,9 @@ class RsioHandler(ConnectionHandler):
         conn = self._conn
         if conn.publication_state(sid) is not PublisherState.SUBSCRIBE_RECEIVED:
             return  # cancelled (or illegal demand) in the same read: already answered
+        if publisher.startswith(AUTH_PREFIX):
+            self._start_login(sid, publisher.removeprefix(AUTH_PREFIX))
+            return
         try:
             query = parse_publisher(publisher)
         except ValueError as exc:
@@ -592,9 +619,74 @@ class RsioHandler(ConnectionHandler):
         # subscribed at once, in handle: a cancel that follows must find it sent, since
         # the subscriber keeps the Id until its subscribed arrives (B.5 rule 3).
         conn.send(Subscribed(sid, 0))
+        if not self._login_pending():
+            refusal = self._refusal(query, Permission.READ)
+            if refusal is not None:
+                conn.send(OnError(sid, refusal))
+                return
         wake = asyncio.Event()
         task = asyncio.create_task(self._publish(sid, query, wake), name=f"rsio publish {sid}")
         self._publications[sid] = (task, wake)
+
+    # -- auth (the ``auth`` extension and the checks of server/authz.py)
+
+    @property
+    def access(self) -> ConnectionAccess:
+        """What the client may do, known once the connection started."""
+        if self._access is None:
+            self._access = ConnectionAccess.of(
+                self._app.door_auth, self._listener, self.peer, self.peer_cert
+            )
+        return self._access
+
+    def _refusal(self, query: PublisherQuery, needed: Permission) -> str | None:
+        """Why the client may not subscribe to (READ) or offer into (READ_UPDATE)
+        ``query``'s stream; None if it may. A refusal is counted and logged."""
+        refusal = self.access.check(stream_resource(query.scope, query.stream), needed)
+        if refusal is not None:
+            self.access.note_refusal(refusal)
+        return refusal
+
+    def _login_pending(self) -> bool:
+        return self._login is not None and not self._login.done()
+
+    async def _after_login(self) -> None:
+        """Wait for the connection's login to be decided (cancelled counts as decided)."""
+        if self._login is not None and not self._login.done():
+            await asyncio.wait({self._login})
+
+    def _start_login(self, sid: int, authorization: str) -> None:
+        """``subscribe("auth:<authorization>", sid)``: answered ``onComplete`` once the
+        credentials or token are good, ``onError`` if not. One per connection."""
+        conn = self._conn
+        conn.send(Subscribed(sid, 0))
+        if AUTH_EXTENSION not in self._peer_extensions:
+            conn.send(OnError(sid, "auth: extension not negotiated in the hellos"))
+            return
+        if self._login is not None:
+            conn.send(OnError(sid, "auth: this connection sent its credentials already"))
+            return
+        task = asyncio.create_task(self._check_login(sid, authorization), name=f"rsio login {sid}")
+        self._login = task
+        self._publications[sid] = (task, asyncio.Event())
+
+    async def _check_login(self, sid: int, authorization: str) -> None:
+        conn = self._conn
+        try:
+            await self.access.login(authorization)
+        except AuthFailed as exc:
+            message = f"unauthenticated: {exc}"
+            self.access.note_refusal(message)
+            if self._mine(sid):
+                conn.send(OnError(sid, message))
+        else:
+            if self._mine(sid):
+                conn.send(OnComplete(sid))
+        finally:
+            entry = self._publications.get(sid)
+            if entry is not None and entry[0] is asyncio.current_task():
+                del self._publications[sid]
+            self.wake_writer()
 
     def _stop_publication(self, sid: int) -> None:
         entry = self._publications.pop(sid, None)
@@ -634,6 +726,13 @@ class RsioHandler(ConnectionHandler):
         cursor = StreamCursor(self._app, query)
         element_id = 0
         try:
+            if self._login_pending():
+                await self._after_login()
+                refusal = self._refusal(query, Permission.READ)
+                if refusal is not None:
+                    if self._mine(sid):
+                        conn.send(OnError(sid, refusal))
+                    return
             await cursor.open()
             while self._mine(sid):
                 if cursor.done:
@@ -702,24 +801,55 @@ class RsioHandler(ConnectionHandler):
 
     def _start_offer(self, sid: int, query: PublisherQuery) -> None:
         conn = self._conn
-        controller = self._app.controller
         conn.send(Subscribed(sid, 0))
         if OFFER_EXTENSION not in self._peer_extensions:
             conn.send(OnError(sid, "offer: extension not negotiated in the hellos"))
             return
-        if not controller.stream_exists(query.scope, query.stream):
-            conn.send(OnError(sid, f"no such stream {query.scope}/{query.stream}"))
+        if self._login_pending():  # the checks wait for the login, in the offer's task
+            offer = _Offer(query)
+            self._offers[sid] = offer
+            offer.task = asyncio.create_task(
+                self._offer_after_login(sid, offer), name=f"rsio offer {sid}"
+            )
             return
-        if controller.is_sealed(query.scope, query.stream):
-            conn.send(OnError(sid, f"stream {query.scope}/{query.stream} is sealed"))
-            return
-        if conn.subscription_state(sid) is not SubscriberState.CLOSED:
-            conn.send(OnError(sid, "offer: id still in use by an earlier offer"))
+        refusal = self._offer_refusal(sid, query)
+        if refusal is not None:
+            conn.send(OnError(sid, refusal))
             return
         conn.send(Subscribe(f"{query.scope}/{query.stream}", sid, OFFER_WINDOW))
         offer = _Offer(query)
         self._offers[sid] = offer
         offer.task = asyncio.create_task(self._store_offer(sid, offer), name=f"rsio offer {sid}")
+
+    def _offer_refusal(self, sid: int, query: PublisherQuery) -> str | None:
+        """Why an offer into ``query``'s stream cannot start; None if it can."""
+        controller = self._app.controller
+        refusal = self._refusal(query, Permission.READ_UPDATE)
+        if refusal is not None:
+            return refusal
+        if not controller.stream_exists(query.scope, query.stream):
+            return f"no such stream {query.scope}/{query.stream}"
+        if controller.is_sealed(query.scope, query.stream):
+            return f"stream {query.scope}/{query.stream} is sealed"
+        if self._conn.subscription_state(sid) is not SubscriberState.CLOSED:
+            return "offer: id still in use by an earlier offer"
+        return None
+
+    async def _offer_after_login(self, sid: int, offer: _Offer) -> None:
+        """An offer that arrived while the login was checked: its checks, then the offer."""
+        await self._after_login()
+        if self._offers.get(sid) is not offer:
+            return  # cancelled meanwhile
+        refusal = self._offer_refusal(sid, offer.query)
+        if refusal is not None:
+            del self._offers[sid]
+            if self._live(sid):
+                self._conn.send(OnError(sid, refusal))
+            self.wake_writer()
+            return
+        self._conn.send(Subscribe(f"{offer.query.scope}/{offer.query.stream}", sid, OFFER_WINDOW))
+        self.wake_writer()
+        await self._store_offer(sid, offer)
 
     def _end_offer(self, sid: int, reason: str) -> None:
         offer = self._offers.pop(sid, None)
@@ -822,7 +952,7 @@ def _offered_extensions(data: bytes, *, eof: bool) -> tuple[int, ...] | None:
         return ()
     if not isinstance(hello, ClientHello):
         return ()
-    return tuple(ext for ext in (OFFER_EXTENSION,) if ext in hello.extensions)
+    return tuple(ext for ext in EXTENSIONS if ext in hello.extensions)
 
 
 def _frame(payloads: list[bytes]) -> bytes:

@@ -44,6 +44,15 @@ the wanted seq num and grow to at least ``fetch_size``; seq num 0 is the first
 available, 2^64-1 the tail; a consume finding every partition at its end
 parks (woken by appends until ``min_bytes`` arrived, bounded by the request's
 ``max_wait_ms``, at most one hour). Only error codes the spec lists are sent.
+
+Auth (``server/authz.py``): with auth on, a client is the user its TLS
+certificate names, and each request needs that user's grant on the topic's
+stream. TANK has no "not allowed" code, so a refusal is the nearest the
+protocol has: produce without READ_UPDATE gets the topic-level ``READ_ONLY``
+(0xfe), create topic without READ_UPDATE on the scope gets ``READ_ONLY`` (5),
+and consume, discover partitions and reload conf without READ answer as for
+an unknown topic (a topic the client may not read is not shown to exist);
+discover topics and status list only readable topics.
 """
 
 from __future__ import annotations
@@ -71,10 +80,12 @@ from headrace.errors import (
     StoreError,
 )
 from headrace.protocols import tank as t
+from headrace.protocols.pravega.auth import Permission, scope_resource, stream_resource
 from headrace.protocols.tank.codec import encode_varint
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server.authz import ConnectionAccess, DoorAuth
 from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
 from headrace.types import FileRegion, TableKey, TableUpdate
 
@@ -806,8 +817,16 @@ class TankHandler(ConnectionHandler):
 
     name = "tank"
 
-    def __init__(self, broker: TankBroker, *, heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S):
+    def __init__(
+        self,
+        broker: TankBroker,
+        *,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        auth: DoorAuth | None = None,
+    ):
         self._broker = broker
+        self._auth = auth
+        self._access: ConnectionAccess | None = None
         self._conn = t.TankConnection(t.Role.SERVER)  # queues the greeting Ping
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat: asyncio.Task[None] | None = None
@@ -927,6 +946,39 @@ class TankHandler(ConnectionHandler):
         for waiter in self._parked:
             waiter.close()
 
+    # ------------------------------------------------------------------ auth
+
+    @property
+    def access(self) -> ConnectionAccess:
+        """What the client may do (``server/authz.py``), known once the connection started."""
+        if self._access is None:
+            self._access = ConnectionAccess.of(self._auth, self.name, self.peer, self.peer_cert)
+        return self._access
+
+    def _allowed(self, topic: str | None, needed: Permission) -> bool:
+        """Whether the client holds ``needed`` on ``topic``'s stream (None: on the
+        TANK scope); a refusal is counted and logged. Free with auth off."""
+        if self._auth is None:
+            return True
+        refusal = self.access.check(self._resource(topic), needed)
+        if refusal is not None:
+            self.access.note_refusal(refusal)
+        return refusal is None
+
+    def _resource(self, topic: str | None) -> str:
+        scope = self._broker.scope
+        if topic is None:
+            return scope_resource(scope)
+        return stream_resource(scope, stream_name(topic))
+
+    def _readable_topics(self) -> list[tuple[str, int, bool]]:
+        """The broker's topics that the client may read (all with auth off)."""
+        topics = self._broker.topics()
+        if self._auth is None:
+            return topics
+        access = self.access
+        return [e for e in topics if access.may(self._resource(e[0]), Permission.READ)]
+
     # ------------------------------------------------------------------ produce
 
     async def produce(self, request: t.Request) -> t.Response:
@@ -936,6 +988,10 @@ class TankHandler(ConnectionHandler):
         counts: list[int] = []
         jobs: list[Awaitable[t.ProduceError]] = []
         for topic in request.topics:
+            if not self._allowed(topic.name, Permission.READ_UPDATE):
+                topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
+                counts.append(0)
+                continue
             count = broker.partitions_count(topic.name)
             if count is None or broker.is_read_only(topic.name):
                 error = t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
@@ -989,7 +1045,8 @@ class TankHandler(ConnectionHandler):
             at_end: dict[tuple[int, int], tuple[_Partition, int, int]] = {}
             answer_now = request.max_wait_ms == 0
             for ti, topic in enumerate(request.topics):
-                count = broker.partitions_count(topic.name)
+                readable = self._allowed(topic.name, Permission.READ)
+                count = broker.partitions_count(topic.name) if readable else None
                 if count is None:
                     topics.append(t.ConsumeUnknownTopic(topic.name, len(topic.partitions)))
                     answer_now = True
@@ -1195,6 +1252,9 @@ class TankHandler(ConnectionHandler):
 
     async def create_topic(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.CreateTopic)
+        if not self._allowed(None, Permission.READ_UPDATE):
+            result = t.CreateTopicResult.READ_ONLY
+            return t.CreateTopicResponse(request.request_id, request.topic, result)
         result = await self._broker.create_topic(
             request.topic, request.partitions_count, request.config
         )
@@ -1203,7 +1263,8 @@ class TankHandler(ConnectionHandler):
     async def discover_partitions(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.DiscoverPartitions)
         broker = self._broker
-        count = broker.partitions_count(request.topic)
+        readable = self._allowed(request.topic, Permission.READ)
+        count = broker.partitions_count(request.topic) if readable else None
         if count is None:
             return t.DiscoverPartitionsResponse(request.request_id, request.topic, ())
         ids = request.partition_ids or tuple(range(count))
@@ -1223,7 +1284,8 @@ class TankHandler(ConnectionHandler):
 
     async def reload_conf(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.ReloadConf)
-        count = self._broker.partitions_count(request.topic)
+        readable = self._allowed(request.topic, Permission.READ)
+        count = self._broker.partitions_count(request.topic) if readable else None
         if count is None:
             result = t.ReloadConfResult.UNKNOWN_TOPIC
         elif request.partition_id >= count:
@@ -1235,7 +1297,7 @@ class TankHandler(ConnectionHandler):
     async def status(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.Status)
         broker = self._broker
-        topics = broker.topics()
+        topics = self._readable_topics()
         details = t.StatusDetails(
             open_partitions=broker.open_partitions,
             open_partitions_time_us=min(broker.open_time_us, 2**32 - 1),
@@ -1252,7 +1314,7 @@ class TankHandler(ConnectionHandler):
     async def discover_topics(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.DiscoverTopics)
         infos = tuple(
-            t.TopicInfo(name, enabled, count) for name, count, enabled in self._broker.topics()
+            t.TopicInfo(name, enabled, count) for name, count, enabled in self._readable_topics()
         )
         return t.DiscoverTopicsResponse(request.request_id, infos)
 
@@ -1307,8 +1369,8 @@ _INLINE_REQUESTS: frozenset[type] = frozenset({t.Produce, t.ProduceWithSeqnum})
 
 async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
     """Serve the TANK protocol on (host, port) over ``app.store``, over TLS when a
-    certificate is configured (TANK has no credentials: with ``--tls-ca`` the
-    client certificate is the credential).
+    certificate is configured (TANK has no credentials: with auth on, the
+    client certificate says who the client is).
 
     Raises:
         OSError: the address could not be bound.
@@ -1322,7 +1384,7 @@ async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
         "tank",
         host,
         port,
-        lambda: TankHandler(broker),
+        lambda: TankHandler(broker, auth=app.door_auth),
         first_request_timeout_s=app.config.tank_first_request_timeout_s,
         ssl_context=app.ssl_context(),
     )

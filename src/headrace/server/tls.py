@@ -8,9 +8,11 @@ files. Protocol adapters never see TLS: the accept loop does the handshake
 (``_listen.py``) and the adapter reads plaintext.
 
 With ``--tls-ca`` every listener asks for a client certificate signed by that
-CA and refuses a client without one: for TANK, RS-IO, HTTP and Lumberjack,
-which have no credentials of their own, the client certificate is the
-credential.
+CA and refuses a client without one (``--tls-verify-client required``), or
+lets a client without one in (``optional``: Pravega clients, which cannot
+present one, log in with a password). A certificate that is presented must
+verify either way. With auth on, the names on a verified certificate identify
+a user of the password file (``server/authz.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["TlsConfig", "grpc_server_credentials", "server_ssl_context"]
+__all__ = ["VERIFY_CLIENT_MODES", "TlsConfig", "grpc_server_credentials", "server_ssl_context"]
+
+VERIFY_CLIENT_MODES = ("required", "optional")
+"""``--tls-verify-client``: whether a client certificate is required or only checked
+when presented (``ssl.CERT_REQUIRED`` / ``ssl.CERT_OPTIONAL``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +38,16 @@ class TlsConfig:
     Attributes:
         cert: PEM certificate chain the server presents.
         key: PEM private key of ``cert``.
-        ca: PEM CA bundle; when given, clients must present a certificate
+        ca: PEM CA bundle; when given, clients are asked for a certificate
             signed by it (mutual TLS), otherwise client certificates are not asked for.
+        verify_client: with ``ca``, ``required`` (a client without a
+            certificate is refused) or ``optional`` (it is let in).
     """
 
     cert: Path
     key: Path
     ca: Path | None = None
+    verify_client: str = "required"
 
 
 def server_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
@@ -63,7 +72,8 @@ def server_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
             context.load_verify_locations(cafile=tls.ca)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"--tls-ca {tls.ca}: {exc}") from exc
-        context.verify_mode = ssl.CERT_REQUIRED
+        required = tls.verify_client == "required"
+        context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
     return context
 
 
@@ -87,5 +97,7 @@ def grpc_server_credentials(tls: TlsConfig) -> Any:
     except OSError as exc:
         raise ConfigError(f"TLS files: {exc}") from exc
     return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+        [(key, cert)],
+        root_certificates=ca,
+        require_client_auth=ca is not None and tls.verify_client == "required",
     )

@@ -103,6 +103,11 @@ class BaseStore(abc.ABC):
         """Per segment, the futures to resolve at its next change (``watch``); a dict
         for its insertion order and O(1) removal when a wait times out."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why the store stopped taking writes, or None (``SegmentStore.failure``)."""
+        return None
+
     # ------------------------------------------------------------------ primitives
 
     @abc.abstractmethod

@@ -354,6 +354,15 @@ class SegmentStore(Protocol):
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def failure(self) -> str | None:
+        """Why the store stopped taking writes (an I/O error, a full disk), or None.
+
+        Read-only and cheap: for health checks. Once set it stays set until the
+        store is reopened.
+        """
+        ...
+
     async def flush(self) -> None:
         """Make everything acknowledged so far durable now (a no-op under ``fsync=always``)."""
         ...

@@ -15,8 +15,10 @@ import pytest
 
 from headrace.protocols._buffer import ReceiveBuffer
 from headrace.protocols.pravega import (
+    NULL_ATTRIBUTE_VALUE,
     AppendBlockEnd,
     AppendData,
+    AppendSetup,
     Command,
     ConnectionClosed,
     CreateTableSegment,
@@ -24,6 +26,7 @@ from headrace.protocols.pravega import (
     Hello,
     PravegaConnection,
     Role,
+    SetupAppend,
     decode_command,
     decode_events,
     encode_command,
@@ -47,13 +50,23 @@ def decode_stream(data: bytes) -> list[Command]:
 
 
 def replay_as_server(data: bytes, chunk_size: int) -> list[object]:
+    """The events of a server connection fed ``data`` in chunks; it accepts every
+    SetupAppend (as the server that was captured did), so the appends come through."""
     server = PravegaConnection(Role.SERVER)
     events: list[object] = []
+
+    def take() -> None:
+        for event in server.events():
+            events.append(event)
+            if isinstance(event, SetupAppend):
+                last = NULL_ATTRIBUTE_VALUE
+                server.send(AppendSetup(event.request_id, event.segment, event.writer_id, last))
+
     for start in range(0, len(data), chunk_size):
         server.receive_data(data[start : start + chunk_size])
-        events.extend(server.events())
+        take()
     server.receive_data(b"")
-    events.extend(server.events())
+    take()
     return events
 
 

@@ -16,6 +16,7 @@ from headrace.protocols.pravega import (
     AppendBlockEnd,
     AppendData,
     AppendSetup,
+    AuthTokenCheckFailed,
     Command,
     ConditionalAppend,
     ConditionalBlockEnd,
@@ -299,7 +300,7 @@ def test_append_block_end_alone_becomes_append_data() -> None:
 
 def test_append_without_setup_append_closes() -> None:
     pair = ConnectionPair()
-    with pytest.raises(RemoteProtocolError, match="without SetupAppend") as info:
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend") as info:
         pair.request(AppendBlockEnd(W1, 10, encode_event(b"ab"), 1, 1, 2))
     assert info.value.reply_hint is None
 
@@ -307,7 +308,7 @@ def test_append_without_setup_append_closes() -> None:
 def test_setup_append_is_per_writer() -> None:
     pair = ConnectionPair()
     pair.setup(W1)
-    with pytest.raises(RemoteProtocolError, match="without SetupAppend"):
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend"):
         pair.request(AppendBlockEnd(W2, 10, encode_event(b"ab"), 1, 1, 2))
 
 
@@ -368,17 +369,42 @@ def test_acks_go_out_in_event_number_order() -> None:
 
 
 def test_writer_limit_per_connection() -> None:
-    client = PravegaConnection(Role.CLIENT)
-    server = PravegaConnection(Role.SERVER, max_writers=2)
-    client.send(SetupAppend(1, W1, "a"))
-    client.send(SetupAppend(2, W2, "a"))
-    client.send(SetupAppend(3, W1, "b"))  # same writer again: no new session
-    client.send(SetupAppend(4, UUID(int=3), "a"))
-    server.receive_data(client.data_to_send())
-    for _ in range(4):
-        assert server.next_event() is not None
+    pair = ConnectionPair(handshake=False)
+    pair.server = PravegaConnection(Role.SERVER, max_writers=2)
+    pair.to_server(), pair.to_client()  # the handshake
+    pair.setup(W1, "a")
+    pair.setup(W2, "a")
+    pair.setup(W1, "b")  # same writer again: no new session
+    assert len(pair.server.writers) == 2
     with pytest.raises(RemoteProtocolError, match="more than 2 writers"):
-        server.next_event()
+        pair.request(SetupAppend(4, UUID(int=3), "a"))
+
+
+def test_a_refused_setup_append_opens_no_session() -> None:
+    pair = ConnectionPair()
+    pair.request(SetupAppend(1, W1, SEGMENT, "bad token"))
+    refusal = AuthTokenCheckFailed(1, "", AuthTokenCheckFailed.TOKEN_CHECK_FAILED)
+    assert pair.reply(refusal) == [refusal]
+    assert W1 not in pair.server.writers
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend"):
+        pair.request(AppendBlockEnd(W1, 0, b"a", 1, 1, 2))
+
+
+def test_an_append_before_the_setup_is_answered_closes() -> None:
+    pair = ConnectionPair()
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend"):
+        pair.request(SetupAppend(1, W1, SEGMENT), ConditionalAppend(W1, 1, 0, Event(b"z"), 2))
+
+
+def test_setup_append_again_ends_the_session_until_answered() -> None:
+    pair = ConnectionPair()
+    pair.setup(W1, "a")
+    assert pair.request(SetupAppend(2, W1, "b", "token for a only")) == [
+        SetupAppend(2, W1, "b", "token for a only")
+    ]
+    assert W1 not in pair.server.writers  # not "a" any more, not "b" yet
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend"):
+        pair.request(AppendBlockEnd(W1, 0, b"a", 1, 1, 3))
 
 
 # --------------------------------------------------------------------------- appends: conditional
@@ -402,7 +428,7 @@ def test_conditional_append_stores_the_event_framing() -> None:
 
 def test_conditional_append_needs_setup_append() -> None:
     pair = ConnectionPair()
-    with pytest.raises(RemoteProtocolError, match="without SetupAppend"):
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend"):
         pair.request(ConditionalBlockEnd(W1, 1, 0, b"x", 2))
 
 
@@ -488,6 +514,7 @@ def test_nothing_may_come_between_block_and_block_end() -> None:
     )
     assert server.next_event() == Hello(15, 5)
     assert server.next_event() == SetupAppend(1, W1, SEGMENT)
+    server.send(AppendSetup(1, SEGMENT, W1, NULL_ATTRIBUTE_VALUE))
     with pytest.raises(RemoteProtocolError, match="KeepAlive is not allowed"):
         server.next_event()
 
@@ -501,7 +528,7 @@ def test_client_cannot_send_between_block_and_block_end() -> None:
 
 def test_java_block_from_unknown_writer() -> None:
     pair = ConnectionPair()
-    with pytest.raises(RemoteProtocolError, match="without SetupAppend"):
+    with pytest.raises(RemoteProtocolError, match="without an accepted SetupAppend"):
         pair.request(AppendBlock(W1, encode_event(b"a")))
 
 

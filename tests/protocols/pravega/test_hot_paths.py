@@ -105,6 +105,7 @@ def _server_with_writer(writer: UUID) -> p.PravegaConnection:
         + p.encode_command(p.SetupAppend(1, writer, "s", ""))
     )
     list(conn.events())
+    conn.send(p.AppendSetup(1, "s", writer, p.NULL_ATTRIBUTE_VALUE))  # accepted
     conn.data_to_send()
     return conn
 

@@ -16,10 +16,11 @@ What this layer owns (spec ``protocols/pravega-wire.md``):
   created; a server connection answers the client's ``Hello`` itself and
   echoes ``KeepAlive`` itself, so the server never sends either on its own;
 * the order of frames (``states.py``);
-* per-writer append sessions on the server (§5.2, §5.4): a writer must send
-  ``SetupAppend`` on this connection before appending, its last event number
-  must not go backwards, Java's AppendBlock/PartialEvent/Padding framing is
-  reassembled, and every append form is delivered as one :class:`AppendData`.
+* per-writer append sessions on the server (§5.2, §5.4): a writer may append
+  only once the server accepted its ``SetupAppend`` on this connection (sent
+  ``AppendSetup``); its last event number must not go backwards, Java's
+  AppendBlock/PartialEvent/Padding framing is reassembled, and every append
+  form is delivered as one :class:`AppendData`.
 
 What it does not own: anything about segments (existence, lengths, sealing,
 durability) and request/reply matching; those belong to the server and client.
@@ -127,10 +128,11 @@ ConnectionEvent = c.Command | AppendData | ConnectionClosed
 
 @dataclass(slots=True)
 class WriterSession:
-    """A server connection's view of one writer (§5.2).
+    """A server connection's view of one writer (§5.2), opened by the server's
+    ``AppendSetup``: a refused SetupAppend opens none.
 
     Attributes:
-        segment: the segment named in the writer's SetupAppend.
+        segment: the segment named in the writer's accepted SetupAppend.
         last_event_number: the highest last event number received from it.
         last_acked: the highest event number acknowledged with DataAppended.
     """
@@ -207,7 +209,8 @@ class PravegaConnection:
 
     @property
     def writers(self) -> Mapping[UUID, WriterSession]:
-        """Server: the writer sessions set up on this connection (read-only view)."""
+        """Server: the writer sessions whose SetupAppend was accepted on this
+        connection (read-only view)."""
         return MappingProxyType(self._writers)
 
     # ------------------------------------------------------------------ receiving
@@ -333,13 +336,19 @@ class PravegaConnection:
                 )
         elif action is Action.ECHO:
             self._queue(c.KeepAlive())
-        elif action is Action.OPEN_WRITER:
+        elif action is Action.SETUP_WRITER:
             assert isinstance(cmd, c.SetupAppend)
-            if cmd.writer_id not in self._writers and len(self._writers) >= self._max_writers:
+            # The writer asks again (maybe for another segment): its earlier
+            # session ends now, and only the server's AppendSetup opens the
+            # next one. Until then its appends close the connection, as
+            # Java's do (they would go where the writer no longer means them
+            # to, or where its new token may not allow).
+            if self._writers.pop(cmd.writer_id, None) is None and (
+                len(self._writers) >= self._max_writers
+            ):
                 self._fail(
                     RemoteProtocolError(f"more than {self._max_writers} writers on one connection")
                 )
-            self._writers[cmd.writer_id] = WriterSession(cmd.segment)
         elif action is Action.APPEND:
             return self._append(cmd)
         elif action is Action.HOLD_BLOCK:
@@ -363,8 +372,13 @@ class PravegaConnection:
     def _session(self, writer_id: UUID) -> WriterSession:
         session = self._writers.get(writer_id)
         if session is None:
-            # Java closes the connection (§5.2).
-            self._fail(RemoteProtocolError(f"append from writer {writer_id} without SetupAppend"))
+            # Never set up, or its SetupAppend was refused (bad token, no such
+            # segment) or not answered yet: Java closes the connection (§5.2).
+            self._fail(
+                RemoteProtocolError(
+                    f"append from writer {writer_id} without an accepted SetupAppend"
+                )
+            )
         return session
 
     def _advance(self, session: WriterSession, writer_id: UUID, event_number: int) -> None:
@@ -456,6 +470,10 @@ class PravegaConnection:
     def send(self, cmd: c.Command) -> None:
         """Queue a command for the peer; fetch the bytes with :meth:`data_to_send`.
 
+        A server's ``AppendSetup`` opens the writer's session: from then on
+        its appends are delivered. Any other answer to a SetupAppend (a
+        refusal) leaves the writer without one.
+
         Raises:
             LocalProtocolError: the command may not be sent now by this role
                 (for example a reply before the handshake, a Hello or a
@@ -477,6 +495,8 @@ class PravegaConnection:
                     )
                 session.last_acked = cmd.event_number
         self._queue(cmd)
+        if self._role is Role.SERVER and isinstance(cmd, c.AppendSetup):
+            self._writers[cmd.writer_id] = WriterSession(cmd.segment)
 
     def send_data_appended(
         self,

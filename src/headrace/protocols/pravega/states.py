@@ -41,8 +41,9 @@ Invariants the tables encode (spec ``protocols/pravega-wire.md``):
 Rules that need more than a state (kept in ``connection.py``): the server
 answers Hello and echoes KeepAlive itself and never sends either on its own
 (the real client fails on unsolicited frames, §1); an append needs a prior
-SetupAppend from the same writer on the same connection, and its last event
-number must not go backwards (§5.2).
+SetupAppend from the same writer on the same connection that the server
+accepted (answered with AppendSetup), and its last event number must not go
+backwards (§5.2).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class Action(enum.Enum):
     CHECK_HELLO = "check versions"
     ECHO = "echo KeepAlive"
     EMIT = "deliver the command"
-    OPEN_WRITER = "register the writer's session; deliver"
+    SETUP_WRITER = "end the writer's session (AppendSetup opens the next); deliver"
     APPEND = "check the writer's session; deliver AppendData"
     HOLD_BLOCK = "keep the block until its AppendBlockEnd"
     APPEND_BLOCK = "join block and AppendBlockEnd; deliver AppendData"
@@ -135,7 +136,7 @@ CLIENT_STREAM: Transitions = {
     (_S.START, _I.HELLO): (_A.ANSWER_HELLO, _S.OPEN),
     (_S.OPEN, _I.KEEP_ALIVE): (_A.ECHO, _S.OPEN),
     (_S.OPEN, _I.REQUEST): (_A.EMIT, _S.OPEN),
-    (_S.OPEN, _I.SETUP_APPEND): (_A.OPEN_WRITER, _S.OPEN),
+    (_S.OPEN, _I.SETUP_APPEND): (_A.SETUP_WRITER, _S.OPEN),
     (_S.OPEN, _I.APPEND_BLOCK_END): (_A.APPEND, _S.OPEN),
     (_S.OPEN, _I.CONDITIONAL_APPEND): (_A.APPEND, _S.OPEN),
     (_S.OPEN, _I.APPEND_BLOCK): (_A.HOLD_BLOCK, _S.IN_APPEND_BLOCK),

@@ -539,6 +539,15 @@ class DiskStore(BaseStore):
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def failure(self) -> str | None:
+        """The I/O error that stopped the store's writes (every container stops
+        at the first one, ``Container.fail``), or None."""
+        for c in self._containers:
+            if c.failure is not None:
+                return f"the store stopped after an I/O error: {c.failure}"
+        return None
+
     async def flush(self) -> None:
         self._check_open()
         await asyncio.gather(*(c.flush() for c in self._containers))
