@@ -25,7 +25,7 @@ import pytest
 
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage, CreateTopicResult
-from tests._server import FREE, ServerProcess
+from tests._server import FREE, ServerProcess, ServerStartError
 
 LOW_LIMIT = 256
 PARTITIONS = 1000
@@ -135,3 +135,12 @@ def test_accept_backs_off_with_one_line_when_descriptors_run_out(tmp_path: Path)
     assert len(backoff) == 1, backoff
     assert "Too many open files" in backoff[0]
     assert "Traceback" not in log, log[-5000:]
+
+
+def test_a_limit_too_low_to_run_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    server = LimitedServer(tmp_path / "data", 64)
+    with pytest.raises(ServerStartError):  # it exited instead of getting ready
+        server.start()
+    log = server.log_text()
+    assert "the open-file limit is 64: headrace needs at least" in log, log
+    assert "Traceback" not in log, log
