@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import RemoteProtocolError
 from headrace.protocols import pravega as p
+from headrace.server._frames import FRAME_AHEAD_BYTES
 from headrace.server.pravega import LARGE_FRAME_BYTES, PravegaHandler
 from headrace.store.memory import MemoryStore
 
@@ -142,7 +143,7 @@ def test_a_large_frame_is_received_into_its_own_buffer() -> None:
         assert list(handler.feed(frame[:100])) == []
         view = handler.frame_buffer()
         assert view is not None and len(view) == len(frame) - 100
-        assert handler.partial_frame_bytes() == 100
+        assert handler.partial_frame_bytes() == len(frame)  # held: the frame's buffer
         view[:] = frame[100:]
         (event,) = handler.frame_received(len(view))
         assert isinstance(event, p.AppendData)
@@ -185,4 +186,36 @@ async def test_a_frame_received_whole_while_the_loop_holds_its_view(data_size: i
     (event,) = handler.frame_received(len(view))
     assert isinstance(event, p.AppendData) and bytes(event.data) == data
     view.release()
+    await store.close()
+
+
+async def test_a_large_frame_buffer_grows_with_what_arrives() -> None:
+    """A header announcing a large frame allocates nothing; then the buffer holds
+    at most ``FRAME_AHEAD_BYTES`` (or as much again as arrived) beyond what
+    arrived, and the whole frame still comes out as a view of one buffer."""
+    store = MemoryStore()
+    await store.create_segment(SEG)
+    handler = PravegaHandler(store)
+    hello = p.encode_command(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION))
+    for event in handler.feed(hello + p.encode_command(p.SetupAppend(1, WRITER, SEG, ""))):
+        await handler.handle(event)
+    data = _payload(1, 4 * 1024 * 1024)
+    frame = p.encode_command(p.AppendBlockEnd(WRITER, len(data), data, 1, 1, 5))
+    assert list(handler.feed(frame[:8])) == []
+    assert handler.partial_frame_bytes() == 8  # the header only: no buffer yet
+    got = 8
+    events: list[object] = []
+    while got < len(frame):
+        view = handler.frame_buffer()
+        assert view is not None
+        held = handler.partial_frame_bytes()
+        assert held <= got + max(FRAME_AHEAD_BYTES, got), (got, held)
+        count = min(len(view), 100_000)  # a receive fills part of the view
+        view[:count] = frame[got : got + count]
+        view.release()
+        events += handler.frame_received(count)
+        got += count
+    (event,) = events
+    assert isinstance(event, p.AppendData) and bytes(event.data) == data
+    assert isinstance(event.data, memoryview)  # received in place, not copied out
     await store.close()

@@ -68,23 +68,45 @@ class FramePool:
 
     def get(self, size: int) -> bytearray:
         """A buffer of exactly ``size`` bytes that nothing else refers to."""
+        buffer = self.take(size)
+        if buffer is None:
+            buffer = bytearray(size)
+            self.keep(buffer)
+        return buffer
+
+    def take(self, size: int) -> bytearray | None:
+        """A kept buffer of exactly ``size`` bytes that nothing else refers to, or None.
+
+        Counted as reused when found; a caller that then builds a buffer of
+        its own offers it with ``keep`` once it has its final size.
+        """
         buffers = self._buffers
-        spare = -1
         for i in range(len(buffers)):
-            if sys.getrefcount(buffers[i]) > _POOL_ONLY_REFS:
-                continue  # a view of it (or a decoder) still holds it
-            if len(buffers[i]) == size:
+            if len(buffers[i]) == size and sys.getrefcount(buffers[i]) <= _POOL_ONLY_REFS:
                 self.reused += 1
                 return buffers[i]
-            spare = i
-        buffer = bytearray(size)
+        return None
+
+    def keep(self, buffer: bytearray) -> None:
+        """Offer ``buffer`` (new, at its final size) for reuse; counted as allocated.
+
+        It is kept if there is room under ``max_buffers`` and ``max_bytes``,
+        or in place of a free one of another size; else it is not kept.
+        """
         self.allocated += 1
+        buffers = self._buffers
+        size = len(buffer)
+        spare = -1
+        for i in range(len(buffers)):
+            if buffers[i] is buffer:
+                return
+            if sys.getrefcount(buffers[i]) <= _POOL_ONLY_REFS:
+                spare = i
         kept = sum(len(b) for b in buffers)
         if len(buffers) < self._max_buffers and kept + size <= self._max_bytes:
             buffers.append(buffer)
         elif spare >= 0 and kept - len(buffers[spare]) + size <= self._max_bytes:
             buffers[spare] = buffer
-        return buffer
 
 
 class ReceiveBuffer:

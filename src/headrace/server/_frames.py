@@ -13,6 +13,14 @@ its large fields leave as views of what the kernel wrote.
 Buffers come from a ``FramePool``: one is reused once nothing refers to it
 (the store releases its view when the append is written), so neither the
 copy nor a fresh buffer's page faults remain.
+
+A header is not a promise: a peer can announce a 16 MiB frame and send
+nothing more. So nothing is allocated until more of the frame arrives (the
+buffer is made when the loop asks where to receive, ``view``), and a new
+buffer grows with what arrives: it holds at most ``FRAME_AHEAD_BYTES`` (or
+as much again as has arrived, whichever is more) beyond the bytes received,
+and doubles as it fills, so a frame costs a few reallocations the first time
+and none once a pooled buffer of its size is reused.
 """
 
 from __future__ import annotations
@@ -21,7 +29,18 @@ from typing import Final, Protocol
 
 from headrace.protocols._buffer import FramePool
 
-__all__ = ["MAX_POOLED_FRAMES", "MAX_POOLED_FRAME_BYTES", "LargeFrames"]
+__all__ = ["FRAME_AHEAD_BYTES", "MAX_POOLED_FRAMES", "MAX_POOLED_FRAME_BYTES", "LargeFrames"]
+
+FRAME_AHEAD_BYTES: Final = 256 * 1024
+"""The most a new frame buffer is allocated beyond the bytes received, when
+fewer than this have arrived: what one receive of the listener's buffer
+(``READ_CHUNK_BYTES``) takes in anyway, so a frame announced by a header
+alone costs nothing and a peer that sends a few bytes of it costs this much,
+not the frame's size."""
+
+_ZEROS: Final = bytes(16 * 1024 * 1024)
+"""What a growing buffer is extended with (allocated zeroed by the C library,
+so its pages cost nothing until read). Larger than any frame a codec accepts."""
 
 MAX_POOLED_FRAMES: Final = 2
 """Large-frame buffers a connection keeps for reuse: a frame's buffer stays
@@ -37,6 +56,10 @@ each, freed once their data is done with."""
 
 class FrameCodec(Protocol):
     """What a sans-I/O connection offers for frames received in place."""
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received that do not make a whole frame yet."""
 
     def partial_frame_size(self) -> int:
         """The size of the frame the buffered bytes begin if it is not whole, else 0."""
@@ -57,13 +80,14 @@ class LargeFrames:
             codec must hand frames this large over without copying them).
     """
 
-    __slots__ = ("_codec", "_frame", "_got", "_min_bytes", "_pool")
+    __slots__ = ("_codec", "_frame", "_got", "_min_bytes", "_pool", "_size")
 
     def __init__(self, codec: FrameCodec, min_bytes: int) -> None:
         self._codec = codec
         self._min_bytes = min_bytes
         self._pool = FramePool(MAX_POOLED_FRAMES, MAX_POOLED_FRAME_BYTES)
-        self._frame: bytearray | None = None
+        self._size = 0  # of the large frame the codec's bytes begin (0: none)
+        self._frame: bytearray | None = None  # its buffer, once made; grows to _size
         self._got = 0
 
     @property
@@ -76,18 +100,50 @@ class LargeFrames:
         """Bytes of that frame received so far (0: none pending)."""
         return self._got if self._frame is not None else 0
 
-    def view(self) -> memoryview | None:
-        """The rest of the pending frame's buffer, for the kernel to write into."""
-        frame = self._frame
-        return None if frame is None else memoryview(frame)[self._got :]
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the buffer the pending frame is received into (0: none pending)."""
+        return len(self._frame) if self._frame is not None else 0
 
-    def start(self) -> None:
-        """After the codec has parsed what it could: move a large partial frame out."""
-        size = self._codec.partial_frame_size()
-        if size >= self._min_bytes:
-            frame = self._pool.get(size)
+    def view(self) -> memoryview | None:
+        """The rest of the pending frame's buffer, for the kernel to write into.
+
+        Makes the buffer, the first time, for a large frame the codec has
+        begun (moving its bytes there), and grows it when it is full.
+        """
+        frame = self._frame
+        if frame is None:
+            if not self._size:
+                return None
+            frame = self._pool.take(self._size)
+            if frame is None:
+                frame = bytearray(self._ahead(self._codec.buffered_bytes))
             self._got = self._codec.take_partial_frame(frame)
             self._frame = frame
+        elif self._got == len(frame):
+            frame = self._grow(frame, self._ahead(self._got))
+        return memoryview(frame)[self._got :]
+
+    def _ahead(self, got: int) -> int:
+        """The size a new buffer holding ``got`` bytes of the frame is given."""
+        return min(self._size, got + max(FRAME_AHEAD_BYTES, got))
+
+    def _grow(self, frame: bytearray, size: int) -> bytearray:
+        """``frame`` grown to ``size`` bytes (the same buffer unless a view of it is held)."""
+        zeros = memoryview(_ZEROS)
+        try:
+            while len(frame) < size:
+                frame += zeros[: size - len(frame)]
+        except BufferError:  # the receiving transport still holds a view: grow a copy
+            grown = bytearray(size)
+            grown[: len(frame)] = frame
+            frame = self._frame = grown
+        return frame
+
+    def start(self) -> None:
+        """After the codec has parsed what it could: note a large partial frame."""
+        size = self._codec.partial_frame_size()
+        self._size = size if size >= self._min_bytes else 0
 
     def received(self, nbytes: int) -> bool:
         """``nbytes`` more landed in ``view``; True once the frame is whole and
@@ -95,9 +151,11 @@ class LargeFrames:
         frame = self._frame
         assert frame is not None
         self._got += nbytes
-        if self._got < len(frame):
+        if self._got < self._size:
             return False
         self._frame = None
+        self._size = 0
+        self._pool.keep(frame)
         self._codec.receive_owned(frame)
         return True
 
@@ -106,8 +164,11 @@ class LargeFrames:
         come through ``view``); how many were taken."""
         frame = self._frame
         assert frame is not None
-        taken = min(len(data), len(frame) - self._got)
-        frame[self._got : self._got + taken] = data[:taken]
+        taken = min(len(data), self._size - self._got)
+        end = self._got + taken
+        if end > len(frame):
+            frame = self._grow(frame, max(end, self._ahead(self._got)))
+        frame[self._got : end] = data[:taken]
         return taken
 
     def give_back(self) -> None:
@@ -116,4 +177,5 @@ class LargeFrames:
         frame = self._frame
         assert frame is not None
         self._frame = None
+        self._size = 0
         self._codec.receive_owned(frame[: self._got])

@@ -15,15 +15,26 @@ no or a wrong client certificate, or stalls the handshake past
 ``TLS_HANDSHAKE_TIMEOUT_S`` gets a logged close: a warning, an access line
 with ``reason=tls_failed`` and ``headrace_errors_total{kind="tls_failed"}``.
 The handshake counts against ``max_connections`` like any connection.
+
+Out of descriptors: ``ServerApp`` caps the connections of all listeners
+together at what the open-file limit leaves once the store's files are set
+aside (``ConnectionSlots``), so accepting should not run out. If it does
+(another part of the process took them), asyncio stops accepting on that
+listener for a second and tries again, and reports each failed try to the
+loop's exception handler with a traceback; ``start_tcp_listener`` installs a
+handler that turns those reports into one warning a minute at most
+(``ACCEPT_FAILURE_LOG_INTERVAL_S``), saying how many failed since the last.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import ssl
 from collections.abc import Callable
+from typing import Any
 
 from headrace.server._loop import (
     LISTENER_SETTINGS,
@@ -41,6 +52,68 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 10.0
 """How long closing a listener waits for its connections' loops to finish."""
+
+ACCEPT_FAILURE_LOG_INTERVAL_S = 60.0
+"""Least time between two warnings about accept() running out of descriptors:
+asyncio retries each second, and a server at its limit for an hour must not
+write 3600 lines (or tracebacks) about it."""
+
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+"""accept() errors asyncio answers by pausing accepts for a second (its
+``ACCEPT_RETRY_DELAY``) rather than by closing the listener."""
+
+
+class _AcceptBackoff:
+    """The loop's exception handler while listeners run: an accept() that failed
+    for want of descriptors is one warning a minute at most, not a traceback a
+    second.
+
+    Everything else goes to the handler that was there before (or the loop's
+    default one).
+    """
+
+    def __init__(
+        self, previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None
+    ) -> None:
+        self.previous = previous
+        self.logged_at: float | None = None
+        self.failures = 0  # since the last warning
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if not (
+            isinstance(exc, OSError)
+            and exc.errno in _OUT_OF_RESOURCES
+            and "accept" in str(context.get("message", ""))
+        ):
+            if self.previous is not None:
+                self.previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        self.failures += 1
+        now = loop.time()
+        if self.logged_at is not None and now - self.logged_at < ACCEPT_FAILURE_LOG_INTERVAL_S:
+            return
+        sock = context.get("socket")
+        log.warning(
+            "accept() on %s failed %d time(s): %s; trying again each second",
+            sock.getsockname() if sock is not None else "a listener",
+            self.failures,
+            exc.strerror,
+        )
+        self.logged_at = now
+        self.failures = 0
+
+
+def _accept_backoff(loop: asyncio.AbstractEventLoop) -> _AcceptBackoff:
+    """The loop's ``_AcceptBackoff`` handler, installed on first use."""
+    handler = loop.get_exception_handler()
+    if isinstance(handler, _AcceptBackoff):
+        return handler
+    backoff = _AcceptBackoff(handler)
+    loop.set_exception_handler(backoff)
+    return backoff
 
 
 async def start_tcp_listener(
@@ -72,6 +145,8 @@ async def start_tcp_listener(
     # One receive buffer for the listener: each read is fed to its handler before
     # the loop reads again, so the connections can share it.
     receive_buffer = memoryview(bytearray(READ_CHUNK_BYTES))
+    loop = asyncio.get_running_loop()
+    _accept_backoff(loop)
 
     def accept() -> Connection:
         return Connection(
@@ -86,9 +161,11 @@ async def start_tcp_listener(
             first_request_timeout_s=first_request_timeout_s,
             ssl_context=ssl_context,
             tls_handshake_timeout_s=TLS_HANDSHAKE_TIMEOUT_S,
+            budget=settings.budget,
+            slots=settings.slots,
         )
 
-    server = await asyncio.get_running_loop().create_server(accept, host, port)
+    server = await loop.create_server(accept, host, port)
     bound = server.sockets[0].getsockname()[1]
 
     async def close() -> None:

@@ -55,6 +55,17 @@ replies inside the sans-I/O object; the loop writes whatever
   sends nothing for ``idle_timeout_s`` is closed, and so is one that has
   not sent a whole request within ``first_request_timeout_s`` of opening,
   where its front door sets one (TANK, as the TANK broker does).
+* **Server-wide budget** (``MemoryBudget``, ``--max-total-buffered-bytes``):
+  every connection charges what it holds (the bytes of a frame still
+  arriving, as ``partial_frame_bytes`` reports them, replies its handler
+  holds, ``queued_bytes``, and reply bytes the transport holds for the peer)
+  to one budget shared by every listener.
+  Once the total is over it, a connection that holds bytes and receives
+  more stops reading until the total is back under it; one that holds
+  nothing (a ``/health`` probe, a small request answered at once) never
+  waits. A connection paused with a frame half received keeps its
+  ``partial_frame_timeout_s``, so the budget cannot stay spent by frames
+  that never finish.
 * **Accounting**: bytes each way and requests (events) are reported to the
   listener's ``ConnectionObserver`` (metrics), and one ``headrace.access``
   line is logged when the connection closes, with why it closed.
@@ -62,8 +73,10 @@ replies inside the sans-I/O object; the loop writes whatever
   bounded), then the handler is made; a failed handshake is a logged close.
 * **Errors**: a ``RemoteProtocolError`` from ``feed`` gets the handler's
   reply (``on_protocol_error``) written, then the connection is closed and
-  logged. An unexpected exception in a handler closes this connection only
-  (logged with its traceback); other connections and the store are untouched.
+  logged. An exception in a handler closes this connection only, with one
+  log line naming the event's type and size, never its bytes (a traceback
+  only for what is not a ``HeadraceError`` or ``OSError``: a bug); other
+  connections and the store are untouched.
 """
 
 from __future__ import annotations
@@ -73,14 +86,15 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import os
 import ssl
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
-from headrace.errors import RemoteProtocolError
+from headrace.errors import HeadraceError, RemoteProtocolError
 from headrace.types import FileRegion
 
 __all__ = [
@@ -90,6 +104,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_FRAME_BYTES",
     "MAX_PENDING_EVENTS",
+    "MAX_TOTAL_BUFFERED_BYTES",
     "PARTIAL_FRAME_TIMEOUT_S",
     "READ_CHUNK_BYTES",
     "TLS_HANDSHAKE_TIMEOUT_S",
@@ -97,7 +112,9 @@ __all__ = [
     "ConnectionHandler",
     "ConnectionLimits",
     "ConnectionObserver",
+    "ConnectionSlots",
     "ListenerSettings",
+    "MemoryBudget",
     "OutputPiece",
 ]
 
@@ -132,6 +149,21 @@ MAX_BUFFERED_BYTES = 128 * 1024 * 1024
 """Reply bytes handed to the socket that the peer has not taken. Front doors bound
 what they queue themselves (Pravega 8 MiB of read replies, TANK 64 MiB of chunks);
 a peer that stops reading beyond this is dropped instead of holding the memory."""
+
+MAX_TOTAL_BUFFERED_BYTES: Final = 256 * 1024 * 1024
+"""Bytes all connections of a server may hold together (frames still arriving,
+replies not taken) before reading pauses. Every per-connection limit holds on
+its own, but a thousand connections each within them add up to gigabytes; one
+bound on the sum (Kafka's ``queued.max.request.bytes``) keeps the server under
+1 GiB however many peers announce large frames or stop reading. Four frames
+of ``MAX_FRAME_BYTES`` (sixteen of Pravega's largest), so large appends from
+many writers still flow; it must be at least ``MAX_FRAME_BYTES``, or a frame
+that large could never be received whole."""
+
+BUDGET_RECHECK_S: Final = 0.1
+"""How often a spent ``MemoryBudget`` looks again at what each connection holds
+while connections wait for it: a transport's buffer drains into the socket
+without a callback, so what a connection last reported can be stale."""
 
 PARTIAL_FRAME_TIMEOUT_S = 60.0
 """Longest a frame may take to arrive once its first byte is in: a real client
@@ -209,6 +241,126 @@ class ConnectionObserver(Protocol):
     def request_received(self) -> None: ...
 
 
+class MemoryBudget:
+    """Bytes held by every connection of a server, against one bound.
+
+    Connections report what they ``hold`` as it changes. A connection that
+    holds bytes and receives more while the budget is ``spent`` stops
+    reading and ``wait``s: every waiting connection is resumed, in the order
+    they stopped, as soon as the total is back under the bound. While some
+    wait, what every holder holds is looked at again each
+    ``BUDGET_RECHECK_S`` (a transport's buffer drains without telling the
+    loop). Pauses are counted for the metrics (``headrace_read_pauses_total``).
+
+    Args:
+        capacity_bytes: the bound (``MAX_TOTAL_BUFFERED_BYTES``).
+    """
+
+    __slots__ = (
+        "_holders",
+        "_recheck",
+        "_resume_scheduled",
+        "_waiting",
+        "capacity_bytes",
+        "in_use_bytes",
+        "pauses",
+    )
+
+    def __init__(self, capacity_bytes: int = MAX_TOTAL_BUFFERED_BYTES) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.in_use_bytes = 0
+        self.pauses = 0
+        self._holders: dict[object, tuple[int, Callable[[], None]]] = {}
+        self._waiting: dict[object, Callable[[], None]] = {}
+        self._resume_scheduled = False
+        self._recheck: asyncio.TimerHandle | None = None
+
+    @property
+    def spent(self) -> bool:
+        return self.in_use_bytes > self.capacity_bytes
+
+    def hold(self, key: object, held_bytes: int, recheck: Callable[[], None]) -> None:
+        """``key`` holds ``held_bytes`` now; ``recheck()`` makes it say so again."""
+        entry = self._holders.pop(key, None)
+        before = 0 if entry is None else entry[0]
+        if held_bytes:
+            self._holders[key] = (held_bytes, recheck)
+        self.in_use_bytes += held_bytes - before
+        if held_bytes < before and self._waiting and not self.spent:
+            self._schedule_resume()
+
+    def wait(self, key: object, resume: Callable[[], None]) -> None:
+        """``key`` stopped reading; ``resume()`` once the budget is under its bound."""
+        if key in self._waiting:
+            return
+        self.pauses += 1
+        self._waiting[key] = resume
+        if self._recheck is None:
+            self._recheck = asyncio.get_running_loop().call_later(
+                BUDGET_RECHECK_S, self._look_again
+            )
+
+    def forget(self, key: object) -> None:
+        """``key`` went away: it holds nothing and is never resumed."""
+        self._waiting.pop(key, None)
+        self.hold(key, 0, _nothing)
+
+    def _schedule_resume(self) -> None:
+        if not self._resume_scheduled:
+            self._resume_scheduled = True
+            asyncio.get_running_loop().call_soon(self._resume)
+
+    def _look_again(self) -> None:
+        self._recheck = None
+        if not self._waiting:
+            return
+        for _, recheck in list(self._holders.values()):
+            recheck()
+        if self.spent:
+            self._recheck = asyncio.get_running_loop().call_later(
+                BUDGET_RECHECK_S, self._look_again
+            )
+        else:
+            self._schedule_resume()
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        if self.spent:
+            return  # spent again meanwhile: a later release (or look) resumes them
+        waiting, self._waiting = self._waiting, {}
+        for resume in waiting.values():
+            resume()
+
+
+def _nothing() -> None:
+    return None
+
+
+class ConnectionSlots:
+    """Connections open across every listener, against what the open-file limit allows.
+
+    Each connection is a descriptor; ``max_connections`` (None: no bound) is
+    what ``ServerApp`` leaves for them once the store's files are set aside,
+    so that accepting cannot starve the store of descriptors.
+    """
+
+    __slots__ = ("max_connections", "open")
+
+    def __init__(self, max_connections: int | None = None) -> None:
+        self.max_connections = max_connections
+        self.open = 0
+
+    def take(self) -> bool:
+        """Count one more connection; False (nothing counted) if none is left."""
+        if self.max_connections is not None and self.open >= self.max_connections:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerSettings:
     """Limits and metrics for the listeners being started (see ``LISTENER_SETTINGS``)."""
@@ -216,6 +368,10 @@ class ListenerSettings:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     observer_for: Callable[[str], ConnectionObserver] | None = None
     """Listener name -> its observer; None: nothing is counted."""
+    budget: MemoryBudget | None = None
+    """The server's budget of buffered bytes; None: no bound on the sum."""
+    slots: ConnectionSlots | None = None
+    """Connections of every listener, against the open-file limit; None: no bound."""
 
 
 LISTENER_SETTINGS: contextvars.ContextVar[ListenerSettings] = contextvars.ContextVar(
@@ -243,6 +399,10 @@ class ConnectionHandler(abc.ABC):
     """Set by the loop before ``on_start``: the connection is plain TCP, so
     ``FileRegion`` pieces go out with ``sendfile``; on TLS they would be read
     and copied, so handlers ask the store for bytes instead."""
+    budget: MemoryBudget | None = None
+    """Set by the loop before ``on_start``: the server's budget of buffered bytes
+    (None: no bound on the sum). A handler that reads data for the peer on its
+    own (a subscription, a long read) may hold back while it is ``spent``."""
     peer: object = None
     """Set by the loop before ``on_start``: the peer's address (``getpeername()``)."""
     peer_cert: dict[str, object] | None = None
@@ -326,6 +486,14 @@ class ConnectionHandler(abc.ABC):
         The loop closes the connection when this exceeds ``max_frame_bytes`` or
         stays above 0 for longer than ``partial_frame_timeout_s``. Protocols that
         cannot tell return 0 (then only the idle timeout applies).
+        """
+        return 0
+
+    def queued_bytes(self) -> int:
+        """Bytes of replies the handler holds that the loop has not taken yet.
+
+        Counted against the server's budget with the frame still arriving and
+        the transport's unsent bytes; looked at after every receive and write.
         """
         return 0
 
@@ -435,6 +603,9 @@ class Connection(asyncio.BufferedProtocol):
             arrived this long after it opened (None: no such limit).
         ssl_context, tls_handshake_timeout_s: serve TLS, with this bound on
             the handshake.
+        budget: the server's budget of buffered bytes (None: no bound on the sum).
+        slots: connections of every listener, against the open-file limit
+            (None: only ``limits.max_connections`` per listener).
     """
 
     def __init__(
@@ -451,8 +622,15 @@ class Connection(asyncio.BufferedProtocol):
         first_request_timeout_s: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
         tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
+        budget: MemoryBudget | None = None,
+        slots: ConnectionSlots | None = None,
     ) -> None:
         self._make_handler = make_handler
+        self._budget = budget
+        self._charged = 0  # bytes this connection last reported to the budget
+        self._released = False  # it reported its end: it reports nothing more
+        self._slots = slots
+        self._paused_for: set[str] = set()  # why reading is paused: "backlog", "budget"
         self._receive_buffer = receive_buffer
         self._limits = limits
         self._registry = registry
@@ -511,13 +689,15 @@ class Connection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         self._peer = transport.get_extra_info("peername")
+        slots = self._slots
         if len(self._registry) >= self._limits.max_connections:
-            log.warning(
-                "%s: refusing %s: %d connections open",
-                self._listener,
-                self._peer,
-                len(self._registry),
-            )
+            why = f"{len(self._registry)} connections open"
+        elif slots is not None and not slots.take():
+            why = f"{slots.open} connections open in all, what the open-file limit allows"
+        else:
+            why = ""
+        if why:
+            log.warning("%s: refusing %s: %s", self._listener, self._peer, why)
             transport.close()
             if self._observer is not None:
                 self._observer.connection_refused()
@@ -530,6 +710,8 @@ class Connection(asyncio.BufferedProtocol):
         task = self._loop.create_task(self.serve(), name=f"{self._listener}-connection")
         self._registry.add(task)
         task.add_done_callback(self._registry.discard)
+        if slots is not None:
+            task.add_done_callback(lambda _: slots.release())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         handler = self._handler
@@ -592,6 +774,12 @@ class Connection(asyncio.BufferedProtocol):
             self._partial_timer = self._loop.call_later(
                 self._limits.partial_frame_timeout_s, self._partial_frame_timeout
             )
+        budget = self._budget
+        if budget is not None:
+            self._recharge()
+            if self._charged and budget.spent and self._receiving:
+                self._pause("budget")
+                budget.wait(self, self._budget_resume)
 
     def eof_received(self) -> bool:
         if self._handler is None:
@@ -621,6 +809,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._recharge()
         waiter, self._drain_waiter = self._drain_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -632,6 +821,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = transport
         handler = self._handler = self._make_handler()
         handler.wake_writer = self._wake.set
+        handler.budget = self._budget
         handler.close_connection = self._close_by_handler
         sock = transport.get_extra_info("socket")
         handler.sendfile_ok = (
@@ -659,6 +849,52 @@ class Connection(asyncio.BufferedProtocol):
             self._received(len(early), early)
         if self._early_eof and self._receiving:
             self.eof_received()
+
+    # ------------------------------------------------------------ pausing and the budget
+
+    def _pause(self, why: str) -> None:
+        """Stop reading for ``why`` (until ``_resume(why)``; reasons add up)."""
+        if not self._paused_for and self._transport is not None:
+            self._transport.pause_reading()
+        self._paused_for.add(why)
+
+    def _resume(self, why: str) -> None:
+        """``why`` no longer holds reading back; read again if nothing else does."""
+        if why not in self._paused_for:
+            return
+        self._paused_for.discard(why)
+        if not self._paused_for and self._receiving and self._transport is not None:
+            self._transport.resume_reading()
+
+    def _budget_resume(self) -> None:
+        self._last_received = self._clock()  # the wait was ours, not the peer's idleness
+        self._resume("budget")
+
+    def _recharge(self) -> None:
+        """Tell the budget what this connection holds now: the frame still arriving,
+        the replies its handler holds and the bytes the transport holds for the peer."""
+        budget = self._budget
+        if budget is None or self._released:
+            return
+        held = 0
+        handler = self._handler
+        if handler is not None:
+            held = handler.queued_bytes()
+            if self._receiving:
+                held += handler.partial_frame_bytes()
+        transport = self._transport
+        if transport is not None and not self._lost:
+            held += transport.get_write_buffer_size()
+        if held != self._charged:
+            self._charged = held
+            budget.hold(self, held, self._recharge)
+
+    def _release(self) -> None:
+        """The connection is done: it holds nothing more and waits for nothing."""
+        if self._budget is not None and not self._released:
+            self._released = True
+            self._charged = 0
+            self._budget.forget(self)
 
     def _close_by_handler(self, reason: str) -> None:
         """The handler's ``close_connection``: stop receiving; ``serve`` flushes and closes."""
@@ -699,8 +935,8 @@ class Connection(asyncio.BufferedProtocol):
                     # The limit is reached: take every event of these bytes now (the
                     # receive buffer is shared) and read nothing more until they ran.
                     self._backlog.append(event)
-                    if self._transport is not None and data != b"":  # not at EOF
-                        self._transport.pause_reading()
+                    if data != b"":  # not at EOF
+                        self._pause("backlog")
                     continue
                 self._dispatch(event)
         except RemoteProtocolError as exc:
@@ -757,9 +993,18 @@ class Connection(asyncio.BufferedProtocol):
             await handler.handle(event)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             self._close_reason("handler_error")
-            log.exception("%s %s: handling %s failed; closing", handler.name, self._peer, event)
+            # One line, never the event's bytes; a traceback only for a bug.
+            log.error(
+                "%s %s: handling %s failed; closing: %s: %s",
+                handler.name,
+                _address(self._peer),
+                describe_event(event),
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, HeadraceError | OSError),
+            )
             self._stop_receiving()
             if self._transport is not None:
                 self._transport.abort()
@@ -783,8 +1028,8 @@ class Connection(asyncio.BufferedProtocol):
         if self._backlog_error is not None:
             exc, self._backlog_error = self._backlog_error, None
             self._protocol_error(exc)
-        elif self._receiving and self._transport is not None:
-            self._transport.resume_reading()
+        elif self._receiving:
+            self._resume("backlog")
 
     # ------------------------------------------------------------ the supervising task
 
@@ -949,6 +1194,7 @@ class Connection(asyncio.BufferedProtocol):
                         transport.abort()
                     except TimeoutError:  # the peer takes nothing: give up on the flush
                         transport.abort()
+            self._release()
             if self._observer is not None:
                 self._observer.connection_closed(self._reason)
             log_access(
@@ -1092,6 +1338,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_small(pieces)  # type: ignore[arg-type]  # no FileRegion: checked above
         if transport.get_write_buffer_size():
             self._wake.set()
+        self._recharge()
 
     async def _drain(self) -> None:
         """Wait until the transport's buffer is below its high-water mark.
@@ -1121,6 +1368,7 @@ class Connection(asyncio.BufferedProtocol):
             if data or transport.get_write_buffer_size():
                 try:
                     await self._send(data)
+                    self._recharge()
                     if transport.get_write_buffer_size() > self._limits.max_buffered_bytes:
                         self._close_reason("not_reading")
                         log.warning(
@@ -1133,6 +1381,7 @@ class Connection(asyncio.BufferedProtocol):
                         transport.abort()
                         return
                     await self._drain()
+                    self._recharge()
                 except ConnectionError as exc:
                     self._close_reason("connection_error")
                     log.info(
@@ -1146,6 +1395,23 @@ class Connection(asyncio.BufferedProtocol):
                 if not data:
                     return
                 self._wake.set()  # look again: writing may have let more replies in
+
+
+def describe_event(event: object) -> str:
+    """An event's type and the sizes of its byte fields, for a log line: never its bytes.
+
+    Events carry payloads (appends, bundles, table values) whose bytes must
+    not reach the log; their sizes say as much as an operator needs.
+    """
+    name = type(event).__name__
+    if not dataclasses.is_dataclass(event):
+        return name
+    sizes = [
+        f"{f.name}={len(value)} bytes"
+        for f in dataclasses.fields(event)
+        if isinstance(value := getattr(event, f.name, None), bytes | bytearray | memoryview)
+    ]
+    return f"{name} ({', '.join(sizes)})" if sizes else name
 
 
 def _address(peer: object) -> str:

@@ -11,26 +11,121 @@ in ``LISTENER_STARTERS`` under its stable listener name (see
 ``config.DEFAULT_PORTS``). The HTTP listener starts first, so ``/health``
 answers 503 while the others start; each listener gets the configured
 limits and its metrics through ``_loop.LISTENER_SETTINGS``.
+
+Shared bounds. Every listener's connections charge one ``MemoryBudget``
+(``--max-total-buffered-bytes``). Descriptors: at start the soft open-file
+limit is raised to the hard one, and the limit is shared out
+(``plan_descriptors``): a reserve for the process itself, the store's open
+data files and file regions, and the rest for connections of all listeners
+together (``ConnectionSlots``); a limit too low for that stops the start
+with a ``ConfigError`` naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
 
 from headrace.controller.model import ControllerModel
-from headrace.server._loop import LISTENER_SETTINGS, ListenerSettings
+from headrace.errors import ConfigError
+from headrace.server._loop import (
+    LISTENER_SETTINGS,
+    ConnectionSlots,
+    ListenerSettings,
+    MemoryBudget,
+)
 from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
 from headrace.store.api import SegmentStore
+from headrace.store.disk import DiskStore
+from headrace.store.disk.container import MAX_OPEN_DATA_FILES, MIN_OPEN_DATA_FILES
+from headrace.store.disk.store import MAX_OPEN_REGIONS
 
-__all__ = ["LISTENER_STARTERS", "Listener", "ServerApp"]
+__all__ = [
+    "FD_RESERVE",
+    "LISTENER_STARTERS",
+    "DescriptorPlan",
+    "Listener",
+    "ServerApp",
+    "plan_descriptors",
+    "raise_open_file_limit",
+]
 
 log = logging.getLogger(__name__)
+
+FD_RESERVE: Final = 128
+"""Descriptors kept for everything but connections and data files: standard
+streams, the event loop's selector and wake-up pipe, the listening sockets,
+the store's lock and WAL files, a checkpoint's files, the gRPC server's own
+poller and connections, TLS and password files."""
+
+MIN_OPEN_REGIONS: Final = 8
+"""The fewest file regions (zero-copy reads) the store may hand out at once."""
+
+MIN_CONNECTIONS: Final = 16
+"""The fewest connections a server must be able to hold to start at all."""
+
+UNLIMITED_OPEN_FILES: Final = 65536
+"""The soft limit asked for where the hard limit is unlimited (the kernel
+caps the number anyway)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DescriptorPlan:
+    """How the open-file limit is shared out (see ``plan_descriptors``)."""
+
+    limit: int
+    data_files_per_container: int
+    regions: int
+    connections: int
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard one; the soft limit now in force.
+
+    The usual soft limit (1024) is a default for interactive shells; a server
+    holding thousands of connections and data files needs what the hard limit
+    allows, and raising the soft one needs no privilege.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = UNLIMITED_OPEN_FILES if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, wanted, exc)
+    return UNLIMITED_OPEN_FILES if soft == resource.RLIM_INFINITY else soft
+
+
+def plan_descriptors(limit: int, container_count: int) -> DescriptorPlan:
+    """Share ``limit`` descriptors out: ``FD_RESERVE`` for the process, a quarter
+    of the rest (at most ``MAX_OPEN_DATA_FILES`` each) for the containers' open
+    data files, an eighth (at most ``MAX_OPEN_REGIONS``) for file regions, and
+    what is left for connections of every listener together.
+
+    Raises:
+        ConfigError: the limit leaves fewer than ``MIN_CONNECTIONS`` connections.
+    """
+    room = limit - FD_RESERVE
+    per_container = room // (4 * container_count) if container_count else 0
+    data_files = max(MIN_OPEN_DATA_FILES, min(MAX_OPEN_DATA_FILES, per_container))
+    regions = max(MIN_OPEN_REGIONS, min(MAX_OPEN_REGIONS, room // 8))
+    connections = room - data_files * container_count - regions
+    if connections < MIN_CONNECTIONS:
+        needed = FD_RESERVE + MIN_OPEN_DATA_FILES * container_count + MIN_OPEN_REGIONS
+        raise ConfigError(
+            f"the open-file limit is {limit}: headrace needs at least "
+            f"{needed + MIN_CONNECTIONS} (raise it with ulimit -n)"
+        )
+    return DescriptorPlan(limit, data_files, regions, connections)
 
 
 class Listener:
@@ -69,6 +164,10 @@ class ServerApp:
         self._stopping = asyncio.Event()
         self._closed = False
         self._ssl_context: ssl.SSLContext | None = None
+        self.budget = MemoryBudget(config.max_total_buffered_bytes)
+        """Bytes buffered by every connection of every listener (read by the metrics)."""
+        self.slots = ConnectionSlots()
+        """Connections of every listener, bounded by the open-file limit at start."""
         self.door_auth: DoorAuth | None = None
         """Users, grants and refusal counts shared by every front door; None: auth off."""
         self.metrics = ServerMetrics()
@@ -141,6 +240,7 @@ class ServerApp:
         import headrace.server.listeners  # noqa: F401  (registers the starters; lazy: they import us)
 
         self.metrics.watch_gc()  # undone by aclose, which a failed start also runs
+        open_files = raise_open_file_limit()
         if self._store is None:
             store = await MeteredDiskStore.open(
                 self.config.data_dir,
@@ -154,6 +254,20 @@ class ServerApp:
             store.metrics = self.metrics
             self._store = store
         try:
+            store_now = self._store
+            containers = store_now.container_count if isinstance(store_now, DiskStore) else 0
+            plan = plan_descriptors(open_files, containers)
+            if isinstance(store_now, DiskStore):
+                store_now.limit_open_files(plan.data_files_per_container, plan.regions)
+            self.slots.max_connections = plan.connections
+            log.info(
+                "open-file limit %d: %d data files per container, %d file regions, "
+                "%d connections in all",
+                plan.limit,
+                plan.data_files_per_container,
+                plan.regions,
+                plan.connections,
+            )
             if self.config.auth is not None:
                 # A bad password file or key stops the start whichever listeners run.
                 self.door_auth = DoorAuth(
@@ -162,7 +276,9 @@ class ServerApp:
             self._controller = await ControllerModel.open(self._store)
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
-            settings = ListenerSettings(self.config.limits, self.metrics.listener)
+            settings = ListenerSettings(
+                self.config.limits, self.metrics.listener, self.budget, self.slots
+            )
             for name in order:
                 starter = LISTENER_STARTERS.get(name)
                 if starter is None:

@@ -39,6 +39,7 @@ from headrace.server._loop import (
     MAX_BUFFERED_BYTES,
     MAX_CONNECTIONS,
     MAX_PENDING_EVENTS,
+    MAX_TOTAL_BUFFERED_BYTES,
     PARTIAL_FRAME_TIMEOUT_S,
     ConnectionLimits,
 )
@@ -148,6 +149,8 @@ class ServerConfig:
     lumberjack: LumberjackConfig = field(default_factory=LumberjackConfig)
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     """Per-connection and per-listener limits of every TCP front door."""
+    max_total_buffered_bytes: int = MAX_TOTAL_BUFFERED_BYTES
+    """Bytes all connections may hold together before reading pauses (``MemoryBudget``)."""
     http_header_timeout_s: float = HEADER_TIMEOUT_S
     """An HTTP port client with no whole request this long after its connection
     or its previous response is closed."""
@@ -182,6 +185,11 @@ class ServerConfig:
             raise ConfigError("--max-pending-requests must be at least 1")
         if not self.limits.idle_timeout_s > 0:
             raise ConfigError("--idle-timeout must be positive")
+        if self.max_total_buffered_bytes < self.limits.max_frame_bytes:
+            raise ConfigError(
+                "--max-total-buffered-bytes must be at least --max-frame-bytes "
+                f"({self.limits.max_frame_bytes}): a frame must fit in the budget"
+            )
         if not self.limits.partial_frame_timeout_s > 0:
             raise ConfigError("--partial-frame-timeout must be positive")
         if not self.tank_first_request_timeout_s > 0:
@@ -346,6 +354,16 @@ OPTIONS: tuple[Option, ...] = (
         int,
         MAX_BUFFERED_BYTES,
         "Reply bytes a peer has not taken before it is dropped.",
+        "Limits",
+        1,
+    ),
+    Option(
+        "max_total_buffered_bytes",
+        int,
+        MAX_TOTAL_BUFFERED_BYTES,
+        "Bytes all connections of the server may hold together (frames arriving, "
+        "replies not taken); beyond it connections holding bytes stop reading until "
+        "it frees. At least --max-frame-bytes.",
         "Limits",
         1,
     ),
@@ -676,6 +694,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         ),
         lumberjack=lumberjack,
         limits=limits,
+        max_total_buffered_bytes=int(get("max_total_buffered_bytes", int)),
         http_header_timeout_s=float(get("http_header_timeout", float)),
         http_allowed_origins=tuple(origins),
         log_format=str(get("log_format", str)),

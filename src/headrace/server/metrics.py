@@ -9,8 +9,10 @@ process never share counters). What is counted where:
   a handler failure, refused at ``max_connections``, a failed TLS handshake);
 * append and fsync latency: ``MeteredDiskStore`` times each stream append
   from the call to its acknowledgement, and ``TimedFileOps`` each WAL sync;
-* stored bytes, segments, streams, parked readers, listeners up: read when
-  scraped (``_StateCollector``), from the store and the controller model;
+* stored bytes, segments, streams, parked readers, listeners up, the bytes
+  held against the server's buffer budget and the reads it paused: read when
+  scraped (``_StateCollector``), from the store, the controller model and the
+  app's ``MemoryBudget``;
 * garbage-collector pauses by generation: ``GcPauses``, a ``gc.callbacks``
   hook installed while the app runs (``ServerMetrics.watch_gc``), because a
   collection stops every thread of the process and so shows up directly in
@@ -35,7 +37,12 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from headrace.controller.model import MAX_SCOPES, MAX_STREAMS
@@ -118,6 +125,25 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
     ("headrace_streams", "gauge", "—", "Streams known to the controller."),
     ("headrace_parked_readers", "gauge", "—", "Reads waiting at a segment's tail (long-poll)."),
     ("headrace_listener_up", "gauge", "listener", "1 when a configured listener is serving."),
+    (
+        "headrace_buffered_bytes",
+        "gauge",
+        "—",
+        "Bytes all connections hold now (frames arriving, replies not taken), "
+        "against --max-total-buffered-bytes.",
+    ),
+    (
+        "headrace_buffered_bytes_limit",
+        "gauge",
+        "—",
+        "The budget of buffered bytes (--max-total-buffered-bytes).",
+    ),
+    (
+        "headrace_read_pauses_total",
+        "counter",
+        "—",
+        "Connections that stopped reading because the budget of buffered bytes was spent.",
+    ),
     (
         "headrace_auth_refusals_total",
         "counter",
@@ -280,6 +306,22 @@ class _StateCollector(Collector):
             "headrace_parked_readers",
             "Reads waiting at a segment's tail.",
             value=self._metrics.parked_readers,
+        )
+        budget = app.budget
+        yield GaugeMetricFamily(
+            "headrace_buffered_bytes",
+            "Bytes all connections hold now (frames arriving, replies not taken).",
+            value=budget.in_use_bytes,
+        )
+        yield GaugeMetricFamily(
+            "headrace_buffered_bytes_limit",
+            "The budget of buffered bytes.",
+            value=budget.capacity_bytes,
+        )
+        yield CounterMetricFamily(
+            "headrace_read_pauses",
+            "Connections that stopped reading because the budget of buffered bytes was spent.",
+            value=budget.pauses,
         )
 
 

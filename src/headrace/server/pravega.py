@@ -329,7 +329,7 @@ class PravegaHandler(ConnectionHandler):
             self._frames.start()
 
     def partial_frame_bytes(self) -> int:
-        return self._frames.received_bytes or self._conn.buffered_bytes
+        return self._frames.held_bytes or self._conn.buffered_bytes
 
     def inline(self, event: object) -> bool:
         # An append issues its store call in its first step and, under fsync

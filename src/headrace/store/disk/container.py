@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from headrace.errors import CorruptionError, StorageFull, StoreClosed
+from headrace.errors import CorruptionError, StorageFull, StoreClosed, StoreError
 from headrace.store.api import FsyncPolicy
 from headrace.store.disk.format import AppendRecord, CreateRecord, Record, encode_record
 from headrace.store.disk.layout import ContainerPaths
@@ -122,8 +122,13 @@ append cost a loop round each, and so did yielding on every append a millisecond
 after the last yield (every append, at 1,000 appends/s)."""
 
 MAX_OPEN_DATA_FILES = 256
-"""Data files a container keeps open (least recently used closed first): with
-the default four containers this stays well under the usual 1024-fd limit."""
+"""Data files a container keeps open at most (least recently used closed first).
+The server lowers it to what the process's open-file limit leaves
+(``DataFiles.max_open``): four containers of 256 are the whole usual 1024."""
+
+MIN_OPEN_DATA_FILES = 8
+"""The fewest data files a container keeps open: below it appends spread over
+a few segments would reopen a file each."""
 
 OnDurable = tuple[int, int, Callable[[], None]]
 """(seq, tie-breaker, callback): run by the committer once ``seq`` is durable."""
@@ -238,10 +243,18 @@ def _resolve_soon(
 
 
 class DataFiles:
-    """Open data files of a container's segments, by segment id (an LRU of fds)."""
+    """Open data files of a container's segments, by segment id (an LRU of fds).
 
-    def __init__(self, paths: ContainerPaths) -> None:
+    Out of descriptors (EMFILE, ENFILE) when opening one, it closes the least
+    recently used files it holds and tries again, so the store goes on with
+    fewer open files rather than failing; with none left to close it raises
+    ``StoreError`` saying so.
+    """
+
+    def __init__(self, paths: ContainerPaths, max_open: int = MAX_OPEN_DATA_FILES) -> None:
         self.paths = paths
+        self.max_open = max_open
+        """Data files kept open at most (``MAX_OPEN_DATA_FILES``)."""
         self._fds: dict[int, int] = {}
         self._pins: dict[int, int] = {}
         """fd -> writes in the sync thread that use it: such an fd is not closed..."""
@@ -251,11 +264,33 @@ class DataFiles:
     def fd(self, segment_id: int) -> int:
         fd = self._fds.pop(segment_id, None)
         if fd is None:
-            if len(self._fds) >= MAX_OPEN_DATA_FILES:
-                self._close(self._fds.pop(next(iter(self._fds))))
-            fd = os.open(self.paths.data(segment_id), os.O_RDWR)
+            self._make_room()
+            path = self.paths.data(segment_id)
+            fd = self._opening(lambda: os.open(path, os.O_RDWR))
         self._fds[segment_id] = fd
         return fd
+
+    def _make_room(self) -> None:
+        while self._fds and len(self._fds) >= self.max_open:
+            self._close(self._fds.pop(next(iter(self._fds))))
+
+    def _opening(self, open_fd: Callable[[], int]) -> int:
+        """``open_fd()``, closing cached files to make room while the process is
+        out of descriptors."""
+        while True:
+            try:
+                return open_fd()
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise
+                if not self._fds:
+                    raise StoreError(
+                        f"out of file descriptors: cannot open a data file ({exc.strerror}); "
+                        "raise the open-file limit (ulimit -n)"
+                    ) from exc
+                count = max(1, len(self._fds) // 2)
+                for _ in range(count):
+                    self._close(self._fds.pop(next(iter(self._fds))))
 
     def pin(self, segment_id: int) -> int:
         """The segment's fd, kept open until ``unpin`` (for a write in another thread)."""
@@ -282,9 +317,10 @@ class DataFiles:
 
     def create(self, segment_id: int) -> None:
         self.forget(segment_id)
-        if len(self._fds) >= MAX_OPEN_DATA_FILES:
-            self._close(self._fds.pop(next(iter(self._fds))))
-        self._fds[segment_id] = create_segment_files(self.paths, segment_id)
+        self._make_room()
+        self._fds[segment_id] = self._opening(
+            functools.partial(create_segment_files, self.paths, segment_id)
+        )
 
     def forget(self, segment_id: int) -> None:
         fd = self._fds.pop(segment_id, None)
@@ -298,7 +334,8 @@ class DataFiles:
         (closed when the cache is full or the segment is deleted), and has a
         file position of its own.
         """
-        return os.open(self.paths.data(segment_id), os.O_RDONLY | os.O_CLOEXEC)
+        path = self.paths.data(segment_id)
+        return self._opening(lambda: os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
     def pread(self, segment_id: int, offset: int, count: int) -> bytes:
         fd = self.fd(segment_id)
@@ -577,10 +614,10 @@ class Container:
                     run_end += len(data)
                 if run:
                     runs.append((fd, run, run_offset))
-        except OSError as exc:
+        except (OSError, StoreError) as exc:  # StoreError: out of descriptors
             self.files.unpin(pinned)
             self.fail(exc)
-            raise _error_for(exc) from exc
+            raise (_error_for(exc) if isinstance(exc, OSError) else exc) from exc
         return _Writes(self._wal.fd, buffers, size, runs, pinned, ref_fds)
 
     def _queue_writes(self) -> None:

@@ -249,6 +249,13 @@ class DiskStore(BaseStore):
     def container_count(self) -> int:
         return len(self._containers)
 
+    def limit_open_files(self, data_files_per_container: int, regions: int) -> None:
+        """Keep at most this many data files open per container, and hand out at
+        most ``regions`` file regions: the server's share of the open-file limit."""
+        for c in self._containers:
+            c.files.max_open = data_files_per_container
+        self.max_open_regions = regions
+
     # ------------------------------------------------------------------ lookup
 
     def _check_open(self) -> None:
