@@ -163,6 +163,16 @@ class ServerConfig:
         if not self.tank_first_request_timeout_s > 0:
             raise ConfigError("--tank-first-request-timeout must be positive")
         self.lumberjack.validate()
+        enabled = self.enabled_listeners()
+        if (
+            "tank" in enabled
+            and enabled.keys() & {"lumberjack", "lumberjack_tls"}
+            and self.lumberjack.scope_and_stream[0] == self.tank_scope
+        ):
+            raise ConfigError(
+                f"--lumberjack-stream {self.lumberjack.stream!r} is in the TANK scope "
+                f"{self.tank_scope!r}, whose streams hold only TANK bundles"
+            )
 
     def enabled_listeners(self) -> dict[str, int]:
         """Listeners to start: port not 0, and TLS-only ones only with a certificate."""

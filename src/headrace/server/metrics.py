@@ -111,6 +111,13 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
     ("headrace_streams", "gauge", "—", "Streams known to the controller."),
     ("headrace_parked_readers", "gauge", "—", "Reads waiting at a segment's tail (long-poll)."),
     ("headrace_listener_up", "gauge", "listener", "1 when a configured listener is serving."),
+    (
+        "headrace_skipped_events_total",
+        "counter",
+        "reader",
+        "Stored events of a TANK topic a reader skipped because they are not bundles "
+        "(each time one is skipped); reader: tank, rsio.",
+    ),
 )
 
 
@@ -183,6 +190,12 @@ class ServerMetrics:
             "headrace_fsync_seconds",
             "Write-ahead log syncs.",
             buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.skipped_events = Counter(
+            "headrace_skipped_events",
+            "Stored events of a TANK topic a reader skipped because they are not bundles.",
+            ["reader"],
             registry=r,
         )
         self.parked_readers = 0

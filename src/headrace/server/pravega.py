@@ -66,6 +66,7 @@ from typing import Any
 from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
+    AppendRefused,
     BadOffset,
     LimitExceeded,
     RemoteProtocolError,
@@ -957,6 +958,7 @@ STORE_ERROR_REPLIES = {
     TableNotEmpty: _not_empty,
     SegmentTypeMismatch: _illegal,
     LimitExceeded: _illegal,
+    AppendRefused: _illegal,  # e.g. an event that is not a bundle into a TANK topic
 }
 """Store error -> the reply command (Pravega's ``handleException``), built from
 the error, the request (None for appends), the request id and the segment name

@@ -44,6 +44,14 @@ the wanted seq num and grow to at least ``fetch_size``; seq num 0 is the first
 available, 2^64-1 the tail; a consume finding every partition at its end
 parks (woken by appends until ``min_bytes`` arrived, bounded by the request's
 ``max_wait_ms``, at most one hour). Only error codes the spec lists are sent.
+
+Only bundles go into a topic's stream: the broker has the store refuse any
+other append under its scope (``check_appends``), whatever front door it
+comes through. An event that is not a bundle all the same (written before,
+or behind the server's back) is skipped by every walk and counted
+(``headrace_skipped_events_total``); the bytes a walk found to be whole,
+valid bundles are remembered per partition (``_Verified``), so each stored
+bundle is checked in full once, not at every consume.
 """
 
 from __future__ import annotations
@@ -138,6 +146,10 @@ MAX_QUEUED_CHUNK_BYTES = 64 * 1024 * 1024
 """Consume responses queued for a connection but not yet taken by its writer; no
 further response is built past it (the writer takes more only once the socket
 drained, so a client that does not read stops getting chunks built)."""
+
+MAX_VERIFIED_RANGES = 1024
+"""Byte ranges of a partition known to hold only valid bundles (``_Verified``);
+past it the shortest is forgotten (its bundles are then checked again)."""
 
 MAX_TOPIC_NAME_CHARS = 64
 """TANK's own limit on topic names (spec 7)."""
@@ -243,6 +255,43 @@ class _Waiter:
         self._resolve()
 
 
+class _Verified:
+    """Byte ranges of a partition whose events are all valid bundles (checked in full
+    once, by a walk or at produce): sorted, disjoint, merged when they touch."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def end_of(self, offset: int) -> int:
+        """The end of the range holding ``offset``; ``offset`` itself if none does."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i >= 0 and self.ends[i] > offset:
+            return self.ends[i]
+        return offset
+
+    def add(self, start: int, end: int) -> int:
+        """Note ``[start, end)`` as checked; the end of the range now holding it."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(starts, start) - 1
+        if i >= 0 and ends[i] >= start:
+            ends[i] = max(ends[i], end)
+        else:
+            i += 1
+            starts.insert(i, start)
+            ends.insert(i, end)
+        while i + 1 < len(starts) and starts[i + 1] <= ends[i]:
+            ends[i] = max(ends[i], ends[i + 1])
+            del starts[i + 1], ends[i + 1]
+        covered = ends[i]
+        if len(starts) > MAX_VERIFIED_RANGES:
+            shortest = min(range(len(starts)), key=lambda j: ends[j] - starts[j])
+            del starts[shortest], ends[shortest]
+        return covered
+
+
 class _Partition:
     """What the broker knows about one partition (one segment)."""
 
@@ -260,6 +309,7 @@ class _Partition:
         self.index_seqs: list[int] = []
         self.checkpoint_offset = -CHECKPOINT_INTERVAL_BYTES
         self.waiters: set[_Waiter] = set()
+        self.verified = _Verified()
 
     def note(self, offset: int, first: int) -> None:
         """Add an index entry for the bundle at ``offset`` unless one is near before it."""
@@ -323,11 +373,17 @@ class TankBroker:
         self.table = f"_system/tank/{scope}/seqnums"
         self.started_s = int(time.time())
         self.open_time_us = 0
+        self.skipped: Callable[[], None] = lambda: None
+        """Called for each event a walk skips because it is not a bundle (a metric)."""
         self._partitions: dict[str, _Partition] = {}
         self._stored_anchors: dict[str, dict[int, int]] = {}
+        self._own_frames: set[int] = set()
+        """``id`` of the frames our own appends are storing (checked at produce already)."""
 
     async def start(self) -> None:
-        """Create the scope and the seq-num table if needed; read the table."""
+        """Create the scope and the seq-num table if needed; read the table; have
+        the store refuse appends to the scope's streams that are not bundles."""
+        self.store.check_appends(f"{self.scope}/", self.check_append)
         with contextlib.suppress(ScopeExists):
             await self.controller.create_scope(self.scope)
         with contextlib.suppress(SegmentExists):
@@ -472,8 +528,8 @@ class TankBroker:
         index we had before a reload, or a sparse bundle), or else from the
         high-water mark we had before a reload."""
         count = 0
-        async for offset, _end, payload in self._events(part.segment, part.start, part.length):
-            header = _header(payload)
+        async for offset, end, payload in self._events(part.segment, part.start, part.length):
+            header = self._bundle_header(part, offset, end, payload)
             if header is None:
                 continue
             known = header.first_seq_num if header.sparse else known_seqs.get(offset)
@@ -535,14 +591,34 @@ class TankBroker:
             got += len(result.data)
         return memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
 
+    def _bundle_header(
+        self, part: _Partition, offset: int, end: int, payload: memoryview
+    ) -> t.BundleHeader | None:
+        """The header of the event at ``offset`` if it is a valid bundle, else None
+        (counted as skipped). Checked in full unless ``part.verified`` covers it, so
+        every walk over the same bytes sees the same bundles, and the numbering holds."""
+        if part.verified.end_of(offset) >= end:
+            return _header(payload)
+        header = _validate_bundle(payload)
+        if header is None:
+            self.skipped()
+            return None
+        part.verified.add(offset, end)
+        return header
+
     async def _walk(
         self, part: _Partition, offset: int, next_seq: int, end: int
     ) -> AsyncIterator[_Bundle]:
         """Yield the bundles in ``[offset, end)`` with their seq nums; ``next_seq`` is
         what the bundle at ``offset`` gets unless it is sparse or anchored. Events
-        that are not bundles (written through another front door) are skipped."""
+        that are not bundles (stored behind the broker's back) are skipped."""
+        verified_end = part.verified.end_of(offset)
         async for position, event_end, payload in self._events(part.segment, offset, end):
-            header = _header(payload)
+            if event_end <= verified_end:
+                header = _header(payload)
+            else:
+                header = self._bundle_header(part, position, event_end, payload)
+                verified_end = part.verified.end_of(position)
             if header is None:
                 continue
             if header.sparse:
@@ -601,6 +677,7 @@ class TankBroker:
                 log.exception("tank: anchoring a bundle of %s failed", part.segment)
                 return t.ProduceError.IO_FAULT
         frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
+        self._own_frames.add(id(frame))  # validated above: the store's check lets it by
         try:
             result = await self.store.append(part.segment, frame, expected_offset=offset)
         except StoreError as exc:
@@ -614,7 +691,10 @@ class TankBroker:
                 return None
             log.warning("tank: appending to %s failed: %s", part.segment, exc)
             return t.ProduceError.IO_FAULT
+        finally:
+            self._own_frames.discard(id(frame))
         # Durable: only now do the numbers move and parked consumes wake.
+        part.verified.add(offset, result.length)
         if anchored:
             part.anchors[offset] = first
         if not part.first_seq:
@@ -649,6 +729,33 @@ class TankBroker:
                 log.info("tank: %s was appended to through another protocol", part.segment)
             await self._load(part)
             return max(part.hwm - before, 0)
+
+    def check_append(self, data: bytes | memoryview) -> str | None:
+        """The store's check of every append to the scope's streams (``check_appends``):
+        whole Pravega events, each a valid bundle, or the reason it is refused.
+
+        Whatever front door an append comes through (a Pravega writer, an RS-IO
+        offer, a Lumberjack target in the scope), a TANK topic then holds only
+        what a TANK consumer can read.
+        """
+        if id(data) in self._own_frames:
+            return None
+        view = memoryview(data)
+        position = 0
+        while position < len(view):
+            if len(view) - position < EVENT_HEADER.size:
+                return f"bytes at {position} of the append are not a whole event"
+            kind, length = EVENT_HEADER.unpack_from(view, position)
+            start = position + EVENT_HEADER.size
+            if kind != EVENT_TYPE or length < 0 or start + length > len(view):
+                return f"bytes at {position} of the append are not a whole event"
+            if _validate_bundle(view[start : start + length]) is None:
+                return (
+                    f"event at {position} of the append is not a TANK bundle "
+                    f"(a topic of scope {self.scope!r} holds only bundles)"
+                )
+            position = start + length
+        return None
 
     async def _put_anchor(self, part: _Partition, offset: int, first: int) -> None:
         update = TableUpdate(_anchor_key(part.segment, offset), _ANCHOR_VALUE.pack(first))
@@ -732,12 +839,14 @@ def _header(payload: memoryview) -> t.BundleHeader | None:
         return None
 
 
-def _validate_bundle(bundle: bytes) -> t.BundleHeader | None:
-    """The header of a well-formed bundle; None for a malformed one (spec 9)."""
+def _validate_bundle(bundle: bytes | memoryview) -> t.BundleHeader | None:
+    """The header of a well-formed bundle; None for a malformed one (spec 9), or one
+    whose messages unpack to more than ``MAX_STORED_UNPACKED_BYTES``."""
     if not 0 < len(bundle) <= MAX_BUNDLE_BYTES:
         return None
     try:
-        return t.validate_bundle(bundle)  # every message, decompressed: nothing malformed is stored
+        # every message, decompressed: nothing malformed is stored
+        return t.validate_bundle(bundle, max_unpacked_bytes=t.MAX_STORED_UNPACKED_BYTES)
     except RemoteProtocolError:
         return None
 
@@ -1317,6 +1426,7 @@ async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
     if not is_valid_name(scope):
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
     broker = TankBroker(app.store, app.controller, scope)
+    broker.skipped = app.metrics.skipped_events.labels("tank").inc
     await broker.start()
     return await start_tcp_listener(
         "tank",
