@@ -44,6 +44,9 @@ the wanted seq num and grow to at least ``fetch_size``; seq num 0 is the first
 available, 2^64-1 the tail; a consume finding every partition at its end
 parks (woken by appends until ``min_bytes`` arrived, bounded by the request's
 ``max_wait_ms``, at most one hour). Only error codes the spec lists are sent.
+A connection's consume responses in the making, queued and with its writer
+add up to at most ``MAX_QUEUED_CHUNK_BYTES``: room is taken before the store is
+read, so a client that does not read gets nothing more read for it.
 
 Only bundles go into a topic's stream: the broker has the store refuse any
 other append under its scope (``check_appends``), whatever front door it
@@ -63,6 +66,7 @@ import logging
 import re
 import struct
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
@@ -129,8 +133,9 @@ SCAN_READ_BYTES = 1024 * 1024
 MAX_RESPONSE_CHUNK_BYTES = 64 * 1024 * 1024
 """Chunk bytes in one consume response, all partitions together: one partition's
 largest fetch (spec 6.1), a quarter of the 256 MiB frame limit. Partitions past it
-get an empty chunk (the client asks again); a partition with data gets at least
-one bundle."""
+(or past the connection's room, ``MAX_QUEUED_CHUNK_BYTES``) get an empty chunk and
+the client asks again; a partition reached within it gets at least one bundle, so
+a response overshoots by one bundle at most."""
 
 VIEW_MIN_BYTES = 64 * 1024
 """Bundles at least this large go into a consume response as views of the bytes
@@ -139,13 +144,16 @@ or the frame; smaller ones are copied together (one write for many)."""
 
 MAX_CONSUME_READS_PER_CONNECTION = 2
 """Consume responses one connection may have in the making at once (parked
-consumes do not count): with ``MAX_QUEUED_CHUNK_BYTES`` this bounds what one
-client's consumes hold in memory to a few hundred MiB, however many it pipelines."""
+consumes do not count), however many it pipelines."""
 
-MAX_QUEUED_CHUNK_BYTES = 64 * 1024 * 1024
-"""Consume responses queued for a connection but not yet taken by its writer; no
-further response is built past it (the writer takes more only once the socket
-drained, so a client that does not read stops getting chunks built)."""
+MAX_QUEUED_CHUNK_BYTES = 32 * 1024 * 1024
+"""Chunk bytes of one connection's consume responses in the making, queued, or
+taken by its writer and maybe not yet sent (its last two takes: the writer takes
+more only once the socket drained). A consume takes its budget from this room
+before it reads the store and waits while there is none, so a client that does
+not read holds at most this (plus one bundle) however many consumes it
+pipelines. Eight times the usual fetch (4 MiB) keeps a pipelining consumer
+busy; a larger fetch is answered in steps of at most this."""
 
 MAX_VERIFIED_RANGES = 1024
 """Byte ranges of a partition known to hold only valid bundles (``_Verified``);
@@ -921,10 +929,12 @@ class TankHandler(ConnectionHandler):
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat: asyncio.Task[None] | None = None
         self._parked: set[_Waiter] = set()
-        # Bounded memory for consume responses: few built at once, and none
-        # built while the writer has not taken what is already queued.
+        # Bounded memory for consume responses: few built at once, and each
+        # takes its room under MAX_QUEUED_CHUNK_BYTES before it reads.
         self._reading = asyncio.Semaphore(MAX_CONSUME_READS_PER_CONNECTION)
-        self._queued_bytes = 0
+        self._reserved_bytes = 0  # budgets of the responses in the making
+        self._queued_bytes = 0  # chunk bytes of responses queued, not yet taken
+        self._taken_bytes: deque[int] = deque([0, 0], maxlen=2)  # the writer's last two takes
         self._taken = asyncio.Event()
         self._out: list[OutputPiece] = []
         """Consume responses sent as pieces, in order ahead of what the connection
@@ -990,6 +1000,7 @@ class TankHandler(ConnectionHandler):
         self._queued_bytes += _chunk_bytes(response)
 
     def output(self) -> list[OutputPiece]:
+        self._taken_bytes.append(self._queued_bytes)
         self._queued_bytes = 0
         self._taken.set()
         pieces, self._out = self._out, []
@@ -1001,12 +1012,27 @@ class TankHandler(ConnectionHandler):
     def data_to_send(self) -> bytes:
         return b"".join(p for p in self.output() if not isinstance(p, FileRegion))
 
-    async def _room_for_chunks(self) -> None:
-        """Wait until the writer took the consume responses already queued (a client
-        that does not read gets no more chunks built for it)."""
-        while self._queued_bytes > MAX_QUEUED_CHUNK_BYTES:
+    def _unsent_chunk_bytes(self) -> int:
+        """Chunk bytes of this connection that may still be in memory: responses in
+        the making (their budgets), queued, or among the writer's last two takes (it
+        takes more only after draining the socket, so the one before may be unsent)."""
+        return self._reserved_bytes + self._queued_bytes + sum(self._taken_bytes)
+
+    async def _take_room(self) -> int:
+        """Wait for room under ``MAX_QUEUED_CHUNK_BYTES``, then reserve a response's
+        budget from it (release it with ``_give_back``). A client that does not read
+        gets nothing more read from the store for it."""
+        while self._unsent_chunk_bytes() >= MAX_QUEUED_CHUNK_BYTES:
             self._taken.clear()
+            self.wake_writer()  # it takes again (and we count again) once it drained
             await self._taken.wait()
+        budget = min(MAX_RESPONSE_CHUNK_BYTES, MAX_QUEUED_CHUNK_BYTES - self._unsent_chunk_bytes())
+        self._reserved_bytes += budget
+        return budget
+
+    def _give_back(self, budget: int) -> None:
+        """A response is built (``handle`` queues its bytes next) or given up."""
+        self._reserved_bytes -= budget
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # TANK has no error reply for a malformed request: the broker closes (spec 2).
@@ -1081,19 +1107,23 @@ class TankHandler(ConnectionHandler):
     async def consume(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.Consume)
         async with self._reading:
-            await self._room_for_chunks()
-            outcome = await self._consume_now(request)
+            room = await self._take_room()
+            try:
+                outcome = await self._consume_now(request, room)
+            finally:
+                self._give_back(room)
         if isinstance(outcome, t.ConsumeResponse):
             return outcome
         return await self._park(request, outcome)  # parks before its first pause
 
     async def _consume_now(
-        self, request: t.Consume
+        self, request: t.Consume, room: int
     ) -> t.ConsumeResponse | dict[tuple[int, int], tuple[_Partition, int, int]]:
-        """The response if it can be answered now, else the partitions to park on."""
+        """The response if it can be answered now, else the partitions to park on;
+        its chunks add up to ``room`` at most (but one bundle)."""
         broker = self._broker
         while True:
-            budget = MAX_RESPONSE_CHUNK_BYTES
+            budget = room
             topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
             at_end: dict[tuple[int, int], tuple[_Partition, int, int]] = {}
             answer_now = request.max_wait_ms == 0
@@ -1165,6 +1195,10 @@ class TankHandler(ConnectionHandler):
                 high_water_mark=last,
                 first_available_seq_num=first,
             )
+        if budget <= 0:  # the response is full: an empty chunk, the client asks again
+            return t.ConsumePartitionResult(
+                wanted.partition_id, base_seq_num=seq_num, high_water_mark=last
+            )
         fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
         chunk = await self._broker.read_chunk(
             part, part.floor(seq_num), seq_num, fetch_size, budget
@@ -1205,10 +1239,13 @@ class TankHandler(ConnectionHandler):
             for part, _, _ in at_end.values():
                 part.waiters.discard(waiter)
         if waiter.closed or not waiter.satisfied:  # every partition empty, base 0 (spec 6.3)
-            return await self._woken_response(request, at_end, empty=True)
+            return await self._woken_response(request, at_end, empty=True, room=0)
         async with self._reading:
-            await self._room_for_chunks()
-            return await self._woken_response(request, at_end, empty=False)
+            room = await self._take_room()
+            try:
+                return await self._woken_response(request, at_end, empty=False, room=room)
+            finally:
+                self._give_back(room)
 
     def _watch_foreign(
         self, watched: dict[int, tuple[_Partition, int]], wake: asyncio.Future[None]
@@ -1273,15 +1310,16 @@ class TankHandler(ConnectionHandler):
         request: t.Consume,
         at_end: dict[tuple[int, int], tuple[_Partition, int, int]],
         empty: bool,
+        room: int,
     ) -> t.ConsumeResponse:
-        budget = MAX_RESPONSE_CHUNK_BYTES
+        budget = room
         topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
         for ti, topic in enumerate(request.topics):
             partitions = []
             for pi, wanted in enumerate(topic.partitions):
                 part, length, hwm = at_end[(ti, pi)]
                 chunk = None
-                if not empty and part.length > length:
+                if not empty and part.length > length and budget > 0:
                     fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
                     start = (length, hwm + 1 if hwm else part.origin_seq)
                     try:
