@@ -81,6 +81,7 @@ async def test_readers_skip_and_count_events_that_are_not_bundles(tmp_path: Path
             assert got == [b"m1", b"m2", b"m3"]
         finally:
             await client.goodbye()
+        assert _metric(server, "headrace_skipped_events_total", reader="rsio") == len(NOT_BUNDLES)
         # So does the record reader (the CLI's and Spark's), counting what it skipped.
         async with (
             PravegaClient(server.controller_uri) as pravega,
