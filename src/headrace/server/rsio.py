@@ -333,6 +333,8 @@ class StreamCursor:
         self.stream = query.stream
         self._query = query
         self.tank = query.scope == app.config.tank_scope
+        self._plain = not self.tank and query.fmt == "value"
+        """One element per stored event, its payload (the common case, cut in a tight loop)."""
         self._holding = holding if holding is not None else _Holding()
         self._skipped = skipped
         self.held_bytes = 0
@@ -461,6 +463,8 @@ class StreamCursor:
             if seg.finished or not seg.held_bytes:
                 continue
             offset, skip = seg.cut_end, seg.skip
+            if self._plain:  # the elements left are the payloads of the last events cut
+                offset -= sum(HEADER_SIZE_BYTES + len(element) for element in seg.elements)
             handed = sum(count for _, count, _ in seg.cut) - len(seg.elements)
             for event_offset, count, before in seg.cut:
                 if handed < count:
@@ -480,6 +484,8 @@ class StreamCursor:
 
     def _cut(self, seg: _SegmentRead) -> bool:
         """Cut elements for the current demand out of the last read; False if it gave none."""
+        if self._plain:
+            return self._cut_plain(seg)
         cut = 0
         cut_bytes = seg.cut_bytes
         while seg.ahead is not None and cut < self.demand and cut_bytes < READ_CHUNK_BYTES:
@@ -502,6 +508,32 @@ class StreamCursor:
         self._finish(seg)
         return bool(seg.elements)
 
+    def _cut_plain(self, seg: _SegmentRead) -> bool:
+        """``_cut`` when every event is one element, its payload: no bookkeeping per
+        event (``drop`` finds where to read again from the elements left)."""
+        pending, ahead = seg.pending, seg.ahead
+        assert pending is not None and ahead is not None
+        append = seg.elements.append
+        first, payload = ahead
+        offset = first
+        cut_bytes = seg.cut_bytes
+        count = 0
+        demand, most = self.demand, READ_CHUNK_BYTES
+        while ahead is not None and count < demand and cut_bytes < most:
+            offset, payload = ahead
+            append(payload)
+            count += 1
+            cut_bytes += len(payload)
+            ahead = next(pending, None)
+        seg.ahead = ahead
+        if ahead is None:
+            seg.pending = None
+        end = seg.cut_end = offset + HEADER_SIZE_BYTES + len(payload)
+        seg.element_bytes += ((end - first) / count - seg.element_bytes) / 4
+        self._account(seg, read_bytes=seg.read_bytes if ahead else 0, cut_bytes=cut_bytes)
+        self._finish(seg)
+        return True
+
     def _elements(self, seg: _SegmentRead, offset: int, payload: bytes) -> list[bytes]:
         """The elements of one stored event: its value(s), or ``format=record`` encodings.
 
@@ -511,8 +543,6 @@ class StreamCursor:
         """
         fmt = self._query.fmt
         if not self.tank:
-            if fmt == "value":
-                return [payload]
             return [
                 encode_record(Record(self.name, seg.name, offset, None, payload, None), seg.sid)
             ]
