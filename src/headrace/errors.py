@@ -23,6 +23,7 @@ translates in exactly one place (the server's error tables, the client's
     │   ├── TableKeyBadVersion(name, key, expected, actual)
     │   ├── TableNotEmpty(name)
     │   ├── LimitExceeded(what, limit, got)
+    │   ├── AppendRefused(name, reason)
     │   ├── CorruptionError(path, position, reason)
     │   ├── StorageFull
     │   └── StoreClosed
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDenied",
+    "AppendRefused",
     "BadOffset",
     "ClientError",
     "ConfigError",
@@ -211,6 +213,15 @@ class LimitExceeded(StoreError):
         self.what = what
         self.limit = limit
         self.got = got
+
+
+class AppendRefused(StoreError):
+    """The data may not be stored in that segment (``SegmentStore.check_appends``)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"segment {name!r} refuses the append: {reason}")
+        self.name = name
+        self.reason = reason
 
 
 class CorruptionError(StoreError):

@@ -91,6 +91,13 @@ def test_a_bad_value_fails_at_start_naming_the_option(
     assert named in _fails_to_start(tmp_path, *args, env=env, ports=ports)
 
 
+def test_a_lumberjack_stream_in_the_tank_scope_fails_at_start(tmp_path: Path) -> None:
+    """Lumberjack events are JSON, not TANK bundles: they may not go into a TANK topic."""
+    ports = listener_args(tank=free_port(), lumberjack=free_port())
+    stderr = _fails_to_start(tmp_path, "--lumberjack-stream", "tank/logs", ports=ports)
+    assert "--lumberjack-stream 'tank/logs' is in the TANK scope 'tank'" in stderr
+
+
 def test_build_config_names_the_option_of_a_bad_value() -> None:
     with pytest.raises(ConfigError, match="--max-pending-requests"):
         build_config({"max_pending_requests": 0})

@@ -149,22 +149,26 @@ async def test_truncated_head_keeps_the_numbering_across_a_restart(
 
 
 async def test_no_chunks_are_built_while_queued_responses_wait(broker: TankBroker) -> None:
-    """A client that does not read: once queued consume responses pass the limit,
-    the next consume waits until the writer takes them."""
+    """A client that does not read: once queued consume responses fill the room,
+    the next consume waits until the writer took them and drained them (its next take)."""
     handler = TankHandler(broker)
     handler.data_to_send()  # the greeting
     assert await broker.create_topic("slow-reader", 1, b"") is CreateTopicResult.CREATED
     consume = Consume(1, (ConsumeTopic("slow-reader", (ConsumePartition(0, 0, 1024),)),))
     for event in handler.feed(encode(consume)):
         await handler.handle(event)  # answered: queued, not yet taken
-    handler._queued_bytes = MAX_QUEUED_CHUNK_BYTES + 1  # as if that response were huge
+    handler._queued_bytes = MAX_QUEUED_CHUNK_BYTES  # as if that response were huge
     second = Consume(2, consume.topics)
     (event,) = list(handler.feed(encode(second)))
     waiting = asyncio.ensure_future(handler.handle(event))
     await asyncio.sleep(0)  # let it run up to its first pause
     assert not waiting.done()
     assert handler.data_to_send()  # the writer takes what was queued...
-    await asyncio.wait_for(waiting, WAIT_S)  # ...and the consume goes on
+    for _ in range(2):  # ...which counts until two takes later (a take may not be sent yet)
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        assert not handler.data_to_send()
+    await asyncio.wait_for(waiting, WAIT_S)  # ...then the consume goes on
     assert handler.data_to_send().startswith(b"\x02")
 
 

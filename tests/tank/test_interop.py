@@ -8,7 +8,10 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from headrace.client import PravegaClient
+from headrace.client.errors import ReplyError
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import SEQ_NUM_TAIL, BundleMessage, CreateTopicResult, encode_bundle
 from tests.tank.conftest import running_server
@@ -50,7 +53,11 @@ async def test_bundles_written_through_pravega_join_the_numbering(tmp_path: Path
                 writer = await client.create_writer("tank", "mixed")
                 async with writer:
                     await writer.write(encode_bundle([BundleMessage(b"p3", 2, b"pk")]))
-                    await writer.write(b"not a bundle")  # skipped by TANK readers
+                    await writer.flush()
+                    # Only bundles go into a topic's stream, whatever the front door.
+                    with pytest.raises(ReplyError, match="not a TANK bundle"):
+                        await writer.write(b"not a bundle")
+                        await writer.flush()
             # The broker's next append finds the segment longer than it knew:
             # it re-reads the partition and numbers after the foreign bundle.
             await tank.produce("mixed", 0, [BundleMessage(b"t4", 3)])
@@ -78,8 +85,8 @@ async def test_tank_scope_option_moves_the_topics(tmp_path: Path) -> None:
 
 async def test_long_poll_is_woken_by_bundles_appended_through_pravega(tmp_path: Path) -> None:
     """A consume parked at the tail wakes when a Pravega writer appends a bundle to the
-    topic's stream (the store's append notification, not a TANK produce), skips an
-    event that is not a bundle, and numbers the foreign bundle after the last one."""
+    topic's stream (the store's append notification, not a TANK produce), and numbers
+    the foreign bundle after the last one."""
     long_wait_ms = 30_000
     with running_server(tmp_path / "data", pravega=True) as server:
         async with await TankClient.connect("127.0.0.1", server.port) as tank:
@@ -93,7 +100,6 @@ async def test_long_poll_is_woken_by_bundles_appended_through_pravega(tmp_path: 
             async with PravegaClient(uri) as client:
                 writer = await client.create_writer("tank", "woken")
                 async with writer:
-                    await writer.write(b"not a bundle")
                     await writer.write(encode_bundle([BundleMessage(b"p2", 2, b"pk")]))
             result = await asyncio.wait_for(waiting, long_wait_ms / 1000)
             woken_s = time.monotonic() - began

@@ -133,7 +133,10 @@ async def _stream_records(
                 if follow:
                     out.flush()
                 count += 1
+            skipped = reader.skipped
     out.flush()
+    if skipped:
+        click.echo(f"skipped {skipped} events of {scope}/{st} that are not TANK bundles", err=True)
 
 
 @click.command()

@@ -18,7 +18,9 @@ What a record is
   ``headrace.protocols.tank.codec.decode_bundle`` into one record per
   message, with the message's key (``None`` when empty), value and
   timestamp, all with the bundle's ``offset`` and ``index`` 0, 1, 2... within
-  it. ``(segment, offset, index)`` identifies a record.
+  it. ``(segment, offset, index)`` identifies a record. An event of a TANK
+  topic that is not a bundle (written there through another protocol) gives
+  no record: it is skipped and counted in :attr:`RecordReader.skipped`.
 
 How segments are walked
 -----------------------
@@ -43,7 +45,13 @@ from typing import TYPE_CHECKING
 
 # The pure part (what a record is, unframing events, unpacking TANK bundles) is
 # shared with the server's RS-IO publisher, which reads the store directly.
-from headrace.protocols.records import EventBuffer, Record, iter_events, records_from_events
+from headrace.protocols.records import (
+    EventBuffer,
+    Record,
+    SkipCount,
+    iter_events,
+    records_from_events,
+)
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError
@@ -112,12 +120,18 @@ class RecordReader:
         self._running = 0
         self.positions: dict[Segment, int] = {}
         """Where each segment's reading stands: the offset after the last record handed out."""
+        self._skipped = SkipCount()
         self._opened = False
         self._closed = False
 
     @property
     def name(self) -> str:
         return f"{self.scope}/{self.stream}"
+
+    @property
+    def skipped(self) -> int:
+        """Events of a TANK topic skipped so far because they are not bundles."""
+        return self._skipped.events
 
     async def _open(self) -> None:
         self._opened = True
@@ -155,8 +169,11 @@ class RecordReader:
                     sealed_end = True  # gone or truncated away: like the Rust reader, move on
                     break
                 offset += len(got.data)
+                events = buf.feed(got.data)
                 records = list(
-                    records_from_events(self.name, segment.name, buf.feed(got.data), tank=self.tank)
+                    records_from_events(
+                        self.name, segment.name, events, tank=self.tank, skipped=self._skipped
+                    )
                 )
                 if records:
                     await self._queue.put((segment, buf.offset, records))

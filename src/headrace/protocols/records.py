@@ -12,7 +12,10 @@ pure and lives here, so that every reader agrees on what a record is.
   ``timestamp_ms`` None;
 * in a TANK topic each event is one bundle as produced, unpacked into one
   record per message (key, value, timestamp), all with the bundle's offset and
-  ``index`` 0, 1, 2... ``(segment, offset, index)`` identifies a record.
+  ``index`` 0, 1, 2... ``(segment, offset, index)`` identifies a record;
+* an event of a TANK topic that is not a bundle (or unpacks to more than
+  ``MAX_STORED_UNPACKED_BYTES``) gives no record: readers skip it and count it
+  (``SkipCount``), so one bad event never hides the records after it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,16 @@ from dataclasses import dataclass
 from headrace.errors import RemoteProtocolError
 from headrace.protocols.pravega.codec import FRAME_HEADER, HEADER_SIZE_BYTES
 from headrace.protocols.pravega.commands import CommandType
-from headrace.protocols.tank.codec import decode_bundle
+from headrace.protocols.tank.codec import MAX_STORED_UNPACKED_BYTES, decode_bundle
 
-__all__ = ["EventBuffer", "Record", "iter_events", "records_from_events"]
+__all__ = [
+    "EventBuffer",
+    "Record",
+    "SkipCount",
+    "bundle_records",
+    "iter_events",
+    "records_from_events",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,14 +133,49 @@ def iter_events(data: bytes | memoryview, base_offset: int = 0) -> Iterator[tupl
     yield from EventBuffer(base_offset).feed(data)
 
 
+class SkipCount:
+    """Events a reader skipped because they could not be decoded (for a metric or a warning)."""
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events = 0
+
+
+def bundle_records(stream: str, segment: str, offset: int, payload: bytes) -> list[Record] | None:
+    """The records of one stored TANK bundle; None if ``payload`` is not a bundle
+    or unpacks to more than ``MAX_STORED_UNPACKED_BYTES``."""
+    try:
+        # Seq nums are not needed for records; 1 stands in for a non-sparse bundle's.
+        messages = decode_bundle(payload, 1, max_unpacked_bytes=MAX_STORED_UNPACKED_BYTES)
+    except RemoteProtocolError:
+        return None
+    return [
+        Record(stream, segment, offset, msg.key or None, msg.content, msg.timestamp_ms, i)
+        for i, msg in enumerate(messages)
+    ]
+
+
 def records_from_events(
-    stream: str, segment: str, events: Iterator[tuple[int, bytes]], *, tank: bool
+    stream: str,
+    segment: str,
+    events: Iterator[tuple[int, bytes]],
+    *,
+    tank: bool,
+    skipped: SkipCount | None = None,
 ) -> Iterator[Record]:
-    """Turn a segment's events into records (TANK bundles unpacked when ``tank``)."""
+    """Turn a segment's events into records (TANK bundles unpacked when ``tank``).
+
+    An event of a TANK topic that is not a bundle is skipped and counted in
+    ``skipped``; the records after it follow as usual.
+    """
     for offset, payload in events:
         if not tank:
             yield Record(stream, segment, offset, None, payload, None)
             continue
-        # Seq nums are not needed for records; 1 stands in for a non-sparse bundle's.
-        for i, msg in enumerate(decode_bundle(payload, 1)):
-            yield Record(stream, segment, offset, msg.key or None, msg.content, msg.timestamp_ms, i)
+        records = bundle_records(stream, segment, offset, payload)
+        if records is None:
+            if skipped is not None:
+                skipped.events += 1
+            continue
+        yield from records

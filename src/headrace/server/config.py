@@ -197,6 +197,16 @@ class ServerConfig:
         if not self.http_header_timeout_s > 0:
             raise ConfigError("--http-header-timeout must be positive")
         self.lumberjack.validate()
+        enabled = self.enabled_listeners()
+        if (
+            "tank" in enabled
+            and enabled.keys() & {"lumberjack", "lumberjack_tls"}
+            and self.lumberjack.scope_and_stream[0] == self.tank_scope
+        ):
+            raise ConfigError(
+                f"--lumberjack-stream {self.lumberjack.stream!r} is in the TANK scope "
+                f"{self.tank_scope!r}, whose streams hold only TANK bundles"
+            )
 
     def enabled_listeners(self) -> dict[str, int]:
         """Listeners to start: port not 0, and TLS-only ones only with a certificate."""

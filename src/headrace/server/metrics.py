@@ -151,6 +151,13 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "Requests, logins and connections refused by auth; reason: bad_credentials, "
         "permission_denied, rate_limited, unidentified.",
     ),
+    (
+        "headrace_skipped_events_total",
+        "counter",
+        "reader",
+        "Stored events of a TANK topic a reader skipped because they are not bundles "
+        "(each time one is skipped); reader: tank, rsio.",
+    ),
 )
 
 
@@ -235,6 +242,12 @@ class ServerMetrics:
             "headrace_auth_refusals",
             "Requests, logins and connections refused by auth.",
             ["protocol", "reason"],
+            registry=r,
+        )
+        self.skipped_events = Counter(
+            "headrace_skipped_events",
+            "Stored events of a TANK topic a reader skipped because they are not bundles.",
+            ["reader"],
             registry=r,
         )
         self.parked_readers = 0

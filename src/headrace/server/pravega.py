@@ -76,6 +76,7 @@ from typing import Any, Final, TypeVar
 from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
+    AppendRefused,
     BadOffset,
     LimitExceeded,
     RemoteProtocolError,
@@ -1155,6 +1156,7 @@ STORE_ERROR_REPLIES = {
     TableNotEmpty: _not_empty,
     SegmentTypeMismatch: _illegal,
     LimitExceeded: _illegal,
+    AppendRefused: _illegal,  # e.g. an event that is not a bundle into a TANK topic
 }
 """Store error -> the reply command (Pravega's ``handleException``), built from
 the error, the request (None for appends), the request id and the segment name

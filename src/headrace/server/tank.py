@@ -53,6 +53,18 @@ protocol has: produce without READ_UPDATE gets the topic-level ``READ_ONLY``
 and consume, discover partitions and reload conf without READ answer as for
 an unknown topic (a topic the client may not read is not shown to exist);
 discover topics and status list only readable topics.
+
+A connection's consume responses in the making, queued and with its writer
+add up to at most ``MAX_QUEUED_CHUNK_BYTES``: room is taken before the store is
+read, so a client that does not read gets nothing more read for it.
+
+Only bundles go into a topic's stream: the broker has the store refuse any
+other append under its scope (``check_appends``), whatever front door it
+comes through. An event that is not a bundle all the same (written before,
+or behind the server's back) is skipped by every walk and counted
+(``headrace_skipped_events_total``); the bytes a walk found to be whole,
+valid bundles are remembered per partition (``_Verified``), so each stored
+bundle is checked in full once, not at every consume.
 """
 
 from __future__ import annotations
@@ -64,6 +76,7 @@ import logging
 import re
 import struct
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
@@ -132,8 +145,9 @@ SCAN_READ_BYTES = 1024 * 1024
 MAX_RESPONSE_CHUNK_BYTES = 64 * 1024 * 1024
 """Chunk bytes in one consume response, all partitions together: one partition's
 largest fetch (spec 6.1), a quarter of the 256 MiB frame limit. Partitions past it
-get an empty chunk (the client asks again); a partition with data gets at least
-one bundle."""
+(or past the connection's room, ``MAX_QUEUED_CHUNK_BYTES``) get an empty chunk and
+the client asks again; a partition reached within it gets at least one bundle, so
+a response overshoots by one bundle at most."""
 
 VIEW_MIN_BYTES = 64 * 1024
 """Bundles at least this large go into a consume response as views of the bytes
@@ -142,13 +156,20 @@ or the frame; smaller ones are copied together (one write for many)."""
 
 MAX_CONSUME_READS_PER_CONNECTION = 2
 """Consume responses one connection may have in the making at once (parked
-consumes do not count): with ``MAX_QUEUED_CHUNK_BYTES`` this bounds what one
-client's consumes hold in memory to a few hundred MiB, however many it pipelines."""
+consumes do not count), however many it pipelines."""
 
-MAX_QUEUED_CHUNK_BYTES = 64 * 1024 * 1024
-"""Consume responses queued for a connection but not yet taken by its writer; no
-further response is built past it (the writer takes more only once the socket
-drained, so a client that does not read stops getting chunks built)."""
+MAX_QUEUED_CHUNK_BYTES = 32 * 1024 * 1024
+"""Chunk bytes of one connection's consume responses in the making, queued, or
+taken by its writer and maybe not yet sent (its last two takes: the writer takes
+more only once the socket drained). A consume takes its budget from this room
+before it reads the store and waits while there is none, so a client that does
+not read holds at most this (plus one bundle) however many consumes it
+pipelines. Eight times the usual fetch (4 MiB) keeps a pipelining consumer
+busy; a larger fetch is answered in steps of at most this."""
+
+MAX_VERIFIED_RANGES = 1024
+"""Byte ranges of a partition known to hold only valid bundles (``_Verified``);
+past it the shortest is forgotten (its bundles are then checked again)."""
 
 MAX_TOPIC_NAME_CHARS = 64
 """TANK's own limit on topic names (spec 7)."""
@@ -254,6 +275,43 @@ class _Waiter:
         self._resolve()
 
 
+class _Verified:
+    """Byte ranges of a partition whose events are all valid bundles (checked in full
+    once, by a walk or at produce): sorted, disjoint, merged when they touch."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def end_of(self, offset: int) -> int:
+        """The end of the range holding ``offset``; ``offset`` itself if none does."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i >= 0 and self.ends[i] > offset:
+            return self.ends[i]
+        return offset
+
+    def add(self, start: int, end: int) -> int:
+        """Note ``[start, end)`` as checked; the end of the range now holding it."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(starts, start) - 1
+        if i >= 0 and ends[i] >= start:
+            ends[i] = max(ends[i], end)
+        else:
+            i += 1
+            starts.insert(i, start)
+            ends.insert(i, end)
+        while i + 1 < len(starts) and starts[i + 1] <= ends[i]:
+            ends[i] = max(ends[i], ends[i + 1])
+            del starts[i + 1], ends[i + 1]
+        covered = ends[i]
+        if len(starts) > MAX_VERIFIED_RANGES:
+            shortest = min(range(len(starts)), key=lambda j: ends[j] - starts[j])
+            del starts[shortest], ends[shortest]
+        return covered
+
+
 class _Partition:
     """What the broker knows about one partition (one segment)."""
 
@@ -271,6 +329,7 @@ class _Partition:
         self.index_seqs: list[int] = []
         self.checkpoint_offset = -CHECKPOINT_INTERVAL_BYTES
         self.waiters: set[_Waiter] = set()
+        self.verified = _Verified()
 
     def note(self, offset: int, first: int) -> None:
         """Add an index entry for the bundle at ``offset`` unless one is near before it."""
@@ -334,11 +393,17 @@ class TankBroker:
         self.table = f"_system/tank/{scope}/seqnums"
         self.started_s = int(time.time())
         self.open_time_us = 0
+        self.skipped: Callable[[], None] = lambda: None
+        """Called for each event a walk skips because it is not a bundle (a metric)."""
         self._partitions: dict[str, _Partition] = {}
         self._stored_anchors: dict[str, dict[int, int]] = {}
+        self._own_frames: set[int] = set()
+        """``id`` of the frames our own appends are storing (checked at produce already)."""
 
     async def start(self) -> None:
-        """Create the scope and the seq-num table if needed; read the table."""
+        """Create the scope and the seq-num table if needed; read the table; have
+        the store refuse appends to the scope's streams that are not bundles."""
+        self.store.check_appends(f"{self.scope}/", self.check_append)
         with contextlib.suppress(ScopeExists):
             await self.controller.create_scope(self.scope)
         with contextlib.suppress(SegmentExists):
@@ -483,8 +548,8 @@ class TankBroker:
         index we had before a reload, or a sparse bundle), or else from the
         high-water mark we had before a reload."""
         count = 0
-        async for offset, _end, payload in self._events(part.segment, part.start, part.length):
-            header = _header(payload)
+        async for offset, end, payload in self._events(part.segment, part.start, part.length):
+            header = self._bundle_header(part, offset, end, payload)
             if header is None:
                 continue
             known = header.first_seq_num if header.sparse else known_seqs.get(offset)
@@ -546,14 +611,34 @@ class TankBroker:
             got += len(result.data)
         return memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
 
+    def _bundle_header(
+        self, part: _Partition, offset: int, end: int, payload: memoryview
+    ) -> t.BundleHeader | None:
+        """The header of the event at ``offset`` if it is a valid bundle, else None
+        (counted as skipped). Checked in full unless ``part.verified`` covers it, so
+        every walk over the same bytes sees the same bundles, and the numbering holds."""
+        if part.verified.end_of(offset) >= end:
+            return _header(payload)
+        header = _validate_bundle(payload)
+        if header is None:
+            self.skipped()
+            return None
+        part.verified.add(offset, end)
+        return header
+
     async def _walk(
         self, part: _Partition, offset: int, next_seq: int, end: int
     ) -> AsyncIterator[_Bundle]:
         """Yield the bundles in ``[offset, end)`` with their seq nums; ``next_seq`` is
         what the bundle at ``offset`` gets unless it is sparse or anchored. Events
-        that are not bundles (written through another front door) are skipped."""
+        that are not bundles (stored behind the broker's back) are skipped."""
+        verified_end = part.verified.end_of(offset)
         async for position, event_end, payload in self._events(part.segment, offset, end):
-            header = _header(payload)
+            if event_end <= verified_end:
+                header = _header(payload)
+            else:
+                header = self._bundle_header(part, position, event_end, payload)
+                verified_end = part.verified.end_of(position)
             if header is None:
                 continue
             if header.sparse:
@@ -612,6 +697,7 @@ class TankBroker:
                 log.exception("tank: anchoring a bundle of %s failed", part.segment)
                 return t.ProduceError.IO_FAULT
         frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
+        self._own_frames.add(id(frame))  # validated above: the store's check lets it by
         try:
             result = await self.store.append(part.segment, frame, expected_offset=offset)
         except StoreError as exc:
@@ -625,7 +711,10 @@ class TankBroker:
                 return None
             log.warning("tank: appending to %s failed: %s", part.segment, exc)
             return t.ProduceError.IO_FAULT
+        finally:
+            self._own_frames.discard(id(frame))
         # Durable: only now do the numbers move and parked consumes wake.
+        part.verified.add(offset, result.length)
         if anchored:
             part.anchors[offset] = first
         if not part.first_seq:
@@ -660,6 +749,33 @@ class TankBroker:
                 log.info("tank: %s was appended to through another protocol", part.segment)
             await self._load(part)
             return max(part.hwm - before, 0)
+
+    def check_append(self, data: bytes | memoryview) -> str | None:
+        """The store's check of every append to the scope's streams (``check_appends``):
+        whole Pravega events, each a valid bundle, or the reason it is refused.
+
+        Whatever front door an append comes through (a Pravega writer, an RS-IO
+        offer, a Lumberjack target in the scope), a TANK topic then holds only
+        what a TANK consumer can read.
+        """
+        if id(data) in self._own_frames:
+            return None
+        view = memoryview(data)
+        position = 0
+        while position < len(view):
+            if len(view) - position < EVENT_HEADER.size:
+                return f"bytes at {position} of the append are not a whole event"
+            kind, length = EVENT_HEADER.unpack_from(view, position)
+            start = position + EVENT_HEADER.size
+            if kind != EVENT_TYPE or length < 0 or start + length > len(view):
+                return f"bytes at {position} of the append are not a whole event"
+            if _validate_bundle(view[start : start + length]) is None:
+                return (
+                    f"event at {position} of the append is not a TANK bundle "
+                    f"(a topic of scope {self.scope!r} holds only bundles)"
+                )
+            position = start + length
+        return None
 
     async def _put_anchor(self, part: _Partition, offset: int, first: int) -> None:
         update = TableUpdate(_anchor_key(part.segment, offset), _ANCHOR_VALUE.pack(first))
@@ -743,12 +859,14 @@ def _header(payload: memoryview) -> t.BundleHeader | None:
         return None
 
 
-def _validate_bundle(bundle: bytes) -> t.BundleHeader | None:
-    """The header of a well-formed bundle; None for a malformed one (spec 9)."""
+def _validate_bundle(bundle: bytes | memoryview) -> t.BundleHeader | None:
+    """The header of a well-formed bundle; None for a malformed one (spec 9), or one
+    whose messages unpack to more than ``MAX_STORED_UNPACKED_BYTES``."""
     if not 0 < len(bundle) <= MAX_BUNDLE_BYTES:
         return None
     try:
-        return t.validate_bundle(bundle)  # every message, decompressed: nothing malformed is stored
+        # every message, decompressed: nothing malformed is stored
+        return t.validate_bundle(bundle, max_unpacked_bytes=t.MAX_STORED_UNPACKED_BYTES)
     except RemoteProtocolError:
         return None
 
@@ -831,10 +949,12 @@ class TankHandler(ConnectionHandler):
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat: asyncio.Task[None] | None = None
         self._parked: set[_Waiter] = set()
-        # Bounded memory for consume responses: few built at once, and none
-        # built while the writer has not taken what is already queued.
+        # Bounded memory for consume responses: few built at once, and each
+        # takes its room under MAX_QUEUED_CHUNK_BYTES before it reads.
         self._reading = asyncio.Semaphore(MAX_CONSUME_READS_PER_CONNECTION)
-        self._queued_bytes = 0
+        self._reserved_bytes = 0  # budgets of the responses in the making
+        self._queued_bytes = 0  # chunk bytes of responses queued, not yet taken
+        self._taken_bytes: deque[int] = deque([0, 0], maxlen=2)  # the writer's last two takes
         self._taken = asyncio.Event()
         self._out: list[OutputPiece] = []
         """Consume responses sent as pieces, in order ahead of what the connection
@@ -900,6 +1020,7 @@ class TankHandler(ConnectionHandler):
         self._queued_bytes += _chunk_bytes(response)
 
     def output(self) -> list[OutputPiece]:
+        self._taken_bytes.append(self._queued_bytes)
         self._queued_bytes = 0
         self._taken.set()
         pieces, self._out = self._out, []
@@ -911,12 +1032,27 @@ class TankHandler(ConnectionHandler):
     def data_to_send(self) -> bytes:
         return b"".join(p for p in self.output() if not isinstance(p, FileRegion))
 
-    async def _room_for_chunks(self) -> None:
-        """Wait until the writer took the consume responses already queued (a client
-        that does not read gets no more chunks built for it)."""
-        while self._queued_bytes > MAX_QUEUED_CHUNK_BYTES:
+    def _unsent_chunk_bytes(self) -> int:
+        """Chunk bytes of this connection that may still be in memory: responses in
+        the making (their budgets), queued, or among the writer's last two takes (it
+        takes more only after draining the socket, so the one before may be unsent)."""
+        return self._reserved_bytes + self._queued_bytes + sum(self._taken_bytes)
+
+    async def _take_room(self) -> int:
+        """Wait for room under ``MAX_QUEUED_CHUNK_BYTES``, then reserve a response's
+        budget from it (release it with ``_give_back``). A client that does not read
+        gets nothing more read from the store for it."""
+        while self._unsent_chunk_bytes() >= MAX_QUEUED_CHUNK_BYTES:
             self._taken.clear()
+            self.wake_writer()  # it takes again (and we count again) once it drained
             await self._taken.wait()
+        budget = min(MAX_RESPONSE_CHUNK_BYTES, MAX_QUEUED_CHUNK_BYTES - self._unsent_chunk_bytes())
+        self._reserved_bytes += budget
+        return budget
+
+    def _give_back(self, budget: int) -> None:
+        """A response is built (``handle`` queues its bytes next) or given up."""
+        self._reserved_bytes -= budget
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
         # TANK has no error reply for a malformed request: the broker closes (spec 2).
@@ -1028,19 +1164,23 @@ class TankHandler(ConnectionHandler):
     async def consume(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.Consume)
         async with self._reading:
-            await self._room_for_chunks()
-            outcome = await self._consume_now(request)
+            room = await self._take_room()
+            try:
+                outcome = await self._consume_now(request, room)
+            finally:
+                self._give_back(room)
         if isinstance(outcome, t.ConsumeResponse):
             return outcome
         return await self._park(request, outcome)  # parks before its first pause
 
     async def _consume_now(
-        self, request: t.Consume
+        self, request: t.Consume, room: int
     ) -> t.ConsumeResponse | dict[tuple[int, int], tuple[_Partition, int, int]]:
-        """The response if it can be answered now, else the partitions to park on."""
+        """The response if it can be answered now, else the partitions to park on;
+        its chunks add up to ``room`` at most (but one bundle)."""
         broker = self._broker
         while True:
-            budget = MAX_RESPONSE_CHUNK_BYTES
+            budget = room
             topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
             at_end: dict[tuple[int, int], tuple[_Partition, int, int]] = {}
             answer_now = request.max_wait_ms == 0
@@ -1113,6 +1253,10 @@ class TankHandler(ConnectionHandler):
                 high_water_mark=last,
                 first_available_seq_num=first,
             )
+        if budget <= 0:  # the response is full: an empty chunk, the client asks again
+            return t.ConsumePartitionResult(
+                wanted.partition_id, base_seq_num=seq_num, high_water_mark=last
+            )
         fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
         chunk = await self._broker.read_chunk(
             part, part.floor(seq_num), seq_num, fetch_size, budget
@@ -1153,10 +1297,13 @@ class TankHandler(ConnectionHandler):
             for part, _, _ in at_end.values():
                 part.waiters.discard(waiter)
         if waiter.closed or not waiter.satisfied:  # every partition empty, base 0 (spec 6.3)
-            return await self._woken_response(request, at_end, empty=True)
+            return await self._woken_response(request, at_end, empty=True, room=0)
         async with self._reading:
-            await self._room_for_chunks()
-            return await self._woken_response(request, at_end, empty=False)
+            room = await self._take_room()
+            try:
+                return await self._woken_response(request, at_end, empty=False, room=room)
+            finally:
+                self._give_back(room)
 
     def _watch_foreign(
         self, watched: dict[int, tuple[_Partition, int]], wake: asyncio.Future[None]
@@ -1221,15 +1368,16 @@ class TankHandler(ConnectionHandler):
         request: t.Consume,
         at_end: dict[tuple[int, int], tuple[_Partition, int, int]],
         empty: bool,
+        room: int,
     ) -> t.ConsumeResponse:
-        budget = MAX_RESPONSE_CHUNK_BYTES
+        budget = room
         topics: list[t.ConsumeTopicResult | t.ConsumeUnknownTopic] = []
         for ti, topic in enumerate(request.topics):
             partitions = []
             for pi, wanted in enumerate(topic.partitions):
                 part, length, hwm = at_end[(ti, pi)]
                 chunk = None
-                if not empty and part.length > length:
+                if not empty and part.length > length and budget > 0:
                     fetch_size = min(wanted.fetch_size, t.MAX_FETCH_SIZE_BYTES)
                     start = (length, hwm + 1 if hwm else part.origin_seq)
                     try:
@@ -1379,6 +1527,7 @@ async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
     if not is_valid_name(scope):
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
     broker = TankBroker(app.store, app.controller, scope)
+    broker.skipped = app.metrics.skipped_events.labels("tank").inc
     await broker.start()
     return await start_tcp_listener(
         "tank",

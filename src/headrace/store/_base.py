@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from headrace.errors import (
+    AppendRefused,
     BadOffset,
     LimitExceeded,
     SegmentTypeMismatch,
@@ -29,6 +30,7 @@ from headrace.store.api import (
     MAX_TABLE_KEY_BYTES,
     MAX_TABLE_VALUE_BYTES,
     MAX_WAIT_S,
+    AppendCheck,
 )
 from headrace.store.tables import (
     TableIndex,
@@ -70,6 +72,11 @@ def _resolve(wake: asyncio.Future[None]) -> None:
         wake.set_result(None)
 
 
+async def _refused(error: AppendRefused) -> AppendResult:
+    """An append ``check_appends`` refused: raised when awaited, like any store error."""
+    raise error
+
+
 def _key_after_token(token: bytes) -> bytes | None:
     return token[len(TOKEN_PREFIX) :] if token else None
 
@@ -102,6 +109,8 @@ class BaseStore(abc.ABC):
         self._watchers: dict[str, dict[asyncio.Future[None], None]] = {}
         """Per segment, the futures to resolve at its next change (``watch``); a dict
         for its insertion order and O(1) removal when a wait times out."""
+        self._append_checks: dict[str, AppendCheck] = {}
+        """``check_appends``: name prefix -> the check of every append under it."""
 
     @property
     def failure(self) -> str | None:
@@ -280,7 +289,26 @@ class BaseStore(abc.ABC):
     ) -> Coroutine[Any, Any, AppendResult]:
         """The implementation's ``_append`` itself (awaited by the caller): no
         coroutine of its own in between, one frame less per append."""
+        if self._append_checks:
+            for prefix, check in self._append_checks.items():
+                if name.startswith(prefix):
+                    reason = check(data)
+                    if reason is not None:
+                        return _refused(AppendRefused(name, reason))
         return self._append(name, data, expected_offset, writer, SegmentKind.STREAM)
+
+    def check_appends(self, prefix: str, check: AppendCheck) -> None:
+        self._append_checks[prefix] = check
+
+    def _check_merge(self, target: str, source: str) -> None:
+        """Refuse a merge that would bring unchecked bytes under a ``check_appends`` prefix.
+
+        Raises:
+            AppendRefused.
+        """
+        for prefix in self._append_checks:
+            if target.startswith(prefix) and not source.startswith(prefix):
+                raise AppendRefused(target, f"a merge from {source!r}, outside {prefix!r}")
 
     async def delete(self, name: str) -> None:
         await self._delete(name)

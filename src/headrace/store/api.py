@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -51,6 +51,7 @@ __all__ = [
     "MAX_TABLE_KEY_BYTES",
     "MAX_TABLE_VALUE_BYTES",
     "MAX_WAIT_S",
+    "AppendCheck",
     "FsyncPolicy",
     "SegmentStore",
 ]
@@ -85,6 +86,10 @@ grows with the number of writers that ever wrote to it. Past the bound the
 least recently set attribute is dropped. 4096 is Pravega's own bound on the
 attributes a segment keeps in memory (``extended.attribute.cached.count.max``);
 at 24 bytes each it caps a segment's attributes at 96 KiB of snapshot."""
+
+
+AppendCheck = Callable[[bytes | memoryview], str | None]
+"""Looks at the data of an append: None lets it through, a reason refuses it."""
 
 
 @runtime_checkable
@@ -135,7 +140,8 @@ class SegmentStore(Protocol):
 
         Raises:
             SegmentNotFound, SegmentTypeMismatch (a table segment),
-            SegmentSealed, BadOffset (``expected_offset`` did not match).
+            SegmentSealed, BadOffset (``expected_offset`` did not match),
+            AppendRefused (a ``check_appends`` check refused the data).
         """
         ...
 
@@ -245,7 +251,21 @@ class SegmentStore(Protocol):
 
         Raises:
             SegmentNotFound (either one), SegmentSealed (target),
-            SegmentTypeMismatch (either is a table).
+            SegmentTypeMismatch (either is a table), AppendRefused (``target``
+            is under a ``check_appends`` prefix and ``source`` is not).
+        """
+        ...
+
+    def check_appends(self, prefix: str, check: AppendCheck) -> None:
+        """Have every append to a segment whose name starts with ``prefix`` pass ``check``.
+
+        A front door that gives the segments under a prefix a format (TANK:
+        every event of its scope is a bundle) keeps every other door to it
+        this way, in one place. ``check(data)`` runs before anything is
+        written; a reason refuses the append with ``AppendRefused``. A merge
+        into such a segment from a segment outside the prefix is refused too
+        (the source's appends were not checked). One check per prefix; a
+        later call replaces it.
         """
         ...
 

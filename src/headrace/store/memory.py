@@ -181,6 +181,7 @@ class MemoryStore(BaseStore):
         del self._segments[name]
 
     async def merge(self, target: str, source: str) -> int:
+        self._check_merge(target, source)
         if self._closed:
             raise StoreClosed("the store is closed")
         if source not in self._segments and self._merged.get(source) == target:

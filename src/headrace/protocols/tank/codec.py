@@ -95,6 +95,7 @@ __all__ = [
     "MAX_BUNDLE_MESSAGES",
     "MAX_MESSAGE_SET_BYTES",
     "MAX_PAYLOAD_BYTES",
+    "MAX_STORED_UNPACKED_BYTES",
     "MAX_STR8_BYTES",
     "MAX_VARINT_BYTES",
     "MAX_VARINT_VALUE",
@@ -146,6 +147,13 @@ beyond it (spec 5.2); it also bounds how far one bundle can move seq nums."""
 MAX_MESSAGE_SET_BYTES = 256 * 1024 * 1024
 """Largest decompressed message set: no more than a frame could carry uncompressed,
 so a small Snappy block cannot make us allocate without bound (spec 9.4)."""
+
+MAX_STORED_UNPACKED_BYTES = 16 * 1024 * 1024
+"""Largest message set a bundle kept in a store may unpack to: what one append
+(``store.api.MAX_APPEND_BYTES``) holds uncompressed. A broker refuses a bundle that
+unpacks to more, and a reader skips one, so that unpacking a stored bundle costs
+a reader no more memory than reading the largest plain event (a raw Snappy block
+of 16 MiB could otherwise unpack to over 300 MiB)."""
 
 COMPRESS_ABOVE_MESSAGES = 512
 """C++ producer policy (spec 9.4): compress bundles with more messages than this..."""
@@ -1256,7 +1264,10 @@ def _read_bundle_header(reader: _Reader) -> BundleHeader:
 
 
 def decode_bundle(
-    bundle: bytes | bytearray | memoryview, first_seq_num: int | None
+    bundle: bytes | bytearray | memoryview,
+    first_seq_num: int | None,
+    *,
+    max_unpacked_bytes: int = MAX_MESSAGE_SET_BYTES,
 ) -> tuple[BundleMessage, ...]:
     """Unpack a complete bundle into its messages, with seq nums (spec 9.2, 9.3).
 
@@ -1265,35 +1276,45 @@ def decode_bundle(
         first_seq_num: the seq num of the first message of a non-sparse
             bundle (assigned outside the bundle); ignored for a sparse bundle,
             whose header carries it. None is allowed only for sparse bundles.
+        max_unpacked_bytes: refuse a message set larger than this (checked
+            before anything is decompressed).
 
     Raises:
         RemoteProtocolError: the bundle is truncated, malformed, has trailing
-            bytes, or does not decompress.
+            bytes, does not decompress, or unpacks to more than
+            ``max_unpacked_bytes``.
         LocalProtocolError: ``first_seq_num`` is None for a non-sparse bundle.
     """
     reader = _Reader(bundle, "bundle")
     header = _read_bundle_header(reader)
     first = _bundle_first(header, first_seq_num)
-    messages = _decode_message_set(reader, header, first, partial=False)
+    messages = _decode_message_set(
+        reader, header, first, partial=False, max_unpacked_bytes=max_unpacked_bytes
+    )
     return tuple(messages)
 
 
-def validate_bundle(bundle: bytes | bytearray | memoryview) -> BundleHeader:
+def validate_bundle(
+    bundle: bytes | bytearray | memoryview, *, max_unpacked_bytes: int = MAX_MESSAGE_SET_BYTES
+) -> BundleHeader:
     """Check a whole bundle as :func:`decode_bundle` would, without building messages.
 
     A broker stores bundles verbatim, so it must refuse any it could not serve;
     this walks every message (decompressing first) with plain byte indexing,
     which is several times faster than decoding. It accepts exactly the
-    bundles :func:`decode_bundle` accepts.
+    bundles :func:`decode_bundle` with the same ``max_unpacked_bytes`` accepts.
 
     Raises:
         RemoteProtocolError: the bundle is truncated, malformed, has trailing
-            bytes, or does not decompress.
+            bytes, does not decompress, or unpacks to more than
+            ``max_unpacked_bytes``.
     """
     header = decode_bundle_header(bundle)
     data = bytes(memoryview(bundle)[header.size_bytes :])
     if header.codec == BundleCodec.SNAPPY:
-        data = _decompress(data)
+        data = _decompress(data, max_unpacked_bytes)
+    elif len(data) > max_unpacked_bytes:
+        raise RemoteProtocolError(f"bundle: message set of {len(data)} bytes over the limit")
     if not header.sparse and _uniform_message_set(data, header.msg_count):
         return header
     end = len(data)
@@ -1410,9 +1431,13 @@ def _bundle_first(header: BundleHeader, first_seq_num: int | None) -> int:
     return first_seq_num
 
 
-def _decompress(data: bytes) -> bytes:
+def _decompress(data: bytes, max_unpacked_bytes: int = MAX_MESSAGE_SET_BYTES) -> bytes:
+    """The message set of a raw Snappy block. The block starts with its uncompressed
+    length, which is checked against ``max_unpacked_bytes`` before anything is
+    decompressed; raw Snappy output is exactly that long (a block that would give
+    more or less does not decompress), so the output is bounded by the check."""
     size, _ = decode_varint(data)  # raw Snappy starts with the uncompressed length (9.4)
-    if size > MAX_MESSAGE_SET_BYTES:
+    if size > min(max_unpacked_bytes, MAX_MESSAGE_SET_BYTES):
         raise RemoteProtocolError(f"bundle: message set of {size} bytes over the limit")
     try:
         return bytes(cramjam.snappy.decompress_raw(data))
@@ -1421,7 +1446,12 @@ def _decompress(data: bytes) -> bytes:
 
 
 def _decode_message_set(
-    reader: _Reader, header: BundleHeader, first: int, *, partial: bool
+    reader: _Reader,
+    header: BundleHeader,
+    first: int,
+    *,
+    partial: bool,
+    max_unpacked_bytes: int = MAX_MESSAGE_SET_BYTES,
 ) -> list[BundleMessage]:
     """Decode ``header.msg_count`` messages after the header.
 
@@ -1429,7 +1459,9 @@ def _decode_message_set(
     quietly at the first incomplete message instead of raising.
     """
     if header.codec == BundleCodec.SNAPPY:
-        reader = _Reader(_decompress(reader.take_rest()), "message set")
+        reader = _Reader(_decompress(reader.take_rest(), max_unpacked_bytes), "message set")
+    elif reader.remaining > max_unpacked_bytes:
+        raise RemoteProtocolError(f"bundle: message set of {reader.remaining} bytes over the limit")
     sparse = header.sparse
     last = header.last_seq_num
     count = header.msg_count

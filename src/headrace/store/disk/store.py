@@ -431,6 +431,7 @@ class DiskStore(BaseStore):
         await c.durable(seq)
 
     async def merge(self, target: str, source: str) -> int:
+        self._check_merge(target, source)
         while True:
             self._check_open()
             await self._wait_merge(source)
