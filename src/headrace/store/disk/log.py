@@ -141,7 +141,8 @@ class FileOps:
 
     def reserve(self, fd: int, size_bytes: int) -> None:
         """Allocate ``size_bytes`` of disk space to ``fd`` (a throw-away file):
-        recovery asks for the room it will need before it changes anything.
+        recovery asks for the room it will need before it changes anything
+        (where the file system has no ``fallocate``, nothing is asked).
 
         Raises:
             OSError: ENOSPC (or EDQUOT) if the space is not there.
@@ -149,13 +150,10 @@ class FileOps:
         try:
             os.posix_fallocate(fd, 0, size_bytes)
         except OSError as exc:
+            # A file system without fallocate is not asked: writing the bytes
+            # to find out would cost more than the recovery itself.
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
-            # No fallocate on this file system: write the bytes instead.
-            chunk = bytes(min(size_bytes, 1 << 20))
-            position = 0
-            while position < size_bytes:
-                position += os.pwrite(fd, chunk[: size_bytes - position], position)
 
 
 def make_dir(path: Path) -> None:

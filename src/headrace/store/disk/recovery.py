@@ -806,7 +806,20 @@ def recovery_bytes(one: Analysed) -> int:
     )
     if not torn and not one.state.changed:
         return 0
-    replayed = sum(len(effect[2]) for effect in one.effects if not isinstance(effect, int))
+    # Replayed bytes need room only past the end of their data file (under
+    # ``always`` the bytes of an append reach it before its record).
+    ends: dict[int, int] = {}
+    for effect in one.effects:
+        if not isinstance(effect, int):
+            segment_id, offset, data = effect
+            ends[segment_id] = max(ends.get(segment_id, 0), offset + len(data))
+    replayed = 0
+    for segment_id, end in ends.items():
+        try:
+            size = one.paths.data(segment_id).stat().st_size
+        except FileNotFoundError:
+            size = 0
+        replayed += max(0, end - size)
     snapshot = WAL_HEADER.size + 64
     for seg in one.state.by_id.values():
         # fixed fields, the name (at most 4 bytes a character), attributes, and
