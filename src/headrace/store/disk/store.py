@@ -130,24 +130,24 @@ def _open_data_dir(
     """Lock the data dir and recover it (blocking); the lock is held on success.
 
     Raises:
-        StorageFull, StoreError: an OS error, said in one line (``open_error``).
+        StorageFull, StoreError: an OS error, said in one line (``_open_error``).
     """
     try:
         lock_fd = _lock_data_dir(root)
     except OSError as exc:
-        raise open_error(root, exc) from exc
+        raise _open_error(root, exc) from exc
     try:
         manifest, opened = recover_store(root, container_count, ops, max_attributes=max_attributes)
     except OSError as exc:
         os.close(lock_fd)
-        raise open_error(root, exc) from exc
+        raise _open_error(root, exc) from exc
     except BaseException:
         os.close(lock_fd)
         raise
     return lock_fd, manifest, opened
 
 
-def open_error(root: Path, exc: OSError) -> StoreError:
+def _open_error(root: Path, exc: OSError) -> StoreError:
     """The store error for an OS error while opening the data dir at ``root``."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull(f"cannot open the data dir {root}: no space left on the device ({exc})")
