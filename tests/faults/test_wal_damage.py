@@ -198,6 +198,7 @@ async def test_damage_to_synced_records_is_refused_and_repair_cuts_it(
     assert server.returncode == 1
     error = _one_error_line(refused.value.log)
     assert "valid records follow" in error and "not a torn write" in error, error
+    assert "`headrace repair` cuts the log there" in error, error
     assert _files(server.data_dir) == before
 
     verify = run_verify(server.data_dir)

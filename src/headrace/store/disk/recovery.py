@@ -79,6 +79,7 @@ from headrace.store.disk.format import (
 )
 from headrace.store.disk.layout import (
     MAX_CONTAINER_COUNT,
+    WAL_DIR_NAME,
     WAL_SUFFIX,
     ContainerPaths,
     broken_wal_path,
@@ -874,7 +875,13 @@ def recover_store(
     """
     manifest = init_or_load_manifest(root, container_count, ops)
     all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
-    analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
+    try:
+        analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
+    except CorruptionError as exc:
+        if WAL_DIR_NAME in (Path(exc.path).name, Path(exc.path).parent.name):
+            hint = "; `headrace repair` cuts the log there (what follows is lost)"
+            raise CorruptionError(exc.path, exc.position, exc.reason + hint) from None
+        raise
     needed = sum(recovery_bytes(one) for one in analysed)
     if needed:
         reserve_space(root, needed + RECOVERY_MARGIN_BYTES, ops)
