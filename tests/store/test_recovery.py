@@ -549,7 +549,7 @@ async def test_a_torn_unsynced_write_with_valid_records_after_it_is_cut(
     wal = _last_wal(crashed)
     scan = scan_wal(wal, container_of(SEGMENT, CONTAINERS))
     assert scan.problem is not None and scan.problem.position == ops.torn_at
-    assert scan.later_record_at is not None  # the shape recovery used to refuse
+    assert scan.later_record_at is not None  # valid records after the hole
     assert scan.synced_end is not None and scan.synced_end <= ops.torn_at
     report = await asyncio.to_thread(verify_data_dir, crashed)
     assert report.ok, report.lines()
