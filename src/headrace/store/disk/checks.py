@@ -56,6 +56,12 @@ class CheckResult:
     or the file was removed behind the store's back)."""
 
 
+_NONE: array[int] = array("I")
+_NO_STATES = bytearray()
+"""Placeholders of a ``BlockChecks`` not loaded yet; never changed (``apply``
+replaces them when it loads the entries)."""
+
+
 class BlockChecks:
     """Which of a segment's blocks from before the open were checked, and how they fared.
 
@@ -70,9 +76,10 @@ class BlockChecks:
         self.end = end
         self.sidecar_bytes = sidecar_bytes
         self.offsets: array[int] | None = None
-        self.sizes: array[int] = array("I")
-        self.crcs: array[int] = array("I")
-        self.states = bytearray()
+        # Shared empty ones until loaded (a segment never read costs nothing more).
+        self.sizes: array[int] = _NONE
+        self.crcs: array[int] = _NONE
+        self.states = _NO_STATES
         self.unchecked = 0
 
     def span(self, offset: int, end: int) -> range:
