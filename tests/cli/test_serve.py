@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from headrace.server.config import DEFAULT_PORTS
+from tests._server import FREE, ServerProcess, add_user
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -90,6 +93,39 @@ def test_serve_stops_cleanly_on_signal(tmp_path: Path, signum: signal.Signals) -
         timeout=STOP_TIMEOUT_S,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_serve_makes_its_data_dir_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Every directory of the data dir is 0700 and every file 0600 (WAL, snapshot,
+    manifest, segment data and sidecars, the lock, the token key), even when
+    the server runs under umask 000 (docs/threat-model.md, section 1)."""
+    data_dir = tmp_path / "data"
+    passwords = tmp_path / "passwords"
+    add_user(passwords, "admin", "long enough secret", "prn::/*,READ_UPDATE")
+    old = os.umask(0)
+    try:
+        server = ServerProcess(
+            data_dir,
+            ports={"controller": FREE, "tank": FREE},
+            args=["--auth-password-file", str(passwords)],
+        )
+        server.start()
+    finally:
+        os.umask(old)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port_of("tank")), timeout=5):
+            pass
+    finally:
+        assert server.stop() == 0, server.log_tail()
+    modes = {path: stat.S_IMODE(path.lstat().st_mode) for path in [data_dir, *data_dir.rglob("*")]}
+    assert data_dir / "auth-token.key" in modes and any(p.suffix == ".wal" for p in modes)
+    assert any(p.suffix == ".data" for p in modes), sorted(modes)  # the controller's tables
+    wrong = {
+        str(path): oct(mode)
+        for path, mode in modes.items()
+        if mode != (0o700 if path.is_dir() else 0o600)
+    }
+    assert not wrong, wrong
 
 
 def test_serve_rejects_an_out_of_range_port(tmp_path: Path) -> None:

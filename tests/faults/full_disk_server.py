@@ -5,8 +5,12 @@ Usage: ``python full_disk_server.py FLAG_FILE [--checkpoints-only]
 flags of ``headrace serve``; any other flag is not accepted). The same
 ``ServerApp`` that ``headrace serve`` runs, on a ``DiskStore`` opened with a
 ``FileOps`` whose writes fail with ENOSPC while ``FLAG_FILE`` exists (before
-writing anything, as a full file system does). Prints the same ``headrace
-ready`` line; runs until SIGTERM.
+writing anything, as a full file system does, and so does asking for room
+with ``reserve``). Prints the same ``headrace ready`` line; runs until SIGTERM.
+
+``python full_disk_server.py FLAG_FILE --cli DATA_DIR ARGS...``: ``headrace
+serve --data-dir DATA_DIR ARGS...`` itself, through its command line (so its
+errors are reported as a user sees them), with the same failing writes.
 
 ``--checkpoints-only``: only a checkpoint's writes fail (the checksum sidecars
 and the snapshot, told apart by the file an fd names in ``/proc/self/fd``),
@@ -22,10 +26,14 @@ import errno
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import headrace.server.app as app_module
+from headrace.cli import main
 from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
+from headrace.server.metrics import TimedFileOps
 from headrace.store import DiskStore
 from headrace.store.disk.container import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.layout import SIDECAR_SUFFIX
@@ -65,18 +73,14 @@ class FullDiskOps(FileOps):
         self._check(fd)
         super().pwrite(fd, data, position)
 
+    def reserve(self, fd: int, size_bytes: int) -> None:
+        self._check(fd)
+        super().reserve(fd, size_bytes)
 
-async def main(args: list[str]) -> None:
-    flag = Path(args.pop(0))
-    checkpoints_only = False
-    checkpoint_wal_bytes = CHECKPOINT_WAL_BYTES
-    while args[0].startswith("--"):
-        option, _, value = args.pop(0).partition("=")
-        if option == "--checkpoints-only":
-            checkpoints_only = True
-        else:
-            assert option == "--checkpoint-wal-bytes", option
-            checkpoint_wal_bytes = int(value)
+
+async def serve_with(ops: FileOps, args: list[str], checkpoint_wal_bytes: int) -> None:
+    """``headrace serve``'s app on a ``DiskStore`` over ``ops``; ``args`` are
+    ``DATA_DIR --<listener>-port=N ...``. Runs until SIGTERM."""
     data_dir = Path(args.pop(0))
     ports = dict.fromkeys(DEFAULT_PORTS, 0)
     for arg in args:
@@ -84,11 +88,7 @@ async def main(args: list[str]) -> None:
         key = name.removesuffix("-port").replace("-", "_")
         assert key in ports, arg
         ports[key] = int(value)
-    store = await DiskStore.open(
-        data_dir,
-        file_ops=FullDiskOps(flag, checkpoints_only=checkpoints_only),
-        checkpoint_wal_bytes=checkpoint_wal_bytes,
-    )
+    store = await DiskStore.open(data_dir, file_ops=ops, checkpoint_wal_bytes=checkpoint_wal_bytes)
     app = ServerApp(ServerConfig(data_dir=data_dir, ports=ports), store=store)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -103,5 +103,39 @@ async def main(args: list[str]) -> None:
     print("headrace stopped", file=sys.stderr)
 
 
+def run_cli(flag: Path, args: list[str]) -> None:
+    """``headrace serve --data-dir DATA_DIR ARGS`` itself (its own error
+    handling: one ``Error:`` line), with every write of its store failing
+    while ``flag`` exists."""
+
+    class FullDiskTimedOps(FullDiskOps, TimedFileOps):
+        def __init__(self, observe: Callable[[float], None]) -> None:
+            TimedFileOps.__init__(self, observe)
+            self.flag = flag
+            self.checkpoints_only = False
+
+    app_module.TimedFileOps = FullDiskTimedOps  # type: ignore[misc]  (the syscall layer)
+    data_dir = args.pop(0)
+    main(["serve", "--data-dir", data_dir, *args], prog_name="headrace")
+
+
+async def main_async(args: list[str]) -> None:
+    flag = Path(args.pop(0))
+    checkpoints_only = False
+    checkpoint_wal_bytes = CHECKPOINT_WAL_BYTES
+    while args[0].startswith("--"):
+        option, _, value = args.pop(0).partition("=")
+        if option == "--checkpoints-only":
+            checkpoints_only = True
+        else:
+            assert option == "--checkpoint-wal-bytes", option
+            checkpoint_wal_bytes = int(value)
+    ops = FullDiskOps(flag, checkpoints_only=checkpoints_only)
+    await serve_with(ops, args, checkpoint_wal_bytes)
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    if sys.argv[2:3] == ["--cli"]:
+        run_cli(Path(sys.argv[1]), sys.argv[3:])
+    else:
+        asyncio.run(main_async(sys.argv[1:]))

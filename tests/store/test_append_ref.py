@@ -43,6 +43,7 @@ from headrace.store.disk.format import (
     SIDECAR_BLOCK_BYTES,
     SIDECAR_HEADER,
     WAL_HEADER,
+    WAL_HEADER_V2,
     AppendRefRecord,
     Record,
     RecordType,
@@ -599,7 +600,20 @@ def _rewrite_version(path: Path, position: int, crc_end: int | None, version: in
     path.write_bytes(bytes(raw))
 
 
-async def test_a_version_1_data_dir_opens_and_is_marked_version_2(tmp_path: Path) -> None:
+def _as_old_wal(path: Path, version: int) -> None:
+    """Make a WAL file an older version's: the first header part with its
+    version, without the synced mark (versions 1 and 2 have none)."""
+    raw = path.read_bytes()
+    path.write_bytes(raw[: WAL_HEADER_V2.size] + raw[WAL_HEADER.size :])
+    _rewrite_version(path, 8, WAL_HEADER_V2.size - 4, version)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_older_data_dir_opens_and_is_marked_with_this_version(
+    tmp_path: Path, version: int
+) -> None:
+    """Versions 1 (no APPEND_REF) and 2 (no synced mark) are opened as they are,
+    and the manifest then says this version, so older releases refuse the dir."""
     root = tmp_path / "data"
     store = await DiskStore.open(root, container_count=1, ref_append_bytes=MAX_APPEND_BYTES)
     try:  # with references off: what a version 1 store wrote
@@ -611,18 +625,19 @@ async def test_a_version_1_data_dir_opens_and_is_marked_version_2(tmp_path: Path
         await store.close()
     for dir_ in (root, crashed):
         paths = _paths(dir_)
-        _rewrite_version(manifest_path(dir_), 8, MANIFEST.size - 4, 1)
+        _rewrite_version(manifest_path(dir_), 8, MANIFEST.size - 4, version)
         for _, wal in paths.wal_files():
-            _rewrite_version(wal, 8, WAL_HEADER.size - 4, 1)
-        _rewrite_version(paths.snapshot, 8, None, 1)
+            _as_old_wal(wal, version)
+        _rewrite_version(paths.snapshot, 8, None, version)
         for sidecar in paths.segments_dir.glob("*.crc"):
-            _rewrite_version(sidecar, 8, SIDECAR_HEADER.size - 4, 1)
-        assert decode_manifest(manifest_path(dir_).read_bytes(), "m").version == 1
+            _rewrite_version(sidecar, 8, SIDECAR_HEADER.size - 4, version)
+        assert decode_manifest(manifest_path(dir_).read_bytes(), "m").version == version
         assert verify_data_dir(dir_).ok
         store = await DiskStore.open(dir_)
         try:
             assert (await store.read(SEGMENT, 0, 1 << 20)).data == _payload(1, LARGE)
-            assert decode_manifest(manifest_path(dir_).read_bytes(), "m").version == 2
+            manifest = decode_manifest(manifest_path(dir_).read_bytes(), "m")
+            assert manifest.version == FORMAT_VERSION
             await store.append(SEGMENT, _payload(2, LARGE))  # now by reference
         finally:
             await store.close()
@@ -638,7 +653,7 @@ async def test_an_unknown_format_version_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "data"
     await (await DiskStore.open(root, container_count=1)).close()
     _rewrite_version(manifest_path(root), 8, MANIFEST.size - 4, FORMAT_VERSION + 1)
-    with pytest.raises(CorruptionError, match="unsupported format version 3"):
+    with pytest.raises(CorruptionError, match=f"unsupported format version {FORMAT_VERSION + 1}"):
         await DiskStore.open(root)
 
 

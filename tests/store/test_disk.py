@@ -515,7 +515,11 @@ async def test_failed_fsync_stops_the_store(tmp_path: Path) -> None:
     with pytest.raises(StoreClosed):
         await store.create_segment("t")
     assert (await store.read("s", 0, 100)).data == b"acked"  # reads still work
-    for call in (store.info("s"), store.get_attribute("s", W1), store.flush()):
+    # So does info, with the durable length; without attributes, as failed
+    # records (applied, never synced) may have set some.
+    info = await asyncio.wait_for(store.info("s"), 10.0)
+    assert (info.length, info.sealed, info.attributes) == (5, False, {})
+    for call in (store.get_attribute("s", W1), store.flush()):
         with pytest.raises(StoreClosed):  # never a hang waiting for a dead committer
             await asyncio.wait_for(call, 10.0)
     await store.close()

@@ -29,12 +29,20 @@ from headrace.errors import CorruptionError, SegmentNotFound, StoreClosed
 from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore, FileOps
 from headrace.store.disk.container import REF_APPEND_BYTES
-from headrace.store.disk.format import WAL_HEADER, encode_wal_header
+from headrace.store.disk.format import SIDECAR_BLOCK_BYTES, WAL_HEADER, encode_wal_header
 from headrace.store.disk.layout import ContainerPaths, container_of
 from headrace.store.disk.log import scan_wal
+from headrace.store.disk.repair import repair_data_dir
 from headrace.store.disk.verify import verify_data_dir
 from headrace.store.memory import MemoryStore
-from headrace.types import NULL_ATTRIBUTE_VALUE, SegmentKind, TableUpdate, WriterAppend
+from headrace.types import (
+    NULL_ATTRIBUTE_VALUE,
+    ReadResult,
+    RegionRead,
+    SegmentKind,
+    TableUpdate,
+    WriterAppend,
+)
 
 CONTAINERS = 2
 SEGMENT = "stream/0"
@@ -143,6 +151,13 @@ async def test_torn_tail_at_any_position_is_backed_up_and_cut(tmp_path: Path) ->
         root = await asyncio.to_thread(_fresh, crashed, tmp_path / "torn")
         twal = _last_wal(root)
         os.truncate(twal, cut)
+        if cut < WAL_HEADER.size:
+            # Not even the header: the only WAL file is as good as missing, and
+            # no crash leaves that (the header is synced before the snapshot
+            # that needs the file). The records after the snapshot are lost.
+            container = container_of(SEGMENT, CONTAINERS)
+            await _assert_refused(root, f"container {container} has no readable WAL file")
+            continue
         report = await asyncio.to_thread(verify_data_dir, root)
         assert report.ok, (cut, report.lines())
         whole = [f for f in frames if f.end <= cut]
@@ -154,7 +169,7 @@ async def test_torn_tail_at_any_position_is_backed_up_and_cut(tmp_path: Path) ->
             assert backups == [], cut
         else:
             assert len(backups) == 1, cut
-            torn_from = max([WAL_HEADER.size, *(f.end for f in whole)]) if cut >= 28 else 0
+            torn_from = max([WAL_HEADER.size, *(f.end for f in whole)])
             assert backups[0].read_bytes() == original[torn_from:cut], cut
         assert (await asyncio.to_thread(verify_data_dir, root)).ok
 
@@ -343,6 +358,102 @@ async def test_bit_flip_in_a_data_file_is_reported_by_verify(tmp_path: Path) -> 
     [damage] = report.damage
     assert damage.path == str(data)
     assert "fails its checksum" in damage.reason
+    assert f"of segment {SEGMENT!r}" in damage.reason  # not only the file
+
+
+BLOCK = SIDECAR_BLOCK_BYTES
+
+
+async def _blocks_store(tmp_path: Path, blocks: int) -> tuple[Path, bytes]:
+    """A closed store with ``blocks`` whole checksum blocks in SEGMENT."""
+    root = tmp_path / "blocks"
+    data = os.urandom(blocks * BLOCK)
+    store = await DiskStore.open(root, container_count=CONTAINERS)
+    try:
+        await store.create_segment(SEGMENT)
+        for start in range(0, len(data), BLOCK // 2):
+            await store.append(SEGMENT, data[start : start + BLOCK // 2])
+    finally:
+        await store.close()
+    return root, data
+
+
+async def test_a_damaged_data_block_is_refused_to_readers_not_served(tmp_path: Path) -> None:
+    """A byte flipped in a data file while the store was stopped: every read
+    touching that block fails with CorruptionError naming the segment; reads
+    of the other blocks, zero-copy or not, and appends go on."""
+    root, data = await _blocks_store(tmp_path, 4)
+    _flip(_segment_file(root, ".data"), 2 * BLOCK + 123)
+    store = await DiskStore.open(root)
+    try:
+        assert (await store.read(SEGMENT, 0, BLOCK)).data == data[:BLOCK]
+        for offset, size in ((2 * BLOCK + 100, 10), (BLOCK + 10, BLOCK), (0, 4 * BLOCK)):
+            with pytest.raises(CorruptionError, match=f"of segment {SEGMENT!r} fails") as bad:
+                await store.read(SEGMENT, offset, size)
+            assert bad.value.position == 2 * BLOCK
+            with pytest.raises(CorruptionError):
+                await store.read_region(SEGMENT, offset, size, min_region_bytes=1)
+        # The first read of a block is served from the bytes its check read ...
+        checked = await store.read_region(SEGMENT, 3 * BLOCK, BLOCK, min_region_bytes=1)
+        assert isinstance(checked, ReadResult) and checked.data == data[3 * BLOCK :]
+        # ... later ones zero-copy.
+        region = await store.read_region(SEGMENT, 3 * BLOCK, BLOCK, min_region_bytes=1)
+        assert isinstance(region, RegionRead)
+        try:
+            got = os.pread(region.region.fd, BLOCK, region.region.position)
+        finally:
+            region.region.close()
+        assert got == data[3 * BLOCK :]
+        assert (await store.read(SEGMENT, BLOCK, BLOCK)).data == data[BLOCK : 2 * BLOCK]
+        await store.append(SEGMENT, b"after")
+        end = len(data)
+        assert (await store.read(SEGMENT, end, 100)).data == b"after"
+    finally:
+        await store.close()
+
+
+async def test_checked_blocks_are_not_read_again(tmp_path: Path) -> None:
+    """Each block from before the open is checked once; then its segment drops
+    the bookkeeping and reads are plain again."""
+    root, data = await _blocks_store(tmp_path, 3)
+    store = await DiskStore.open(root)
+    try:
+        c = store._container(SEGMENT)
+        seg = c.state.by_name[SEGMENT]
+        assert seg.unchecked_end == 3 * BLOCK and seg.checks is not None
+        assert (await store.read(SEGMENT, 10, 5)).data == data[10:15]
+        assert seg.checks is not None and seg.checks.unchecked == 2
+        _flip(_segment_file(root, ".data"), 20)  # after its check: not read again
+        assert (await store.read(SEGMENT, 10, 5)).data == data[10:15]
+        assert (await store.read(SEGMENT, BLOCK, 2 * BLOCK)).data == data[BLOCK:]
+        assert seg.checks is None and seg.unchecked_end == 0
+    finally:
+        await store.close()
+
+
+async def test_every_file_and_directory_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """0700 directories and 0600 files, under umask 000: the WAL, snapshots,
+    manifest, lock, data files, sidecars and torn-tail backups."""
+    root = tmp_path / "private"
+    old = os.umask(0)
+    try:
+        store = await DiskStore.open(root, container_count=CONTAINERS)
+        try:
+            await _appends(store)
+        finally:
+            await store.close()
+        _append_bytes(_last_wal(root), b"torn")
+        assert await _contents(root) == b"".join(APPENDS)  # backs the torn tail up
+    finally:
+        os.umask(old)
+    assert _backups(_last_wal(root))
+    modes = {path: stat.S_IMODE(path.lstat().st_mode) for path in [root, *root.rglob("*")]}
+    wrong = {
+        str(path): oct(mode)
+        for path, mode in modes.items()
+        if mode != (0o700 if path.is_dir() else 0o600)
+    }
+    assert not wrong, wrong
 
 
 async def test_leftover_snapshot_tmp_is_ignored(tmp_path: Path) -> None:
@@ -386,6 +497,156 @@ async def test_torn_write_stops_the_store_and_recovers(tmp_path: Path) -> None:
     paths = ContainerPaths(tmp_path, container_of(SEGMENT, CONTAINERS))
     [backup] = paths.broken_files()
     assert 0 < backup.stat().st_size < len(b"torn" * 100)
+
+
+class HoleOps(FileOps):
+    """Once armed, the next WAL write of three or more records reaches the file in
+    pieces, as an unsynced write can after a power cut: its first record and
+    half of the second, then a hole of zeros, then its last record. Then the
+    write fails (the process "died" before the sync: nothing of it was
+    acknowledged)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.torn_at = -1
+
+    def write(self, fd: int, buffers: list[bytes | memoryview], size_bytes: int) -> None:
+        if not self.armed or len(buffers) < 6:
+            super().write(fd, buffers, size_bytes)
+            return
+        self.armed = False
+        sizes = [len(buffers[i]) + len(buffers[i + 1]) for i in range(0, len(buffers), 2)]
+        joined = b"".join(buffers)
+        start = os.fstat(fd).st_size
+        self.torn_at = start + sizes[0]  # the second record: half written, then a hole
+        os.write(fd, joined[: sizes[0] + sizes[1] // 2])
+        os.ftruncate(fd, start + len(joined) - sizes[-1])
+        os.write(fd, joined[-sizes[-1] :])
+        raise OSError(5, "injected: the power went before the sync")
+
+
+async def test_a_torn_unsynced_write_with_valid_records_after_it_is_cut(
+    tmp_path: Path,
+) -> None:
+    """The hole lies past the synced mark: no record of the write was
+    acknowledged, so open backs it up and cuts it, whatever follows it."""
+    ops = HoleOps()
+    live = tmp_path / "live"
+    store = await DiskStore.open(live, file_ops=ops, container_count=CONTAINERS)
+    try:
+        await _appends(store)
+        ops.armed = True
+        results = await asyncio.gather(
+            *(store.append(SEGMENT, b"never acknowledged %d" % i) for i in range(5)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, StoreClosed) for r in results), results
+        crashed = tmp_path / "crashed"
+        await asyncio.to_thread(shutil.copytree, live, crashed)
+    finally:
+        await store.close()
+    wal = _last_wal(crashed)
+    scan = scan_wal(wal, container_of(SEGMENT, CONTAINERS))
+    assert scan.problem is not None and scan.problem.position == ops.torn_at
+    assert scan.later_record_at is not None  # valid records after the hole
+    assert scan.synced_end is not None and scan.synced_end <= ops.torn_at
+    report = await asyncio.to_thread(verify_data_dir, crashed)
+    assert report.ok, report.lines()
+    assert any("torn write" in note for note in report.notes), report.notes
+    size = wal.stat().st_size
+    # The write's first record reached the disk whole: kept, as whole records
+    # before any torn tail are (it was never acknowledged, nor refused as stored).
+    assert await _contents(crashed) == b"".join(APPENDS) + b"never acknowledged 0"
+    [backup] = _backups(wal)
+    assert backup.stat().st_size == size - ops.torn_at
+    assert (await asyncio.to_thread(verify_data_dir, crashed)).ok
+
+
+async def test_damage_before_the_synced_mark_with_records_after_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The same shape inside bytes a sync covered is damage to acknowledged
+    records: refused, and the directory left as it was."""
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    scan = scan_wal(wal, container_of(SEGMENT, CONTAINERS))
+    frames = _frames(wal)
+    assert scan.synced_end == frames[-1].end  # every record was acknowledged
+    raw = bytearray(wal.read_bytes())
+    raw[frames[3].start : frames[5].start] = bytes(frames[5].start - frames[3].start)
+    wal.write_bytes(bytes(raw))
+    await _assert_refused(crashed, "so this is not a torn write")
+
+
+async def test_repair_cuts_a_refused_log_and_reports_what_it_held(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    wal = _last_wal(crashed)
+    frames = _frames(wal)
+    raw = bytearray(wal.read_bytes())
+    damaged = frames[3]  # the third append; frames[0] is the CREATE
+    raw[damaged.start + 8 : damaged.end] = bytes(damaged.end - damaged.start - 8)
+    wal.write_bytes(bytes(raw))
+    await _assert_refused(crashed, "not a torn write")
+
+    report = await asyncio.to_thread(repair_data_dir, crashed)
+    assert report.ok, report.lines()
+    [cut] = report.cuts
+    assert (cut.path, cut.position) == (wal, damaged.start)
+    assert cut.lost.records == len(frames) - 4
+    assert cut.lost.appends == {SEGMENT: (len(APPENDS) - 3, sum(map(len, APPENDS[3:])))}
+    assert cut.lost.unreadable_bytes == damaged.end - damaged.start
+    [backup] = _backups(wal)
+    assert backup.read_bytes() == bytes(raw[damaged.start :])
+    assert report.lines()[-1].startswith("REPAIRED:")
+    assert await _contents(crashed) == b"".join(APPENDS[:2])
+    again = await asyncio.to_thread(repair_data_dir, crashed)
+    assert again.ok and not again.cuts
+    assert again.lines()[-1].startswith("NOTHING TO REPAIR")
+
+
+async def test_repair_starts_an_empty_log_for_a_deleted_one(tmp_path: Path) -> None:
+    crashed = await _crash_copy(tmp_path, _appends)
+    _last_wal(crashed).unlink()
+    report = await asyncio.to_thread(repair_data_dir, crashed)
+    assert report.ok and len(report.cuts) == 1, report.lines()
+    assert report.cuts[0].new_wal is not None
+    assert await _contents(crashed) is None  # the snapshot was taken before the create
+    assert (await asyncio.to_thread(verify_data_dir, crashed)).ok
+
+
+async def test_repair_leaves_damage_outside_the_log_alone(tmp_path: Path) -> None:
+    root = await _closed_store(tmp_path)
+    _flip(_segment_file(root, ".crc"), 30)
+    before = await asyncio.to_thread(_files, root)
+    report = await asyncio.to_thread(repair_data_dir, root)
+    assert not report.ok and not report.cuts
+    assert "sidecar" in report.refused[0]
+    assert await asyncio.to_thread(_files, root) == before
+
+
+async def test_the_synced_mark_follows_the_syncs(tmp_path: Path) -> None:
+    store = await DiskStore.open(tmp_path, container_count=CONTAINERS)
+    try:
+        await store.create_segment(SEGMENT)
+        wal = _last_wal(tmp_path)
+        for data in APPENDS:
+            await store.append(SEGMENT, data)
+            scan = scan_wal(wal, container_of(SEGMENT, CONTAINERS))
+            assert scan.synced_end == wal.stat().st_size == scan.end
+    finally:
+        await store.close()
+
+
+async def test_a_missing_wal_is_refused_naming_the_container(tmp_path: Path) -> None:
+    """The records after the snapshot were in the deleted file: open and verify
+    say so, naming the container, instead of starting without them."""
+    crashed = await _crash_copy(tmp_path, _appends)
+    container = container_of(SEGMENT, CONTAINERS)
+    _last_wal(crashed).unlink()
+    await _assert_refused(crashed, f"container {container} has no readable WAL file")
+    report = await asyncio.to_thread(verify_data_dir, crashed)
+    assert any(f"container {container} has no readable WAL" in str(d) for d in report.damage)
 
 
 class FailDeleteOps(FileOps):

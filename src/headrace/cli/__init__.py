@@ -18,6 +18,7 @@ __all__ = ["main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("headrace.cli.serve", "serve"),
     "verify": ("headrace.cli.verify", "verify"),
+    "repair": ("headrace.cli.repair", "repair"),
     "demo": ("headrace.cli.demo", "demo"),
     "stream": ("headrace.cli.stream", "stream"),
     "write": ("headrace.cli.events", "write"),

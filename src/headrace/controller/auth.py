@@ -642,7 +642,7 @@ def load_or_create_key(data_dir: Path) -> bytes:
         ConfigError: the file is unreadable, the wrong size, or too open.
     """
     path = data_dir / TOKEN_KEY_FILE
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

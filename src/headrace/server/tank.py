@@ -502,9 +502,14 @@ class TankBroker:
             stored = dict(part.anchors)
         stale = [o for o in stored if o >= info.length]
         if stale:  # anchors written for appends that never became durable
-            await self.store.remove_table_keys(
-                self.table, [TableKey(_anchor_key(part.segment, o)) for o in stale]
-            )
+            try:
+                await self.store.remove_table_keys(
+                    self.table, [TableKey(_anchor_key(part.segment, o)) for o in stale]
+                )
+            except StoreError as exc:
+                # A failed write fails the store: no append can reach those
+                # offsets before a restart, whose load removes them. Reads go on.
+                log.warning("tank: removing stale anchors of %s failed: %s", part.segment, exc)
         part.anchors = {o: s for o, s in stored.items() if info.start_offset <= o < info.length}
         part.start = info.start_offset
         part.length = info.length
@@ -536,7 +541,10 @@ class TankBroker:
                 # Anchor the tail, so that a truncation while we are down still
                 # finds a known seq num after it.
                 part.checkpoint_offset = last.offset
-                await self._put_anchor(part, last.offset, last.first)
+                try:
+                    await self._put_anchor(part, last.offset, last.first)
+                except StoreError as exc:  # only a restart's speed depends on it
+                    log.warning("tank: anchoring the tail of %s failed: %s", part.segment, exc)
         part.loaded = True
         self.open_time_us += int((time.perf_counter() - began) * 1e6)
 

@@ -543,10 +543,11 @@ class Container:
         if sync_dir:
             fsync_dir(self.paths.segments_dir, self.ops)
 
-    def _sync_wal(self, wal_fd: int, writes: _Writes | None = None) -> None:
+    def _sync_wal(self, wal: WalWriter, writes: _Writes | None = None) -> None:
         """Sync the WAL and every APPEND_REF byte written so far; return when both
-        are durable. Called for every WAL sync, so a sync never vouches for a
-        reference to bytes that are not synced, under any policy.
+        are durable, after rewriting the WAL's synced mark. Called for every WAL
+        sync, so a sync never vouches for a reference to bytes that are not
+        synced, under any policy.
 
         The data files are synced in the helper thread *beside* the WAL's
         ``fdatasync``, not before it: one journal commit can serve both, where
@@ -554,7 +555,17 @@ class Container:
         long). Their order does not matter: nothing the round covers is
         acknowledged before both returned, and recovery treats a reference
         whose bytes did not make it as a torn tail.
+
+        The synced mark (``WalWriter.mark_synced``: one ``pwrite`` into the
+        file's first page, no sync of its own) records the file size taken
+        before the sync started; the next sync takes it to the disk. Recovery
+        cuts damage at or past it as a torn write that was never acknowledged.
         """
+        synced_end = wal.written_end()
+        self._sync_wal_and_data(wal.fd, writes)
+        wal.mark_synced(synced_end, self.ops)
+
+    def _sync_wal_and_data(self, wal_fd: int, writes: _Writes | None) -> None:
         with self._unsynced_lock:
             ids, self._unsynced = self._unsynced, set()
             sync_dir = self._dir_unsynced and bool(ids)
@@ -640,8 +651,8 @@ class Container:
         if exc is not None:
             self.fail(exc)
 
-    def _write_job(self, writes: _Writes | None, sync_fd: int | None) -> None:
-        """In the sync thread: write ``writes``, then sync the WAL at ``sync_fd``.
+    def _write_job(self, writes: _Writes | None, sync_wal: WalWriter | None) -> None:
+        """In the sync thread: write ``writes``, then sync the WAL ``sync_wal``.
 
         After one failed write every later job fails with the same error: a
         sync must never vouch for records whose write did not happen.
@@ -655,8 +666,8 @@ class Container:
                 self._write_error = exc
                 raise
             self._note_unsynced(writes)
-        if sync_fd is not None:
-            self._sync_wal(sync_fd, writes)
+        if sync_wal is not None:
+            self._sync_wal(sync_wal, writes)
 
     async def durable(self, seq: int, on_durable: Callable[[], None] | None = None) -> None:
         """Return once record ``seq`` is durable under the policy, after ``on_durable`` ran."""
@@ -745,6 +756,11 @@ class Container:
         if self.policy is FsyncPolicy.ALWAYS and self.synced_seq < self.state.last_seq:
             await self.durable(self.state.last_seq)
 
+    def all_synced(self) -> bool:
+        """Whether every record applied to the state is synced (under ``never``
+        and ``interval`` only known when the container has not failed)."""
+        return self.policy is FsyncPolicy.ALWAYS and self.synced_seq >= self.state.last_seq
+
     async def flush(self) -> None:
         """Sync the WAL now, whatever the policy, and let a running checkpoint finish."""
         self.check_writable()
@@ -789,13 +805,13 @@ class Container:
             if self._sync_thread is None:
                 self._flush()
                 if self.synced_seq < target:
-                    await asyncio.to_thread(self._sync_wal, self._wal.fd)
+                    await asyncio.to_thread(self._sync_wal, self._wal)
             else:
                 writes = self._take_pending(pin=True)
-                sync_fd = self._wal.fd if self.synced_seq < target else None
-                if writes is not None or sync_fd is not None:
+                sync_wal = self._wal if self.synced_seq < target else None
+                if writes is not None or sync_wal is not None:
                     await self._sync_thread.run(
-                        functools.partial(self._write_job, writes, sync_fd),
+                        functools.partial(self._write_job, writes, sync_wal),
                         None
                         if writes is None
                         else functools.partial(self.files.unpin, writes.pinned),
@@ -859,7 +875,7 @@ class Container:
         self._wal_paths = [self._wal.path]
         self._ref_bytes = 0
         # Records up to ``seq`` are all in the old file; sync and release it.
-        await self._in_sync_thread(functools.partial(self._sync_switch, old_wal, self._wal.fd))
+        await self._in_sync_thread(functools.partial(self._sync_switch, old_wal, self._wal))
         self._mark_synced(seq)
         self._checkpointing = asyncio.create_task(
             self._write_checkpoint(captured, old_paths),
@@ -880,12 +896,12 @@ class Container:
             self._checkpointing = None
             self._wake.set()  # the WAL may have passed the threshold again
 
-    def _sync_switch(self, old_wal: WalWriter, new_fd: int) -> None:
+    def _sync_switch(self, old_wal: WalWriter, new_wal: WalWriter) -> None:
         try:
-            self._sync_wal(old_wal.fd)
+            self._sync_wal(old_wal)
         finally:
             old_wal.close()
-        self.ops.sync_wal(new_fd)  # the new file's header
+        self.ops.sync_wal(new_wal.fd)  # the new file's header (its mark covers it)
         fsync_dir(self.paths.wal_dir, self.ops)
 
     # ------------------------------------------------------------------ failure and close

@@ -24,7 +24,10 @@ Write-ahead log file (``containers/NNNN/wal/<first_seq:020d>.wal``)::
     12        4     container id (u32)
     16        8     sequence number of the file's first record (u64)
     24        4     CRC-32 of bytes 0..24
-    then records, back to back:
+    synced mark (version 3; versions 1 and 2 have none, their records start at 28):
+    28        8     synced end: a file position this file was fsynced up to (u64)
+    36        4     CRC-32 of bytes 28..36
+    then records, back to back (from 40):
     +0        4     payload size P (u32), bytes after this 8-byte frame header
     +4        4     CRC-32 of the 4 size bytes followed by the P payload bytes
     +8        8     record sequence number (u64), +1 per record within a container
@@ -61,10 +64,18 @@ under ``interval`` and ``never``), smaller ones stay APPENDs: for them a
 data-file sync per round, or the reference's own cost, is more than the second
 page-cache copy.
 
-Version 1 data dirs (no APPEND_REF) are read as they are; opening one with
-this version rewrites its manifest to version 2 before any record is written,
-so that an older release refuses the dir instead of reading an APPEND_REF as a
-torn tail.
+The synced mark (format version 3) is rewritten in place after every WAL
+sync, with the file size the sync covered, and reaches the disk with the next
+sync: it never claims more than was synced, and lags the truth by at most one
+sync. Recovery uses it to tell a torn write of never-synced records (damage at
+or past the mark, even with valid records after it: cut) from damage to
+synced records (refused). A mark whose CRC fails says nothing (the file is then
+read as a version 2 file is: damage with valid records after it is refused).
+
+Version 1 and 2 data dirs are read as they are (their WAL files have no mark);
+opening one with this version rewrites its manifest to version 3 before any
+record is written, so that an older release refuses the dir instead of
+misreading the newer files.
 
 Container snapshot (``containers/NNNN/snapshot``, replaced atomically)::
 
@@ -142,7 +153,10 @@ __all__ = [
     "SIDECAR_BLOCK_BYTES",
     "SIDECAR_ENTRY",
     "SIDECAR_HEADER",
+    "SYNCED_MARK",
+    "SYNCED_MARK_VERSION",
     "WAL_HEADER",
+    "WAL_HEADER_V2",
     "AppendRecord",
     "AppendRefRecord",
     "AttributeRecord",
@@ -158,6 +172,7 @@ __all__ = [
     "Snapshot",
     "SnapshotSegment",
     "TruncateRecord",
+    "WalHeader",
     "crc32",
     "crc32_combine",
     "decode_manifest",
@@ -170,16 +185,22 @@ __all__ = [
     "encode_sidecar_entries",
     "encode_sidecar_header",
     "encode_snapshot",
+    "encode_synced_mark",
     "encode_wal_header",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Bumped on any incompatible change; a reader refuses versions it does not know.
-Version 2 added the APPEND_REF record; every other layout is version 1's."""
+Version 2 added the APPEND_REF record; version 3 the WAL file's synced mark;
+every other layout is version 1's."""
 
-READABLE_VERSIONS = frozenset({1, FORMAT_VERSION})
-"""Versions this code reads: a version 1 data dir is opened (its files are the
-same layouts, and it holds no APPEND_REF); files written now carry version 2."""
+READABLE_VERSIONS = frozenset({1, 2, FORMAT_VERSION})
+"""Versions this code reads: version 1 and 2 data dirs are opened (their files
+are the same layouts, version 1 holds no APPEND_REF, neither has a synced
+mark); files written now carry version 3."""
+
+SYNCED_MARK_VERSION = 3
+"""First format version whose WAL files carry a synced mark."""
 
 crc32 = _zlib_ng_crc32
 """CRC-32 with the IEEE polynomial, exactly ``zlib.crc32``'s values (the format
@@ -201,9 +222,19 @@ SIDECAR_MAGIC = b"HRCRC001"
 MANIFEST = struct.Struct(">8sIIqI")
 assert MANIFEST.size == 28
 
-WAL_HEADER = struct.Struct(">8sIIQI")
-"""magic, version, container id, first record sequence number, CRC of the rest."""
-assert WAL_HEADER.size == 28
+WAL_HEADER_V2 = struct.Struct(">8sIIQI")
+"""magic, version, container id, first record sequence number, CRC of the rest:
+a whole version 1 or 2 header, and the first part of a version 3 one."""
+assert WAL_HEADER_V2.size == 28
+
+SYNCED_MARK = struct.Struct(">QI")
+"""synced end (a file position), CRC of it; after the version 3 header's first part."""
+assert SYNCED_MARK.size == 12
+
+WAL_HEADER = struct.Struct(">8sIIQIQI")
+"""The version 3 WAL file header: the first part, then the synced mark. Records
+start at its size."""
+assert WAL_HEADER.size == WAL_HEADER_V2.size + SYNCED_MARK.size == 40
 
 FRAME_HEADER = struct.Struct(">II")
 """payload size, CRC-32 over (size bytes + payload)."""
@@ -324,23 +355,58 @@ def decode_manifest(raw: bytes, path: str) -> Manifest:
 # --------------------------------------------------------------------------- WAL
 
 
+@dataclass(frozen=True, slots=True)
+class WalHeader:
+    """What a WAL file's header says."""
+
+    container_id: int
+    first_seq: int
+    version: int
+    records_at: int
+    """File position of the first record (the header's size for its version)."""
+    synced_end: int | None
+    """The synced mark: the file was fsynced at least up to this position (None:
+    a version without one, or a mark whose CRC fails, which says nothing)."""
+
+
 def encode_wal_header(container_id: int, first_seq: int) -> bytes:
-    head = WAL_HEADER.pack(WAL_MAGIC, FORMAT_VERSION, container_id, first_seq, 0)[:-4]
-    return head + struct.pack(">I", crc32(head))
+    """A version 3 header whose synced mark covers the header itself."""
+    head = WAL_HEADER_V2.pack(WAL_MAGIC, FORMAT_VERSION, container_id, first_seq, 0)[:-4]
+    return head + struct.pack(">I", crc32(head)) + encode_synced_mark(WAL_HEADER.size)
 
 
-def decode_wal_header(raw: bytes, path: str) -> tuple[int, int]:
-    """Return ``(container_id, first_seq)`` of a WAL file header."""
-    if len(raw) < WAL_HEADER.size:
+def encode_synced_mark(synced_end: int) -> bytes:
+    """The 12 bytes written at ``WAL_HEADER_V2.size`` after a sync up to ``synced_end``."""
+    raw = struct.pack(">Q", synced_end)
+    return raw + struct.pack(">I", crc32(raw))
+
+
+def decode_wal_header(raw: bytes, path: str) -> WalHeader:
+    """Decode a WAL file header (either layout).
+
+    Raises:
+        CorruptionError: incomplete, bad CRC, bad magic, unknown version
+            (position 0 or 8). A synced mark whose CRC fails is not an error.
+    """
+    if len(raw) < WAL_HEADER_V2.size:
         raise CorruptionError(path, 0, "WAL header is incomplete")
-    magic, version, container_id, first_seq, crc = WAL_HEADER.unpack_from(raw)
-    if crc32(raw[: WAL_HEADER.size - 4]) != crc:
+    magic, version, container_id, first_seq, crc = WAL_HEADER_V2.unpack_from(raw)
+    if crc32(raw[: WAL_HEADER_V2.size - 4]) != crc:
         raise CorruptionError(path, 0, "WAL header checksum mismatch")
     if magic != WAL_MAGIC:
         raise CorruptionError(path, 0, f"bad WAL magic {magic!r}")
     if version not in READABLE_VERSIONS:
         raise CorruptionError(path, 8, f"unsupported format version {version}")
-    return container_id, first_seq
+    if version < SYNCED_MARK_VERSION:
+        return WalHeader(container_id, first_seq, version, WAL_HEADER_V2.size, None)
+    if len(raw) < WAL_HEADER.size:
+        raise CorruptionError(path, 0, "WAL header is incomplete")
+    synced_end, mark_crc = SYNCED_MARK.unpack_from(raw, WAL_HEADER_V2.size)
+    start = WAL_HEADER_V2.size
+    valid = crc32(raw[start : start + 8]) == mark_crc
+    return WalHeader(
+        container_id, first_seq, version, WAL_HEADER.size, synced_end if valid else None
+    )
 
 
 class RecordType(enum.IntEnum):

@@ -49,6 +49,7 @@ SEQ_DIGITS = 20
 SEGMENT_ID_HEX_DIGITS = 16
 """Segment files are ``%016x``: every u64 segment id fits."""
 
+WAL_DIR_NAME = "wal"
 WAL_SUFFIX = ".wal"
 DATA_SUFFIX = ".data"
 SIDECAR_SUFFIX = ".crc"
@@ -87,7 +88,7 @@ class ContainerPaths:
         assert 0 <= container_id < MAX_CONTAINER_COUNT
         self.container_id = container_id
         self.dir = containers_path(root) / f"{container_id:0{CONTAINER_DIR_DIGITS}d}"
-        self.wal_dir = self.dir / "wal"
+        self.wal_dir = self.dir / WAL_DIR_NAME
         self.segments_dir = self.dir / "segments"
         self.snapshot = self.dir / "snapshot"
         self.snapshot_tmp = self.dir / "snapshot.tmp"

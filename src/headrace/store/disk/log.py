@@ -9,33 +9,64 @@ Telling a torn tail from damage (``scan_wal``): reading stops at the first
 frame that is incomplete or fails its checksum. In the last file that is a
 torn write, unless a valid record with a later sequence number can still be
 found further on; then the log is damaged in the middle, and recovery
-refuses to guess (``CorruptionError``). In any earlier file, any bad frame
-is damage.
+refuses to guess (``CorruptionError``), unless the problem lies at or past
+the file's synced mark: a write that was never synced can reach the disk
+in pieces (its first and last pages, not the middle), and none of its
+records was acknowledged. In any earlier file, any bad frame is damage.
+
+The synced mark (``WalWriter.mark_synced``) is rewritten in the file's
+header after every sync, through a descriptor of its own (the records'
+descriptor appends, and ``pwrite`` on it would too). It costs no sync of its
+own: the next sync of the file takes it to the disk, so it may lag one sync
+behind, but never claims bytes that were not synced.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from headrace.errors import CorruptionError
 from headrace.store.disk.format import (
     FRAME_HEADER,
     PAYLOAD_HEADER,
     WAL_HEADER,
+    WAL_HEADER_V2,
     FrameProblem,
     Record,
     RecordType,
     check_frame,
     decode_wal_header,
+    encode_synced_mark,
     encode_wal_header,
     frame_seq,
     scan_frames,
 )
 
-__all__ = ["FileOps", "WalScan", "WalWriter", "atomic_write", "fsync_dir", "scan_wal"]
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "FileOps",
+    "WalScan",
+    "WalWriter",
+    "atomic_write",
+    "find_later_record",
+    "fsync_dir",
+    "make_dir",
+    "scan_wal",
+    "torn_unsynced",
+]
+
+FILE_MODE: Final = 0o600
+"""Every file of a data dir: it holds every stored byte, readable by its owner only
+(``docs/threat-model.md``; the process umask can only take bits away)."""
+
+DIR_MODE: Final = 0o700
+"""Every directory of a data dir, for the same reason."""
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -103,6 +134,32 @@ class FileOps:
             view = view[written:]
             position += written
 
+    def write_mark(self, fd: int, mark: bytes, position: int) -> None:
+        """Rewrite a WAL file's synced mark in place (12 bytes in a page the
+        file already has: no new space is needed)."""
+        os.pwrite(fd, mark, position)
+
+    def reserve(self, fd: int, size_bytes: int) -> None:
+        """Allocate ``size_bytes`` of disk space to ``fd`` (a throw-away file):
+        recovery asks for the room it will need before it changes anything
+        (where the file system has no ``fallocate``, nothing is asked).
+
+        Raises:
+            OSError: ENOSPC (or EDQUOT) if the space is not there.
+        """
+        try:
+            os.posix_fallocate(fd, 0, size_bytes)
+        except OSError as exc:
+            # A file system without fallocate is not asked: writing the bytes
+            # to find out would cost more than the recovery itself.
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
+
+def make_dir(path: Path) -> None:
+    """Create a directory of a data dir (``DIR_MODE``); an existing one is kept as it is."""
+    path.mkdir(mode=DIR_MODE, exist_ok=True)
+
 
 def fsync_dir(path: Path, ops: FileOps) -> None:
     """Make a directory's entries (creations, renames, unlinks) durable."""
@@ -122,52 +179,86 @@ def sync_path(path: Path, ops: FileOps) -> None:
 
 
 def atomic_write(path: Path, tmp: Path, data: bytes, ops: FileOps) -> None:
-    """Replace ``path`` with ``data``: write ``tmp``, fsync, rename, fsync the directory."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """Replace ``path`` with ``data``: write ``tmp``, fsync, rename, fsync the directory.
+
+    If writing ``tmp`` fails it is removed again: ``path`` and the directory
+    are as they were.
+    """
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         ops.pwrite(fd, data, 0)
         ops.sync_file(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent, ops)
 
 
 class WalWriter:
-    """The open WAL file records are appended to."""
+    """The open WAL file records are appended to (``fd``, opened to append), and
+    a second descriptor of it for rewriting its synced mark (``mark_synced``)."""
 
-    def __init__(self, path: Path, fd: int, first_seq: int, size_bytes: int) -> None:
+    def __init__(self, path: Path, fd: int, mark_fd: int, first_seq: int, size_bytes: int) -> None:
         self.path = path
         self.fd = fd
+        self.mark_fd = mark_fd
         self.first_seq = first_seq
         self.size_bytes = size_bytes
 
     @classmethod
     def create(cls, path: Path, container_id: int, first_seq: int, ops: FileOps) -> WalWriter:
-        """Start a new WAL file with its header (synced later, with its first records)."""
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        """Start a new WAL file with its header (synced later, with its first records).
+
+        If the header cannot be written the file is removed again, so a full
+        disk leaves no empty WAL file behind.
+        """
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, FILE_MODE)
+        mark_fd = -1
         try:
             header = encode_wal_header(container_id, first_seq)
             ops.write(fd, [header], len(header))
+            mark_fd = os.open(path, os.O_WRONLY)
         except BaseException:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise
-        return cls(path, fd, first_seq, len(header))
+        return cls(path, fd, mark_fd, first_seq, len(header))
 
     @classmethod
     def reopen(cls, path: Path, first_seq: int) -> WalWriter:
-        """Continue an existing, already durable WAL file (one without records)."""
+        """Continue an existing, already durable WAL file of this format version
+        that holds no record."""
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        return cls(path, fd, first_seq, os.fstat(fd).st_size)
+        try:
+            mark_fd = os.open(path, os.O_WRONLY)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, mark_fd, first_seq, os.fstat(fd).st_size)
 
     def append(self, buffers: list[bytes | memoryview], size_bytes: int, ops: FileOps) -> None:
         ops.write(self.fd, buffers, size_bytes)
         self.size_bytes += size_bytes
 
+    def written_end(self) -> int:
+        """The file's size now: what a sync that starts after this call covers."""
+        return os.fstat(self.fd).st_size
+
+    def mark_synced(self, synced_end: int, ops: FileOps) -> None:
+        """Record that the file was synced up to ``synced_end`` (call only after
+        that sync returned); the next sync of the file makes the mark durable."""
+        ops.write_mark(self.mark_fd, encode_synced_mark(synced_end), WAL_HEADER_V2.size)
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.mark_fd >= 0:
+            os.close(self.mark_fd)
+            self.mark_fd = -1
 
 
 @dataclass(slots=True)
@@ -177,6 +268,11 @@ class WalScan:
     path: Path
     size_bytes: int
     first_seq: int = 0
+    version: int = 0
+    records_at: int = WAL_HEADER.size
+    """File position of the first record (the header's size for its version)."""
+    synced_end: int | None = None
+    """The header's synced mark (None: none, or unreadable)."""
     records: list[tuple[int, int, Record]] = field(default_factory=list)
     """(file position, seq, record) of each valid record, in order."""
     end: int = 0
@@ -196,20 +292,24 @@ def scan_wal(path: Path, container_id: int) -> WalScan:
     raw = path.read_bytes()
     scan = WalScan(path, len(raw))
     try:
-        owner, scan.first_seq = decode_wal_header(raw, str(path))
+        header = decode_wal_header(raw, str(path))
     except CorruptionError as exc:
         scan.problem = FrameProblem(0, exc.reason)
-        scan.later_record_at = _find_later_record(raw, WAL_HEADER.size, 1)
+        scan.later_record_at = find_later_record(raw, WAL_HEADER_V2.size, 1)
         return scan
-    if owner != container_id:
-        reason = f"WAL of container {owner} in container {container_id}"
+    if header.container_id != container_id:
+        reason = f"WAL of container {header.container_id} in container {container_id}"
         raise CorruptionError(str(path), 12, reason)
-    scan.end = WAL_HEADER.size
+    scan.first_seq = header.first_seq
+    scan.version = header.version
+    scan.records_at = header.records_at
+    scan.synced_end = header.synced_end
+    scan.end = header.records_at
     expected_seq = scan.first_seq
-    for item in scan_frames(raw, WAL_HEADER.size, str(path)):
+    for item in scan_frames(raw, header.records_at, str(path)):
         if isinstance(item, FrameProblem):
             scan.problem = item
-            scan.later_record_at = _find_later_record(raw, item.position + 1, expected_seq)
+            scan.later_record_at = find_later_record(raw, item.position + 1, expected_seq)
             break
         position, seq, _ = item
         if seq != expected_seq:
@@ -222,7 +322,22 @@ def scan_wal(path: Path, container_id: int) -> WalScan:
     return scan
 
 
-def _find_later_record(raw: bytes, start: int, min_seq: int) -> int | None:
+def torn_unsynced(scan: WalScan) -> bool:
+    """Whether ``scan``'s problem, with valid records after it, lies at or past
+    the file's synced mark: a write that never became durable reached the disk
+    in pieces (the first and the last, not the middle), so it is a torn tail
+    like any other, and none of the records in or after it was acknowledged.
+    (A whole, valid record with an unexpected sequence number is never a torn
+    write: that is damage wherever it is.)"""
+    return (
+        scan.problem is not None
+        and scan.synced_end is not None
+        and scan.problem.position >= scan.synced_end
+        and (scan.later_record_at is None or scan.later_record_at > scan.problem.position)
+    )
+
+
+def find_later_record(raw: bytes, start: int, min_seq: int) -> int | None:
     """Position of the first valid frame at or after ``start`` whose seq could
     follow ``min_seq - 1`` in this file, or None.
 

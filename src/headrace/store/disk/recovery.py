@@ -41,6 +41,7 @@ files dropped), and segment files no live segment owns are removed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import errno
@@ -53,9 +54,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import Final, cast
 
-from headrace.errors import CorruptionError
+from headrace.errors import CorruptionError, StorageFull
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
 from headrace.store.disk.format import (
     FORMAT_VERSION,
@@ -71,12 +72,15 @@ from headrace.store.disk.format import (
     decode_manifest,
     decode_sidecar,
     decode_snapshot,
+    decode_wal_header,
     encode_manifest,
     encode_sidecar_header,
     encode_snapshot,
 )
 from headrace.store.disk.layout import (
     MAX_CONTAINER_COUNT,
+    WAL_DIR_NAME,
+    WAL_SUFFIX,
     ContainerPaths,
     broken_wal_path,
     container_of,
@@ -84,13 +88,16 @@ from headrace.store.disk.layout import (
     manifest_path,
 )
 from headrace.store.disk.log import (
+    FILE_MODE,
     FileOps,
     WalScan,
     WalWriter,
     atomic_write,
     fsync_dir,
+    make_dir,
     scan_wal,
     sync_path,
+    torn_unsynced,
 )
 from headrace.store.disk.segment import Captured, ContainerState, ReplayError
 
@@ -158,15 +165,7 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
     """Read the manifest, or create a fresh data dir with ``container_count`` containers."""
     path = manifest_path(root)
     if path.exists():
-        manifest = decode_manifest(path.read_bytes(), str(path))
-        if manifest.version < FORMAT_VERSION:
-            # Before any record of the new version can be written: an older
-            # release must refuse the dir, not read an APPEND_REF as a torn tail.
-            upgraded = Manifest(manifest.container_count, manifest.created_ms)
-            atomic_write(path, root / "manifest.tmp", encode_manifest(upgraded), ops)
-            log.info("%s: format version %d opened as %d", root, manifest.version, FORMAT_VERSION)
-            manifest = upgraded
-        return manifest
+        return decode_manifest(path.read_bytes(), str(path))
     if not 1 <= container_count <= MAX_CONTAINER_COUNT:
         raise ValueError(f"container count must be in 1..{MAX_CONTAINER_COUNT}")
     containers = containers_path(root)
@@ -175,12 +174,40 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
         shutil.rmtree(containers)
     staging = root / "containers.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    try:
+        _stage_containers(staging, root, container_count, ops)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # a full disk leaves nothing behind
+        raise
+    staging.rename(containers)
+    fsync_dir(root, ops)
+    manifest = Manifest(container_count, time.time_ns() // 1_000_000)
+    atomic_write(path, root / "manifest.tmp", encode_manifest(manifest), ops)
+    return manifest
+
+
+def upgrade_manifest(root: Path, manifest: Manifest, ops: FileOps) -> Manifest:
+    """Rewrite an older version's manifest with this version, before any file of
+    this version is written: an older release must then refuse the dir, not
+    misread the newer files (an APPEND_REF as a torn tail, a WAL's synced mark
+    as records)."""
+    if manifest.version >= FORMAT_VERSION:
+        return manifest
+    upgraded = Manifest(manifest.container_count, manifest.created_ms)
+    path = manifest_path(root)
+    atomic_write(path, root / "manifest.tmp", encode_manifest(upgraded), ops)
+    log.info("%s: format version %d opened as %d", root, manifest.version, FORMAT_VERSION)
+    return upgraded
+
+
+def _stage_containers(staging: Path, root: Path, container_count: int, ops: FileOps) -> None:
+    """Build a new data dir's container directories in ``staging``, synced."""
+    make_dir(staging)
     for cid in range(container_count):
         paths = ContainerPaths(root, cid)
         cdir = staging / paths.dir.name
         for sub in (cdir, cdir / paths.wal_dir.name, cdir / paths.segments_dir.name):
-            sub.mkdir()
+            make_dir(sub)
         atomic_write(
             cdir / paths.snapshot.name,
             cdir / paths.snapshot_tmp.name,
@@ -195,11 +222,6 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
         fsync_dir(cdir / paths.wal_dir.name, ops)
         fsync_dir(cdir, ops)
     fsync_dir(staging, ops)
-    staging.rename(containers)
-    fsync_dir(root, ops)
-    manifest = Manifest(container_count, time.time_ns() // 1_000_000)
-    atomic_write(path, root / "manifest.tmp", encode_manifest(manifest), ops)
-    return manifest
 
 
 def check_abandoned_init(root: Path) -> None:
@@ -274,8 +296,9 @@ def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
     """Scan every WAL file and check they chain; classify any problem.
 
     Raises:
-        CorruptionError: damage that is not a torn tail of the last file, or a
-            gap between the snapshot and the log or between files.
+        CorruptionError: damage that is not a torn tail of the last file, a
+            gap between the snapshot and the log or between files, or no
+            readable WAL file at all.
     """
     files = paths.wal_files()
     scans = [scan_wal(path, paths.container_id) for _, path in files]
@@ -284,16 +307,25 @@ def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
         if scan.problem is None:
             continue
         last = i == len(scans) - 1
-        if not last or scan.later_record_at is not None:
+        if not last or (scan.later_record_at is not None and not torn_unsynced(scan)):
             where = scan.later_record_at if last else scan.problem.position
             raise CorruptionError(
                 str(scan.path),
                 scan.problem.position,
-                f"{scan.problem.reason}, and valid records follow (at {where})"
+                f"{scan.problem.reason}, and valid records follow (at {where})" + _synced_note(scan)
                 if last
                 else f"{scan.problem.reason} in a WAL file that is not the last",
             )
         tear = scan
+    if all(scan.problem is not None and scan.problem.position == 0 for scan in scans):
+        # Every WAL file is created and synced before the snapshot that needs
+        # it, and old files go only after, so this is never a crash's doing.
+        raise CorruptionError(
+            str(paths.wal_dir),
+            0,
+            f"container {paths.container_id} has no readable WAL file: the records "
+            f"after its snapshot (seq {last_seq}) are missing",
+        )
     expected = None  # the seq the next record must have
     for index, (scan, (named_seq, _)) in enumerate(zip(scans, files, strict=True)):
         if scan.problem is not None and scan.problem.position == 0:
@@ -302,7 +334,10 @@ def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
             raise CorruptionError(str(scan.path), 16, f"header says first seq {scan.first_seq}")
         if expected is None:
             if scan.first_seq > last_seq + 1:
-                reason = f"log starts at seq {scan.first_seq}, snapshot ends at {last_seq}"
+                reason = (
+                    f"container {paths.container_id}: log starts at seq {scan.first_seq}, "
+                    f"snapshot ends at {last_seq}"
+                )
                 raise CorruptionError(str(scan.path), 0, reason)
         elif scan.first_seq != expected:
             rest = scans[index:]
@@ -320,6 +355,12 @@ def plan_replay(paths: ContainerPaths, last_seq: int) -> ReplayPlan:
     return ReplayPlan(scans, tear)
 
 
+def _synced_note(scan: WalScan) -> str:
+    if scan.synced_end is None:
+        return ""
+    return f"; the file was synced up to {scan.synced_end}, so this is not a torn write"
+
+
 # --------------------------------------------------------------------------- repair
 
 
@@ -327,41 +368,68 @@ def backup_torn_tail(scan: WalScan, ops: FileOps) -> Path:
     """Copy the bytes after the last valid record aside, then cut them off."""
     assert scan.problem is not None
     position = scan.problem.position
+    backup, size_bytes = backup_and_cut(scan.path, position, ops)
+    if scan.later_record_at is not None:  # torn_unsynced: a write in pieces
+        log.warning(
+            "%s: torn write of %d bytes at position %d (%s; the file was synced up to %s,"
+            " so none of its records was acknowledged, nor those after it) copied to %s"
+            " and cut off",
+            scan.path,
+            size_bytes,
+            position,
+            scan.problem.reason,
+            scan.synced_end,
+            backup.name,
+        )
+    else:
+        log.warning(
+            "%s: torn tail of %d bytes at position %d (%s) copied to %s and cut off",
+            scan.path,
+            size_bytes,
+            position,
+            scan.problem.reason,
+            backup.name,
+        )
+    return backup
+
+
+def backup_and_cut(wal: Path, position: int, ops: FileOps) -> tuple[Path, int]:
+    """Copy the bytes of ``wal`` from ``position`` on to ``<wal>.broken-<utc>`` and
+    sync the copy, then cut ``wal`` at ``position`` (remove it if that is 0).
+
+    Returns the backup's path and its size. If the copy cannot be written
+    (a full disk) it is removed again and ``wal`` is left as it was.
+    """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    backup = broken_wal_path(scan.path, stamp)
+    backup = broken_wal_path(wal, stamp)
     n = 0
     while backup.exists():
         n += 1
-        backup = broken_wal_path(scan.path, f"{stamp}.{n}")
-    with open(scan.path, "rb") as src:
+        backup = broken_wal_path(wal, f"{stamp}.{n}")
+    with open(wal, "rb") as src:
         src.seek(position)
         torn = src.read()
-    fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
         ops.pwrite(fd, torn, 0)
         ops.sync_file(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        backup.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     fsync_dir(backup.parent, ops)
     if position == 0:
-        scan.path.unlink()  # not even the header survived: nothing to keep
+        wal.unlink()  # not even the header survived: nothing to keep
     else:
-        fd = os.open(scan.path, os.O_WRONLY)
+        fd = os.open(wal, os.O_WRONLY)
         try:
             os.ftruncate(fd, position)
             ops.sync_file(fd)
         finally:
             os.close(fd)
-    fsync_dir(scan.path.parent, ops)
-    log.warning(
-        "%s: torn tail of %d bytes at position %d (%s) copied to %s and cut off",
-        scan.path,
-        len(torn),
-        position,
-        scan.problem.reason,
-        backup.name,
-    )
-    return backup
+    fsync_dir(wal.parent, ops)
+    return backup, len(torn)
 
 
 class _ReplayFiles:
@@ -394,14 +462,14 @@ def create_segment_files(paths: ContainerPaths, segment_id: int, *, empty_data: 
     bytes: APPEND_REF records after the CREATE refer to them; recovery cuts
     the file to the replayed length afterwards.
     """
-    fd = os.open(paths.sidecar(segment_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(paths.sidecar(segment_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         header = encode_sidecar_header(segment_id)
         os.pwrite(fd, header, 0)
     finally:
         os.close(fd)
     flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if empty_data else 0)
-    return os.open(paths.data(segment_id), flags, 0o644)
+    return os.open(paths.data(segment_id), flags, FILE_MODE)
 
 
 class RefReader:
@@ -642,17 +710,31 @@ def free_truncated(paths: ContainerPaths, segment_id: int, start_offset: int) ->
             os.close(fd)
 
 
+TMP_SUFFIX: Final = ".tmp"
+"""A WAL file being written under a name recovery does not read (then renamed)."""
+
+
+def _reusable_wal(path: Path) -> bool:
+    """Whether ``path`` is a WAL file of this version holding nothing but its header."""
+    with open(path, "rb") as f:
+        raw = f.read(WAL_HEADER.size + 1)
+    try:
+        header = decode_wal_header(raw, str(path))
+    except CorruptionError:
+        return False
+    return header.version == FORMAT_VERSION and len(raw) == header.records_at
+
+
 def _open_wal(paths: ContainerPaths, state: ContainerState, ops: FileOps) -> WalWriter:
     """End a container's recovery: checkpoint if anything was replayed, and
-    return the WAL file new records go to."""
+    return the WAL file new records go to.
+
+    If the checkpoint fails (a full disk) before its snapshot replaced the old
+    one, the new WAL file is removed again: the directory is as it was.
+    """
     files = paths.wal_files()
     first_seq = state.last_seq + 1
-    if (
-        not state.changed
-        and files
-        and files[-1][0] == first_seq
-        and files[-1][1].stat().st_size == WAL_HEADER.size
-    ):
+    if not state.changed and files and files[-1][0] == first_seq and _reusable_wal(files[-1][1]):
         # A clean close left a synced, empty WAL after a current snapshot: keep both.
         wal = WalWriter.reopen(files[-1][1], first_seq)
         old_wals = [path for _, path in files[:-1]]  # hold no record past the snapshot
@@ -661,16 +743,24 @@ def _open_wal(paths: ContainerPaths, state: ContainerState, ops: FileOps) -> Wal
     else:
         old_wals = [path for _, path in files]
         wal_path = paths.wal(first_seq)
-        if wal_path in old_wals:
+        replacing = wal_path in old_wals
+        if replacing:
+            # It holds no record past last_seq: replaced by a new one of this
+            # version, under another name first, so that a crash never leaves
+            # the log without it.
             old_wals.remove(wal_path)
-            wal_path.unlink()  # holds no record past last_seq; start it afresh
-        wal = WalWriter.create(wal_path, paths.container_id, first_seq, ops)
+        target = wal_path.with_name(wal_path.name + TMP_SUFFIX) if replacing else wal_path
+        wal = WalWriter.create(target, paths.container_id, first_seq, ops)
         try:
             ops.sync_wal(wal.fd)
+            if replacing:
+                os.replace(target, wal_path)
+                wal.path = wal_path
             fsync_dir(paths.wal_dir, ops)
             write_checkpoint(paths, state.capture(), old_wals, ops)
         except BaseException:
             wal.close()
+            _forget_new_wal(paths, wal.path, state.last_seq, ops, replaced=replacing)
             raise
     try:
         live = set(state.by_id)
@@ -679,10 +769,96 @@ def _open_wal(paths: ContainerPaths, state: ContainerState, ops: FileOps) -> Wal
                 for path in seg_files:
                     path.unlink()
         paths.snapshot_tmp.unlink(missing_ok=True)
+        for stale in paths.wal_dir.glob(f"*{WAL_SUFFIX}{TMP_SUFFIX}"):
+            stale.unlink()
     except BaseException:
         wal.close()
         raise
     return wal
+
+
+def _forget_new_wal(
+    paths: ContainerPaths, path: Path, last_seq: int, ops: FileOps, *, replaced: bool
+) -> None:
+    """After a failed end of recovery: remove the new WAL file at ``path`` unless
+    the snapshot that needs it was written (or it replaced an empty one)."""
+    with contextlib.suppress(OSError, CorruptionError):
+        if path.name.endswith(TMP_SUFFIX):
+            path.unlink(missing_ok=True)
+        elif not replaced and load_snapshot(paths).last_seq < last_seq:
+            path.unlink(missing_ok=True)
+            fsync_dir(paths.wal_dir, ops)
+
+
+RECOVERY_MARGIN_BYTES: Final = 1024 * 1024
+"""Added to recovery's estimate of the bytes it will write before it asks the
+disk for that much room: the estimate leaves out the small files (sidecar
+headers, directory entries) and the merges recovery finishes."""
+
+
+def recovery_bytes(one: Analysed) -> int:
+    """About how many bytes recovery writes for ``one`` (torn-tail copies, the
+    replayed bytes, the closing checkpoint); 0 if it writes nothing."""
+    plan = one.plan
+    torn = sum(
+        s.size_bytes - s.problem.position
+        for s in [plan.tear, *plan.after_tear]
+        if s is not None and s.problem is not None
+    )
+    if not torn and not one.state.changed:
+        return 0
+    # Replayed bytes need room only past the end of their data file (under
+    # ``always`` the bytes of an append reach it before its record).
+    ends: dict[int, int] = {}
+    for effect in one.effects:
+        if not isinstance(effect, int):
+            segment_id, offset, data = effect
+            ends[segment_id] = max(ends.get(segment_id, 0), offset + len(data))
+    replayed = 0
+    for segment_id, end in ends.items():
+        try:
+            size = one.paths.data(segment_id).stat().st_size
+        except FileNotFoundError:
+            size = 0
+        replayed += max(0, end - size)
+    snapshot = WAL_HEADER.size + 64
+    for seg in one.state.by_id.values():
+        # fixed fields, the name (at most 4 bytes a character), attributes, and
+        # the sidecar entries of its new blocks
+        snapshot += 50 + 4 * len(seg.name) + 24 * len(seg.attributes)
+        snapshot += 20 * (len(seg.blocks) + 1)
+    snapshot += sum(16 + 4 * (len(a) + len(b)) for a, b in one.state.merged.items())
+    snapshot += sum(16 + 4 * (len(a) + len(b)) for (_, a), b in one.state.commits.items())
+    return torn + replayed + snapshot
+
+
+def reserve_space(root: Path, size_bytes: int, ops: FileOps) -> None:
+    """Ask the file system for ``size_bytes`` of room in ``root`` (allocated to a
+    file that has no name, then released), so that recovery refuses a full disk
+    before it has changed anything.
+
+    Raises:
+        StorageFull: there is not that much room.
+    """
+    named: Path | None = None
+    try:
+        fd = os.open(root, os.O_TMPFILE | os.O_WRONLY, FILE_MODE)
+    except (OSError, AttributeError):  # no O_TMPFILE on this platform or file system
+        named = root / "recovery.reserve"
+        fd = os.open(named, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        ops.reserve(fd, size_bytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StorageFull(
+                f"no space left in {root} to recover it (about {size_bytes} bytes needed,"
+                " nothing was changed)"
+            ) from exc
+        raise
+    finally:
+        os.close(fd)
+        if named is not None:
+            named.unlink(missing_ok=True)
 
 
 def recover_store(
@@ -692,10 +868,24 @@ def recover_store(
 
     Returns the manifest and, per container, its state and a fresh WAL file.
     ``max_attributes``: attributes a segment keeps (``store/_attributes.py``).
+
+    Raises:
+        CorruptionError: damage (nothing was changed).
+        StorageFull: no room for what recovery must write (nothing was changed).
     """
     manifest = init_or_load_manifest(root, container_count, ops)
     all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
-    analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
+    try:
+        analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
+    except CorruptionError as exc:
+        if WAL_DIR_NAME in (Path(exc.path).name, Path(exc.path).parent.name):
+            hint = "; `headrace repair` cuts the log there (what follows is lost)"
+            raise CorruptionError(exc.path, exc.position, exc.reason + hint) from None
+        raise
+    needed = sum(recovery_bytes(one) for one in analysed)
+    if needed:
+        reserve_space(root, needed + RECOVERY_MARGIN_BYTES, ops)
+    manifest = upgrade_manifest(root, manifest, ops)
     for one in analysed:  # only once every container passed its checks
         repair_container(one, ops)
     states = [one.state for one in analysed]

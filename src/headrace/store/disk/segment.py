@@ -26,6 +26,7 @@ from uuid import UUID
 
 from headrace.store._attributes import set_attribute, trim_attributes
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
+from headrace.store.disk.checks import BlockChecks
 from headrace.store.disk.format import (
     SIDECAR_BLOCK_BYTES,
     SIDECAR_HEADER,
@@ -88,6 +89,12 @@ class Segment:
     """File regions handed out by ``read_region`` and not yet closed: while any is
     open, checkpoints leave the truncated blocks in place (a later one frees them),
     so a zero-copy send never reads a punched hole."""
+    unchecked_end: int = 0
+    """Reads below this offset check their blocks first (``checks.py``): the
+    length the segment had when the store opened, 0 once every block of it was
+    checked (and always for segments created since)."""
+    checks: BlockChecks | None = None
+    """Which blocks below ``unchecked_end`` were checked (None when it is 0)."""
 
     def extend_checksum(self, offset: int, data: bytes | memoryview) -> None:
         assert offset == self.block_offset + self.block_size, (offset, self.block_offset)

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -39,12 +41,14 @@ from uuid import UUID
 
 from headrace.errors import (
     BadOffset,
+    CorruptionError,
     LimitExceeded,
     SegmentExists,
     SegmentNotFound,
     SegmentSealed,
     SegmentTruncated,
     SegmentTypeMismatch,
+    StorageFull,
     StoreClosed,
     StoreError,
 )
@@ -56,6 +60,7 @@ from headrace.store.api import (
     MAX_SEGMENT_ATTRIBUTES,
     FsyncPolicy,
 )
+from headrace.store.disk.checks import BlockChecks, check_blocks
 from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, Container
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
@@ -70,7 +75,7 @@ from headrace.store.disk.format import (
     TruncateRecord,
 )
 from headrace.store.disk.layout import ContainerPaths, container_of, lock_path
-from headrace.store.disk.log import FileOps, WalWriter
+from headrace.store.disk.log import FILE_MODE, FileOps, WalWriter, make_dir
 from headrace.store.disk.recovery import recover_store
 from headrace.store.disk.segment import ContainerState, Segment
 from headrace.store.memory import check_name
@@ -87,6 +92,8 @@ from headrace.types import (
 
 __all__ = ["CONTAINER_CACHE_NAMES", "DiskStore"]
 
+log = logging.getLogger(__name__)
+
 CONTAINER_CACHE_NAMES = 65_536
 """Names whose container is remembered (a CRC-32 of the name per lookup cost 4%
 of a small append); the cache is emptied when full, so names a client merely
@@ -94,9 +101,10 @@ asks about cannot grow it without bound."""
 
 
 def _lock_data_dir(root: Path) -> int:
-    """Create ``root`` if needed and take its lock; return the lock's fd."""
-    root.mkdir(parents=True, exist_ok=True)
-    lock_fd = os.open(lock_path(root), os.O_RDWR | os.O_CREAT, 0o644)
+    """Create ``root`` if needed (``DIR_MODE``) and take its lock; return the lock's fd."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(root)
+    lock_fd = os.open(lock_path(root), os.O_RDWR | os.O_CREAT, FILE_MODE)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -119,14 +127,31 @@ def _forget_task(
 def _open_data_dir(
     root: Path, container_count: int, ops: FileOps, max_attributes: int
 ) -> tuple[int, Manifest, list[tuple[ContainerState, WalWriter]]]:
-    """Lock the data dir and recover it (blocking); the lock is held on success."""
-    lock_fd = _lock_data_dir(root)
+    """Lock the data dir and recover it (blocking); the lock is held on success.
+
+    Raises:
+        StorageFull, StoreError: an OS error, said in one line (``_open_error``).
+    """
+    try:
+        lock_fd = _lock_data_dir(root)
+    except OSError as exc:
+        raise _open_error(root, exc) from exc
     try:
         manifest, opened = recover_store(root, container_count, ops, max_attributes=max_attributes)
+    except OSError as exc:
+        os.close(lock_fd)
+        raise _open_error(root, exc) from exc
     except BaseException:
         os.close(lock_fd)
         raise
     return lock_fd, manifest, opened
+
+
+def _open_error(root: Path, exc: OSError) -> StoreError:
+    """The store error for an OS error while opening the data dir at ``root``."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(f"cannot open the data dir {root}: no space left on the device ({exc})")
+    return StoreError(f"cannot open the data dir {root}: {exc}")
 
 
 def now_ms() -> int:
@@ -241,6 +266,10 @@ class DiskStore(BaseStore):
             )
         store = cls(root, containers, lock_fd, ops)
         for c in containers:
+            for seg in c.state.by_id.values():
+                if seg.length:  # written by an earlier process: checked on first read
+                    seg.unchecked_end = seg.length
+                    seg.checks = BlockChecks(seg.length, seg.sidecar_size)
             c.start()
         assert len(containers) == manifest.container_count
         return store
@@ -353,8 +382,75 @@ class DiskStore(BaseStore):
             raise BadOffset(name, offset, length)
         return c, s, max(0, min(max_bytes, MAX_READ_BYTES, length - offset))
 
+    async def _check(self, name: str, offset: int, max_bytes: int) -> bytes | None:
+        """Check the blocks a read of ``offset``/``max_bytes`` touches that were
+        on disk when the store opened and are not checked yet (``checks.py``);
+        return the bytes of the read if the check read them (None if nothing
+        needed checking).
+
+        Raises:
+            CorruptionError: one of them fails its checksum (every read of it will).
+            SegmentNotFound, SegmentTruncated, BadOffset: as the read would.
+        """
+        data = None
+        while True:
+            c, s, count = self._readable(name, offset, max_bytes)
+            checks = s.checks
+            if checks is None or not count or not checks.pending(offset, offset + count):
+                return data
+            bad = checks.bad(offset, offset + count)
+            if bad is not None:
+                start, end = checks.block(bad)
+                raise CorruptionError(
+                    str(c.paths.data(s.segment_id)),
+                    start,
+                    f"data block [{start}, {end}) of segment {name!r} fails its checksum",
+                )
+            result = await asyncio.to_thread(
+                check_blocks, c.paths, s.segment_id, checks, offset, offset + count
+            )
+            if s.checks is not checks:
+                continue  # checked meanwhile by another read
+            if result.missing:
+                self._lookup(name)  # deleted meanwhile: SegmentNotFound
+                path = c.paths.data(s.segment_id)
+                raise CorruptionError(str(path), 0, f"segment {name!r}: data file is missing")
+            checks.apply(result)
+            data = result.data
+            for index, good in result.checked:
+                if good:
+                    continue
+                start, end = checks.block(index)
+                if end <= s.start_offset:  # truncated meanwhile: maybe freed, not damaged
+                    checks.forget(index)
+                    continue
+                log.error(
+                    "segment %r: data block [%d, %d) of %s fails its checksum; reads of it"
+                    " are refused (headrace verify lists all damage)",
+                    name,
+                    start,
+                    end,
+                    c.paths.data(s.segment_id),
+                )
+            if not checks.unchecked:
+                s.checks = None
+                s.unchecked_end = 0
+
+    def _checked_read(self, name: str, offset: int, max_bytes: int, data: bytes) -> ReadResult:
+        """The read whose bytes ``data`` a check just read (durable bytes never change)."""
+        _, s, count = self._readable(name, offset, max_bytes)
+        data = data[:count]
+        end = offset + len(data)
+        length = s.durable_length
+        return ReadResult(offset, data, end == length, s.sealed_durable and end == length)
+
     async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult:
         c, s, count = self._readable(name, offset, max_bytes)
+        if count and offset < s.unchecked_end:
+            checked = await self._check(name, offset, max_bytes)
+            if checked is not None:
+                return self._checked_read(name, offset, max_bytes, checked)
+            c, s, count = self._readable(name, offset, max_bytes)
         length = s.durable_length
         data = c.files.pread(s.segment_id, offset, count) if count else b""
         end = offset + count
@@ -372,6 +468,11 @@ class DiskStore(BaseStore):
         c, s, count = self._readable(name, offset, max_bytes)
         if not count or count < min_region_bytes or self._open_regions >= self.max_open_regions:
             return await self.read(name, offset, max_bytes)
+        if offset < s.unchecked_end:
+            checked = await self._check(name, offset, max_bytes)
+            if checked is not None:  # read while checking: no second read for sendfile
+                return self._checked_read(name, offset, max_bytes, checked)
+            c, s, count = self._readable(name, offset, max_bytes)
         length = s.durable_length
         end = offset + count
         try:
@@ -388,8 +489,13 @@ class DiskStore(BaseStore):
         self._open_regions -= 1
 
     async def info(self, name: str) -> SegmentInfo:
+        """After a failure (a full disk) the answer is still the durable length,
+        start offset and seal, which readers need; the attributes only if no
+        record was issued after the last sync (a failed record's writer
+        position must not be shown as stored: ``Container.barrier``)."""
         c, _ = self._lookup(name)
-        await c.barrier()  # attributes (writer positions) must be durable before shown
+        if c.failure is None:
+            await c.barrier()  # attributes (writer positions) must be durable before shown
         _, s = self._lookup(name)
         return SegmentInfo(
             name,
@@ -398,7 +504,7 @@ class DiskStore(BaseStore):
             s.durable_length,
             s.sealed_durable,
             s.modified_ms,
-            dict(s.attributes),
+            dict(s.attributes) if c.failure is None or c.all_synced() else {},
         )
 
     async def seal(self, name: str) -> int:
@@ -456,6 +562,12 @@ class DiskStore(BaseStore):
                 continue
             if not s.sealed_durable or s.durable_length != s.length:
                 await cs.barrier()
+                continue
+            if s.checks is not None and s.checks.pending(s.start_offset, s.length):
+                # Its bytes from before the open are copied into the target's
+                # log with new checksums: check them first, as a read would.
+                for position in range(s.start_offset, s.length, MAX_READ_BYTES):
+                    await self._check(source, position, MAX_READ_BYTES)
                 continue
             return await self._merge_sealed(ct, t, cs, s, target, source)
 

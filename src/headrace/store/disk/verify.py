@@ -37,7 +37,7 @@ from headrace.store.disk.format import (
     decode_sidecar,
 )
 from headrace.store.disk.layout import ContainerPaths, containers_path, manifest_path
-from headrace.store.disk.log import scan_wal
+from headrace.store.disk.log import scan_wal, torn_unsynced
 from headrace.store.disk.recovery import (
     RefReader,
     check_abandoned_init,
@@ -218,7 +218,9 @@ def _verify_segment_files(
                     Damage(
                         str(data),
                         entry.offset,
-                        f"data block of {entry.size_bytes} bytes fails its checksum",
+                        f"data block [{entry.offset}, {entry.offset + entry.size_bytes}) of"
+                        f" segment {seg.name!r} (container {paths.container_id}, id"
+                        f" {segment_id}) fails its checksum",
                     )
                 )
     finally:
@@ -238,6 +240,14 @@ def _verify_wal(paths: ContainerPaths, state: ContainerState | None, report: Ver
         report.notes.append(f"{backup}: backup of an earlier torn WAL tail")
 
 
+def _header_torn(paths: ContainerPaths, path: Path) -> bool:
+    try:
+        scan = scan_wal(path, paths.container_id)
+    except CorruptionError:
+        return False  # reported as damage where the file is scanned
+    return scan.problem is not None and scan.problem.position == 0
+
+
 def _records_after(paths: ContainerPaths, files: list[tuple[int, Path]]) -> bool:
     """Whether any of ``files`` holds a record (damage counts as holding some)."""
     for _, path in files:
@@ -253,6 +263,17 @@ def _verify_wal_files(
     paths: ContainerPaths, state: ContainerState | None, report: VerifyReport, refs: RefReader
 ) -> None:
     files = paths.wal_files()
+    if not files or (len(files) == 1 and _header_torn(paths, files[0][1])):
+        last_seq = "?" if state is None else state.last_seq
+        report.damage.append(
+            Damage(
+                str(paths.wal_dir),
+                0,
+                f"container {paths.container_id} has no readable WAL file: the records after"
+                f" its snapshot (seq {last_seq}) are missing",
+            )
+        )
+        return
     expected: int | None = None
     for i, (named_seq, path) in enumerate(files):
         last = i == len(files) - 1
@@ -264,7 +285,14 @@ def _verify_wal_files(
         report.wal_records += len(scan.records)
         if scan.problem is not None:
             p = scan.problem
-            if last and scan.later_record_at is None:
+            if last and scan.later_record_at is not None and torn_unsynced(scan):
+                torn = scan.size_bytes - p.position
+                report.notes.append(
+                    f"{path}: torn write of {torn} bytes at position {p.position} ({p.reason};"
+                    f" the file was synced up to {scan.synced_end}, so it was never"
+                    " acknowledged); opening the store backs it up and cuts it off"
+                )
+            elif last and scan.later_record_at is None:
                 torn = scan.size_bytes - p.position
                 report.notes.append(
                     f"{path}: torn tail of {torn} bytes at position {p.position} ({p.reason});"
@@ -291,7 +319,12 @@ def _verify_wal_files(
                     return
             elif expected is None and state is not None and scan.first_seq > state.last_seq + 1:
                 report.damage.append(
-                    Damage(str(path), 0, f"log starts after the snapshot's seq {state.last_seq}")
+                    Damage(
+                        str(path),
+                        0,
+                        f"container {paths.container_id}: log starts at seq {scan.first_seq},"
+                        f" after the snapshot's seq {state.last_seq}",
+                    )
                 )
             expected = scan.first_seq + len(scan.records)
         if state is None:
