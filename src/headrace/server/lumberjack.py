@@ -52,7 +52,6 @@ import functools
 import itertools
 import json
 import logging
-import struct
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +74,7 @@ from headrace.protocols.lumberjack import (
 )
 from headrace.protocols.lumberjack.codec import DocumentParser
 from headrace.protocols.pravega.auth import Permission, stream_resource
+from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
@@ -97,9 +97,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-EVENT_HEADER: Final = struct.Struct(">ii")
-"""Pravega event framing: type (always 0), payload length (DESIGN.md section 2)."""
 
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 """Largest event payload stored: Pravega's own event size limit, so that every

@@ -58,6 +58,7 @@ from headrace.protocols._buffer import ReceiveBuffer
 from . import commands as c
 
 __all__ = [
+    "EVENT_HEADER",
     "FRAME_HEADER",
     "HEADER_SIZE_BYTES",
     "MAX_FRAME_BYTES",
@@ -77,6 +78,14 @@ FRAME_HEADER = struct.Struct(">ii")
 """Frame header: type code, payload length (§1)."""
 HEADER_SIZE_BYTES = FRAME_HEADER.size
 assert HEADER_SIZE_BYTES == 8
+
+EVENT_HEADER = FRAME_HEADER
+"""Header of an Event frame, the framing of every stored event (§5.3): type 0, length.
+
+Writers store each event as the wire's Event command, so its header is the
+frame header; every front door that writes events into a segment, and every
+reader that cuts them out again, frames and parses them with this one struct.
+"""
 
 MAX_FRAME_BYTES = 0x00FFFFFF
 """Largest frame, header included (16 MiB - 1): Pravega's ``MAX_WIRECOMMAND_SIZE``.
@@ -317,7 +326,7 @@ def _read_iterator_args(reader: _Reader) -> c.TableIteratorArgs:
 
 
 def _write_event(out: bytearray, event: c.Event) -> None:
-    out += FRAME_HEADER.pack(c.CommandType.EVENT, len(event.data)) + event.data
+    out += EVENT_HEADER.pack(c.CommandType.EVENT, len(event.data)) + event.data
 
 
 def _read_event(reader: _Reader) -> c.Event:
@@ -739,7 +748,7 @@ def encode_split(
 
 def encode_event(data: bytes) -> bytes:
     """Frame one event the way writers store it in a segment (§5.3): type 0, length, bytes."""
-    return FRAME_HEADER.pack(c.CommandType.EVENT, len(data)) + data
+    return EVENT_HEADER.pack(c.CommandType.EVENT, len(data)) + data
 
 
 # --------------------------------------------------------------------------- decode
