@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
+from headrace.protocols._varint import TRUNCATED, decode_leb128, encode_leb128
 from headrace.protocols.rsio.commands import (
     PUBLISHER_SIDE_TYPES,
     SUBSCRIBER_SIDE_TYPES,
@@ -142,12 +143,7 @@ def encode_varint(value: int) -> bytes:
     """
     if not 0 <= value <= MAX_VARINT:
         raise LocalProtocolError(f"varint out of range 0 … 2^64-1: {value}")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)  # low 7 bits, "more follows"
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_leb128(value)
 
 
 def decode_varint(data: bytes, position: int) -> tuple[int, int]:
@@ -162,22 +158,28 @@ def decode_varint(data: bytes, position: int) -> tuple[int, int]:
     """
     if position < len(data) and data[position] < 0x80:
         return data[position], position + 1  # fast path: one byte, the common case
-    value = 0
-    shift = 0
-    for count in range(1, MAX_VARINT_BYTES + 1):
-        if position >= len(data):
-            raise _remote("truncated varint")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte & 0x80 == 0:
-            if byte == 0 and count > 1:
-                raise _remote("overlong varint")  # e.g. 80 00: a shorter form exists
-            if value > MAX_VARINT:
-                raise _remote("varint value >= 2^64")
-            return value, position
-        shift += 7
-    raise _remote("varint longer than 10 bytes")
+    value, end = _varint(data, position)
+    if end == TRUNCATED:
+        raise _remote("truncated varint")
+    return value, end
+
+
+def _varint(data: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+    """:func:`decode_varint` but for a varint that ``data`` ends inside: ``(0, TRUNCATED)``.
+
+    Raises:
+        RemoteProtocolError: longer than 10 bytes, not in shortest form, or ≥ 2^64.
+    """
+    value, end = decode_leb128(data, position, MAX_VARINT_BYTES)
+    if end == TRUNCATED:
+        return value, end
+    if end < 0:
+        raise _remote("varint longer than 10 bytes")
+    if end - position > 1 and data[end - 1] == 0:
+        raise _remote("overlong varint")  # e.g. 80 00: a shorter form exists
+    if value > MAX_VARINT:
+        raise _remote("varint value >= 2^64")
+    return value, end
 
 
 def _read_bytes(data: bytes, position: int) -> tuple[bytes, int]:
@@ -406,26 +408,17 @@ def read_frame(buffer: ReceiveBuffer, max_frame_bytes: int) -> bytes | None:
             any of the body is buffered.
         RemoteProtocolError: a malformed length prefix, or a length of 0.
     """
-    length = 0
-    for count in range(1, MAX_VARINT_BYTES + 1):
-        chunk = buffer.consume_exactly(1)
-        if chunk is None:
-            buffer.rollback()
-            return None
-        byte = chunk[0]
-        length |= (byte & 0x7F) << (7 * (count - 1))
-        if byte & 0x80 == 0:
-            if byte == 0 and count > 1:
-                raise _remote("overlong varint")
-            break
-    else:
-        raise _remote("varint longer than 10 bytes")
-    if length > MAX_VARINT:
-        raise _remote("varint value >= 2^64")
+    prefix = buffer.peek(min(len(buffer), MAX_VARINT_BYTES))
+    assert prefix is not None
+    length, prefix_size = _varint(prefix, 0)
+    if prefix_size == TRUNCATED:
+        buffer.rollback()
+        return None
     if length == 0:
         raise _remote("frame length 0")
     if length > max_frame_bytes:
         raise FrameTooLarge(max_frame_bytes, length, reply_hint=Goodbye("frame too large"))
+    buffer.consume_exactly(prefix_size)
     body = buffer.consume_exactly(length)
     if body is None:
         buffer.rollback()

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from headrace.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
+from headrace.protocols._varint import decode_leb128
 from headrace.protocols.rsio.codec import (
     DEFAULT_MAX_ELEMENT_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
@@ -175,12 +176,10 @@ def _frame_rest(buffer: ReceiveBuffer) -> int:
     waits here: ``read_frame`` raises as soon as it is buffered.)"""
     buffered = len(buffer)
     head = buffer.peek(min(buffered, MAX_VARINT_BYTES)) or b""
-    length = 0
-    for count, byte in enumerate(head):
-        length |= (byte & 0x7F) << (7 * count)
-        if byte < 0x80:
-            return max(1, count + 1 + length - buffered)
-    return max(1, MAX_VARINT_BYTES - len(head))
+    length, prefix_size = decode_leb128(head, 0, MAX_VARINT_BYTES)
+    if prefix_size < 0:
+        return max(1, MAX_VARINT_BYTES - len(head))
+    return max(1, prefix_size + length - buffered)
 
 
 class ReactiveConnection:
