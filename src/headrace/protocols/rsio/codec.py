@@ -26,7 +26,7 @@ string that is not valid Unicode) raises ``LocalProtocolError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
@@ -67,7 +67,6 @@ __all__ = [
     "decode_varint",
     "encode_frame",
     "encode_message",
-    "encode_on_next_frames",
     "encode_varint",
     "peek_message_type",
     "peek_subscriber",
@@ -487,10 +486,6 @@ def encode_message(message: Message, element_size: int = 0) -> bytes:
     return b"".join(out)
 
 
-_SMALL_VARINTS = tuple(bytes([value]) for value in range(0x80))
-"""The one-byte varints (0 … 127), so a run of small elements looks its lengths up."""
-
-
 def split_element(
     subscriber: int, element: bytes | memoryview, element_id: int
 ) -> tuple[list[OnNextPart | OnNextLastPart], int]:
@@ -514,46 +509,6 @@ def split_element(
         position += SPLIT_THRESHOLD_BYTES
     parts.append(OnNextLastPart(subscriber, element_id, bytes(view[position:])))
     return parts, (element_id + 1) % (MAX_ID + 1)
-
-
-def encode_on_next_frames(
-    subscriber: int, elements: Sequence[bytes], element_size: int, max_frame_bytes: int
-) -> bytearray:
-    """One framed ``onNext`` per element, in order: the bytes ``encode_frame``
-    gives for each ``OnNext(subscriber, element)``, built in one pass.
-
-    A publisher sending a run of elements pays for the message type and the
-    subscriber Id once, and for each element only its two length prefixes,
-    instead of a message object and a generic encoding each (the RS-IO
-    server's delivery of small records spent most of its time there).
-
-    Raises:
-        LocalProtocolError: as :func:`encode_message` (a fixed-size element
-            of the wrong size, an Id out of range), or a frame over
-            ``max_frame_bytes``. Nothing is returned then.
-    """
-    head = encode_varint(MessageType.ON_NEXT) + encode_varint(subscriber)
-    head_size = len(head)
-    small = _SMALL_VARINTS
-    out = bytearray()
-    for element in elements:
-        size = len(element)
-        if element_size:
-            _check_fixed(element, element_size, "onNext element")
-            length = b""
-        else:
-            length = small[size] if size < 0x80 else encode_varint(size)
-        body_size = head_size + len(length) + size
-        if body_size > max_frame_bytes:
-            raise LocalProtocolError(
-                f"ON_NEXT frame of {body_size} bytes exceeds max_send_frame_bytes "
-                f"{max_frame_bytes}; split the element (onNextPart)"
-            )
-        out += small[body_size] if body_size < 0x80 else encode_varint(body_size)
-        out += head
-        out += length
-        out += element
-    return out
 
 
 def encode_frame(message: Message, element_size: int = 0) -> bytes:
