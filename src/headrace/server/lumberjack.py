@@ -69,8 +69,8 @@ from headrace.protocols.lumberjack import (
     LumberjackConnection,
     ProtocolVersion,
     Role,
+    document_parser,
     encode_frame,
-    fields_parser,
 )
 from headrace.protocols.lumberjack.codec import DocumentParser
 from headrace.protocols.pravega.auth import Permission, stream_resource
@@ -206,9 +206,9 @@ class _Window:
 @functools.lru_cache(maxsize=MAX_DOCUMENT_PARSERS)
 def _document_parser(fields: tuple[str, ...]) -> DocumentParser:
     """The ``J`` document parser of a listener routing on ``fields`` (top-level keys):
-    only they are built as objects (``fields_parser``). One per set of fields, not
+    only they are built as objects (``document_parser``). One per set of fields, not
     per connection: each is a msgspec struct type and its decoder."""
-    return fields_parser(fields)
+    return document_parser(fields)
 
 
 def _routing_key(

@@ -27,8 +27,8 @@ from headrace.protocols.lumberjack.codec import (
     data_to_json,
     decode_frame,
     decode_frames,
+    document_parser,
     encode_frame,
-    fields_parser,
     parse_json_object,
 )
 from headrace.protocols.lumberjack.commands import (
@@ -84,7 +84,7 @@ __all__ = [
     "data_to_json",
     "decode_frame",
     "decode_frames",
+    "document_parser",
     "encode_frame",
-    "fields_parser",
     "parse_json_object",
 ]

@@ -85,8 +85,8 @@ __all__ = [
     "decode_frame",
     "decode_frames",
     "document_json",
+    "document_parser",
     "encode_frame",
-    "fields_parser",
     "parse_json_object",
 ]
 
@@ -504,33 +504,9 @@ _MSGSPEC_DECODE: Final = msgspec.json.Decoder().decode
 """The fast first parse of a ``J`` document (STYLE: msgspec for JSON-bearing frames)."""
 
 
-def parse_json_object(payload: bytes) -> dict[str, object]:
-    """``payload`` parsed, if it is a UTF-8 JSON object; the one parse of a ``J`` document.
-
-    msgspec parses first (several times faster than ``json``, and stricter);
-    whatever it refuses, or a top level that is not an object, goes to
-    ``json`` (``_parse_with_json``), which words the error and still accepts
-    what it accepted before (a number too large for a float, ``\\ud800``-style
-    escapes): the documents accepted and the errors are ``json``'s. Numbers
-    in the result are unconverted placeholders when ``json`` parsed it; a
-    caller that needs a number's value parses the payload itself.
-
-    Raises:
-        RemoteProtocolError: not UTF-8, not JSON (``NaN``/``Infinity``, a
-            byte-order mark, trailing bytes), nested too deeply, or not an object.
-    """
-    try:
-        document = _MSGSPEC_DECODE(payload)
-    except Exception:  # any refusal is judged again, and worded, by json
-        pass
-    else:
-        if type(document) is dict:
-            return document
-    return _parse_with_json(payload)
-
-
 def _parse_with_json(payload: bytes) -> dict[str, object]:
-    """``parse_json_object`` with the standard library's parser alone: its errors."""
+    """The reference parse of a whole ``J`` document: the standard library's
+    parser alone, its acceptance and its words (see ``document_parser``)."""
     try:
         text = payload.decode("utf-8")
         if text[:1] == "{":
@@ -558,11 +534,6 @@ def _parse_with_json(payload: bytes) -> dict[str, object]:
     return document
 
 
-def _check_json_object(payload: bytes) -> None:
-    """Raise ``RemoteProtocolError`` unless ``payload`` is a UTF-8 JSON object."""
-    parse_json_object(payload)
-
-
 DocumentParser = Callable[[bytes], Mapping[str, object]]
 """What a decoder calls on each ``J`` document: the parsed object it keeps in
 ``DataRun.documents`` / ``Batch.documents``, or ``RemoteProtocolError``."""
@@ -570,29 +541,55 @@ DocumentParser = Callable[[bytes], Mapping[str, object]]
 _RAW_OR_UNSET = msgspec.Raw | msgspec.UnsetType
 
 
-def fields_parser(fields: Iterable[str]) -> DocumentParser:
-    """``parse_json_object`` for a reader of only the top-level keys ``fields``.
+def document_parser(fields: Iterable[str] | None = None) -> DocumentParser:
+    """The one parse of ``J`` documents: all of each object, or its top-level keys ``fields``.
 
-    Accepts and refuses exactly what ``parse_json_object`` does, with its
-    errors, and returns the keys of ``fields`` present, with the values it
-    would have given them. A server that routes on a few fields (or none)
-    does not need the rest of each document built as Python objects: msgspec
-    decodes into a struct of those keys held as raw JSON, checking the whole
-    document's syntax while skipping the others, and only those values are
-    parsed (two to three times faster than the whole object for a Beats event).
-    msgspec does not check the UTF-8 of what it skips, so a document that is
-    not ASCII is decoded once for that. Whatever the struct cannot take (a
-    number msgspec refuses, an escape ``json`` allows) goes through
-    ``parse_json_object`` itself.
+    It accepts the UTF-8 JSON objects the standard library's ``json`` accepts
+    and refuses the rest with ``json``'s words (``_parse_with_json``, the
+    reference); it returns the whole object (``fields`` None) or the keys of
+    ``fields`` present, with the values the whole parse gives them. msgspec
+    parses first, several times faster than ``json`` and stricter: the whole
+    object, or, for some keys, a struct of those keys held as raw JSON, which
+    checks the whole document's syntax while building only their values (two
+    to three times faster than the whole object for a Beats event). Whatever
+    msgspec refuses goes to the reference, which words the error and still
+    accepts what msgspec does not (a number too large for a float,
+    ``\\ud800``-style escapes). Numbers in the result are unconverted
+    placeholders when the reference parsed it; a caller that needs a number's
+    value parses the payload itself.
     """
-    names = tuple(dict.fromkeys(fields))
-    if any(char in '\\"' or char < " " for name in names for char in name):
+    names = None if fields is None else tuple(dict.fromkeys(fields))
+    first = _msgspec_parser(names)
+
+    def parse(payload: bytes) -> Mapping[str, object]:
+        try:
+            document = first(payload)
+        except Exception:  # any refusal is judged again, and worded, by json
+            document = None
+        if document is not None:
+            return document
+        whole = _parse_with_json(payload)
+        return whole if names is None else _only(whole, names)
+
+    return parse
+
+
+def _msgspec_parser(names: tuple[str, ...] | None) -> Callable[[bytes], dict[str, object] | None]:
+    """msgspec's parse of a document: all of it (``names`` None) or the keys
+    ``names``; None for a top level that is not an object. Raises whatever
+    msgspec raises for a document it refuses."""
+    decode = _MSGSPEC_DECODE
+    if names is None or any(char in '\\"' or char < " " for name in names for char in name):
         # msgspec cannot name a field so (its raw names are written unescaped).
+        keep = names
 
-        def parse_whole(payload: bytes) -> Mapping[str, object]:
-            return _only(parse_json_object(payload), names)
+        def whole(payload: bytes) -> dict[str, object] | None:
+            document = decode(payload)
+            if type(document) is not dict:
+                return None
+            return document if keep is None else _only(document, keep)
 
-        return parse_whole
+        return whole
     attrs = tuple(f"f{i}" for i in range(len(names)))
     struct = msgspec.defstruct(
         "Fields",
@@ -604,28 +601,34 @@ def fields_parser(fields: Iterable[str]) -> DocumentParser:
     typed = msgspec.json.Decoder(struct).decode
     pairs = tuple(zip(attrs, names, strict=True))
     unset = msgspec.UNSET
-    decode = _MSGSPEC_DECODE
 
-    def parse(payload: bytes) -> Mapping[str, object]:
-        try:
-            if not payload.isascii():
-                payload.decode("utf-8")
-            found = typed(payload)
-            document: dict[str, object] = {}
-            for attr, name in pairs:
-                raw = getattr(found, attr)
-                if raw is not unset:
-                    document[name] = decode(raw)
-            return document
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            return _only(parse_json_object(payload), names)  # its acceptance and words
+    def some(payload: bytes) -> dict[str, object] | None:
+        if not payload.isascii():
+            payload.decode("utf-8")  # msgspec does not check the UTF-8 of what it skips
+        found = typed(payload)
+        document: dict[str, object] = {}
+        for attr, name in pairs:
+            raw = getattr(found, attr)
+            if raw is not unset:
+                document[name] = decode(raw)
+        return document
 
-    return parse
+    return some
 
 
 def _only(document: Mapping[str, object], names: tuple[str, ...]) -> dict[str, object]:
     """The keys ``names`` of ``document`` that it has."""
     return {name: document[name] for name in names if name in document}
+
+
+parse_json_object: Final = document_parser()
+"""The whole of a ``J`` document (``document_parser()``); ``RemoteProtocolError``
+unless it is a UTF-8 JSON object."""
+
+
+def _check_json_object(payload: bytes) -> None:
+    """Raise ``RemoteProtocolError`` unless ``payload`` is a UTF-8 JSON object."""
+    parse_json_object(payload)
 
 
 class _Budget:
@@ -754,7 +757,7 @@ class FrameDecoder:
         limits: the limits to enforce; the buffer holds at most
             ``limits.max_buffered_bytes``.
         parse: what ``decode_available`` keeps of each ``J`` document
-            (``parse_json_object``: all of it; ``fields_parser``: some keys).
+            (``parse_json_object``: all of it; ``document_parser(fields)``: some keys).
     """
 
     __slots__ = ("_buffer", "_bytes_needed", "_limits", "_parse", "_partial")

@@ -164,7 +164,7 @@ class LumberjackConnection:
             step per frame): the same events and errors, slower; the property
             tests compare the two.
         parse: server: what each ``J`` document's ``Batch.documents`` entry is
-            (``parse_json_object``, the whole object; ``fields_parser``, the
+            (``parse_json_object``, the whole object; ``document_parser(fields)``, the
             keys a router reads). Either accepts and refuses the same documents.
 
     Raises:
