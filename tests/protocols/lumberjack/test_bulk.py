@@ -1,7 +1,7 @@
 """The server's bulk decoding agrees with the frame-by-frame path, on any input.
 
 ``LumberjackConnection(Role.SERVER)`` decodes runs of data frames in bulk
-(``FrameDecoder.decode_available``, ``_server_run``); ``bulk=False`` keeps
+(``_fast.BulkDecoder.decode_available``, ``_server_run``); ``bulk=False`` keeps
 the frame-by-frame path (one ``next_frame`` and one state-machine step per
 frame), which the rest of the suite pins down. Hypothesis feeds both the same
 valid and invalid byte streams, cut the same way, and requires the same

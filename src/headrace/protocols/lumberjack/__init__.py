@@ -7,6 +7,7 @@ ready-to-store payloads and lets the server ack only what it has made durable;
 
 from __future__ import annotations
 
+from headrace.protocols.lumberjack._fast import DataRun, DecodedItem
 from headrace.protocols.lumberjack.codec import (
     DEFAULT_LIMITS,
     MAX_COMPRESSED_DEPTH,
@@ -18,9 +19,7 @@ from headrace.protocols.lumberjack.codec import (
     MAX_VALUE_BYTES,
     MAX_WINDOW_COUNT,
     RECEIVE_SLACK_BYTES,
-    DataRun,
     DecodedFrame,
-    DecodedItem,
     FrameDecoder,
     Limits,
     data_document,
