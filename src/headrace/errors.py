@@ -31,6 +31,7 @@ translates in exactly one place (the server's error tables, the client's
     │   ├── ConnectionLost
     │   ├── RequestTimeout
     │   └── ServerError(code)
+    ├── ControllerError(status)       a controller refused a request
     └── ConfigError
 """
 
@@ -43,6 +44,7 @@ __all__ = [
     "ClientError",
     "ConfigError",
     "ConnectionLost",
+    "ControllerError",
     "CorruptionError",
     "FrameTooLarge",
     "HeadraceError",
@@ -263,6 +265,27 @@ class ServerError(ClientError):
     def __init__(self, code: object, message: str = "") -> None:
         super().__init__(f"server replied {code}: {message}" if message else f"server: {code}")
         self.code = code
+
+
+# --------------------------------------------------------------------------- controller
+
+
+class ControllerError(HeadraceError):
+    """A controller refused a request; no metadata was changed.
+
+    One class for both ends of the controller API. Our controller raises its
+    subclasses (``headrace.controller.errors``, one per reason) and its
+    service turns each into the reply's status; a client raises this class
+    for a reply whose status is not success, with the status's name in
+    ``status`` (``STREAM_NOT_FOUND``...; empty where the reason is a
+    subclass). Not retriable: asking again meets the same refusal.
+    """
+
+    retriable: bool = False
+
+    def __init__(self, message: str, *, status: str = "") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --------------------------------------------------------------------------- config

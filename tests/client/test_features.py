@@ -50,8 +50,9 @@ async def test_admin_scopes_and_streams(server: Server) -> None:
         assert await c.stream_exists("adm", "a")
         assert [s async for s in c.list_streams("adm")] == ["a"]
         assert "adm" in [s async for s in c.list_scopes()]
-        with pytest.raises(ControllerError):
+        with pytest.raises(ControllerError) as refused:
             await c.delete_scope("adm")  # not empty
+        assert refused.value.status == "SCOPE_NOT_EMPTY"
         await c.seal_stream("adm", "a")
         assert await c.get_current_segments("adm", "a") == []
         assert await c.delete_stream("adm", "a")

@@ -41,7 +41,7 @@ def create(
         retention = RetentionPolicy(RetentionType.SIZE, retention_bytes)
     elif retention_ms is not None:
         retention = RetentionPolicy(RetentionType.TIME, retention_ms)
-    config = StreamConfig(ScalingPolicy.fixed(segments), retention, tags or None)
+    config = StreamConfig(ScalingPolicy.fixed(segments), retention, tags)
 
     async def go() -> bool:
         async with pravega_client(controller) as client:
@@ -94,9 +94,9 @@ def info(controller: str, name: str) -> None:
                 "segments_min": config.scaling.min_num_segments,
                 "retention": {
                     "type": config.retention.retention_type.name,
-                    "param": config.retention.param,
+                    "param": config.retention.retention_param,
                 },
-                "tags": list(config.tags or ()),
+                "tags": list(config.tags),
                 "sealed": not segments,
                 "open_segments": segments,
             }

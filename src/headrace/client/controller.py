@@ -4,13 +4,15 @@ Speaks the controller API of ``pravega-controller.md`` with the message
 classes generated from our ``controller.proto``
 (``headrace.protocols.pravega.controller_pb2``, the same descriptor our
 server registers, so a method name cannot differ between the two). Works against headrace and any
-Pravega controller.
+Pravega controller. The value types (``StreamConfig``, ``Segment``, ``TxnId``...)
+are the controller API's own (``headrace.protocols.pravega.controller``, shared
+with our controller) and are importable from here too.
 
 gRPC failures are translated in one place (:func:`_rpc`): ``UNAVAILABLE``
 becomes :class:`~headrace.errors.ConnectionLost`, ``DEADLINE_EXCEEDED``
 :class:`~headrace.errors.RequestTimeout`, anything else
 :class:`~headrace.errors.ServerError`. Status enums other than success become
-:class:`~headrace.client.errors.ControllerError` unless the method's
+:class:`~headrace.errors.ControllerError` unless the method's
 docstring says it returns ``False`` for them (the ``StreamManager`` results
 of the Python binding: "already exists" and "not found" are answers, not
 errors).
@@ -22,8 +24,6 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import TypeVar, cast
 from urllib.parse import urlparse
 
@@ -32,12 +32,26 @@ import grpc.aio  # type: ignore[import-untyped]
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from headrace.errors import ConnectionLost, RequestTimeout, ServerError
+from headrace.errors import ConnectionLost, ControllerError, RequestTimeout, ServerError
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.auth import basic_header, token_expiry
+from headrace.protocols.pravega.controller import (
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    Segment,
+    SegmentRange,
+    StreamConfig,
+    TxnId,
+    TxnState,
+    config_from_proto,
+    config_to_proto,
+    txn_id_from_proto,
+    txn_id_to_proto,
+)
 
 from ._conn import DEFAULT_RETRY, RetryPolicy
-from .errors import ControllerError
 from .tls import TLS_SCHEMES, TlsOptions, uri_wants_tls
 
 __all__ = [
@@ -46,7 +60,9 @@ __all__ = [
     "TOKEN_REFRESH_MARGIN_S",
     "ControllerClient",
     "RetentionPolicy",
+    "RetentionType",
     "ScalingPolicy",
+    "ScalingType",
     "Segment",
     "SegmentRange",
     "StreamConfig",
@@ -65,8 +81,6 @@ default life is 600 s; one that lives shorter is refreshed at half its life)."""
 DEFAULT_TXN_LEASE_MS = 90_000
 """Transaction lease the Rust client asks for (controller spec §4)."""
 
-_MAX_I64 = 2**63 - 1
-
 _CHANNEL_OPTIONS = [
     # grpc's defaults back off reconnects from 1 s up to 120 s; a restarted
     # controller should be found again within a fraction of a second.
@@ -84,129 +98,12 @@ _METHODS: dict[str, tuple[str, type[Message]]] = {
 _M = TypeVar("_M", bound=Message)
 
 
-# --------------------------------------------------------------------------- value types
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Segment:
-    """One segment of a stream: scope, stream and 64-bit id (``epoch << 32 | number``).
-
-    ``name`` is the qualified name the segment store knows it by (controller
-    spec §6), e.g. ``sc/st/3.#epoch.1``.
-    """
-
-    scope: str
-    stream: str
-    segment_id: int
-
-    @property
-    def number(self) -> int:
-        return self.segment_id & 0xFFFFFFFF
-
-    @property
-    def epoch(self) -> int:
-        return self.segment_id >> 32
-
-    @property
-    def name(self) -> str:
-        return f"{self.scope}/{self.stream}/{self.number}.#epoch.{self.epoch}"
-
-    @classmethod
-    def parse(cls, name: str) -> Segment:
-        """The segment named by a qualified name ``scope/stream/n.#epoch.e``.
-
-        Raises:
-            ValueError: not such a name.
-        """
-        scope, stream, last = name.split("/")
-        number, _, epoch = last.partition(".#epoch.")
-        return cls(scope, stream, (int(epoch or 0) << 32) | int(number))
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentRange:
-    """A segment and the part ``[min_key, max_key)`` of the key space it owns."""
-
-    segment: Segment
-    min_key: float
-    max_key: float
-
-
-class ScalingType(IntEnum):
-    FIXED_NUM_SEGMENTS = 0
-    BY_RATE_IN_KBYTES_PER_SEC = 1
-    BY_RATE_IN_EVENTS_PER_SEC = 2
-
-
-class RetentionType(IntEnum):
-    NONE = 0
-    TIME = 1
-    SIZE = 2
-
-
-@dataclass(frozen=True, slots=True)
-class ScalingPolicy:
-    """How many segments a stream has and when it would scale."""
-
-    min_num_segments: int = 1
-    scale_type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
-    target_rate: int = 0
-    scale_factor: int = 0
-
-    @classmethod
-    def fixed(cls, segments: int) -> ScalingPolicy:
-        return cls(min_num_segments=segments)
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    """How much a stream keeps: none, by time (``param`` ms) or by size (``param`` bytes)."""
-
-    retention_type: RetentionType = RetentionType.NONE
-    param: int = 0
-    max: int = _MAX_I64
-
-
-@dataclass(frozen=True, slots=True)
-class StreamConfig:
-    scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    tags: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TxnId:
-    """A 128-bit transaction id as the controller sends it (two signed 64-bit halves)."""
-
-    high_bits: int
-    low_bits: int
-
-    @property
-    def epoch(self) -> int:
-        return (self.high_bits & 0xFFFFFFFFFFFFFFFF) >> 32
-
-    @property
-    def hex(self) -> str:
-        """32 lower-case hex digits (the transaction segment suffix, controller spec §6)."""
-        return f"{self.high_bits & (2**64 - 1):016x}{self.low_bits & (2**64 - 1):016x}"
-
-    def segment_name(self, parent: Segment) -> str:
-        return f"{parent.name}#transaction.{self.hex}"
-
-
-class TxnState(IntEnum):
-    UNKNOWN = 0
-    OPEN = 1
-    COMMITTING = 2
-    COMMITTED = 3
-    ABORTING = 4
-    ABORTED = 5
-
-
 # --------------------------------------------------------------------------- the client
+
+
+def _refused(what: str, status: str) -> ControllerError:
+    """The error for a reply to ``what`` whose status (named ``status``) is not success."""
+    return ControllerError(f"{what}: {status}", status=status)
 
 
 def parse_controller_uri(uri: str) -> str:
@@ -361,7 +258,7 @@ class ControllerClient:
             return True
         if r.status == pb.CreateScopeStatus.SCOPE_EXISTS:
             return False
-        raise ControllerError(f"create scope {scope!r}", pb.CreateScopeStatus.Status.Name(r.status))
+        raise _refused(f"create scope {scope!r}", pb.CreateScopeStatus.Status.Name(r.status))
 
     async def delete_scope(self, scope: str) -> bool:
         """Delete an empty scope; ``False`` if it does not exist.
@@ -374,7 +271,7 @@ class ControllerClient:
             return True
         if r.status == pb.DeleteScopeStatus.SCOPE_NOT_FOUND:
             return False
-        raise ControllerError(f"delete scope {scope!r}", pb.DeleteScopeStatus.Status.Name(r.status))
+        raise _refused(f"delete scope {scope!r}", pb.DeleteScopeStatus.Status.Name(r.status))
 
     async def scope_exists(self, scope: str) -> bool:
         r = await self._rpc("checkScopeExists", pb.ScopeInfo(scope=scope), pb.ExistsResponse)
@@ -396,26 +293,6 @@ class ControllerClient:
 
     # ------------------------------------------------------------------ streams
 
-    @staticmethod
-    def _config(scope: str, stream: str, config: StreamConfig) -> pb.StreamConfig:
-        msg = pb.StreamConfig(
-            streamInfo=pb.StreamInfo(scope=scope, stream=stream),
-            scalingPolicy=pb.ScalingPolicy(
-                scaleType=int(config.scaling.scale_type),  # type: ignore[arg-type]
-                targetRate=config.scaling.target_rate,
-                scaleFactor=config.scaling.scale_factor,
-                minNumSegments=config.scaling.min_num_segments,
-            ),
-            retentionPolicy=pb.RetentionPolicy(
-                retentionType=int(config.retention.retention_type),  # type: ignore[arg-type]
-                retentionParam=config.retention.param,
-                retentionMax=config.retention.max,
-            ),
-        )
-        if config.tags is not None:
-            msg.tags.CopyFrom(pb.Tags(tag=list(config.tags)))
-        return msg
-
     async def create_stream(
         self, scope: str, stream: str, config: StreamConfig | None = None
     ) -> bool:
@@ -424,13 +301,13 @@ class ControllerClient:
         Raises:
             ControllerError: missing scope, invalid name, or failure.
         """
-        req = self._config(scope, stream, config or StreamConfig())
+        req = config_to_proto(scope, stream, config or StreamConfig())
         r = await self._rpc("createStream", req, pb.CreateStreamStatus)
         if r.status == pb.CreateStreamStatus.SUCCESS:
             return True
         if r.status == pb.CreateStreamStatus.STREAM_EXISTS:
             return False
-        raise ControllerError(
+        raise _refused(
             f"create stream {scope}/{stream}", pb.CreateStreamStatus.Status.Name(r.status)
         )
 
@@ -440,27 +317,18 @@ class ControllerClient:
         Raises:
             ControllerError: missing stream or scope, or failure.
         """
-        req = self._config(scope, stream, config)
+        req = config_to_proto(scope, stream, config)
         r = await self._rpc("updateStream", req, pb.UpdateStreamStatus)
         self._check_update(r, f"update stream {scope}/{stream}")
 
     @staticmethod
     def _check_update(r: pb.UpdateStreamStatus, what: str) -> None:
         if r.status != pb.UpdateStreamStatus.SUCCESS:
-            raise ControllerError(what, pb.UpdateStreamStatus.Status.Name(r.status))
+            raise _refused(what, pb.UpdateStreamStatus.Status.Name(r.status))
 
     async def get_stream_config(self, scope: str, stream: str) -> StreamConfig:
         r = await self._rpc("getStreamConfiguration", self._info(scope, stream), pb.StreamConfig)
-        sp, rp = r.scalingPolicy, r.retentionPolicy
-        return StreamConfig(
-            scaling=ScalingPolicy(
-                sp.minNumSegments, ScalingType(sp.scaleType), sp.targetRate, sp.scaleFactor
-            ),
-            retention=RetentionPolicy(
-                RetentionType(rp.retentionType), rp.retentionParam, rp.retentionMax
-            ),
-            tags=tuple(r.tags.tag) if r.HasField("tags") else None,
-        )
+        return config_from_proto(r)
 
     async def stream_exists(self, scope: str, stream: str) -> bool:
         r = await self._rpc("checkStreamExists", self._info(scope, stream), pb.ExistsResponse)
@@ -502,7 +370,7 @@ class ControllerClient:
             return True
         if r.status == pb.DeleteStreamStatus.STREAM_NOT_FOUND:
             return False
-        raise ControllerError(
+        raise _refused(
             f"delete stream {scope}/{stream}", pb.DeleteStreamStatus.Status.Name(r.status)
         )
 
@@ -611,7 +479,7 @@ class ControllerClient:
         )
         r = await self._rpc("scale", req, pb.ScaleResponse)
         if r.status != pb.ScaleResponse.STARTED:
-            raise ControllerError(
+            raise _refused(
                 f"scale {scope}/{stream}", pb.ScaleResponse.ScaleStreamStatus.Name(r.status)
             )
         return self._ranges(r.segments)
@@ -624,14 +492,14 @@ class ControllerClient:
         """Begin a transaction: its id and the stream's open segments it writes to."""
         req = pb.CreateTxnRequest(streamInfo=self._info(scope, stream), lease=lease_ms)
         r = await self._rpc("createTransaction", req, pb.CreateTxnResponse)
-        return TxnId(r.txnId.highBits, r.txnId.lowBits), self._ranges(r.activeSegments)
+        return txn_id_from_proto(r.txnId), self._ranges(r.activeSegments)
 
     def _txn_request(
         self, scope: str, stream: str, txn: TxnId, writer_id: str = "", timestamp: int = 0
     ) -> pb.TxnRequest:
         return pb.TxnRequest(
             streamInfo=self._info(scope, stream),
-            txnId=pb.TxnId(highBits=txn.high_bits, lowBits=txn.low_bits),
+            txnId=txn_id_to_proto(txn),
             writerId=writer_id,
             timestamp=timestamp,
         )
@@ -642,12 +510,12 @@ class ControllerClient:
         req = self._txn_request(scope, stream, txn, writer_id, timestamp)
         r = await self._rpc("commitTransaction", req, pb.TxnStatus)
         if r.status != pb.TxnStatus.SUCCESS:
-            raise ControllerError(f"commit {txn.hex}", pb.TxnStatus.Status.Name(r.status))
+            raise _refused(f"commit {txn.hex}", pb.TxnStatus.Status.Name(r.status))
 
     async def abort_transaction(self, scope: str, stream: str, txn: TxnId) -> None:
         r = await self._rpc("abortTransaction", self._txn_request(scope, stream, txn), pb.TxnStatus)
         if r.status != pb.TxnStatus.SUCCESS:
-            raise ControllerError(f"abort {txn.hex}", pb.TxnStatus.Status.Name(r.status))
+            raise _refused(f"abort {txn.hex}", pb.TxnStatus.Status.Name(r.status))
 
     async def ping_transaction(
         self, scope: str, stream: str, txn: TxnId, lease_ms: int = DEFAULT_TXN_LEASE_MS
@@ -655,7 +523,7 @@ class ControllerClient:
         """Extend a transaction's lease; returns the status name (``OK`` while open)."""
         req = pb.PingTxnRequest(
             streamInfo=self._info(scope, stream),
-            txnId=pb.TxnId(highBits=txn.high_bits, lowBits=txn.low_bits),
+            txnId=txn_id_to_proto(txn),
             lease=lease_ms,
         )
         r = await self._rpc("pingTransaction", req, pb.PingTxnStatus)

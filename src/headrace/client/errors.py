@@ -12,8 +12,10 @@ from, so callers branch on the class and read data from attributes::
         ├── ConditionalCheckFailedError
         ├── TableKeyVersionError(segment)       TableKeyBadVersion / TableKeyDoesNotExist
         └── WrongHostError(segment, correct_host)   retriable
-    ControllerError(status)                     a controller status other than success
     TlsCertificateError                         the server's certificate did not verify
+
+``ControllerError`` (``headrace.errors``, importable from here too) is a
+controller status other than success; its ``status`` is the status's name.
 
 ``ConnectionLost`` and ``RequestTimeout`` (``headrace.errors``) are the
 retriable transport errors.
@@ -21,7 +23,7 @@ retriable transport errors.
 
 from __future__ import annotations
 
-from headrace.errors import ClientError, ServerError
+from headrace.errors import ClientError, ControllerError, ServerError
 from headrace.protocols import pravega as p
 
 __all__ = [
@@ -86,15 +88,6 @@ class WrongHostError(ReplyError):
         super().__init__(reply, f"segment {reply.segment!r} is served by {reply.correct_host!r}")
         self.segment = reply.segment
         self.correct_host = reply.correct_host
-
-
-class ControllerError(ClientError):
-    """The controller answered a status other than success (``status`` is its enum name)."""
-
-    def __init__(self, what: str, status: str) -> None:
-        super().__init__(f"{what}: {status}")
-        self.what = what
-        self.status = status
 
 
 class TlsCertificateError(ClientError):

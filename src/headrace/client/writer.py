@@ -62,7 +62,6 @@ import contextlib
 import functools
 import logging
 import random
-import struct
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -70,6 +69,7 @@ from uuid import UUID, uuid4
 
 from headrace.errors import ClientError, ConnectionLost, RequestTimeout
 from headrace.protocols import pravega as p
+from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 
 from ._conn import (
@@ -147,9 +147,6 @@ YIELD_EVERY_EVENTS = 1000
 """A producer that never awaits anything else yields to the loop this often, so
 segment writers send (and acks are processed) while it loops: pipelining."""
 
-_EVENT_HEADER = struct.Struct(">ii")  # Event frame: type 0, payload length (spec §5.3)
-_EVENT_SIZE = struct.Struct(">i")  # the length field, 4 bytes into an Event frame
-
 SETUP_TIMEOUT_S = 30.0
 """Most time for ``SetupAppend`` to be answered (the request timeout)."""
 
@@ -205,20 +202,20 @@ class _Block:
         size = len(event)
         tail = self.tail
         if size <= COPY_EVENT_BYTES:
-            tail += _EVENT_HEADER.pack(0, size)
+            tail += EVENT_HEADER.pack(0, size)
             tail += event
         else:
             # Kept by reference, not copied: immutable, so the caller cannot change it.
             # Its header joins the copied bytes before it, or is a part of its own.
             parts = self.parts
             if tail:
-                tail += _EVENT_HEADER.pack(0, size)
+                tail += EVENT_HEADER.pack(0, size)
                 parts.append(tail)
                 self.tail = bytearray()
             else:
-                parts.append(_EVENT_HEADER.pack(0, size))
+                parts.append(EVENT_HEADER.pack(0, size))
             parts.append(event if type(event) is bytes else bytes(event))
-        self.size += size + 8
+        self.size += size + EVENT_HEADER.size
         self.last_number = number
         self.positions.append(position)
 
@@ -239,8 +236,8 @@ class _Block:
         data = self.data()
         futures = self.futures or {}
         for i, position in enumerate(self.positions):
-            (size,) = _EVENT_SIZE.unpack_from(data, pos + 4)
-            end = pos + 8 + size
+            _, size = EVENT_HEADER.unpack_from(data, pos)
+            end = pos + EVENT_HEADER.size + size
             number = self.first_number + i
             out.append(_Pending(data[pos:end], position, number, futures.get(number)))
             pos = end
@@ -252,8 +249,8 @@ class _Block:
         data = self.data()
         pos = 0
         for _ in range(count):
-            (size,) = _EVENT_SIZE.unpack_from(data, pos + 4)
-            pos += 8 + size
+            _, size = EVENT_HEADER.unpack_from(data, pos)
+            pos += EVENT_HEADER.size + size
         head_futures = None
         if self.futures:
             head_futures = {n: f for n, f in self.futures.items() if n <= number}

@@ -5,7 +5,7 @@ gRPC status code for replies that have no status field) in exactly one
 place: ``service.py``'s error tables. ::
 
     HeadraceError
-    └── ControllerError
+    └── ControllerError                    (``headrace.errors``: the client raises it too)
         ├── InvalidName(kind, name)
         ├── InvalidArgument(message)
         ├── ScopeNotFound(scope)
@@ -25,7 +25,7 @@ place: ``service.py``'s error tables. ::
 
 from __future__ import annotations
 
-from headrace.errors import HeadraceError
+from headrace.errors import ControllerError
 
 __all__ = [
     "ControllerError",
@@ -45,10 +45,6 @@ __all__ = [
     "TxnNotFound",
     "TxnNotOpen",
 ]
-
-
-class ControllerError(HeadraceError):
-    """A controller request cannot be carried out; no metadata was changed."""
 
 
 class InvalidName(ControllerError):

@@ -847,7 +847,7 @@ class ControllerModel:
             rec = self._stream(scope, stream)
             txn_rec = self._txn(scope, stream, txn)
             if txn_rec.state in (TxnState.ABORTING, TxnState.ABORTED):
-                raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.value)
+                raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.name.lower())
             if txn_rec.state is TxnState.COMMITTED:
                 return
             if txn_rec.state is TxnState.OPEN:
@@ -873,7 +873,7 @@ class ControllerModel:
             rec = self._stream(scope, stream)
             txn_rec = self._txn(scope, stream, txn)
             if txn_rec.state in (TxnState.COMMITTING, TxnState.COMMITTED):
-                raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.value)
+                raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.name.lower())
             if txn_rec.state is not TxnState.ABORTED:
                 await self._abort(rec, txn_rec)
 

@@ -1,17 +1,9 @@
-"""Pravega's naming and id rules for segments and transactions (pure functions).
+"""Pravega's naming rules for scopes, streams and segments (pure functions).
 
-Every rule here is fixed by the real client, which builds the same strings
-and ids itself (``../shared/protocols/pravega-controller.md`` section 6):
-
-* segment id (int64) = ``epoch << 32 | segment_number``, both parts >= 0,
-  where ``epoch`` is the epoch that **created** the segment;
-* qualified segment name ``<scope>/<stream>/<number>.#epoch.<epoch>``;
-* transaction segment name ``<parent name>#transaction.<32 hex digits>``:
-  the 16 hex digits of ``TxnId.highBits`` then of ``lowBits``, lower case,
-  two's complement;
-* transaction id: ``highBits = epoch << 32``, ``lowBits`` = a per-stream
-  counter that stays below 2**63 (the client sign-extends ``lowBits``, so a
-  negative value would corrupt the id it rebuilds).
+Segment ids, segment names and transaction ids and names are built by the
+clients too, so those rules live with the controller API's vocabulary
+(``headrace.protocols.pravega.controller``); they are importable from here.
+The rules below are the server's own:
 
 * transient segment name ``<parent>#transient.<writer hex>.<random hex>``:
   where a writer puts one event over 8 MiB before merging it into the parent.
@@ -29,7 +21,16 @@ sequence-number tables) belong to the server alone.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from headrace.protocols.pravega.controller import (
+    MAX_SEGMENT_NUMBER,
+    TxnId,
+    segment_epoch,
+    segment_id,
+    segment_name,
+    segment_number,
+    transaction_segment_name,
+)
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -51,9 +52,6 @@ MAX_NAME_CHARS = 255
 """Longest scope or stream name: names are parts of segment names and table keys;
 255 (a file-name limit on most systems) is far above any name seen in practice."""
 
-MAX_SEGMENT_NUMBER = 2**31 - 1
-"""Segment numbers and epochs are the two non-negative int32 halves of an int64 id."""
-
 INTERNAL_PREFIX = "_system/"
 """Segments whose names start with this are the server's own (metadata tables);
 no user scope can produce it, since user names cannot start with ``_``."""
@@ -65,7 +63,6 @@ TRANSIENT_INFIX = "#transient."
 PSEUDO_STREAM_SUFFIXES = ("_kvtable", "_hrgroup")
 """Suffixes of the pseudo-streams holding table segments (see above)."""
 
-_INT64_MASK = 2**64 - 1
 _NAME = re.compile(r"[A-Za-z0-9.\-]+")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9.\-][A-Za-z0-9.\-_]*")
 
@@ -94,50 +91,3 @@ def is_valid_token_stream(name: str) -> bool:
 def is_internal_segment(name: str) -> bool:
     """Whether ``name`` is one of the server's own segments (``INTERNAL_PREFIX``)."""
     return name.startswith(INTERNAL_PREFIX)
-
-
-def segment_id(epoch: int, number: int) -> int:
-    """The 64-bit segment id of segment ``number`` created in ``epoch``."""
-    assert 0 <= epoch <= MAX_SEGMENT_NUMBER and 0 <= number <= MAX_SEGMENT_NUMBER
-    return epoch << 32 | number
-
-
-def segment_number(sid: int) -> int:
-    return sid & 0xFFFFFFFF
-
-
-def segment_epoch(sid: int) -> int:
-    return sid >> 32
-
-
-def segment_name(scope: str, stream: str, sid: int) -> str:
-    """``<scope>/<stream>/<number>.#epoch.<epoch>``, e.g. ``sc/st/0.#epoch.0``."""
-    return f"{scope}/{stream}/{segment_number(sid)}.#epoch.{segment_epoch(sid)}"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TxnId:
-    """A transaction id as the two signed int64 halves carried by ``TxnId`` messages."""
-
-    high_bits: int
-    low_bits: int
-
-    @classmethod
-    def new(cls, epoch: int, counter: int) -> TxnId:
-        assert 0 <= epoch <= MAX_SEGMENT_NUMBER and 0 <= counter < 2**63
-        return cls(epoch << 32, counter)
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the transaction was created in (id bits 127..96)."""
-        return (self.high_bits & _INT64_MASK) >> 32
-
-    @property
-    def hex(self) -> str:
-        """32 lower-case hex digits, two's complement of each half."""
-        return f"{self.high_bits & _INT64_MASK:016x}{self.low_bits & _INT64_MASK:016x}"
-
-
-def transaction_segment_name(parent: str, txn: TxnId) -> str:
-    """``<parent>#transaction.<32 hex>``: where a transaction's events for ``parent`` go."""
-    return f"{parent}#transaction.{txn.hex}"

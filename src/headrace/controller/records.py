@@ -9,7 +9,10 @@ Layout in the store (each a table segment; keys and values are UTF-8)::
 
 JSON keeps the records readable with any table dump, and every field has a
 default so that records written by an older version still load. ``/`` can
-not occur in scope or stream names, so the keys are unambiguous.
+not occur in scope or stream names, so the keys are unambiguous. The
+configuration and transaction types are the controller API's
+(``headrace.protocols.pravega.controller``); a transaction's state is stored
+by name, in lower case (``"open"``).
 
 A stream's segments are its whole history: every segment it ever had, with
 the epoch that created it and the epoch that replaced it (``sealed_epoch``,
@@ -26,7 +29,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from headrace.controller.naming import TxnId, segment_id
+from headrace.protocols.pravega.controller import (
+    INT64_MAX,
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    StreamConfig,
+    TxnId,
+    TxnState,
+    segment_id,
+)
 
 __all__ = [
     "RETENTION_TABLE",
@@ -63,63 +76,10 @@ STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
 RETENTION_TABLE = "_system/controller/retention"
 
-INT64_MAX = 2**63 - 1
-
-
-class ScalingType(enum.IntEnum):
-    """``ScalingPolicy.ScalingPolicyType`` values."""
-
-    FIXED_NUM_SEGMENTS = 0
-    BY_RATE_IN_KBYTES_PER_SEC = 1
-    BY_RATE_IN_EVENTS_PER_SEC = 2
-
-
-class RetentionType(enum.IntEnum):
-    """``RetentionPolicy.RetentionPolicyType`` values; ``UNKNOWN`` means no retention."""
-
-    UNKNOWN = 0
-    TIME = 1
-    SIZE = 2
-
 
 class StreamState(enum.StrEnum):
     ACTIVE = "active"
     SEALED = "sealed"
-
-
-class TxnState(enum.StrEnum):
-    """Transaction states; ``COMMITTING``/``ABORTING`` are recorded before the store
-    work starts, so a restart finishes what was begun."""
-
-    OPEN = "open"
-    COMMITTING = "committing"
-    COMMITTED = "committed"
-    ABORTING = "aborting"
-    ABORTED = "aborted"
-
-
-@dataclass(frozen=True, slots=True)
-class ScalingPolicy:
-    scale_type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
-    target_rate: int = 0
-    scale_factor: int = 0
-    min_num_segments: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    retention_type: RetentionType = RetentionType.UNKNOWN
-    retention_param: int = 0
-    retention_max: int = INT64_MAX
-
-
-@dataclass(frozen=True, slots=True)
-class StreamConfig:
-    """What a user configures on a stream (``StreamConfig`` minus its ``streamInfo``)."""
-
-    scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +295,7 @@ def encode_txn(rec: TxnRecord) -> bytes:
             "low": rec.txn.low_bits,
             "epoch": rec.epoch,
             "parents": list(rec.parents),
-            "state": rec.state.value,
+            "state": rec.state.name.lower(),
             "lease_ms": rec.lease_ms,
             "created_ms": rec.created_ms,
             "closed_ms": rec.closed_ms,
@@ -351,7 +311,7 @@ def decode_txn(data: bytes) -> TxnRecord:
         txn=TxnId(int(obj["high"]), int(obj["low"])),
         epoch=int(obj["epoch"]),
         parents=tuple(int(p) for p in obj["parents"]),
-        state=TxnState(obj["state"]),
+        state=TxnState[str(obj["state"]).upper()],
         lease_ms=int(obj.get("lease_ms", 0)),
         created_ms=int(obj.get("created_ms", 0)),
         closed_ms=int(obj.get("closed_ms", 0)),

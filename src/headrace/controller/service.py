@@ -58,16 +58,8 @@ from headrace.controller.errors import (
     TxnNotOpen,
 )
 from headrace.controller.model import ControllerModel, HeadSegment
-from headrace.controller.naming import TxnId, is_valid_name, is_valid_token_stream
-from headrace.controller.records import (
-    RetentionPolicy,
-    RetentionType,
-    ScalingPolicy,
-    ScalingType,
-    SegmentRecord,
-    StreamConfig,
-    TxnState,
-)
+from headrace.controller.naming import is_valid_name, is_valid_token_stream
+from headrace.controller.records import SegmentRecord
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 from headrace.errors import StoreClosed
 from headrace.protocols.pravega import controller_pb2 as pb
@@ -76,6 +68,14 @@ from headrace.protocols.pravega.auth import (
     Permission,
     scope_resource,
     stream_resource,
+)
+from headrace.protocols.pravega.controller import (
+    StreamConfig,
+    TxnState,
+    config_from_proto,
+    config_to_proto,
+    txn_id_from_proto,
+    txn_id_to_proto,
 )
 from headrace.store.api import SegmentStore
 
@@ -254,46 +254,10 @@ def _locations(scope: str, stream: str, heads: list[HeadSegment]) -> pb.Segments
 
 
 def _config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
-    sp, rp = msg.scalingPolicy, msg.retentionPolicy
     try:
-        scale_type = ScalingType(sp.scaleType)
-        retention_type = RetentionType(rp.retentionType)
+        return config_from_proto(msg)
     except ValueError as exc:
         raise InvalidArgument(f"unknown policy type: {exc}") from None
-    retention = (
-        RetentionPolicy(retention_type, rp.retentionParam, rp.retentionMax)
-        if msg.HasField("retentionPolicy")
-        else RetentionPolicy()
-    )
-    return StreamConfig(
-        scaling=ScalingPolicy(scale_type, sp.targetRate, sp.scaleFactor, sp.minNumSegments),
-        retention=retention,
-        tags=tuple(msg.tags.tag),
-    )
-
-
-def _config_to_proto(scope: str, stream: str, cfg: StreamConfig) -> pb.StreamConfig:
-    msg = pb.StreamConfig(
-        streamInfo=_stream_info(scope, stream),
-        scalingPolicy=pb.ScalingPolicy(
-            scaleType=int(cfg.scaling.scale_type),  # type: ignore[arg-type]
-            targetRate=cfg.scaling.target_rate,
-            scaleFactor=cfg.scaling.scale_factor,
-            minNumSegments=cfg.scaling.min_num_segments,
-        ),
-        retentionPolicy=pb.RetentionPolicy(
-            retentionType=int(cfg.retention.retention_type),  # type: ignore[arg-type]
-            retentionParam=cfg.retention.retention_param,
-            retentionMax=cfg.retention.retention_max,
-        ),
-    )
-    if cfg.tags:
-        msg.tags.tag.extend(cfg.tags)
-    return msg
-
-
-def _txn_id(msg: pb.TxnId) -> TxnId:
-    return TxnId(msg.highBits, msg.lowBits)
 
 
 def _cut(cut: Mapping[int, int]) -> dict[int, int]:
@@ -307,15 +271,6 @@ _PING = {
     TxnState.ABORTING: pb.PingTxnStatus.ABORTED,
     TxnState.ABORTED: pb.PingTxnStatus.ABORTED,
 }
-
-_TXN_STATE = {
-    TxnState.OPEN: pb.TxnState.OPEN,
-    TxnState.COMMITTING: pb.TxnState.COMMITTING,
-    TxnState.COMMITTED: pb.TxnState.COMMITTED,
-    TxnState.ABORTING: pb.TxnState.ABORTING,
-    TxnState.ABORTED: pb.TxnState.ABORTED,
-}
-
 
 # --------------------------------------------------------------------------- access
 
@@ -536,7 +491,7 @@ class ControllerService:
         return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.SUCCESS)
 
     async def getStreamConfiguration(self, req: pb.StreamInfo) -> pb.StreamConfig:
-        return _config_to_proto(
+        return config_to_proto(
             req.scope, req.stream, self.model.stream_config(req.scope, req.stream)
         )
 
@@ -651,7 +606,7 @@ class ControllerService:
         info = req.streamInfo
         txn, segs = await self.model.create_txn(info.scope, info.stream, req.lease)
         return pb.CreateTxnResponse(
-            txnId=pb.TxnId(highBits=txn.txn.high_bits, lowBits=txn.txn.low_bits),
+            txnId=txn_id_to_proto(txn.txn),
             activeSegments=[_segment_range(info.scope, info.stream, s) for s in segs],
         )
 
@@ -660,7 +615,7 @@ class ControllerService:
         await self.model.commit_txn(
             info.scope,
             info.stream,
-            _txn_id(req.txnId),
+            txn_id_from_proto(req.txnId),
             writer_id=req.writerId,
             timestamp=req.timestamp,
         )
@@ -668,18 +623,19 @@ class ControllerService:
 
     async def abortTransaction(self, req: pb.TxnRequest) -> pb.TxnStatus:
         info = req.streamInfo
-        await self.model.abort_txn(info.scope, info.stream, _txn_id(req.txnId))
+        await self.model.abort_txn(info.scope, info.stream, txn_id_from_proto(req.txnId))
         return pb.TxnStatus(status=pb.TxnStatus.SUCCESS)
 
     async def pingTransaction(self, req: pb.PingTxnRequest) -> pb.PingTxnStatus:
         info = req.streamInfo
-        state = self.model.ping_txn(info.scope, info.stream, _txn_id(req.txnId), req.lease)
+        txn = txn_id_from_proto(req.txnId)
+        state = self.model.ping_txn(info.scope, info.stream, txn, req.lease)
         return pb.PingTxnStatus(status=_PING[state])
 
     async def checkTransactionState(self, req: pb.TxnRequest) -> pb.TxnState:
         info = req.streamInfo
-        state = self.model.txn_state(info.scope, info.stream, _txn_id(req.txnId))
-        return pb.TxnState(state=_TXN_STATE[state])
+        state = self.model.txn_state(info.scope, info.stream, txn_id_from_proto(req.txnId))
+        return pb.TxnState(state=int(state))  # type: ignore[arg-type]
 
     # -- writers and subscribers (no watermarks or subscriber retention yet)
 

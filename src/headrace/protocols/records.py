@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from headrace.errors import RemoteProtocolError
-from headrace.protocols.pravega.codec import FRAME_HEADER, HEADER_SIZE_BYTES
+from headrace.protocols.pravega.codec import EVENT_HEADER, HEADER_SIZE_BYTES
 from headrace.protocols.pravega.commands import CommandType
 from headrace.protocols.tank.codec import MAX_STORED_UNPACKED_BYTES, decode_bundle
 
@@ -86,7 +86,7 @@ class EventBuffer:
         end = len(view)
         base = self.offset - pos  # segment offset of view[0]
         while end - pos >= HEADER_SIZE_BYTES:
-            type_code, length = FRAME_HEADER.unpack_from(view, pos)
+            type_code, length = EVENT_HEADER.unpack_from(view, pos)
             if type_code != CommandType.EVENT or length < 0:
                 raise RemoteProtocolError(f"not an event at offset {base + pos}: type {type_code}")
             stop = pos + HEADER_SIZE_BYTES + length
@@ -107,7 +107,7 @@ class EventBuffer:
             buf += view[:pos]
             if len(buf) < HEADER_SIZE_BYTES:
                 return pos, None
-        type_code, length = FRAME_HEADER.unpack_from(buf, 0)
+        type_code, length = EVENT_HEADER.unpack_from(buf, 0)
         if type_code != CommandType.EVENT or length < 0:
             raise RemoteProtocolError(f"not an event at offset {self.offset}: type {type_code}")
         take = min(HEADER_SIZE_BYTES + length - len(buf), len(view) - pos)
@@ -124,7 +124,7 @@ class EventBuffer:
         """Bytes still needed to complete the event at the front (0 if none is started)."""
         if len(self.buffer) < HEADER_SIZE_BYTES:
             return HEADER_SIZE_BYTES - len(self.buffer) if self.buffer else 0
-        length: int = FRAME_HEADER.unpack_from(self.buffer, 0)[1]
+        length: int = EVENT_HEADER.unpack_from(self.buffer, 0)[1]
         return max(0, HEADER_SIZE_BYTES + length - len(self.buffer))
 
 

@@ -52,7 +52,6 @@ import functools
 import itertools
 import json
 import logging
-import struct
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -70,11 +69,12 @@ from headrace.protocols.lumberjack import (
     LumberjackConnection,
     ProtocolVersion,
     Role,
+    document_parser,
     encode_frame,
-    fields_parser,
 )
 from headrace.protocols.lumberjack.codec import DocumentParser
 from headrace.protocols.pravega.auth import Permission, stream_resource
+from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
@@ -97,9 +97,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-EVENT_HEADER: Final = struct.Struct(">ii")
-"""Pravega event framing: type (always 0), payload length (DESIGN.md section 2)."""
 
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 """Largest event payload stored: Pravega's own event size limit, so that every
@@ -209,9 +206,9 @@ class _Window:
 @functools.lru_cache(maxsize=MAX_DOCUMENT_PARSERS)
 def _document_parser(fields: tuple[str, ...]) -> DocumentParser:
     """The ``J`` document parser of a listener routing on ``fields`` (top-level keys):
-    only they are built as objects (``fields_parser``). One per set of fields, not
+    only they are built as objects (``document_parser``). One per set of fields, not
     per connection: each is a msgspec struct type and its decoder."""
-    return fields_parser(fields)
+    return document_parser(fields)
 
 
 def _routing_key(

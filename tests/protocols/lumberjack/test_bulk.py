@@ -1,7 +1,7 @@
 """The server's bulk decoding agrees with the frame-by-frame path, on any input.
 
 ``LumberjackConnection(Role.SERVER)`` decodes runs of data frames in bulk
-(``FrameDecoder.decode_available``, ``_server_run``); ``bulk=False`` keeps
+(``_fast.BulkDecoder.decode_available``, ``_server_run``); ``bulk=False`` keeps
 the frame-by-frame path (one ``next_frame`` and one state-machine step per
 frame), which the rest of the suite pins down. Hypothesis feeds both the same
 valid and invalid byte streams, cut the same way, and requires the same
@@ -29,7 +29,7 @@ from headrace.protocols.lumberjack import (
     LumberjackConnection,
     ProtocolVersion,
     Role,
-    fields_parser,
+    document_parser,
     parse_json_object,
 )
 from headrace.protocols.lumberjack.codec import DocumentParser, _parse_with_json
@@ -256,7 +256,7 @@ def test_many_small_frames_in_one_read_give_the_same_windows() -> None:
     assert [(b.events[0].seq, b.ack_seq) for b in batches] == [(i, i) for i in range(30_000)]
 
 
-# --------------------------------------------------------------------------- fields_parser
+# --------------------------------------------------------------------------- document_parser
 
 FIELDS = ("a", "host", "n", "", "@metadata")
 """Keys the documents above use (``a``, ``host``, ``n``), the empty key (which
@@ -285,13 +285,13 @@ payloads = st.one_of(
 
 @given(payloads, field_sets)
 @settings(deadline=None, max_examples=1000)
-def test_fields_parser_keeps_the_fields_of_the_whole_parse(
+def test_document_parser_keeps_the_fields_of_the_whole_parse(
     payload: bytes, fields: tuple[str, ...]
 ) -> None:
     """The same documents accepted, the same errors, the fields' values as the whole
     parse gives them."""
     expected = _projected(_parsed(parse_json_object, payload), fields)
-    assert _parsed(fields_parser(fields), payload) == expected
+    assert _parsed(document_parser(fields), payload) == expected
 
 
 @given(
@@ -305,7 +305,7 @@ def test_a_connection_parsing_some_fields_accepts_and_refuses_the_same(
     data: bytes, cuts: list[int], limits: Limits, fields: tuple[str, ...]
 ) -> None:
     """The same events, error and windows left, bulk or frame by frame."""
-    parse = fields_parser(fields)
+    parse = document_parser(fields)
     for bulk in (True, False):
         whole = _outcome(split(data, cuts), limits, bulk=bulk)
         some = _outcome(split(data, cuts), limits, bulk=bulk, parse=parse)
@@ -324,7 +324,7 @@ def test_a_connection_parsing_some_fields_keeps_them_for_each_j_document(
 ) -> None:
     """A ``J`` document's entry holds the fields present; a ``D`` frame's stays whole."""
     version, data = stream
-    events, docs, error, _ = _outcome(split(data, cuts), Limits(), bulk, fields_parser(fields))
+    events, docs, error, _ = _outcome(split(data, cuts), Limits(), bulk, document_parser(fields))
     assert error is None
     batches = [e for e in events if isinstance(e, Batch)]
     for batch, batch_docs in zip(batches, docs, strict=True):
@@ -337,9 +337,9 @@ def test_a_connection_parsing_some_fields_keeps_them_for_each_j_document(
                 assert doc == full
 
 
-def test_fields_parser_builds_only_the_fields() -> None:
+def test_document_parser_builds_only_the_fields() -> None:
     payload = b'{"host":{"name":"web-1"},"message":"x","n":[1,2]}'
-    assert fields_parser(("host", "@metadata"))(payload) == {"host": {"name": "web-1"}}
-    assert fields_parser(())(payload) == {}
+    assert document_parser(("host", "@metadata"))(payload) == {"host": {"name": "web-1"}}
+    assert document_parser(())(payload) == {}
     with pytest.raises(RemoteProtocolError, match="not UTF-8"):
-        fields_parser(("host",))(b'{"host":"a","message":"\xff"}')
+        document_parser(("host",))(b'{"host":"a","message":"\xff"}')

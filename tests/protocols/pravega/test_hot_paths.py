@@ -1,10 +1,11 @@
-"""The per-append shortcuts agree with the general code they stand in for.
+"""The fast paths (``protocols/pravega/_fast.py``) agree with the codec they stand in for.
 
-Every append is one AppendBlockEnd decoded and one DataAppended sent; both
-have a shortcut (precompiled ``struct``s, no layout walk, no command built).
-These tests hold each shortcut to the general path's result, including
-every malformed or short payload, where the shortcut must step aside so the
-general path refuses it with its own message.
+Every append is one AppendBlockEnd decoded and one DataAppended sent, every
+read one ReadSegment and one SegmentRead; each has a shortcut (precompiled
+``struct``s, no layout walk, no command built). These tests hold each
+shortcut to the layout walk of ``codec.py``, including every malformed or
+short payload, where the shortcut must step aside so the walk refuses it
+with its own message.
 """
 
 from __future__ import annotations
@@ -17,20 +18,10 @@ from hypothesis import strategies as st
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
 from headrace.protocols import pravega as p
-from headrace.protocols.pravega import codec
+from headrace.protocols.pravega import _fast, codec
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)
-
-
-def _walked(type_code: int, payload: bytes | memoryview) -> p.Command:
-    """What the layout walk decodes (the shortcut switched off)."""
-    shortcut = codec._decode_append_block_end
-    codec._decode_append_block_end = lambda _payload: None  # type: ignore[assignment]
-    try:
-        return codec.decode_payload(type_code, payload)
-    finally:
-        codec._decode_append_block_end = shortcut  # type: ignore[assignment]
 
 
 def _outcome(decode: object, payload: bytes | memoryview) -> object:
@@ -64,8 +55,8 @@ def test_append_block_end_shortcut_decodes_as_the_layout_walk(
     full = frame[8:]
     for payload in (full, full[: max(0, len(full) - cut)], full + b"\x00" * (cut % 9)):
         given_payload: bytes | memoryview = memoryview(payload) if as_view else payload
-        fast = _outcome(codec.decode_payload, given_payload)
-        assert fast == _outcome(_walked, given_payload)
+        fast = _outcome(_fast.decode_payload, given_payload)
+        assert fast == _outcome(codec.decode_payload, given_payload)
         if isinstance(fast, p.AppendBlockEnd):
             assert type(fast.data) is type(given_payload[:0])  # a view stays a view
 
@@ -73,14 +64,14 @@ def test_append_block_end_shortcut_decodes_as_the_layout_walk(
 def test_append_block_end_shortcut_is_taken_and_ids_are_shared() -> None:
     writer = UUID(int=7)
     frame = p.encode_command(p.AppendBlockEnd(writer, 3, b"abc", 1, 5, 9))
-    assert codec._decode_append_block_end(frame[8:]) == p.AppendBlockEnd(writer, 3, b"abc", 1, 5, 9)
-    first = codec.decode_payload(p.CommandType.APPEND_BLOCK_END, frame[8:])
-    again = codec.decode_payload(p.CommandType.APPEND_BLOCK_END, frame[8:])
+    assert _fast.decode_append_block_end(frame[8:]) == p.AppendBlockEnd(writer, 3, b"abc", 1, 5, 9)
+    first = _fast.decode_payload(p.CommandType.APPEND_BLOCK_END, frame[8:])
+    again = _fast.decode_payload(p.CommandType.APPEND_BLOCK_END, frame[8:])
     assert isinstance(first, p.AppendBlockEnd) and isinstance(again, p.AppendBlockEnd)
     assert first.writer_id is again.writer_id  # decoded once, then from the cache
     without_request_id = frame[8:-8]  # old Java clients omit it: the walk decodes that
-    assert codec._decode_append_block_end(without_request_id) is None
-    decoded = codec.decode_payload(p.CommandType.APPEND_BLOCK_END, without_request_id)
+    assert _fast.decode_append_block_end(without_request_id) is None
+    decoded = _fast.decode_payload(p.CommandType.APPEND_BLOCK_END, without_request_id)
     assert decoded == p.AppendBlockEnd(writer, 3, b"abc", 1, 5)
 
 
@@ -95,7 +86,7 @@ def test_data_appended_shortcut_encodes_as_encode_command(
     writer: UUID, number: int, previous: int, request_id: int, offset: int
 ) -> None:
     expected = p.encode_command(p.DataAppended(writer, number, previous, request_id, offset))
-    assert codec.encode_data_appended(writer, number, previous, request_id, offset) == expected
+    assert _fast.encode_data_appended(writer, number, previous, request_id, offset) == expected
 
 
 def _server_with_writer(writer: UUID) -> p.PravegaConnection:
@@ -140,28 +131,11 @@ NAMES = st.one_of(
 
 
 def _encoded(cmd: p.Command, max_frame_bytes: int, walk: bool) -> object:
-    if walk:  # the layout walk: the same command type, not a SegmentRead
-        original = codec._encode_segment_read
-        codec._encode_segment_read = _no_shortcut  # type: ignore[assignment]
+    encode = codec.encode_command if walk else _fast.encode_command
     try:
-        return codec.encode_command(cmd, max_frame_bytes=max_frame_bytes)
+        return encode(cmd, max_frame_bytes=max_frame_bytes)
     except LocalProtocolError as exc:
         return ("error", str(exc))
-    finally:
-        if walk:
-            codec._encode_segment_read = original  # type: ignore[assignment]
-
-
-def _no_shortcut(cmd: p.SegmentRead, max_frame_bytes: int) -> bytes:
-    """Stand-in for the shortcut: the layout walk itself (a subclass is not shortcut)."""
-
-    class Walked(p.SegmentRead):
-        pass
-
-    return codec.encode_command(
-        Walked(cmd.segment, cmd.offset, cmd.at_tail, cmd.end_of_segment, cmd.data, cmd.request_id),
-        max_frame_bytes=max_frame_bytes,
-    )
 
 
 @given(
@@ -186,28 +160,12 @@ def test_segment_read_shortcut_encodes_as_the_layout_walk(
 ) -> None:
     payload: bytes | memoryview = memoryview(data) if view else data
     cmd = p.SegmentRead(segment, offset, at_tail, end, payload, request_id)
-    fast = _encoded(cmd, limit, walk=False)
-    walked = _encoded(cmd, limit, walk=True)
-    if isinstance(walked, tuple):  # the walk names its own class in messages
-        text = walked[1].replace("_no_shortcut.<locals>.Walked", "SegmentRead")
-        walked = (walked[0], text.replace("Walked", "SegmentRead"))
-    assert fast == walked
+    assert _encoded(cmd, limit, walk=False) == _encoded(cmd, limit, walk=True)
 
 
-def _read_walked(payload: bytes) -> object:
-    shortcut = codec._decode_read_segment
-    codec._decode_read_segment = lambda _payload: None  # type: ignore[assignment]
+def _read(decode: object, payload: bytes) -> object:
     try:
-        return codec.decode_payload(p.CommandType.READ_SEGMENT, payload)
-    except RemoteProtocolError as exc:
-        return ("error", str(exc))
-    finally:
-        codec._decode_read_segment = shortcut  # type: ignore[assignment]
-
-
-def _read_fast(payload: bytes) -> object:
-    try:
-        return codec.decode_payload(p.CommandType.READ_SEGMENT, payload)
+        return decode(p.CommandType.READ_SEGMENT, payload)  # type: ignore[operator]
     except RemoteProtocolError as exc:
         return ("error", str(exc))
 
@@ -235,5 +193,39 @@ def test_read_segment_shortcut_decodes_as_the_layout_walk(
     spoiled = bytearray(full)
     spoiled[2:3] = b"\xff"  # an invalid UTF-8 byte in the name (when it has one)
     for payload in (full, full[: max(0, len(full) - cut)], full + garbage, bytes(spoiled)):
-        assert _read_fast(payload) == _read_walked(payload)
-    assert _read_fast(full) == p.ReadSegment(segment, offset, suggested, token, request_id)
+        assert _read(_fast.decode_payload, payload) == _read(codec.decode_payload, payload)
+    expected = p.ReadSegment(segment, offset, suggested, token, request_id)
+    assert _read(_fast.decode_payload, full) == expected
+
+
+def test_every_way_to_send_refuses_what_send_refuses() -> None:
+    writer = UUID(int=3)
+    server = _server_with_writer(writer)
+    for send in (
+        lambda: server.send(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION)),
+        lambda: server.send_split(p.Hello(p.WIRE_VERSION, p.OLDEST_COMPATIBLE_VERSION), 0),
+    ):
+        with pytest.raises(LocalProtocolError, match="sent by the connection itself"):
+            send()
+    client = p.PravegaConnection(p.Role.CLIENT)  # a client sends no replies
+    read = p.SegmentRead("s", 0, False, False, b"", 1)
+    for send in (
+        lambda: client.send(read),
+        lambda: client.send_split(read, 10),
+        lambda: client.send_data_appended(writer, 1, -1, 1, 1),
+    ):
+        with pytest.raises(LocalProtocolError, match="cannot send"):
+            send()
+
+
+def test_a_refused_ack_changes_nothing() -> None:
+    writer = UUID(int=3)
+    server = _server_with_writer(writer)
+    server.send_data_appended(writer, 5, -1, 1, 100)
+    server.data_to_send()
+    with pytest.raises(LocalProtocolError, match="cannot encode"):
+        server.send(p.DataAppended(writer, 10, 5, 2, 2**63))  # the offset is no i64
+    assert server.writers[writer].last_acked == 5
+    assert server.data_to_send() == b""
+    server.send_data_appended(writer, 6, 5, 3, 100)  # 6 is still in order
+    assert server.writers[writer].last_acked == 6

@@ -27,7 +27,7 @@ from headrace.protocols.rsio import (
     Subscribed,
     encode_frame,
 )
-from headrace.protocols.rsio.codec import encode_on_next_frames
+from headrace.protocols.rsio._fast import encode_on_next_frames
 
 
 def publisher(initial_demand: int, element_size: int = 0, **limits: int) -> ReactiveConnection:

@@ -429,3 +429,18 @@ def test_every_live_state_can_fail() -> None:
 
 def test_docs_show_the_generated_transition_table() -> None:
     assert transition_table_markdown() in DOCS.read_text(encoding="utf-8")
+
+
+def test_send_split_refuses_what_send_refuses_and_settles_nothing(pair: Pair) -> None:
+    response = ConsumeResponse(1, ())
+    with pytest.raises(LocalProtocolError, match="cannot send response in state awaiting-request"):
+        pair.server.send_split(response, {})
+    pair.to_server(Status(1))
+    with pytest.raises(LocalProtocolError, match="awaits a response"):
+        pair.server.send_split(response, {})  # request 1 is a Status, not a Consume
+    assert pair.server.in_flight_count == 1
+    pair.to_server(consume(2))
+    pair.server.send_split(ConsumeResponse(2, ()), {})
+    assert pair.server.in_flight_count == 1
+    with pytest.raises(LocalProtocolError, match="awaits a response"):
+        pair.server.send_split(ConsumeResponse(2, ()), {})

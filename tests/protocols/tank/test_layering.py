@@ -12,6 +12,7 @@ ALLOWED_HEADRACE = (
     "headrace.errors",
     "headrace.types",
     "headrace.protocols._buffer",
+    "headrace.protocols._varint",
     "headrace.protocols.tank",
 )
 FORBIDDEN = {"asyncio", "socket", "logging", "selectors", "ssl", "threading"}

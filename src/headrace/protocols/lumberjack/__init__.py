@@ -7,6 +7,7 @@ ready-to-store payloads and lets the server ack only what it has made durable;
 
 from __future__ import annotations
 
+from headrace.protocols.lumberjack._fast import DataRun, DecodedItem
 from headrace.protocols.lumberjack.codec import (
     DEFAULT_LIMITS,
     MAX_COMPRESSED_DEPTH,
@@ -18,17 +19,15 @@ from headrace.protocols.lumberjack.codec import (
     MAX_VALUE_BYTES,
     MAX_WINDOW_COUNT,
     RECEIVE_SLACK_BYTES,
-    DataRun,
     DecodedFrame,
-    DecodedItem,
     FrameDecoder,
     Limits,
     data_document,
     data_to_json,
     decode_frame,
     decode_frames,
+    document_parser,
     encode_frame,
-    fields_parser,
     parse_json_object,
 )
 from headrace.protocols.lumberjack.commands import (
@@ -84,7 +83,7 @@ __all__ = [
     "data_to_json",
     "decode_frame",
     "decode_frames",
+    "document_parser",
     "encode_frame",
-    "fields_parser",
     "parse_json_object",
 ]

@@ -46,11 +46,10 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
+from headrace.protocols.lumberjack._fast import BulkDecoder, DataRun
 from headrace.protocols.lumberjack.codec import (
     DEFAULT_LIMITS,
-    DataRun,
     DocumentParser,
-    FrameDecoder,
     Limits,
     data_document,
     document_json,
@@ -158,13 +157,13 @@ class LumberjackConnection:
             None to take it from the first byte, or a version to insist on.
         limits: codec and window limits (``codec.Limits``).
         compress_level: zlib level a client uses for ``Compressed`` frames.
-        bulk: server: decode data frames in runs (``FrameDecoder.decode_available``)
+        bulk: server: decode data frames in runs (``_fast.BulkDecoder.decode_available``)
             and deliver each run's events to a window at once. False takes
             the frame-by-frame path (one ``next_frame`` and one state-machine
             step per frame): the same events and errors, slower; the property
             tests compare the two.
         parse: server: what each ``J`` document's ``Batch.documents`` entry is
-            (``parse_json_object``, the whole object; ``fields_parser``, the
+            (``parse_json_object``, the whole object; ``document_parser(fields)``, the
             keys a router reads). Either accepts and refuses the same documents.
 
     Raises:
@@ -190,7 +189,7 @@ class LumberjackConnection:
         self._compress_level = compress_level
         self._bulk = bulk
         self._parse = parse
-        self._decoder = FrameDecoder(limits, parse)
+        self._decoder = BulkDecoder(limits, parse)
         self._state = WindowState.AWAITING_WINDOW
         self._eof = False
         self._failure: RemoteProtocolError | None = None

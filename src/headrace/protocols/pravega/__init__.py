@@ -11,6 +11,7 @@ Only the names below are public; import them from here.
 from __future__ import annotations
 
 from .codec import (
+    EVENT_HEADER,
     HEADER_SIZE_BYTES,
     MAX_FRAME_BYTES,
     MAX_STRING_BYTES,
@@ -39,6 +40,7 @@ from .connection import (
 from .states import Role, StreamState
 
 __all__ = [
+    "EVENT_HEADER",
     "HEADER_SIZE_BYTES",
     "MAX_BUFFERED_BYTES",
     "MAX_FRAME_BYTES",

@@ -58,6 +58,7 @@ from headrace.protocols._buffer import ReceiveBuffer
 from . import commands as c
 
 __all__ = [
+    "EVENT_HEADER",
     "FRAME_HEADER",
     "HEADER_SIZE_BYTES",
     "MAX_FRAME_BYTES",
@@ -67,16 +68,24 @@ __all__ = [
     "decode_frame",
     "decode_payload",
     "encode_command",
-    "encode_data_appended",
     "encode_event",
     "encode_split",
     "iter_events",
+    "take_frame",
 ]
 
 FRAME_HEADER = struct.Struct(">ii")
 """Frame header: type code, payload length (§1)."""
 HEADER_SIZE_BYTES = FRAME_HEADER.size
 assert HEADER_SIZE_BYTES == 8
+
+EVENT_HEADER = FRAME_HEADER
+"""Header of an Event frame, the framing of every stored event (§5.3): type 0, length.
+
+Writers store each event as the wire's Event command, so its header is the
+frame header; every front door that writes events into a segment, and every
+reader that cuts them out again, frames and parses them with this one struct.
+"""
 
 MAX_FRAME_BYTES = 0x00FFFFFF
 """Largest frame, header included (16 MiB - 1): Pravega's ``MAX_WIRECOMMAND_SIZE``.
@@ -89,21 +98,6 @@ legitimate frame is a Rust append batch of 8 MiB + 8 bytes of data.
 MAX_STRING_BYTES = 0xFFFF
 """Longest encoded string: the length prefix is a u16 (§2)."""
 
-_DATA_APPENDED_FRAME = struct.Struct(">ii16sqqqq")
-"""A whole DataAppended frame, every optional field written (as ``encode_command``
-writes them): one ``pack`` instead of a walk over the layout, per append."""
-_DATA_APPENDED_TYPE = int(c.CommandType.DATA_APPENDED)
-_APPEND_BLOCK_END_TYPE = int(c.CommandType.APPEND_BLOCK_END)
-_APPEND_BLOCK_END_HEAD = struct.Struct(">16sii")
-"""AppendBlockEnd up to its data: writer id, size of whole events, data length."""
-_APPEND_BLOCK_END_TAIL = struct.Struct(">iqq")
-"""AppendBlockEnd after its data: event count, last event number, request id."""
-
-_SEGMENT_READ_TYPE = int(c.CommandType.SEGMENT_READ)
-_READ_SEGMENT_TYPE = int(c.CommandType.READ_SEGMENT)
-_READ_SEGMENT_FIELDS = struct.Struct(">qiH")
-"""ReadSegment after its segment name: offset, suggested length, token length."""
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 
 UUID_CACHE_SIZE = 4096
 """Writer ids (and other UUIDs) decoded recently, kept to be handed out again:
@@ -317,7 +311,7 @@ def _read_iterator_args(reader: _Reader) -> c.TableIteratorArgs:
 
 
 def _write_event(out: bytearray, event: c.Event) -> None:
-    out += FRAME_HEADER.pack(c.CommandType.EVENT, len(event.data)) + event.data
+    out += EVENT_HEADER.pack(c.CommandType.EVENT, len(event.data)) + event.data
 
 
 def _read_event(reader: _Reader) -> c.Event:
@@ -614,19 +608,6 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
             of range, a string over 65535 bytes or not encodable, an empty
             table key with a version), or the frame exceeds ``max_frame_bytes``.
     """
-    if type(cmd) is c.DataAppended:  # one per append: the hot reply
-        try:
-            return encode_data_appended(
-                cmd.writer_id,
-                cmd.event_number,
-                cmd.previous_event_number,
-                cmd.request_id,
-                cmd.current_segment_write_offset,
-            )
-        except LocalProtocolError as exc:
-            raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
-    if type(cmd) is c.SegmentRead and type(cmd.data) in _BYTES_TYPES:  # every tail read
-        return _encode_segment_read(cmd, max_frame_bytes)
     out = bytearray(HEADER_SIZE_BYTES)
     try:
         if isinstance(cmd, c.SegmentsBatchMerged):
@@ -643,57 +624,6 @@ def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) ->
         )
     FRAME_HEADER.pack_into(out, 0, cmd.type, len(out) - HEADER_SIZE_BYTES)
     return bytes(out)
-
-
-def _encode_segment_read(cmd: c.SegmentRead, max_frame_bytes: int) -> bytes:
-    """``encode_command`` of a SegmentRead (the reply to every read) without the
-    layout walk: its fields packed in order and joined once. Same bytes, and the
-    same errors in the same order as the walk."""
-    name = _encode_str(cmd.segment)
-    data = cmd.data
-    try:
-        fields = (
-            _I64.pack(cmd.offset)
-            + (b"\x01" if cmd.at_tail else b"\x00")
-            + (b"\x01" if cmd.end_of_segment else b"\x00")
-            + _I32.pack(len(data))
-        )
-        request_id = _I64.pack(cmd.request_id)
-    except (struct.error, TypeError) as exc:
-        raise LocalProtocolError(f"cannot encode {cmd!r}: {exc}") from exc
-    size = len(name) + len(fields) + len(data) + len(request_id)
-    if HEADER_SIZE_BYTES + size > max_frame_bytes:
-        raise LocalProtocolError(
-            f"SegmentRead frame of {HEADER_SIZE_BYTES + size} bytes exceeds {max_frame_bytes} bytes"
-        )
-    return b"".join((FRAME_HEADER.pack(_SEGMENT_READ_TYPE, size), name, fields, data, request_id))
-
-
-def encode_data_appended(
-    writer_id: UUID,
-    event_number: int,
-    previous_event_number: int,
-    request_id: int,
-    current_segment_write_offset: int,
-) -> bytes:
-    """``encode_command(DataAppended(...))`` from its fields, without building the
-    command: one precompiled ``pack``, for the reply every append gets.
-
-    Raises:
-        LocalProtocolError: a number does not fit its i64.
-    """
-    try:
-        return _DATA_APPENDED_FRAME.pack(
-            _DATA_APPENDED_TYPE,
-            _DATA_APPENDED_FRAME.size - HEADER_SIZE_BYTES,
-            writer_id.bytes,
-            event_number,
-            previous_event_number,
-            request_id,
-            current_segment_write_offset,
-        )
-    except (struct.error, AttributeError) as exc:
-        raise LocalProtocolError(f"cannot encode DataAppended: {exc}") from exc
 
 
 def encode_split(
@@ -739,7 +669,7 @@ def encode_split(
 
 def encode_event(data: bytes) -> bytes:
     """Frame one event the way writers store it in a segment (§5.3): type 0, length, bytes."""
-    return FRAME_HEADER.pack(c.CommandType.EVENT, len(data)) + data
+    return EVENT_HEADER.pack(c.CommandType.EVENT, len(data)) + data
 
 
 # --------------------------------------------------------------------------- decode
@@ -757,14 +687,6 @@ def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
         RemoteProtocolError: unknown type code, or a payload that does not
             parse as that command.
     """
-    if type_code == _APPEND_BLOCK_END_TYPE:  # one per append: the hot request
-        block = _decode_append_block_end(payload)
-        if block is not None:
-            return block
-    if type_code == _READ_SEGMENT_TYPE:  # every read request
-        read = _decode_read_segment(payload)
-        if read is not None:
-            return read
     if type_code == c.CommandType.SEGMENTS_BATCH_MERGED:
         return _decode_batch_merged(_Reader(payload, "SegmentsBatchMerged"))
     entry = _LAYOUTS.get(type_code)
@@ -779,53 +701,6 @@ def decode_payload(type_code: int, payload: bytes | memoryview) -> c.Command:
         else:
             values.append(_READERS[kind](reader))
     return cls(*values)
-
-
-def _decode_append_block_end(payload: bytes | memoryview) -> c.AppendBlockEnd | None:
-    """An AppendBlockEnd with every field present, decoded with two precompiled
-    ``unpack``s instead of a walk over its layout; None for anything else
-    (short, a length out of bounds, the request id omitted), which the layout
-    walk then decodes or refuses with its own message. The same command as the
-    walk gives: data as a slice of the payload (a view of a large frame)."""
-    head = _APPEND_BLOCK_END_HEAD.size
-    if len(payload) < head:
-        return None
-    writer, size_of_whole_events, length = _APPEND_BLOCK_END_HEAD.unpack_from(payload)
-    end = head + length
-    if length < 0 or len(payload) - end < _APPEND_BLOCK_END_TAIL.size:
-        return None
-    num_events, last_event_number, request_id = _APPEND_BLOCK_END_TAIL.unpack_from(payload, end)
-    return c.AppendBlockEnd(
-        _uuid(writer),
-        size_of_whole_events,
-        payload[head:end],
-        num_events,
-        last_event_number,
-        request_id,
-    )
-
-
-def _decode_read_segment(payload: bytes | memoryview) -> c.ReadSegment | None:
-    """A ReadSegment with every field present, decoded without the layout walk;
-    None for anything short (the request id omitted, a cut frame), which the
-    walk then decodes or refuses with its own message. Strings are decoded in
-    the walk's order, so a bad one raises the walk's error."""
-    size = len(payload)
-    if size < _U16.size:
-        return None
-    (name_size,) = _U16.unpack_from(payload)
-    at = _U16.size + name_size
-    if size < at + _READ_SEGMENT_FIELDS.size:
-        return None
-    segment = _decode_str(bytes(payload[_U16.size : at]))
-    offset, suggested_length, token_size = _READ_SEGMENT_FIELDS.unpack_from(payload, at)
-    at += _READ_SEGMENT_FIELDS.size
-    end = at + token_size
-    if size < end + _I64.size:
-        return None
-    token = _decode_str(bytes(payload[at:end]))
-    (request_id,) = _I64.unpack_from(payload, end)
-    return c.ReadSegment(segment, offset, suggested_length, token, request_id)
 
 
 def decode_frame(frame: bytes) -> c.Command:
@@ -864,6 +739,19 @@ def decode_command(
             that does not parse. The buffer is then in an unspecified state;
             the connection must be closed.
     """
+    frame = take_frame(buffer, max_frame_bytes=max_frame_bytes)
+    return None if frame is None else decode_payload(*frame)
+
+
+def take_frame(
+    buffer: ReceiveBuffer, *, max_frame_bytes: int = MAX_FRAME_BYTES
+) -> tuple[int, bytes | memoryview] | None:
+    """The framing half of :func:`decode_command`: ``(type code, payload)`` of the
+    whole frame at the front of ``buffer``, consumed and committed, or None.
+
+    Raises:
+        FrameTooLarge, RemoteProtocolError: as :func:`decode_command`, for the header.
+    """
     header = buffer.consume_exactly(HEADER_SIZE_BYTES)
     if header is None:
         buffer.rollback()
@@ -879,7 +767,7 @@ def decode_command(
     if payload is None:
         buffer.rollback()
         return None
-    return decode_payload(type_code, payload)
+    return type_code, payload
 
 
 def iter_events(data: bytes) -> Iterator[bytes]:

@@ -38,15 +38,8 @@ from headrace.errors import LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
 
 from . import commands as c
-from .codec import (
-    FRAME_HEADER,
-    HEADER_SIZE_BYTES,
-    MAX_FRAME_BYTES,
-    decode_command,
-    encode_command,
-    encode_data_appended,
-    encode_split,
-)
+from ._fast import decode_command, encode_command, encode_data_appended
+from .codec import FRAME_HEADER, HEADER_SIZE_BYTES, MAX_FRAME_BYTES, encode_split
 from .codec import encode_event as _encode_event
 from .states import CLIENT_STREAM, SERVER_STREAM, Action, Input, Role, StreamState, classify
 
@@ -479,22 +472,11 @@ class PravegaConnection:
                 (for example a reply before the handshake, a Hello or a
                 server KeepAlive, which the connection sends itself, an
                 out-of-order DataAppended), it cannot be encoded, or the
-                connection has failed.
+                connection has failed. Nothing is queued or changed then.
         """
-        if self._error is not None:
-            raise LocalProtocolError(f"connection failed earlier: {self._error}")
-        if isinstance(cmd, c.Hello) or (isinstance(cmd, c.KeepAlive) and self._role is Role.SERVER):
-            raise LocalProtocolError(f"{type(cmd).__name__} is sent by the connection itself")
-        if self._role is Role.SERVER and isinstance(cmd, c.DataAppended):
-            session = self._writers.get(cmd.writer_id)
-            if session is not None:
-                if cmd.event_number < session.last_acked:
-                    raise LocalProtocolError(
-                        f"DataAppended {cmd.event_number} after {session.last_acked}: "
-                        "acks go out in event-number order"
-                    )
-                session.last_acked = cmd.event_number
-        self._queue(cmd)
+        ack = (cmd.writer_id, cmd.event_number) if isinstance(cmd, c.DataAppended) else None
+        step = self._admit(type(cmd), classify(cmd), ack)
+        self._sent(step, encode_command(cmd, max_frame_bytes=self._max_frame_bytes))
         if self._role is Role.SERVER and isinstance(cmd, c.AppendSetup):
             self._writers[cmd.writer_id] = WriterSession(cmd.segment)
 
@@ -512,36 +494,16 @@ class PravegaConnection:
         Raises:
             LocalProtocolError: as :meth:`send`.
         """
-        transition = None
-        if self._error is None and self._role is Role.SERVER:
-            transition = self._our_table.get((self._our_state, Input.REPLY))
-        if transition is None:  # refused: the general path says why
-            self.send(
-                c.DataAppended(
-                    writer_id,
-                    event_number,
-                    previous_event_number,
-                    request_id,
-                    current_segment_write_offset,
-                )
-            )
-            return
-        session = self._writers.get(writer_id)
-        if session is not None:
-            if event_number < session.last_acked:
-                raise LocalProtocolError(
-                    f"DataAppended {event_number} after {session.last_acked}: "
-                    "acks go out in event-number order"
-                )
-            session.last_acked = event_number
-        self._outbound += encode_data_appended(
+        ack = (writer_id, event_number)
+        step = self._admit(c.DataAppended, Input.REPLY, ack)
+        frame = encode_data_appended(
             writer_id,
             event_number,
             previous_event_number,
             request_id,
             current_segment_write_offset,
         )
-        self._our_state = transition[1]
+        self._sent(step, frame)
 
     def send_split(self, cmd: c.Command, size_bytes: int) -> tuple[bytes, bytes]:
         """Send a reply whose large bytes field the caller writes itself (zero-copy).
@@ -555,18 +517,55 @@ class PravegaConnection:
         Raises:
             LocalProtocolError: as :meth:`send`.
         """
-        if self._error is not None:
-            raise LocalProtocolError(f"connection failed earlier: {self._error}")
-        key = (self._our_state, classify(cmd))
-        if key not in self._our_table:
-            raise LocalProtocolError(
-                f"cannot send {type(cmd).__name__} in state {self._our_state.value}"
-            )
+        step = self._admit(type(cmd), classify(cmd), None)
         parts = encode_split(cmd, size_bytes, max_frame_bytes=self._max_frame_bytes)
-        self._our_state = self._our_table[key][1]
+        self._sent(step, b"")
         return parts
 
+    def _admit(
+        self, kind: type[c.Command], inp: Input, ack: tuple[UUID, int] | None
+    ) -> tuple[StreamState, WriterSession | None, int]:
+        """Every check of sending a command of class ``kind`` now, changing nothing:
+        our stream's next state, and the writer session a DataAppended ``ack``
+        (writer, event number) moves forward (None if it has none).
+
+        Raises:
+            LocalProtocolError: the connection failed, the command is one the
+                connection sends itself, our stream's table does not allow it
+                now, or an ack would go back in event numbers.
+        """
+        if self._error is not None:
+            raise LocalProtocolError(f"connection failed earlier: {self._error}")
+        server = self._role is Role.SERVER
+        if kind is c.Hello or (kind is c.KeepAlive and server):
+            raise LocalProtocolError(f"{kind.__name__} is sent by the connection itself")
+        step = self._our_table.get((self._our_state, inp))
+        if step is None:
+            raise LocalProtocolError(
+                f"cannot send {kind.__name__} in state {self._our_state.value}"
+            )
+        session = None
+        event_number = 0
+        if ack is not None and server:
+            writer_id, event_number = ack
+            session = self._writers.get(writer_id)
+            if session is not None and event_number < session.last_acked:
+                raise LocalProtocolError(
+                    f"DataAppended {event_number} after {session.last_acked}: "
+                    "acks go out in event-number order"
+                )
+        return step[1], session, event_number
+
+    def _sent(self, step: tuple[StreamState, WriterSession | None, int], frame: bytes) -> None:
+        """Apply what :meth:`_admit` allowed, once the frame is encoded."""
+        next_state, session, event_number = step
+        self._outbound += frame
+        self._our_state = next_state
+        if session is not None:
+            session.last_acked = event_number
+
     def _queue(self, cmd: c.Command) -> None:
+        """Queue a command of the connection's own (Hello, KeepAlive): our table only."""
         key = (self._our_state, classify(cmd))
         if key not in self._our_table:
             raise LocalProtocolError(

@@ -26,10 +26,11 @@ string that is not valid Unicode) raises ``LocalProtocolError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
+from headrace.protocols._varint import TRUNCATED, decode_leb128, encode_leb128
 from headrace.protocols.rsio.commands import (
     PUBLISHER_SIDE_TYPES,
     SUBSCRIBER_SIDE_TYPES,
@@ -66,7 +67,6 @@ __all__ = [
     "decode_varint",
     "encode_frame",
     "encode_message",
-    "encode_on_next_frames",
     "encode_varint",
     "peek_message_type",
     "peek_subscriber",
@@ -142,12 +142,7 @@ def encode_varint(value: int) -> bytes:
     """
     if not 0 <= value <= MAX_VARINT:
         raise LocalProtocolError(f"varint out of range 0 … 2^64-1: {value}")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)  # low 7 bits, "more follows"
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_leb128(value)
 
 
 def decode_varint(data: bytes, position: int) -> tuple[int, int]:
@@ -162,22 +157,28 @@ def decode_varint(data: bytes, position: int) -> tuple[int, int]:
     """
     if position < len(data) and data[position] < 0x80:
         return data[position], position + 1  # fast path: one byte, the common case
-    value = 0
-    shift = 0
-    for count in range(1, MAX_VARINT_BYTES + 1):
-        if position >= len(data):
-            raise _remote("truncated varint")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte & 0x80 == 0:
-            if byte == 0 and count > 1:
-                raise _remote("overlong varint")  # e.g. 80 00: a shorter form exists
-            if value > MAX_VARINT:
-                raise _remote("varint value >= 2^64")
-            return value, position
-        shift += 7
-    raise _remote("varint longer than 10 bytes")
+    value, end = _varint(data, position)
+    if end == TRUNCATED:
+        raise _remote("truncated varint")
+    return value, end
+
+
+def _varint(data: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+    """:func:`decode_varint` but for a varint that ``data`` ends inside: ``(0, TRUNCATED)``.
+
+    Raises:
+        RemoteProtocolError: longer than 10 bytes, not in shortest form, or ≥ 2^64.
+    """
+    value, end = decode_leb128(data, position, MAX_VARINT_BYTES)
+    if end == TRUNCATED:
+        return value, end
+    if end < 0:
+        raise _remote("varint longer than 10 bytes")
+    if end - position > 1 and data[end - 1] == 0:
+        raise _remote("overlong varint")  # e.g. 80 00: a shorter form exists
+    if value > MAX_VARINT:
+        raise _remote("varint value >= 2^64")
+    return value, end
 
 
 def _read_bytes(data: bytes, position: int) -> tuple[bytes, int]:
@@ -406,26 +407,17 @@ def read_frame(buffer: ReceiveBuffer, max_frame_bytes: int) -> bytes | None:
             any of the body is buffered.
         RemoteProtocolError: a malformed length prefix, or a length of 0.
     """
-    length = 0
-    for count in range(1, MAX_VARINT_BYTES + 1):
-        chunk = buffer.consume_exactly(1)
-        if chunk is None:
-            buffer.rollback()
-            return None
-        byte = chunk[0]
-        length |= (byte & 0x7F) << (7 * (count - 1))
-        if byte & 0x80 == 0:
-            if byte == 0 and count > 1:
-                raise _remote("overlong varint")
-            break
-    else:
-        raise _remote("varint longer than 10 bytes")
-    if length > MAX_VARINT:
-        raise _remote("varint value >= 2^64")
+    prefix = buffer.peek(min(len(buffer), MAX_VARINT_BYTES))
+    assert prefix is not None
+    length, prefix_size = _varint(prefix, 0)
+    if prefix_size == TRUNCATED:
+        buffer.rollback()
+        return None
     if length == 0:
         raise _remote("frame length 0")
     if length > max_frame_bytes:
         raise FrameTooLarge(max_frame_bytes, length, reply_hint=Goodbye("frame too large"))
+    buffer.consume_exactly(prefix_size)
     body = buffer.consume_exactly(length)
     if body is None:
         buffer.rollback()
@@ -494,10 +486,6 @@ def encode_message(message: Message, element_size: int = 0) -> bytes:
     return b"".join(out)
 
 
-_SMALL_VARINTS = tuple(bytes([value]) for value in range(0x80))
-"""The one-byte varints (0 … 127), so a run of small elements looks its lengths up."""
-
-
 def split_element(
     subscriber: int, element: bytes | memoryview, element_id: int
 ) -> tuple[list[OnNextPart | OnNextLastPart], int]:
@@ -521,46 +509,6 @@ def split_element(
         position += SPLIT_THRESHOLD_BYTES
     parts.append(OnNextLastPart(subscriber, element_id, bytes(view[position:])))
     return parts, (element_id + 1) % (MAX_ID + 1)
-
-
-def encode_on_next_frames(
-    subscriber: int, elements: Sequence[bytes], element_size: int, max_frame_bytes: int
-) -> bytearray:
-    """One framed ``onNext`` per element, in order: the bytes ``encode_frame``
-    gives for each ``OnNext(subscriber, element)``, built in one pass.
-
-    A publisher sending a run of elements pays for the message type and the
-    subscriber Id once, and for each element only its two length prefixes,
-    instead of a message object and a generic encoding each (the RS-IO
-    server's delivery of small records spent most of its time there).
-
-    Raises:
-        LocalProtocolError: as :func:`encode_message` (a fixed-size element
-            of the wrong size, an Id out of range), or a frame over
-            ``max_frame_bytes``. Nothing is returned then.
-    """
-    head = encode_varint(MessageType.ON_NEXT) + encode_varint(subscriber)
-    head_size = len(head)
-    small = _SMALL_VARINTS
-    out = bytearray()
-    for element in elements:
-        size = len(element)
-        if element_size:
-            _check_fixed(element, element_size, "onNext element")
-            length = b""
-        else:
-            length = small[size] if size < 0x80 else encode_varint(size)
-        body_size = head_size + len(length) + size
-        if body_size > max_frame_bytes:
-            raise LocalProtocolError(
-                f"ON_NEXT frame of {body_size} bytes exceeds max_send_frame_bytes "
-                f"{max_frame_bytes}; split the element (onNextPart)"
-            )
-        out += small[body_size] if body_size < 0x80 else encode_varint(body_size)
-        out += head
-        out += length
-        out += element
-    return out
 
 
 def encode_frame(message: Message, element_size: int = 0) -> bytes:

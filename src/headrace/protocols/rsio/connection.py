@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 
 from headrace.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
+from headrace.protocols._varint import decode_leb128
+from headrace.protocols.rsio._fast import encode_on_next_frames, on_next_body, take_small_frames
 from headrace.protocols.rsio.codec import (
     DEFAULT_MAX_ELEMENT_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
@@ -55,7 +57,6 @@ from headrace.protocols.rsio.codec import (
     decode_message,
     encode_frame,
     encode_message,
-    encode_on_next_frames,
     encode_varint,
     peek_message_type,
     peek_subscriber,
@@ -122,9 +123,6 @@ _RECEIVE_INPUTS = {
     MessageType.ON_ERROR: SubscriberInput.RECV_ON_ERROR,
 }
 
-_ON_NEXT_CODE = int(MessageType.ON_NEXT)
-"""``onNext``'s type code: one varint byte, the first of its frames' bodies."""
-
 _SEND_INPUTS = {
     MessageType.SUBSCRIBED: PublisherInput.SEND_SUBSCRIBED,
     MessageType.ON_NEXT: PublisherInput.SEND_ON_NEXT,
@@ -175,12 +173,10 @@ def _frame_rest(buffer: ReceiveBuffer) -> int:
     waits here: ``read_frame`` raises as soon as it is buffered.)"""
     buffered = len(buffer)
     head = buffer.peek(min(buffered, MAX_VARINT_BYTES)) or b""
-    length = 0
-    for count, byte in enumerate(head):
-        length |= (byte & 0x7F) << (7 * count)
-        if byte < 0x80:
-            return max(1, count + 1 + length - buffered)
-    return max(1, MAX_VARINT_BYTES - len(head))
+    length, prefix_size = decode_leb128(head, 0, MAX_VARINT_BYTES)
+    if prefix_size < 0:
+        return max(1, MAX_VARINT_BYTES - len(head))
+    return max(1, prefix_size + length - buffered)
 
 
 class ReactiveConnection:
@@ -305,7 +301,9 @@ class ReactiveConnection:
         try:
             while position < end:
                 if not buffer:
-                    position = self._take_frames(view, position)
+                    position = take_small_frames(
+                        view, position, self._max_frame_bytes, self._receive_frame
+                    )
                     if position == end:
                         break
                 # A frame the loop above left (not whole yet, a longer length
@@ -321,38 +319,6 @@ class ReactiveConnection:
                     self._receive_frame(body)
         except RemoteProtocolError as exc:
             self._fail(exc)
-
-    def _take_frames(self, view: memoryview, position: int) -> int:
-        """Handle the whole frames at ``view[position:]`` with a length prefix of
-        one or two bytes, straight from the view; return where it stopped.
-
-        Small frames (a body under 16 KiB: every ``onNext`` of a small element)
-        skip the receive buffer's copy and ``read_frame``'s byte-by-byte varint.
-        It stops at a frame that has not fully arrived, a longer prefix, or any
-        prefix ``read_frame`` would refuse (0, overlong, over the limit), which
-        the buffer path then takes or words: each frame it takes is one
-        ``read_frame`` would have returned.
-        """
-        end = len(view)
-        limit = self._max_frame_bytes
-        receive = self._receive_frame
-        while end - position >= 2:
-            first = view[position]
-            if first < 0x80:
-                length = first
-                start = position + 1
-            else:
-                second = view[position + 1]
-                if second >= 0x80 or second == 0:  # three bytes or more, or overlong
-                    break
-                length = (first & 0x7F) | (second << 7)
-                start = position + 2
-            stop = start + length
-            if length == 0 or length > limit or stop > end:
-                break
-            position = stop
-            receive(bytes(view[start:stop]))
-        return position
 
     def events(self) -> Iterator[Event]:
         """Events from the data received so far, in order.
@@ -395,20 +361,15 @@ class ReactiveConnection:
         self._publications.clear()
 
     def _receive_frame(self, body: bytes) -> None:
-        # The common frame first: an onNext of a few bytes' Id and length on an
+        # The common frame first: a plain onNext (``_fast.on_next_body``) on an
         # active variable-size subscription with demand left, on an open
         # connection, which the general path below would deliver unchanged.
         # Anything else (or anything wrong with it) takes the general path,
         # so its checks and errors are the only ones.
-        if (
-            body[0] == _ON_NEXT_CODE
-            and self._state is ConnectionState.OPEN
-            and len(body) >= 3
-            and body[1] < 0x80
-            and body[2] < 0x80
-            and len(body) - 3 == body[2]
-        ):
-            sub = self._subscriptions.get(body[1])
+        plain = on_next_body(body) if self._state is ConnectionState.OPEN else None
+        if plain is not None:
+            subscriber, element = plain
+            sub = self._subscriptions.get(subscriber)
             if (
                 sub is not None
                 and sub.state is SubscriberState.ACTIVE
@@ -416,7 +377,7 @@ class ReactiveConnection:
                 and sub.demand.can_consume(1)
             ):
                 sub.demand.consume(1)
-                self._events.append(OnNext(body[1], body[3:]))
+                self._events.append(OnNext(subscriber, element))
                 return
         self._receive_message(body)
 
@@ -611,33 +572,27 @@ class ReactiveConnection:
         if isinstance(message, ClientHello | ServerHello):
             raise LocalProtocolError("the connection sends its own hello")
         if isinstance(message, Goodbye):
-            connection_input = ConnectionInput.SEND_GOODBYE
-        else:
-            connection_input = ConnectionInput.SEND_MESSAGE
-        step = CONNECTION_TRANSITIONS.get((self._state, connection_input))
-        if step is None:
-            raise LocalProtocolError(
-                f"cannot send {message.TYPE.name} in connection state {self._state.value}"
-            )
-        _, next_state = step
-        if isinstance(message, Goodbye):
+            next_state = self._connection_step(ConnectionInput.SEND_GOODBYE, message.TYPE)
             self._queue(message)
             # Our goodbye ends every subscription; the application knows, no events.
             self._subscriptions.clear()
             self._publications.clear()
-        elif isinstance(message, Subscribe | Request | Cancel):
-            self._send_subscriber_side(message)
         else:
-            self._send_publisher_side(message)
+            next_state = self._connection_step(ConnectionInput.SEND_MESSAGE, message.TYPE)
+            if isinstance(message, Subscribe | Request | Cancel):
+                self._send_subscriber_side(message)
+            else:
+                self._send_publisher_side(message)
         self._state = next_state
 
     def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
         """Queue one ``onNext`` per element on the peer's subscription, in order.
 
-        The same bytes and checks as ``send(OnNext(subscriber, element))`` for
-        each element, done once for the run: a publisher delivering many
-        small elements spends its time on them, not on the state machine.
-        Elements that need splitting go with ``onNextPart`` through ``send``.
+        ``send(OnNext(subscriber, element))`` for each element: the same
+        checks (made once for the run) and bytes (``_fast.encode_on_next_frames``),
+        so a publisher delivering many small elements spends its time on
+        them, not on the state machine. Elements that need splitting go with
+        ``onNextPart`` through ``send``.
 
         Raises:
             LocalProtocolError: as ``send`` would for any one of them (the
@@ -647,28 +602,49 @@ class ReactiveConnection:
         """
         if not elements:
             return
-        step = CONNECTION_TRANSITIONS.get((self._state, ConnectionInput.SEND_MESSAGE))
-        if step is None:
-            raise LocalProtocolError(f"cannot send ON_NEXT in connection state {self._state.value}")
-        pub = self._publications.get(subscriber)
-        state = PublisherState.CLOSED if pub is None else pub.state
-        pub_step = PUBLISHER_TRANSITIONS.get((state, PublisherInput.SEND_ON_NEXT))
-        if pub_step is None or pub is None:
-            raise LocalProtocolError(
-                f"cannot send ON_NEXT for subscriber {subscriber} in state {state.value}"
-            )
-        count = len(elements)
-        if not pub.demand.can_consume(count):
-            raise LocalProtocolError(
-                f"ON_NEXT of {count} element(s) for subscriber {subscriber} "
-                f"exceeds the outstanding demand {pub.demand.outstanding}"
-            )
+        next_state = self._connection_step(ConnectionInput.SEND_MESSAGE, MessageType.ON_NEXT)
+        pub, pub_state = self._publisher_step(subscriber, MessageType.ON_NEXT)
+        self._check_demand(pub, subscriber, MessageType.ON_NEXT, len(elements))
         self._outgoing += encode_on_next_frames(
             subscriber, elements, pub.element_size, self._max_send_frame_bytes
         )
-        pub.demand.consume(count)
-        pub.state = pub_step[1]  # active stays active: onNext ends nothing
-        self._state = step[1]
+        pub.demand.consume(len(elements))
+        pub.state = pub_state  # active stays active: onNext ends nothing
+        self._state = next_state
+
+    def _connection_step(
+        self, connection_input: ConnectionInput, what: MessageType
+    ) -> ConnectionState:
+        """The connection's state after sending ``what`` now; refused if it may not be sent."""
+        step = CONNECTION_TRANSITIONS.get((self._state, connection_input))
+        if step is None:
+            raise LocalProtocolError(
+                f"cannot send {what.name} in connection state {self._state.value}"
+            )
+        return step[1]
+
+    def _publisher_step(
+        self, subscriber: int, what: MessageType
+    ) -> tuple[_Publication, PublisherState]:
+        """The peer's subscription and its state after we send it ``what``; refused if
+        the subscription may not get it now."""
+        pub = self._publications.get(subscriber)
+        state = PublisherState.CLOSED if pub is None else pub.state
+        step = PUBLISHER_TRANSITIONS.get((state, _SEND_INPUTS[what]))
+        if step is None or pub is None:
+            raise LocalProtocolError(
+                f"cannot send {what.name} for subscriber {subscriber} in state {state.value}"
+            )
+        return pub, step[1]
+
+    @staticmethod
+    def _check_demand(pub: _Publication, subscriber: int, what: MessageType, count: int) -> None:
+        """Refuse ``count`` elements beyond what the subscriber asked for."""
+        if not pub.demand.can_consume(count):
+            raise LocalProtocolError(
+                f"{what.name} of {count} element(s) for subscriber {subscriber} "
+                f"exceeds the outstanding demand {pub.demand.outstanding}"
+            )
 
     @property
     def buffered_bytes(self) -> int:
@@ -742,15 +718,8 @@ class ReactiveConnection:
             Subscribed | OnNext | OnNextPacked | OnNextPart | OnNextLastPart | OnComplete | OnError,
         )
         subscriber = message.subscriber
-        pub = self._publications.get(subscriber)
-        state = PublisherState.CLOSED if pub is None else pub.state
-        step = PUBLISHER_TRANSITIONS.get((state, _SEND_INPUTS[message.TYPE]))
-        if step is None or pub is None:
-            raise LocalProtocolError(
-                f"cannot send {message.TYPE.name} for subscriber {subscriber} in state "
-                f"{state.value}"
-            )
-        _, next_state = step
+        pub, next_state = self._publisher_step(subscriber, message.TYPE)
+        state = pub.state
         # Check everything, then encode (which checks sizes), then change state.
         consume = 0
         part_bytes = pub.part_bytes
@@ -781,11 +750,8 @@ class ReactiveConnection:
                         f"split element of {part_bytes} bytes on a subscription with "
                         f"elementSize {pub.element_size}"
                     )
-        if consume and not pub.demand.can_consume(consume):
-            raise LocalProtocolError(
-                f"{message.TYPE.name} of {consume} element(s) for subscriber {subscriber} "
-                f"exceeds the outstanding demand {pub.demand.outstanding}"
-            )
+        if consume:
+            self._check_demand(pub, subscriber, message.TYPE, consume)
         element_size = message.element_size if isinstance(message, Subscribed) else pub.element_size
         self._outgoing += self._encode(message, element_size)
         if consume:

@@ -34,6 +34,7 @@ from typing import TypeGuard, TypeVar
 import cramjam
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
+from headrace.protocols._varint import TRUNCATED, decode_leb128, encode_leb128
 from headrace.protocols.tank.commands import (
     SEQ_NUM_TAIL,
     TOPIC_LEVEL_PRODUCE_ERRORS,
@@ -273,15 +274,16 @@ class _Reader:
         return value == 1
 
     def varint(self) -> int:
-        value = 0
-        for index in range(MAX_VARINT_BYTES):
-            byte = self.u8()
-            value |= (byte & 0x7F) << (7 * index)
-            if byte < 0x80:
-                if value > MAX_VARINT_VALUE:
-                    raise RemoteProtocolError(f"{self._what}: varint above 32 bits")
-                return value
-        raise RemoteProtocolError(f"{self._what}: varint longer than {MAX_VARINT_BYTES} bytes")
+        value, end = decode_leb128(self._data, self._position, MAX_VARINT_BYTES)
+        if end == TRUNCATED:
+            self._position = self._end
+            self._need(1)
+        if end < 0:
+            raise RemoteProtocolError(f"{self._what}: varint longer than {MAX_VARINT_BYTES} bytes")
+        self._position = end
+        if value > MAX_VARINT_VALUE:
+            raise RemoteProtocolError(f"{self._what}: varint above 32 bits")
+        return value
 
     def take(self, count: int) -> bytes:
         self._need(count)
@@ -374,16 +376,7 @@ def encode_varint(value: int) -> bytes:
     Raises:
         LocalProtocolError: ``value`` is negative or needs more than 32 bits.
     """
-    _check(value, MAX_VARINT_VALUE, "varint")
-    out = bytearray()
-    while True:
-        group = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(group | 0x80)
-        else:
-            out.append(group)
-            return bytes(out)
+    return encode_leb128(_check(value, MAX_VARINT_VALUE, "varint"))
 
 
 def decode_varint(data: bytes | bytearray | memoryview) -> tuple[int, int]:
@@ -1406,21 +1399,11 @@ def _message_layout(data: bytes, start: int) -> tuple[int, list[int]] | None:
             return None
         layout.append(position - start)
         position += 1 + data[position]
-    varint_start = position
-    length = shift = 0
-    while True:
-        if position >= end or position - varint_start >= MAX_VARINT_BYTES:
-            return None
-        byte = data[position]
-        layout.append(position - start)
-        position += 1
-        length |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            break
-    if length > MAX_VARINT_VALUE:
+    length, varint_end = decode_leb128(data, position, MAX_VARINT_BYTES)
+    if varint_end < 0 or length > MAX_VARINT_VALUE:
         return None
-    return position + length - start, layout
+    layout.extend(range(position - start, varint_end - start))
+    return varint_end + length - start, layout
 
 
 def _bundle_first(header: BundleHeader, first_seq_num: int | None) -> int:

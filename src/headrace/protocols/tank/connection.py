@@ -46,7 +46,6 @@ from headrace.protocols.tank.commands import (
     MessageType,
     Ping,
     Request,
-    Response,
 )
 from headrace.protocols.tank.states import (
     INITIAL_STATE,
@@ -132,14 +131,18 @@ class TankConnection:
         return self._server_in_flight.total()
 
     def _transition(self, event: Input) -> Action:
+        action, self._state = self._step(event)
+        return action
+
+    def _step(self, event: Input) -> tuple[Action, ConnectionState]:
+        """What ``event`` does now; refused (by the peer's fault if it is a receive)."""
         outcome = TRANSITIONS.get((self._role, self._state, event))
         if outcome is None:
             message = f"{self._role.value} cannot {event.value} in state {self._state.value}"
             if event.name.startswith("RECEIVE"):
                 raise RemoteProtocolError(message)
             raise LocalProtocolError(message)
-        action, self._state = outcome
-        return action
+        return outcome
 
     # ------------------------------------------------------------------ receiving
 
@@ -267,17 +270,9 @@ class TankConnection:
             event = Input.SEND_RESPONSE
         else:
             raise LocalProtocolError(f"not a TANK message: {message!r}")
-        outcome = TRANSITIONS.get((self._role, self._state, event))
-        if outcome is None:
-            self._transition(event)  # raises LocalProtocolError with the reason
+        step = self._admit(event, message)
         frame = encode(message)
-        action = self._transition(event)
-        if action is Action.TRACK:
-            assert is_request(message)
-            self._track_sent_request(message)
-        elif action is Action.SETTLE:
-            assert is_response(message)
-            self._settle_sent_response(message)
+        self._sent(step, message)
         self._outgoing += frame
 
     def send_split(
@@ -292,30 +287,49 @@ class TankConnection:
         Raises:
             LocalProtocolError: as :meth:`send`.
         """
-        event = Input.SEND_RESPONSE
-        if TRANSITIONS.get((self._role, self._state, event)) is None:
-            self._transition(event)  # raises LocalProtocolError with the reason
+        step = self._admit(Input.SEND_RESPONSE, response)
         pieces = encode_consume_split(response, chunks)
-        if self._transition(event) is Action.SETTLE:
-            self._settle_sent_response(response)
+        self._sent(step, response)
         return pieces
 
-    def _track_sent_request(self, request: Request) -> None:
-        if request.request_id in self._client_in_flight:
-            raise LocalProtocolError(f"request id {request.request_id} is already in flight")
-        if len(self._client_in_flight) >= self._max_in_flight_requests:
-            raise LocalProtocolError(f"more than {self._max_in_flight_requests} requests in flight")
-        self._client_in_flight[request.request_id] = request
+    def _admit(self, event: Input, message: Message) -> tuple[Action, ConnectionState]:
+        """Every check of sending ``message`` now, changing nothing: what it does.
 
-    def _settle_sent_response(self, response: Response) -> None:
-        key = (response.request_id, message_type(response))
-        if not self._server_in_flight[key]:  # a Counter reads 0 for a missing key
-            raise LocalProtocolError(
-                f"no {key[1].name} request with id {response.request_id} awaits a response"
-            )
-        self._server_in_flight[key] -= 1
-        if not self._server_in_flight[key]:
-            del self._server_in_flight[key]
+        Raises:
+            LocalProtocolError: not allowed in this role or state, a request id
+                still in flight or one request over the limit, or a response
+                that answers no pending request.
+        """
+        step = self._step(event)
+        if step[0] is Action.TRACK:
+            assert is_request(message)
+            if message.request_id in self._client_in_flight:
+                raise LocalProtocolError(f"request id {message.request_id} is already in flight")
+            if len(self._client_in_flight) >= self._max_in_flight_requests:
+                raise LocalProtocolError(
+                    f"more than {self._max_in_flight_requests} requests in flight"
+                )
+        elif step[0] is Action.SETTLE:
+            assert is_response(message)
+            key = (message.request_id, message_type(message))
+            if not self._server_in_flight[key]:  # a Counter reads 0 for a missing key
+                raise LocalProtocolError(
+                    f"no {key[1].name} request with id {message.request_id} awaits a response"
+                )
+        return step
+
+    def _sent(self, step: tuple[Action, ConnectionState], message: Message) -> None:
+        """Apply what :meth:`_admit` allowed, once the message is encoded."""
+        action, self._state = step
+        if action is Action.TRACK:
+            assert is_request(message)
+            self._client_in_flight[message.request_id] = message
+        elif action is Action.SETTLE:
+            assert is_response(message)
+            key = (message.request_id, message_type(message))
+            self._server_in_flight[key] -= 1
+            if not self._server_in_flight[key]:
+                del self._server_in_flight[key]
 
     def abandon(self, request_id: int) -> None:
         """Give up on a request (a client-side timeout); its response will be dropped.

@@ -1,0 +1,285 @@
+"""The controller API's vocabulary: its value types, naming rules and message conversions.
+
+The client (``headrace.client.controller``) and the controller
+(``headrace.controller``) speak the same gRPC messages (``controller.proto``);
+what those messages carry is defined here once, as frozen dataclasses with the
+messages' field names in snake case, so that both sides build and read them
+alike. Pure: no I/O, only the generated message classes.
+
+Naming rules, fixed by the real clients, which build the same strings and ids
+themselves (``docs/protocols/pravega-controller.md`` section 6):
+
+* segment id (int64) = ``epoch << 32 | segment_number``, both parts >= 0,
+  where ``epoch`` is the epoch that **created** the segment;
+* qualified segment name ``<scope>/<stream>/<number>.#epoch.<epoch>``;
+* transaction segment name ``<parent name>#transaction.<32 hex digits>``:
+  the 16 hex digits of ``TxnId.highBits`` then of ``lowBits``, lower case,
+  two's complement;
+* transaction id: ``highBits = epoch << 32``, ``lowBits`` = a per-stream
+  counter that stays below 2**63 (the client sign-extends ``lowBits``, so a
+  negative value would corrupt the id it rebuilds).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from . import controller_pb2 as pb
+
+__all__ = [
+    "INT64_MAX",
+    "MAX_SEGMENT_NUMBER",
+    "RetentionPolicy",
+    "RetentionType",
+    "ScalingPolicy",
+    "ScalingType",
+    "Segment",
+    "SegmentRange",
+    "StreamConfig",
+    "TxnId",
+    "TxnState",
+    "config_from_proto",
+    "config_to_proto",
+    "segment_epoch",
+    "segment_id",
+    "segment_name",
+    "segment_number",
+    "transaction_segment_name",
+    "txn_id_from_proto",
+    "txn_id_to_proto",
+]
+
+INT64_MAX = 2**63 - 1
+"""The largest proto int64: the ``retentionMax`` of a policy without an upper bound."""
+
+MAX_SEGMENT_NUMBER = 2**31 - 1
+"""Segment numbers and epochs are the two non-negative int32 halves of an int64 id."""
+
+_INT64_MASK = 2**64 - 1
+
+
+# --------------------------------------------------------------------------- naming
+
+
+def segment_id(epoch: int, number: int) -> int:
+    """The 64-bit segment id of segment ``number`` created in ``epoch``."""
+    assert 0 <= epoch <= MAX_SEGMENT_NUMBER and 0 <= number <= MAX_SEGMENT_NUMBER
+    return epoch << 32 | number
+
+
+def segment_number(sid: int) -> int:
+    return sid & 0xFFFFFFFF
+
+
+def segment_epoch(sid: int) -> int:
+    return sid >> 32
+
+
+def segment_name(scope: str, stream: str, sid: int) -> str:
+    """``<scope>/<stream>/<number>.#epoch.<epoch>``, e.g. ``sc/st/0.#epoch.0``."""
+    return f"{scope}/{stream}/{segment_number(sid)}.#epoch.{segment_epoch(sid)}"
+
+
+def transaction_segment_name(parent: str, txn: TxnId) -> str:
+    """``<parent>#transaction.<32 hex>``: where a transaction's events for ``parent`` go."""
+    return f"{parent}#transaction.{txn.hex}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Segment:
+    """One segment of a stream: scope, stream and 64-bit id (``epoch << 32 | number``).
+
+    ``name`` is the qualified name the segment store knows it by, e.g.
+    ``sc/st/3.#epoch.1``.
+    """
+
+    scope: str
+    stream: str
+    segment_id: int
+
+    @property
+    def number(self) -> int:
+        return segment_number(self.segment_id)
+
+    @property
+    def epoch(self) -> int:
+        return segment_epoch(self.segment_id)
+
+    @property
+    def name(self) -> str:
+        return segment_name(self.scope, self.stream, self.segment_id)
+
+    @classmethod
+    def parse(cls, name: str) -> Segment:
+        """The segment named by a qualified name ``scope/stream/n.#epoch.e``.
+
+        Raises:
+            ValueError: not such a name.
+        """
+        scope, stream, last = name.split("/")
+        number, _, epoch = last.partition(".#epoch.")
+        return cls(scope, stream, (int(epoch or 0) << 32) | int(number))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRange:
+    """A segment and the part ``[min_key, max_key)`` of the key space it owns."""
+
+    segment: Segment
+    min_key: float
+    max_key: float
+
+
+# --------------------------------------------------------------------------- streams
+
+
+class ScalingType(enum.IntEnum):
+    """``ScalingPolicy.ScalingPolicyType`` values."""
+
+    FIXED_NUM_SEGMENTS = 0
+    BY_RATE_IN_KBYTES_PER_SEC = 1
+    BY_RATE_IN_EVENTS_PER_SEC = 2
+
+
+class RetentionType(enum.IntEnum):
+    """``RetentionPolicy.RetentionPolicyType`` values; ``UNKNOWN`` means no retention."""
+
+    UNKNOWN = 0
+    TIME = 1
+    SIZE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    """How many segments a stream has and when it scales (``ScalingPolicy`` message)."""
+
+    scale_type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
+    target_rate: int = 0
+    scale_factor: int = 0
+    min_num_segments: int = 1
+
+    @classmethod
+    def fixed(cls, segments: int) -> ScalingPolicy:
+        """A fixed number of segments: the stream never scales by itself."""
+        return cls(min_num_segments=segments)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How much a stream keeps (``RetentionPolicy`` message): nothing is dropped
+    (``UNKNOWN``), or by time (``retention_param`` ms) or by size
+    (``retention_param`` bytes), at most ``retention_max``."""
+
+    retention_type: RetentionType = RetentionType.UNKNOWN
+    retention_param: int = 0
+    retention_max: int = INT64_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """What a user configures on a stream (``StreamConfig`` minus its ``streamInfo``)."""
+
+    scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    tags: tuple[str, ...] = ()
+
+
+def config_to_proto(scope: str, stream: str, config: StreamConfig) -> pb.StreamConfig:
+    """The ``StreamConfig`` message of ``scope/stream`` (no ``tags`` field without tags)."""
+    msg = pb.StreamConfig(
+        streamInfo=pb.StreamInfo(scope=scope, stream=stream),
+        scalingPolicy=pb.ScalingPolicy(
+            scaleType=int(config.scaling.scale_type),  # type: ignore[arg-type]
+            targetRate=config.scaling.target_rate,
+            scaleFactor=config.scaling.scale_factor,
+            minNumSegments=config.scaling.min_num_segments,
+        ),
+        retentionPolicy=pb.RetentionPolicy(
+            retentionType=int(config.retention.retention_type),  # type: ignore[arg-type]
+            retentionParam=config.retention.retention_param,
+            retentionMax=config.retention.retention_max,
+        ),
+    )
+    if config.tags:
+        msg.tags.tag.extend(config.tags)
+    return msg
+
+
+def config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
+    """The configuration a ``StreamConfig`` message carries; a message without a
+    retention policy means none (an absent message field reads as zeros).
+
+    Raises:
+        ValueError: a scaling or retention type this API does not define.
+    """
+    sp, rp = msg.scalingPolicy, msg.retentionPolicy
+    scale_type = ScalingType(sp.scaleType)
+    retention = (
+        RetentionPolicy(RetentionType(rp.retentionType), rp.retentionParam, rp.retentionMax)
+        if msg.HasField("retentionPolicy")
+        else RetentionPolicy()
+    )
+    return StreamConfig(
+        scaling=ScalingPolicy(scale_type, sp.targetRate, sp.scaleFactor, sp.minNumSegments),
+        retention=retention,
+        tags=tuple(msg.tags.tag),
+    )
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TxnId:
+    """A 128-bit transaction id as the two signed int64 halves of ``TxnId`` messages."""
+
+    high_bits: int
+    low_bits: int
+
+    @classmethod
+    def new(cls, epoch: int, counter: int) -> TxnId:
+        """The id of a stream's ``counter``-th transaction, created in ``epoch``."""
+        assert 0 <= epoch <= MAX_SEGMENT_NUMBER and 0 <= counter < 2**63
+        return cls(epoch << 32, counter)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the transaction was created in (id bits 127..96)."""
+        return (self.high_bits & _INT64_MASK) >> 32
+
+    @property
+    def hex(self) -> str:
+        """32 lower-case hex digits, two's complement of each half (the segment suffix)."""
+        return f"{self.high_bits & _INT64_MASK:016x}{self.low_bits & _INT64_MASK:016x}"
+
+    def segment_name(self, parent: Segment) -> str:
+        """The name of this transaction's segment for ``parent``."""
+        return transaction_segment_name(parent.name, self)
+
+
+def txn_id_to_proto(txn: TxnId) -> pb.TxnId:
+    return pb.TxnId(highBits=txn.high_bits, lowBits=txn.low_bits)
+
+
+def txn_id_from_proto(msg: pb.TxnId) -> TxnId:
+    return TxnId(msg.highBits, msg.lowBits)
+
+
+class TxnState(enum.IntEnum):
+    """A transaction's state, with the values of ``TxnState.State``.
+
+    The controller records ``COMMITTING``/``ABORTING`` before the store work
+    starts, so a restart finishes what was begun; ``UNKNOWN`` is only ever
+    an answer (no such transaction).
+    """
+
+    UNKNOWN = 0
+    OPEN = 1
+    COMMITTING = 2
+    COMMITTED = 3
+    ABORTING = 4
+    ABORTED = 5
