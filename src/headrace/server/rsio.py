@@ -57,8 +57,8 @@ from headrace.errors import (
     SegmentTruncated,
     StoreError,
 )
+from headrace.protocols.pravega import EVENT_HEADER
 from headrace.protocols.pravega.auth import Permission, stream_resource
-from headrace.protocols.pravega.codec import HEADER_SIZE_BYTES
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.protocols.records import EventBuffer, Record, bundle_records
 from headrace.protocols.rsio import (
@@ -168,9 +168,6 @@ MAX_OFFER_BATCH_BYTES = 1 << 20
 """Framed bytes per append of an offer; below ``MAX_APPEND_BYTES``."""
 
 assert MAX_OFFER_BATCH_BYTES <= MAX_APPEND_BYTES
-
-EVENT_HEADER_BYTES = 8
-"""Pravega Event frame header: int32 type 0, int32 length (wire spec §5.3)."""
 
 STORE_ERROR_REASONS: dict[type[HeadraceError], str] = {
     SegmentNotFound: "stream segment not found (stream deleted?)",
@@ -485,7 +482,7 @@ class StreamCursor:
                 continue
             offset, skip = seg.cut_end, seg.skip
             if self._plain:  # the elements left are the payloads of the last events cut
-                offset -= sum(HEADER_SIZE_BYTES + len(element) for element in seg.elements)
+                offset -= sum(EVENT_HEADER.size + len(element) for element in seg.elements)
             handed = sum(count for _, count, _ in seg.cut) - len(seg.elements)
             for event_offset, count, before in seg.cut:
                 if handed < count:
@@ -513,7 +510,7 @@ class StreamCursor:
             offset, payload = seg.ahead
             seg.ahead = _next_event(seg)
             elements = self._elements(seg, offset, payload)
-            stored = HEADER_SIZE_BYTES + len(payload)
+            stored = EVENT_HEADER.size + len(payload)
             seg.cut_end = offset + stored
             before = 0
             if seg.skip:
@@ -549,7 +546,7 @@ class StreamCursor:
         seg.ahead = ahead
         if ahead is None:
             seg.pending = None
-        end = seg.cut_end = offset + HEADER_SIZE_BYTES + len(payload)
+        end = seg.cut_end = offset + EVENT_HEADER.size + len(payload)
         seg.element_bytes += ((end - first) / count - seg.element_bytes) / 4
         self._account(seg, read_bytes=seg.read_bytes if ahead else 0, cut_bytes=cut_bytes)
         self._finish(seg)
@@ -1180,7 +1177,7 @@ class RsioHandler(ConnectionHandler):
                 size = 0
                 while offer.elements:
                     element = offer.elements[0]
-                    framed = EVENT_HEADER_BYTES + len(element)
+                    framed = EVENT_HEADER.size + len(element)
                     if batch and size + framed > MAX_OFFER_BATCH_BYTES:
                         break
                     offer.elements.popleft()

@@ -79,6 +79,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from headrace.controller.errors import ControllerError, ScopeExists, StreamExists, TooMany
 from headrace.controller.model import ControllerModel
@@ -93,6 +94,7 @@ from headrace.errors import (
     StoreError,
 )
 from headrace.protocols import tank as t
+from headrace.protocols.pravega import EVENT_HEADER
 from headrace.protocols.pravega.auth import Permission, scope_resource, stream_resource
 from headrace.protocols.tank.codec import encode_varint
 from headrace.server._listen import start_tcp_listener
@@ -158,7 +160,7 @@ MAX_CONSUME_READS_PER_CONNECTION = 2
 """Consume responses one connection may have in the making at once (parked
 consumes do not count), however many it pipelines."""
 
-MAX_QUEUED_CHUNK_BYTES = 32 * 1024 * 1024
+MAX_QUEUED_CHUNK_BYTES = 8 * 1024 * 1024
 """Chunk bytes of one connection's consume responses in the making, queued, or
 taken by its writer and maybe not yet sent (its last two takes: the writer takes
 more only once the socket drained). A consume takes its budget from this room
@@ -166,6 +168,24 @@ before it reads the store and waits while there is none, so a client that does
 not read holds at most this (plus one bundle) however many consumes it
 pipelines. Eight times the usual fetch (4 MiB) keeps a pipelining consumer
 busy; a larger fetch is answered in steps of at most this."""
+
+MIN_CONSUME_ROOM_BYTES: Final = 1024 * 1024
+"""Least room a consume response gets when the server's budget of buffered
+bytes (``--max-total-buffered-bytes``) is nearly spent: many consumers then
+read in small steps instead of each taking ``MAX_QUEUED_CHUNK_BYTES``."""
+
+MAX_CONCURRENT_CHUNK_READS: Final = 4
+"""Consume responses the whole server builds at once, over every connection.
+Reading data on disk returns without suspending, so each response being built
+takes the event loop for a while at every step; many at once (a crowd of
+consumers arriving together) would hold ``/health`` and every other connection
+behind all of them. More consumers wait their turn, in order."""
+
+YIELD_EVERY_BYTES: Final = 1024 * 1024
+"""A consume response being built gives the event loop back after every this
+many bytes read (about one large bundle): the store's reads of data on disk
+return without suspending, so a large response would otherwise hold every
+other connection (and ``/health``) for as long as it takes to read it."""
 
 MAX_VERIFIED_RANGES = 1024
 """Byte ranges of a partition known to hold only valid bundles (``_Verified``);
@@ -177,9 +197,8 @@ MAX_TOPIC_NAME_CHARS = 64
 BROKER_VERSION = 400
 """What Status reports: the TANK version whose protocol we speak (4.0, spec 8.3)."""
 
-EVENT_HEADER = struct.Struct(">ii")
-"""Pravega event framing: type (0 for an event), payload length (DESIGN.md section 2)."""
 EVENT_TYPE = 0
+"""The type field of Pravega's event framing (``EVENT_HEADER``) for an event."""
 
 MAX_BUNDLE_BYTES = MAX_APPEND_BYTES - EVENT_HEADER.size
 """The largest bundle one event (one store append) can hold."""
@@ -399,6 +418,7 @@ class TankBroker:
         self._stored_anchors: dict[str, dict[int, int]] = {}
         self._own_frames: set[int] = set()
         """``id`` of the frames our own appends are storing (checked at produce already)."""
+        self._read_slots = asyncio.Semaphore(MAX_CONCURRENT_CHUNK_READS)
 
     async def start(self) -> None:
         """Create the scope and the seq-num table if needed; read the table; have
@@ -803,7 +823,8 @@ class TankBroker:
         gap), walking from ``start`` = (offset, next seq num); at least ``fetch_size``
         bytes if there are that many, within ``budget`` (but always one bundle)."""
         try:
-            return await self._read_chunk(part, start, seq_num, fetch_size, budget)
+            async with self._read_slots:
+                return await self._read_chunk(part, start, seq_num, fetch_size, budget)
         except SegmentTruncated:
             part.loaded = False  # truncated behind our back: the next use re-reads it
             raise
@@ -821,6 +842,7 @@ class TankBroker:
         size = 0
         chunk: _Chunk | None = None
         previous_last = 0
+        yielded = 0
         async for bundle in self._walk(part, start[0], start[1], end):
             part.note(bundle.offset, bundle.first)
             if chunk is None:
@@ -847,6 +869,9 @@ class TankBroker:
             else:
                 out += bundle.payload
             size += len(entry) + len(bundle.payload)
+            if size >= yielded + YIELD_EVERY_BYTES:  # let other connections in
+                yielded = size
+                await asyncio.sleep(0)
         if chunk is None or not size:
             return None
         if out:
@@ -1050,13 +1075,50 @@ class TankHandler(ConnectionHandler):
         """Wait for room under ``MAX_QUEUED_CHUNK_BYTES``, then reserve a response's
         budget from it (release it with ``_give_back``). A client that does not read
         gets nothing more read from the store for it."""
-        while self._unsent_chunk_bytes() >= MAX_QUEUED_CHUNK_BYTES:
-            self._taken.clear()
-            self.wake_writer()  # it takes again (and we count again) once it drained
-            await self._taken.wait()
+        while True:
+            if self._unsent_chunk_bytes() >= MAX_QUEUED_CHUNK_BYTES:
+                self._taken.clear()
+                self.wake_writer()  # it takes again (and we count again) once it drained
+                await self._taken.wait()
+            elif self._server_budget_spent():
+                await self._server_budget_freed()
+            else:
+                break
         budget = min(MAX_RESPONSE_CHUNK_BYTES, MAX_QUEUED_CHUNK_BYTES - self._unsent_chunk_bytes())
+        server = self.budget
+        if server is not None:  # what the whole server has left, but always a little
+            free = server.capacity_bytes - server.in_use_bytes
+            budget = min(budget, max(free, MIN_CONSUME_ROOM_BYTES))
         self._reserved_bytes += budget
         return budget
+
+    def _server_budget_spent(self) -> bool:
+        """Whether the server's budget of buffered bytes is spent while this
+        connection still holds chunk bytes: then it waits for others (or its own
+        client) to free some before it reads more. A connection holding nothing
+        may always read a little, so every consumer makes progress."""
+        server = self.budget
+        return server is not None and server.spent and self._unsent_chunk_bytes() > 0
+
+    async def _server_budget_freed(self) -> None:
+        assert self.budget is not None
+        freed = asyncio.Event()
+        self.budget.wait(self, freed.set)
+        self._taken.clear()
+        self.wake_writer()
+        # Either the server's total falls, or this connection's writer takes bytes.
+        waits = {asyncio.ensure_future(freed.wait()), asyncio.ensure_future(self._taken.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+            self.budget.forget(self)  # no longer waiting, whichever came first
+
+    def queued_bytes(self) -> int:
+        # Responses built and queued, not yet taken by the writer (what it took
+        # is the transport's, which the loop counts itself).
+        return self._queued_bytes
 
     def _give_back(self, budget: int) -> None:
         """A response is built (``handle`` queues its bytes next) or given up."""
@@ -1071,6 +1133,8 @@ class TankHandler(ConnectionHandler):
 
     async def on_close(self) -> None:
         self._release_parked()
+        if self.budget is not None:
+            self.budget.forget(self)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
