@@ -63,7 +63,7 @@ request never leaves with a token that expires on the way (the server's
 default life is 600 s; one that lives shorter is refreshed at half its life)."""
 
 DEFAULT_TXN_LEASE_MS = 90_000
-"""Transaction lease the Rust client asks for (controller spec §4)."""
+"""Transaction lease the Rust client asks for (pravega-controller.md#transactions)."""
 
 _MAX_I64 = 2**63 - 1
 
@@ -91,8 +91,8 @@ _M = TypeVar("_M", bound=Message)
 class Segment:
     """One segment of a stream: scope, stream and 64-bit id (``epoch << 32 | number``).
 
-    ``name`` is the qualified name the segment store knows it by (controller
-    spec §6), e.g. ``sc/st/3.#epoch.1``.
+    ``name`` is the qualified name the segment store knows it by
+    (pravega-controller.md#naming), e.g. ``sc/st/3.#epoch.1``.
     """
 
     scope: str
@@ -190,7 +190,8 @@ class TxnId:
 
     @property
     def hex(self) -> str:
-        """32 lower-case hex digits (the transaction segment suffix, controller spec §6)."""
+        """32 lower-case hex digits (the transaction segment suffix,
+        pravega-controller.md#naming)."""
         return f"{self.high_bits & (2**64 - 1):016x}{self.low_bits & (2**64 - 1):016x}"
 
     def segment_name(self, parent: Segment) -> str:

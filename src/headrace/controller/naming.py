@@ -1,7 +1,7 @@
 """Pravega's naming and id rules for segments and transactions (pure functions).
 
 Every rule here is fixed by the real client, which builds the same strings
-and ids itself (``../shared/protocols/pravega-controller.md`` section 6):
+and ids itself (``docs/protocols/pravega-controller.md#naming``):
 
 * segment id (int64) = ``epoch << 32 | segment_number``, both parts >= 0,
   where ``epoch`` is the epoch that **created** the segment;
@@ -60,7 +60,7 @@ no user scope can produce it, since user names cannot start with ``_``."""
 
 TRANSIENT_INFIX = "#transient."
 """Marks a transient segment: ``<parent>#transient.<writer hex>.<random hex>``
-(Java's naming, wire spec section 5.5)."""
+(Java's naming, pravega.md#large-events)."""
 
 PSEUDO_STREAM_SUFFIXES = ("_kvtable", "_hrgroup")
 """Suffixes of the pseudo-streams holding table segments (see above)."""

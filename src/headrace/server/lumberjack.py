@@ -5,7 +5,8 @@ Registers two listeners: ``lumberjack`` (plain, default port 5044) and
 are configured; ``--tls-ca`` asks clients for a certificate). Both speak v1
 and v2; the sans-I/O ``LumberjackConnection`` does the protocol, the generic
 ``run_connection`` loop does the I/O, and this module only decides where
-events go and when acks leave (STYLE rules 4 and 8).
+events go and when acks leave (``docs/architecture.md#front-doors``,
+``architecture.md#invariant-durable-acks``).
 
 Theory of operation
 -------------------
@@ -99,7 +100,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EVENT_HEADER: Final = struct.Struct(">ii")
-"""Pravega event framing: type (always 0), payload length (DESIGN.md section 2)."""
+"""Pravega event framing: type (always 0), payload length (architecture.md#event-framing)."""
 
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 """Largest event payload stored: Pravega's own event size limit, so that every
