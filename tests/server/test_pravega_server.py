@@ -808,7 +808,7 @@ async def test_changes_to_internal_segments_get_operation_unsupported(server: Se
 
 async def test_names_like_internal_ones_are_not_protected(server: Server) -> None:
     """Only the ``_system/`` prefix is the server's: user segments, reader-group
-    tables, transaction and transient segments are served as before."""
+    tables, transaction and transient segments are served like any other."""
     raw = await Raw.connect(server.port)
     for rid, name in enumerate(["sc/_system/0.#epoch.0", "sc/st/0.#epoch.0#transaction.1"], 1):
         assert await raw.request(p.CreateSegment(rid, name, 0, 0)) == p.SegmentCreated(rid, name)

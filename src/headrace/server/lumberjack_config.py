@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 DEFAULT_STREAM: Final = "logs/beats"
-"""``scope/stream`` that Lumberjack events are written to (issue 6)."""
+"""``scope/stream`` that Lumberjack events are written to."""
 
 STREAM_SEGMENT_COUNT: Final = 4
 """Segments of the target stream when the front door creates it (fixed scaling

@@ -828,7 +828,7 @@ class RsioHandler(ConnectionHandler):
         # with no task of its own, in wire order. Not once the peer broke the
         # protocol further on in what was received (the connection then refuses
         # to send anything but the goodbye): those events go the way of tasks,
-        # which the closing connection cancels, as before.
+        # which the closing connection cancels.
         return self._conn.state is not ConnectionState.ERROR
 
     async def handle(self, event: object) -> None:

@@ -993,7 +993,7 @@ class TankHandler(ConnectionHandler):
         # Consumes may park and read: they keep their own task. Not once the
         # peer broke the protocol further on in what was received: those
         # requests go the way of tasks, which the closing connection cancels
-        # before they store anything, as before.
+        # before they store anything.
         return type(event) in _INLINE_REQUESTS and self._conn.state is not t.ConnectionState.ERROR
 
     async def handle(self, event: object) -> None:

@@ -503,7 +503,7 @@ _SCAN_ONCE: Final[Callable[[str, int], tuple[object, int]]] = json.scanner.make_
 _BOM: Final = "\ufeff"
 
 _MSGSPEC_DECODE: Final = msgspec.json.Decoder().decode
-"""The fast first parse of a ``J`` document (STYLE: msgspec for JSON-bearing frames)."""
+"""The fast first parse of a ``J`` document (msgspec: a fast, strict parser)."""
 
 
 def parse_json_object(payload: bytes) -> dict[str, object]:
@@ -511,8 +511,8 @@ def parse_json_object(payload: bytes) -> dict[str, object]:
 
     msgspec parses first (several times faster than ``json``, and stricter);
     whatever it refuses, or a top level that is not an object, goes to
-    ``json`` (``_parse_with_json``), which words the error and still accepts
-    what it accepted before (a number too large for a float, ``\\ud800``-style
+    ``json`` (``_parse_with_json``), which words the error and accepts what
+    msgspec cannot take (a number too large for a float, ``\\ud800``-style
     escapes): the documents accepted and the errors are ``json``'s. Numbers
     in the result are unconverted placeholders when ``json`` parsed it; a
     caller that needs a number's value parses the payload itself.
@@ -581,7 +581,7 @@ def fields_parser(fields: Iterable[str]) -> DocumentParser:
     does not need the rest of each document built as Python objects: msgspec
     decodes into a struct of those keys held as raw JSON, checking the whole
     document's syntax while skipping the others, and only those values are
-    parsed (two to three times faster than the whole object for a Beats event).
+    parsed (far less work than the whole object for a Beats event).
     msgspec does not check the UTF-8 of what it skips, so a document that is
     not ASCII is decoded once for that. Whatever the struct cannot take (a
     number msgspec refuses, an escape ``json`` allows) goes through
@@ -817,8 +817,7 @@ class FrameDecoder:
         taken by C-speed loops over the bytes (``struct.unpack_from``, one
         JSON parse per document, no object per frame), and ``C`` frames come
         unpacked. Any other frame, and any frame that is invalid, goes
-        through the frame-by-frame code, so errors are raised by the same
-        code as before.
+        through the frame-by-frame code, so both paths raise the same errors.
 
         Returns:
             The frames decoded, in order (``W``/``A`` frames with their version,
@@ -931,9 +930,8 @@ def document_json(document: dict[str, str]) -> bytes:
     msgspec's encoder writes in C the same bytes as ``json.dumps(document,
     ensure_ascii=False, separators=(",", ":"))`` for a dict of strings without
     lone surrogates (which ``decode(..., "replace")`` never makes; a hypothesis
-    test holds the two equal), about ten times faster (0.4 against 4.5 µs for a
-    five-field document on the AMD VM): the encoding was a third of a v1
-    event's cost.
+    test holds the two equal), because encoding is a large share of a v1
+    event's cost (``benchmarks/lumberjack_feed.py`` measures it).
     """
     return _JSON_ENCODE(document)
 

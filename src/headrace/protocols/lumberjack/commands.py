@@ -171,9 +171,10 @@ class Batch:
 
     The events are held as two columns, ``seqs`` and ``payloads``: a server
     stores the payloads of thousands of events per window and never needs
-    an object per event, which cost ``LumberjackHandler.feed`` 15-27% of its
-    time; ``events`` builds the ``Event`` objects when first asked. Immutable and
-    compared like a frozen dataclass of ``version``, ``events``, ``ack_seq``.
+    an object per event, a large share of ``LumberjackHandler.feed``'s time
+    (``benchmarks/lumberjack_feed.py``); ``events`` builds the ``Event`` objects
+    when first asked. Immutable and compared like a frozen dataclass of
+    ``version``, ``events``, ``ack_seq``.
 
     Attributes:
         version: the connection's protocol version.

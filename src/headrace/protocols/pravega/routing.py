@@ -34,7 +34,7 @@ client byte for byte. For ASCII keys the two agree.
 
 This module is pure computation (no I/O); the hash uses the ``mmh3`` C
 extension when it is installed and a pure-Python MurmurHash3 otherwise (same
-results, checked by the tests; the C version is about 20x faster).
+results, checked by the tests; the C version is much faster).
 """
 
 from __future__ import annotations
