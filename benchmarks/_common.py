@@ -138,8 +138,8 @@ GUEST_SETTINGS = {
     "guest_halt_poll_ns": "/sys/module/haltpoll/parameters/guest_halt_poll_ns",
     "page_reporting_order": "/sys/module/page_reporting/parameters/page_reporting_order",
 }
-"""Virtual-machine settings that move the figures (``docs/benchmarks.md``, "What
-the VM adds"): whether an idle vCPU polls before it halts (with
+"""Virtual-machine settings that move the figures (``docs/benchmarks.md#vm``):
+whether an idle vCPU polls before it halts (with
 ``guest_halt_poll_ns`` 0 every wake-up from idle goes through the host, which
 sets the latency rows' tail), and whether free memory is handed back to the host
 (free page reporting: page-cache pages allocated from it fault in the host on

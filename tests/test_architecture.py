@@ -1,4 +1,4 @@
-"""The import direction is the architecture (DESIGN.md section 3); this keeps it honest.
+"""The import direction is the architecture (docs/architecture.md); this keeps it honest.
 
 Walks the AST of every module under src/headrace and checks which headrace
 layers (and which I/O modules) it imports.
@@ -56,7 +56,7 @@ def _imports(path: Path) -> set[str]:
 def test_layer_imports_only_allowed_layers(path: Path) -> None:
     layer = _layer(path)
     allowed = ALLOWED.get(layer)
-    assert allowed is not None, f"{layer} is not a known layer; add it to DESIGN.md and here"
+    assert allowed is not None, f"{layer} is an unknown layer; add it to architecture.md and here"
     if "*" in allowed:
         return
     for name in _imports(path):

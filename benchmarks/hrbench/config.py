@@ -126,7 +126,7 @@ class Sizes:
         self.small_events = 200_000 if quick else 1_000_000
         # The same 10 KiB and 1 MiB counts for every system and policy: on a VM that
         # hands free memory back to its host, a row that writes less fills only warm
-        # page-cache pages and looks faster (docs/benchmarks.md, "What the VM adds").
+        # page-cache pages and looks faster (docs/benchmarks.md#vm).
         self.large_events = 5_000 if quick else 100_000
         self.huge_events = 100 if quick else 1_000
         self.peer_small_events = 50_000 if quick else 200_000

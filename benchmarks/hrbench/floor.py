@@ -85,7 +85,7 @@ def floor_large_row(ctx: Context, fsync: str) -> tuple[str, Row]:
     headrace's row of the same policy. Its file is kept until the run ends: on a
     VM that returns free memory to its host, deleting it would hand the next
     row pages written a moment ago, which take writes several times faster
-    than new ones (docs/benchmarks.md, "What the VM adds")."""
+    than new ones (docs/benchmarks.md#vm)."""
     mode, key, what = next(m for m in FLOOR_MODES if m[1] == f"floor_{fsync}")
     count = ctx.sizes.large_events
     with floor_server(mode, ctx.scratch / f"{key}_10k.bin") as (port, pid):

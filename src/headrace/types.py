@@ -2,7 +2,7 @@
 
 All of them are frozen, slotted dataclasses: cheap to build, safe to share
 between connections, and comparable in tests. Words keep one meaning
-everywhere (see STYLE.md): ``offset`` is a byte position inside a segment,
+everywhere (``docs/architecture.md#naming``): ``offset`` is a byte position inside a segment,
 ``position`` a byte position inside a file, ``count`` a number of items.
 """
 

@@ -98,7 +98,7 @@ def test_serve_stops_cleanly_on_signal(tmp_path: Path, signum: signal.Signals) -
 def test_serve_makes_its_data_dir_private_whatever_the_umask(tmp_path: Path) -> None:
     """Every directory of the data dir is 0700 and every file 0600 (WAL, snapshot,
     manifest, segment data and sidecars, the lock, the token key), even when
-    the server runs under umask 000 (docs/threat-model.md, section 1)."""
+    the server runs under umask 000 (docs/threat-model.md#trusted)."""
     data_dir = tmp_path / "data"
     passwords = tmp_path / "passwords"
     add_user(passwords, "admin", "long enough secret", "prn::/*,READ_UPDATE")

@@ -1,4 +1,5 @@
-"""Sequential segment reads are read ahead; tail, truncation and random reads behave as before.
+"""Sequential segment reads are read ahead; tail, truncation and random reads behave as
+without read-ahead.
 
 Against a real ``headrace serve`` (``conftest.server``). A read-ahead is
 observed through ``SegmentClient.read_aheads`` (what was sent and not yet

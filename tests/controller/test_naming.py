@@ -1,4 +1,5 @@
-"""Segment ids and names, transaction ids and names: Pravega's rules (controller spec section 6)."""
+"""Segment ids and names, transaction ids and names: Pravega's rules
+(pravega-controller.md#naming)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from headrace.controller.service import ControllerServer
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.store.memory import MemoryStore
 
-# Every RPC of the client's proto (controller spec section 3), spelled exactly.
+# Every RPC of the client's proto (pravega-controller.md#rpcs), spelled exactly.
 SPEC_RPCS = [
     "getControllerServerList",
     "createStream",

@@ -248,10 +248,10 @@ def test_tls_listener_not_started_without_a_certificate(tmp_path: Path) -> None:
         assert server.stop() == 0, server.stderr
 
 
-# --------------------------------------------------------------------------- spec captures
+# --------------------------------------------------------------------------- captured clients
 
 CAPTURES = {
-    # spec §6.2: logstash-forwarder framing (v1, Go zlib level 3 with a sync flush)
+    # logstash-forwarder framing (v1, Go zlib level 3 with a sync flush)
     "logstash-forwarder v1": (
         "315700000002"
         "314300000068"
@@ -260,7 +260,7 @@ CAPTURES = {
         "9bc944899966c86696e717e5a400000000ffff010000ffffa84921ca",
         "314100000002",
     ),
-    # spec §6.3: pylogbeat 2.1.0, send([{"message":"hello"},{"message":"world"}])
+    # pylogbeat 2.1.0, send([{"message":"hello"},{"message":"world"}])
     "pylogbeat v2": (
         "325700000002"
         "324300000031"
@@ -268,7 +268,7 @@ CAPTURES = {
         "7e514e8a522d00900e0ede",
         "324100000002",
     ),
-    # spec §6.4: go-lumber's v2 client (libbeat's), compression level 0
+    # go-lumber's v2 client (libbeat's), compression level 0
     "go-lumber v2": (
         "325700000002"
         "324a00000001000000137b226d657373616765223a2268656c6c6f227d"

@@ -441,7 +441,7 @@ async def _answer(raw: Raw) -> p.Command | None:
 
 
 def _append_forms(writer: uuid.UUID) -> dict[str, list[p.Command]]:
-    """Every way a writer appends (wire spec §5.2, §5.4), each with event number 1."""
+    """Every way a writer appends (pravega.md#appends), each with event number 1."""
     small = p.encode_event(b"smuggled")
     large = p.encode_event(b"L" * (256 * 1024))  # over LARGE_FRAME_BYTES: its own buffer
     block = p.encode_event(b"java")

@@ -1,4 +1,4 @@
-"""TLS on every listener (issue #9): real server, real sockets, real clients.
+"""TLS on every listener: real server, real sockets, real clients.
 
 A throwaway CA (the ``openssl`` CLI) signs a server certificate for DNS name
 ``localhost`` (and 127.0.0.1) and a client certificate. ``headrace serve``

@@ -30,7 +30,7 @@ READ_DEADLINE_S = 60.0
 """Longest a scenario keeps reading before it reports what it has."""
 
 LARGE_EVENT_BYTES = 9 * 1024 * 1024
-"""Over the client's 8 MiB append limit: the large-event path (wire spec §5.5)."""
+"""Over the client's 8 MiB append limit: the large-event path (pravega.md#large-events)."""
 
 
 def _manager(uri: str) -> Any:

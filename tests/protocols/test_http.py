@@ -58,7 +58,8 @@ def test_upgrade_is_answered_with_the_rfc_accept_key() -> None:
     request = next(conn.events())
     assert isinstance(request, Request)
     conn.accept_websocket(request)
-    assert b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n" in conn.data_to_send()  # §1.3
+    # RFC 6455 §1.3
+    assert b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n" in conn.data_to_send()
     assert conn.websocket
 
 

@@ -1,4 +1,5 @@
-"""Bad input gets ``goodbye(<reason>)`` and a close, and harms no other connection (B.5, B.7)."""
+"""Bad input gets ``goodbye(<reason>)`` and a close, and harms no other connection
+(rsio.md#connection-rules, rsio.md#goodbye)."""
 
 from __future__ import annotations
 

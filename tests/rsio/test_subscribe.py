@@ -1,4 +1,4 @@
-"""Subscriptions against a real ``headrace serve``: the spec's exchange, demand, formats, ends."""
+"""Subscriptions against a real ``headrace serve``: the worked example, demand, formats, ends."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ async def _exchange(port: int, data: bytes, want: int) -> bytes:
 
 
 async def test_part_c_exchange_byte_for_byte(server: Server, pravega: PravegaClient) -> None:
-    # Part C subscribes to "logs"; our publishers are scope/stream, so the stream
+    # The worked example (rsio.md#worked-example) subscribes to "logs"; our publishers are
+    # scope/stream, so the stream
     # is rsio/logsN and the subscribe frame differs only in the name's bytes.
     scope, stream = await new_stream(pravega)
     await write_events(pravega, scope, stream, [b"hello", b"world"])

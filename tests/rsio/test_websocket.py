@@ -1,4 +1,5 @@
-"""RS-IO over WebSocket at ``/rsio`` on the HTTP port (B.4: one binary message per message)."""
+"""RS-IO over WebSocket at ``/rsio`` on the HTTP port (one binary message per message,
+rsio.md#websocket)."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ async def test_setup_append_on_missing_segment_echoes_name(server: Server) -> No
 
 
 async def test_append_block_end_is_acked_with_the_spec_bytes(server: Server) -> None:
-    # Spec §14.3: two events "ab", "xyz" (event numbers 1..2), request id 7.
+    # Two events "ab", "xyz" (event numbers 1..2), request id 7.
     await server.store.create_segment(SEG)
     raw = await Raw.connect(server.port)
     w = uuid.UUID("00112233445566778899aabbccddeeff")
@@ -669,7 +669,7 @@ async def test_table_updates_versions_and_conditions(server: Server) -> None:
     assert await raw.request(p.CreateTableSegment(1, table)) == p.SegmentCreated(1, table)
     assert await raw.request(p.CreateTableSegment(2, table)) == p.SegmentAlreadyExists(2, table, "")
     new = _entries((b"key1", b"value1", p.NOT_EXISTS), (b"key2", b"value2", p.NOT_EXISTS))
-    # Spec §9.3: versions are record offsets, 0 and 17 + 4 + 6 = 27.
+    # Versions are record offsets (pravega.md#table-semantics): 0 and 17 + 4 + 6 = 27.
     assert await raw.request(p.UpdateTableEntries(3, table, "", new)) == p.TableEntriesUpdated(
         3, (0, 27)
     )
@@ -808,7 +808,7 @@ async def test_changes_to_internal_segments_get_operation_unsupported(server: Se
 
 async def test_names_like_internal_ones_are_not_protected(server: Server) -> None:
     """Only the ``_system/`` prefix is the server's: user segments, reader-group
-    tables, transaction and transient segments are served as before."""
+    tables, transaction and transient segments are served like any other."""
     raw = await Raw.connect(server.port)
     for rid, name in enumerate(["sc/_system/0.#epoch.0", "sc/st/0.#epoch.0#transaction.1"], 1):
         assert await raw.request(p.CreateSegment(rid, name, 0, 0)) == p.SegmentCreated(rid, name)

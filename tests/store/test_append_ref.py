@@ -658,7 +658,7 @@ async def test_an_unknown_format_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_default_threshold_is_what_the_docs_say() -> None:
-    assert REF_APPEND_BYTES == 256 * 1024  # docs/storage-format.md §3.2, §4.1 and §6
+    assert REF_APPEND_BYTES == 256 * 1024  # docs/storage-format.md#wal, #append and #limits
     assert REF_APPEND_BYTES_UNSYNCED == 16 * 1024
 
 

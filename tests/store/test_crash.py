@@ -10,7 +10,7 @@ short while after it was spawned (which often lands inside recovery).
 
 After every kill the parent opens the store (in place, or on a copy of the
 crashed directory so that the next child has to recover it itself) and checks
-invariant 2 of DESIGN.md section 4:
+architecture.md#invariant-no-loss:
 
 * every segment parses as whole, intact records (nothing torn is readable);
 * each appender's sequence numbers are 0..n, each exactly once, in order;

@@ -1,5 +1,5 @@
-"""TANK's first-request timeout (spec 4.4): a connection that sends no request is
-closed; one that has sent a request is not, however long it then waits.
+"""TANK's first-request timeout (tank.md#first-request-timeout): a connection that
+sends no request is closed; one that has sent a request is not, however long it then waits.
 
 The limit is TANK's 16 s by default; the server here runs with
 ``--tank-first-request-timeout`` set to ``LIMIT_S`` so the test takes seconds.
@@ -22,7 +22,7 @@ from tests.tank.conftest import TankServer, running_server
 LIMIT_S = 0.5
 READ_TIMEOUT_S = 10.0
 """Bound on every read: far above ``LIMIT_S``, so a server that never closes fails."""
-GREETING = bytes.fromhex("03 00000000")  # a Ping frame, sent on accept (spec 4.2)
+GREETING = bytes.fromhex("03 00000000")  # a Ping frame, sent on accept (tank.md#greeting)
 DISCOVER_TOPICS = 0x0B
 
 

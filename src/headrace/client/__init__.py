@@ -1,8 +1,8 @@
 """headrace's own Pravega client: asyncio, pure Python, on the sans-I/O codec.
 
 Start from :class:`PravegaClient` (one controller client and one connection
-pool shared by everything made from it). Layout (STYLE.md, aiokafka
-``conn.py`` pattern):
+pool shared by everything made from it). Layout (aiokafka's
+``conn.py`` pattern, ``docs/architecture.md#client-layout``):
 
 * ``_conn``: one segment-store connection with request-id correlation,
   ``map_exceptions``, retry policy, connection pool;

@@ -30,7 +30,7 @@ writer id (``AppendSetup``, ``DataAppended``, ``ConditionalCheckFailed``,
 ``InvalidEventNumber``) and every error reply whose request id belongs to one
 of its appends (``SegmentIsSealed``, ``NoSuchSegment`` ...). Several writers
 share one connection (the server keeps one session per writer id and
-connection, spec ``pravega-wire.md`` §15).
+connection, pravega.md#java-append-blocks).
 
 When the connection ends (EOF, an OS error, a protocol error, ``aclose``),
 every pending request fails with :class:`~headrace.errors.ConnectionLost`
@@ -89,11 +89,11 @@ CONNECT_TIMEOUT_S = 10.0
 answers in milliseconds, so anything near this means the host is unreachable."""
 
 REQUEST_TIMEOUT_S = 30.0
-"""Most time to wait for a reply: the Rust client's request timeout (spec §11)."""
+"""Most time to wait for a reply: the Rust client's request timeout (pravega.md#rust-client)."""
 
 READ_TIMEOUT_S = 45.0
 """Most time to wait for a ``SegmentRead``: a read at the tail is parked by the
-server (Java and headrace hold it for well under 30 s, spec §6), so this is the
+server (Java and headrace hold it for well under 30 s, pravega.md#reads), so this is the
 request timeout plus room for the park."""
 
 CLOSE_TIMEOUT_S = 5.0
@@ -136,7 +136,7 @@ _COMMAND_TYPES = frozenset(int(t) for t in p.CommandType)
 _SEGMENT_READ = int(p.CommandType.SEGMENT_READ)
 _READ_FIELDS = struct.Struct(">q??i")
 """A ``SegmentRead``'s fields after the segment name and before the data: offset,
-at tail, end of segment, data length (spec §6)."""
+at tail, end of segment, data length (pravega.md#reads)."""
 
 ReadHeaderCallback = Callable[[int, bool, bool], None]
 """Told ``(data length, at_tail, end_of_segment)`` of a ``SegmentRead`` whose data
@@ -608,7 +608,7 @@ class SegmentStoreConnection:
         rid = getattr(cmd, "request_id", None)
         writer_id = getattr(cmd, "writer_id", None)
         if isinstance(cmd, p.InvalidEventNumber):
-            rid = None  # its request_id slot is unreliable across clients (spec §10)
+            rid = None  # its request_id slot is unreliable across clients (pravega.md#errors)
         if rid is not None:
             fut = self._pending.get(rid)
             if fut is not None:

@@ -79,7 +79,7 @@ request never leaves with a token that expires on the way (the server's
 default life is 600 s; one that lives shorter is refreshed at half its life)."""
 
 DEFAULT_TXN_LEASE_MS = 90_000
-"""Transaction lease the Rust client asks for (controller spec §4)."""
+"""Transaction lease the Rust client asks for (pravega-controller.md#transactions)."""
 
 _CHANNEL_OPTIONS = [
     # grpc's defaults back off reconnects from 1 s up to 120 s; a restarted

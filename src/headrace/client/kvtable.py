@@ -1,7 +1,7 @@
 """Key-value tables over a table segment.
 
 A table ``T`` in scope ``S`` is the table segment ``S/T_kvtable/0.#epoch.0``,
-the name the Rust client's ``Table`` API uses (controller spec §6). Keys and
+the name the Rust client's ``Table`` API uses (pravega-controller.md#naming). Keys and
 values are raw bytes here (the Rust ``Table`` stores CBOR-encoded keys and
 values in the same kind of segment; its tables are readable as bytes).
 

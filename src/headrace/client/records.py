@@ -1,6 +1,6 @@
 """The record reader: any stream, whatever protocol wrote it, as :class:`Record` s.
 
-This is the one generic read path (DESIGN.md section 2, "Records"): the CLI,
+This is the one generic read path (``docs/architecture.md#records``): the CLI,
 Reactive Streams IO and the Spark source read through it.
 
 What a record is

@@ -71,10 +71,10 @@ __all__ = [
 ]
 
 OFFER_EXTENSION = 1
-"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §11)."""
+"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md#offer``)."""
 
 AUTH_EXTENSION = 2
-"""Extension Id of headrace's ``auth`` (``docs/protocols/rsio.md`` §11a)."""
+"""Extension Id of headrace's ``auth`` (``docs/protocols/rsio.md#auth``)."""
 
 LOGIN_TIMEOUT_S = 30.0
 """Bound on the server's answer to a login: a password check is tens of
@@ -89,7 +89,7 @@ READ_CHUNK_BYTES = 256 * 1024
 
 MAX_PACKED_ELEMENTS = 1024
 """Fixed-size elements per ``onNextPacked`` at most: keeps a frame far below 1 MiB
-for elements up to 1 KiB, the sizes packing is for (A.6)."""
+for elements up to 1 KiB, the sizes packing is for (rsio.md#packed-elements)."""
 
 
 class RsioError(HeadraceError):
@@ -98,7 +98,7 @@ class RsioError(HeadraceError):
 
 @dataclass(frozen=True, slots=True)
 class RecordElement:
-    """A ``format=record`` element, decoded (``docs/protocols/rsio.md`` §9.2)."""
+    """A ``format=record`` element, decoded (``docs/protocols/rsio.md#record-format``)."""
 
     segment_id: int
     offset: int
@@ -340,7 +340,7 @@ class RsioClient:
         """Subscribe to ``publisher`` (``scope/stream?from=...``); iterate the result.
 
         Args:
-            publisher: the publisher string (``docs/protocols/rsio.md`` §9).
+            publisher: the publisher string (``docs/protocols/rsio.md#publisher-strings``).
             batch: elements requested at a time; 0 = the caller requests
                 (:meth:`Subscription.request`). ``MAX_DEMAND`` = unbounded.
             sid: the subscriber Id to use; default a fresh one.
@@ -371,14 +371,14 @@ class RsioClient:
 
         The server subscribes to us and grants demand as its appends become
         durable, so this goes as fast as storage, no faster. Elements above
-        64 KiB are split (B.6). Returns the number of elements offered.
+        64 KiB are split (rsio.md#split-elements). Returns the number of elements offered.
 
         Args:
             stream: ``scope/stream``; it must exist.
             elements: the events, in order.
             key: routing key (all elements go to the segment that owns it).
             element_size: above 0, every element has exactly this many bytes;
-                they are sent packed (``onNextPacked``, A.6), as many per
+                they are sent packed (``onNextPacked``, rsio.md#packed-elements), as many per
                 message as demand allows.
 
         Raises:

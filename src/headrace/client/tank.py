@@ -73,7 +73,7 @@ _REQUEST_ID_MAX = 2**32 - 1
 
 @dataclass(frozen=True, slots=True)
 class ConsumeResult:
-    """What one partition of a consume returned, decoded (spec 6.5-6.7).
+    """What one partition of a consume returned, decoded (tank.md#consume).
 
     Attributes:
         messages: the messages at or after the requested seq num, in order.

@@ -29,7 +29,8 @@ from headrace.errors import ConfigError
 __all__ = ["TLS_SCHEMES", "TlsOptions", "uri_wants_tls"]
 
 TLS_SCHEMES = frozenset({"tls", "ssl", "tcps", "pravegas"})
-"""Controller URI schemes that mean TLS (the Rust client's set, controller spec §1)."""
+"""Controller URI schemes that mean TLS (the Rust client's set,
+pravega-controller.md#transport)."""
 
 
 def uri_wants_tls(uri: str) -> bool:

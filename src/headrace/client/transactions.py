@@ -2,7 +2,7 @@
 
 ``createTransaction`` gives a transaction id and the stream's open segments;
 the controller has created one transaction segment per open segment
-(``<segment>#transaction.<32 hex id>``, controller spec §6). A
+(``<segment>#transaction.<32 hex id>``, pravega-controller.md#naming). A
 :class:`Transaction` is an :class:`~headrace.client.writer.EventWriter`
 whose segment writers append to those transaction segments (same routing,
 batching, event numbers and reconnect logic). ``commit()`` flushes, then asks

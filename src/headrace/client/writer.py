@@ -42,7 +42,7 @@ Each segment writer has a random 128-bit **writer id** and one sender task:
 5. An event over ``MAX_INLINE_EVENT_BYTES`` travels alone, after every
    earlier block is acknowledged: ``CreateTransientSegment``, the framed
    event in ``LARGE_CHUNK_BYTES`` conditional appends, ``MergeSegments``
-   into the segment (spec §5.5).
+   into the segment (pravega.md#large-events).
 6. ``SegmentIsSealed`` / ``NoSuchSegment`` on an append: the segment was
    sealed (scaled or stream sealed). The writer stops sending; the
    ``EventWriter`` asks the controller for the current segments and moves the
@@ -98,8 +98,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_INLINE_EVENT_BYTES = 8 * 1024 * 1024
-"""Largest event sent inside an ``AppendBlockEnd``: the Rust client's limit (spec
-§5.5). Larger events take the transient-segment path (see ``_send_large``)."""
+"""Largest event sent inside an ``AppendBlockEnd``: the Rust client's limit
+(pravega.md#large-events). Larger events take the transient-segment path (see
+``_send_large``)."""
 
 MAX_EVENT_BYTES = 1024 * 1024 * 1024
 """Largest event at all: Pravega's 1 GiB large-event limit. Such an event is held
@@ -107,7 +108,7 @@ in memory whole until it is stored."""
 
 LARGE_CHUNK_BYTES = 8 * 1024 * 1024
 """Bytes per conditional append while filling a transient segment (the Rust
-client's chunk, spec §5.5)."""
+client's chunk, pravega.md#large-events)."""
 
 MAX_BLOCK_BYTES = 1024 * 1024
 """Most event bytes in one ``AppendBlockEnd``: the Java client's flush size. It
@@ -549,7 +550,7 @@ class _SegmentWriter:
             self.owner._stats.blocks_sent += 1
 
     async def _send_large(self, conn: SegmentStoreConnection, blk: _Block) -> None:
-        """Store one large event (spec §5.5): fill a transient segment in chunks with
+        """Store one large event (pravega.md#large-events): fill a transient segment in chunks with
         conditional appends, then merge it into the segment in one step.
 
         A connection lost on the way leaves the block in flight: the reconnect

@@ -58,7 +58,7 @@ no user scope can produce it, since user names cannot start with ``_``."""
 
 TRANSIENT_INFIX = "#transient."
 """Marks a transient segment: ``<parent>#transient.<writer hex>.<random hex>``
-(Java's naming, wire spec section 5.5)."""
+(Java's naming, pravega.md#large-events)."""
 
 PSEUDO_STREAM_SUFFIXES = ("_kvtable", "_hrgroup")
 """Suffixes of the pseudo-streams holding table segments (see above)."""

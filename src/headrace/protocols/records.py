@@ -1,6 +1,6 @@
 """Stored events as records, sans-I/O: the part of the record reader that needs no network.
 
-DESIGN.md section 2: one reader layer turns any stream into records whatever
+``docs/architecture.md#records``: one reader layer turns any stream into records whatever
 protocol wrote it. Walking segments is I/O and lives with each reader (the
 client's ``RecordReader`` reads over the segment-store protocol, the RS-IO
 server straight from the store); turning a segment's bytes into records is
@@ -58,7 +58,7 @@ class Record:
 
 
 class EventBuffer:
-    """Reassembles Event frames (Pravega wire spec §5.3) from consecutive reads of one segment.
+    """Reassembles Event frames (pravega.md#event-framing) from consecutive reads of one segment.
 
     Each event's payload is copied once, straight from the read's data (which
     may be a ``memoryview`` of the reply frame) into its ``bytes``; only an

@@ -4,7 +4,7 @@ Theory of operation. A protocol adapter is a ``ConnectionHandler``: it owns
 the protocol's sans-I/O connection object, turns received bytes into events
 (``feed``), carries out one event against the store (``handle``), and queues
 replies inside the sans-I/O object; the loop writes whatever
-``data_to_send`` returns. The loop is written once (STYLE.md rule 4), as an
+``data_to_send`` returns. The loop is written once (``docs/architecture.md#front-doors``), as an
 ``asyncio.BufferedProtocol`` (``Connection``) and one supervising task:
 
 * **Receiving**: the kernel copies received bytes into the listener's one

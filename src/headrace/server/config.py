@@ -1,6 +1,6 @@
 """Typed server configuration: what ``headrace serve`` runs with.
 
-Defaults "just work" (DESIGN.md section 6): every listener on 127.0.0.1 at its
+Defaults "just work" (``docs/architecture.md#defaults``): every listener on 127.0.0.1 at its
 default port, data in ``./headrace-data``, fsync on acknowledge. A port of 0
 disables that listener. The listener names and port flags are stable: scripts
 and docs depend on them.
@@ -138,7 +138,7 @@ class ServerConfig:
     the least recently set are dropped past it (``store/api.py``)."""
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
     auto_scale_interval_s: float = DEFAULT_AUTO_SCALE_INTERVAL_S
-    tank_scope: str = "tank"  # the scope holding TANK topics (DESIGN.md section 2)
+    tank_scope: str = "tank"  # the scope holding TANK topics (architecture.md#tank-topics)
     tank_first_request_timeout_s: float = TANK_FIRST_REQUEST_TIMEOUT_S
     """A TANK connection with no request this long after opening is closed (as TANK does)."""
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))

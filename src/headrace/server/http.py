@@ -7,7 +7,7 @@ Routes (HTTP/1.1, keep-alive; the framing is ``h11``'s, the WebSocket
 | --- | --- |
 | ``GET /health`` | ``200`` when every listener is up and the store takes writes, else ``503`` |
 | ``GET /metrics`` | ``200``, every metric in the Prometheus text format (``metrics.py``) |
-| ``GET /rsio``, a WebSocket upgrade | ``101``, then RS-IO (B.4); ``403`` from a foreign origin |
+| ``GET /rsio``, a WebSocket upgrade | ``101``, then RS-IO; ``403`` from a foreign origin |
 | anything else | ``404`` (``405`` for a method other than GET on a known path) |
 
 Connections: a client has ``--http-header-timeout`` (``HEADER_TIMEOUT_S``)
@@ -28,7 +28,7 @@ counted (``headrace_websocket_refused_total``). An upgrade without
 ``Origin`` comes from a program, not a page, and is let in.
 
 RS-IO over WebSocket: one binary message is one RS-IO message with no length
-prefix (spec B.4); a text message is a protocol error. :class:`HttpHandler`
+prefix (rsio.md#framing); a text message is a protocol error. :class:`HttpHandler`
 turns into a thin shim around the TCP front door's ``RsioHandler`` once the
 upgrade is done: each received message gets its varint length prefix and goes
 to the handler's ``feed``; each frame the handler queues leaves as one binary

@@ -5,7 +5,8 @@ Registers two listeners: ``lumberjack`` (plain, default port 5044) and
 are configured; ``--tls-ca`` asks clients for a certificate). Both speak v1
 and v2; the sans-I/O ``LumberjackConnection`` does the protocol, the generic
 ``run_connection`` loop does the I/O, and this module only decides where
-events go and when acks leave (STYLE rules 4 and 8).
+events go and when acks leave (``docs/architecture.md#front-doors``,
+``architecture.md#invariant-durable-acks``).
 
 Theory of operation
 -------------------

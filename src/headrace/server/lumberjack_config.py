@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 DEFAULT_STREAM: Final = "logs/beats"
-"""``scope/stream`` that Lumberjack events are written to (issue 6)."""
+"""``scope/stream`` that Lumberjack events are written to."""
 
 STREAM_SEGMENT_COUNT: Final = 4
 """Segments of the target stream when the front door creates it (fixed scaling
@@ -48,7 +48,7 @@ npm clients send ``host``; Beats before 6.3 send ``beat.hostname`` (later ones a
 
 KEEPALIVE_INTERVAL_S: Final = 5.0
 """v2 only: while a window awaits its ack, an ``Ack(0)`` goes out when nothing
-was written for this long. Logstash's interval (spec §3.3); libbeat renews its
+was written for this long. Logstash's interval (lumberjack.md#keepalive); libbeat renews its
 30 s ack timeout on each one."""
 
 IDLE_TIMEOUT_S: Final = 60.0
@@ -61,7 +61,7 @@ WINDOW_LINGER_S: Final = 10.0
 """An incomplete window that receives nothing for this long has its events so
 far stored (not acked). Windows are otherwise stored whole when they close;
 this is for "W once" clients (npm lumberjack-protocol, the Ruby client) that
-trickle events into a window of 1000-5000 and never resend (spec §3.2 rule 2):
+trickle events into a window of 1000-5000 and never resend (lumberjack.md#durable-acks):
 their events are readable within seconds and survive the connection. Clients
 that send a window at once never pause 10 s inside it; one that stalls there
 and then reconnects gets the stored part twice (at-least-once). 0 disables."""

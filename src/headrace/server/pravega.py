@@ -1,8 +1,9 @@
 """The Pravega segment-store front door: wire commands in, store calls, replies out.
 
-Spec: ``protocols/pravega-wire.md`` (section numbers ``§n`` below). The
-connection loop (``_loop.py``) runs each received event as its own task, in
-arrival order; this module adds what STYLE.md rule 4 allows a front door:
+Protocol: ``docs/protocols/pravega.md`` (``pravega.md#...`` below names its
+anchors). The connection loop (``_loop.py``) runs each received event as its
+own task, in arrival order; this module adds what a front door may add
+(``docs/architecture.md#front-doors``):
 
 * ``PravegaHandler``: the sans-I/O ``PravegaConnection`` (which already
   answers Hello, echoes KeepAlive, checks frame order and writer sessions and
@@ -13,7 +14,7 @@ arrival order; this module adds what STYLE.md rule 4 allows a front door:
 
 Behaviour the client depends on, and where it is kept:
 
-* **Durable, ordered acks** (§5.2): an append's store call is issued before
+* **Durable, ordered acks** (pravega.md#append-sessions): an append's store call is issued before
   the handler's first ``await`` (the store fixes the offset when the call is
   issued, so wire order is storage order), unless the connection's append
   room (``MAX_APPEND_BYTES_IN_FLIGHT``) is used up, in which case appends
@@ -24,7 +25,7 @@ Behaviour the client depends on, and where it is kept:
   number as a segment attribute, in the same durable step as the data;
   ``SetupAppend`` answers it, and a retried append at or below it is
   acknowledged without being stored again.
-* **Tail reads park** (§6): a read at the tail waits on
+* **Tail reads park** (pravega.md#reads): a read at the tail waits on
   ``store.wait_for_data`` for at most ``READ_HOLD_S`` (well under the
   client's 30 s request timeout) and then gets an empty reply, so idle
   readers do not spin. Each read is its own task: a parked read never stalls
@@ -41,9 +42,9 @@ Behaviour the client depends on, and where it is kept:
   it never takes holds at most that much; further reads wait, and a client
   that takes nothing for ``MAX_REPLY_WAIT_S`` is dropped. A read parked at
   the tail holds no room. Append data in flight is capped too.
-* **Never unsolicited** (§1): every frame we send answers one the client sent.
+* **Never unsolicited** (pravega.md#request-ids): every frame we send answers one the client sent.
 * **Error replies echo** the request id and the segment name exactly as the
-  client sent them (§10).
+  client sent them (pravega.md#errors).
 * **Bad input** (garbage, unknown types, frames over 16 MiB, an append before
   SetupAppend, a reply sent as a request) is the connection's
   ``RemoteProtocolError``: the loop writes its reply hint if it has one,
@@ -139,14 +140,14 @@ READ_HOLD_S = 10.0
 """How long a read at the tail of an open segment is parked before it gets an
 empty reply. Well under the client's 30 s request timeout (after which it
 drops the connection), long enough that an idle reader sends a few reads a
-minute instead of thousands a second (spec §6 measured both)."""
+minute instead of thousands a second (pravega.md#reads)."""
 
 MAX_READ_REPLY_BYTES = 2 * 1024 * 1024
-"""Most data in one SegmentRead: the Java server's cap (§6). Clients loop for
+"""Most data in one SegmentRead: the Java server's cap (pravega.md#reads). Clients loop for
 more, and a smaller reply bounds the memory one request holds."""
 
 MIN_READ_REPLY_BYTES = 8
-"""Java serves at least this much when asked for less (``max(8, suggested)``, §6)."""
+"""Java serves at least this much when asked for less (``max(8, suggested)``, pravega.md#reads)."""
 
 MIN_REGION_BYTES = 64 * 1024
 """Reads at least this large go out with ``sendfile`` from the data file (on
@@ -156,7 +157,7 @@ being copied into the reply frame."""
 
 MAX_TABLE_ITEMS_PER_REPLY = 10_000
 """Most keys or entries one table iteration or delta reply carries, whatever
-the client suggests; the store also caps a reply at about 2 MiB (§9.3)."""
+the client suggests; the store also caps a reply at about 2 MiB (pravega.md#table-semantics)."""
 
 MAX_UNSENT_REPLY_BYTES = 8 * 1024 * 1024
 """Bytes of read replies a connection may have queued that the writer has not
@@ -536,10 +537,10 @@ class PravegaHandler(ConnectionHandler):
             return
         self._conn.send(cmd)
 
-    # ------------------------------------------------------------------ appends (§5)
+    # ----------------------------------------------------------------- appends (pravega.md#appends)
 
     async def _append(self, ev: p.AppendData) -> None:
-        """Append, then acknowledge in the writer's order (§5.2).
+        """Append, then acknowledge in the writer's order (pravega.md#append-sessions).
 
         The common case (room to append, the writer's earlier acks sent, the
         store acknowledging without waiting) runs through without suspending
@@ -664,7 +665,7 @@ class PravegaHandler(ConnectionHandler):
         await self._store.create_segment(name)
         self._reply(p.SegmentCreated(cmd.request_id, name))
 
-    # ------------------------------------------------------------------ reads (§6)
+    # ------------------------------------------------------------------ reads (pravega.md#reads)
 
     async def _read(self, cmd: p.ReadSegment, size: int) -> ReadResult | RegionRead:
         """The store's answer: a file region to ``sendfile`` when the connection
@@ -765,13 +766,13 @@ class PravegaHandler(ConnectionHandler):
             if isinstance(data, FileRegion):
                 data.close()
 
-    # ------------------------------------------------------------------ segments (§7)
+    # --------------------------------------------------------------- segments (pravega.md#segments)
 
     async def _segment_info(self, cmd: p.GetStreamSegmentInfo) -> None:
         try:
             info = await self._store.info(cmd.segment_name)
         except SegmentNotFound:
-            # Java's answer for a missing segment (§7), not NoSuchSegment.
+            # Java's answer for a missing segment (pravega.md#segments), not NoSuchSegment.
             self._reply(
                 p.StreamSegmentInfo(cmd.request_id, cmd.segment_name, False, True, True, 0, 0, 0)
             )
@@ -825,7 +826,7 @@ class PravegaHandler(ConnectionHandler):
         await self._store.flush()
         self._reply(p.StorageFlushed(cmd.request_id))
 
-    # ------------------------------------------------------------------ attributes (§8)
+    # ----------------------------------------------------------- attributes (pravega.md#attributes)
 
     async def _get_attribute(self, cmd: p.GetSegmentAttribute) -> None:
         value = await self._store.get_attribute(cmd.segment_name, cmd.attribute_id)
@@ -837,7 +838,7 @@ class PravegaHandler(ConnectionHandler):
         )
         self._reply(p.SegmentAttributeUpdated(cmd.request_id, done))
 
-    # ------------------------------------------------------------------ tables (§9)
+    # ------------------------------------------------------------------ tables (pravega.md#tables)
 
     async def _create_table(self, cmd: p.CreateTableSegment) -> None:
         await self._store.create_table(cmd.segment)

@@ -13,7 +13,7 @@ this module is the thin adapter between it and the store:
 * **Auth** (``server/authz.py``): with auth on, a subscription needs READ on
   its stream and an offer READ_UPDATE, for the user the client's certificate
   names or the one its ``auth:`` subscription logged in as (the ``auth``
-  extension, ``docs/protocols/rsio.md`` §11a). A refusal is that
+  extension, ``docs/protocols/rsio.md#auth``). A refusal is that
   subscription's ``onError``. Subscriptions that arrive while a login is
   being checked wait for its outcome in their own tasks.
 
@@ -114,10 +114,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OFFER_EXTENSION = 1
-"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md`` §11), listed in our hello."""
+"""Extension Id of headrace's ``offer`` (``docs/protocols/rsio.md#offer``), listed in our hello."""
 
 AUTH_EXTENSION = 2
-"""Extension Id of headrace's ``auth`` (``docs/protocols/rsio.md`` §11a): the client
+"""Extension Id of headrace's ``auth`` (``docs/protocols/rsio.md#auth``): the client
 logs in with a subscription to ``auth:<Basic credentials or Bearer token>``."""
 
 AUTH_PREFIX = "auth:"
@@ -189,7 +189,7 @@ def _reason(exc: BaseException) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PublisherQuery:
-    """A parsed publisher string (``docs/protocols/rsio.md`` §9)."""
+    """A parsed publisher string (``docs/protocols/rsio.md#publisher-strings``)."""
 
     scope: str
     stream: str
@@ -248,7 +248,7 @@ def parse_publisher(publisher: str) -> PublisherQuery:
 
 
 def encode_record(record: Record, segment_id: int) -> bytes:
-    """The ``format=record`` element (``docs/protocols/rsio.md`` §9.2).
+    """The ``format=record`` element (``docs/protocols/rsio.md#record-format``).
 
     ``segment_id · offset · index · flags · [key] · [timestamp_ms] · value``,
     varints, ``key`` length-prefixed; ``flags`` bit 0 = key present, bit 1 =
@@ -825,7 +825,7 @@ class RsioHandler(ConnectionHandler):
         # with no task of its own, in wire order. Not once the peer broke the
         # protocol further on in what was received (the connection then refuses
         # to send anything but the goodbye): those events go the way of tasks,
-        # which the closing connection cancels, as before.
+        # which the closing connection cancels.
         return self._conn.state is not ConnectionState.ERROR
 
     async def handle(self, event: object) -> None:
@@ -888,7 +888,7 @@ class RsioHandler(ConnectionHandler):
             self._start_offer(sid, query)
             return
         # subscribed at once, in handle: a cancel that follows must find it sent, since
-        # the subscriber keeps the Id until its subscribed arrives (B.5 rule 3).
+        # the subscriber keeps the Id until its subscribed arrives (rsio.md#rule-subscribed-first).
         conn.send(Subscribed(sid, 0))
         if not self._login_pending():
             refusal = self._refusal(query, Permission.READ)
@@ -987,7 +987,7 @@ class RsioHandler(ConnectionHandler):
         """Whether the running publication task still owns Id ``sid`` and may send for it.
 
         A cancelled task runs its cleanup after the subscriber may already have
-        reused the Id (B.5 rule 6); it must not send for the new subscription.
+        reused the Id (rsio.md#rule-terminal); it must not send for the new subscription.
         """
         entry = self._publications.get(sid)
         return entry is not None and entry[0] is asyncio.current_task() and self._live(sid)
@@ -1080,7 +1080,8 @@ class RsioHandler(ConnectionHandler):
             self._conn.send_elements(sid, elements)
 
     def _send_split(self, sid: int, element: bytes, element_id: int) -> int:
-        """Send an element over ``SPLIT_THRESHOLD_BYTES`` in parts (B.6); the next element Id."""
+        """Send an element over ``SPLIT_THRESHOLD_BYTES`` in parts (rsio.md#split-elements); the
+        next element Id."""
         self._unsent += len(element) + ELEMENT_OVERHEAD_BYTES
         parts, next_id = split_element(sid, element, element_id)
         for part in parts:
@@ -1223,9 +1224,9 @@ def _offered_extensions(data: bytes, *, eof: bool) -> tuple[int, ...] | None:
     """The extensions our hello lists, given the client's first bytes; None: wait for more.
 
     Our ``serverHello`` goes out once the ``clientHello`` is in, and lists the
-    extensions of ours that the client listed (A.4: a server may wait for the
-    ``clientHello``), so a client that lists none gets the plain ``02 00 00``
-    hello of Part C. Anything that is not a well-formed ``clientHello`` gets
+    extensions of ours that the client listed (rsio.md#hello: a server may wait for the
+    ``clientHello``), so a client that lists none gets the plain
+    ``03 02 00 00``. Anything that is not a well-formed ``clientHello`` gets
     an empty list; the connection then reports the error itself.
     """
     try:

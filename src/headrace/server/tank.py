@@ -1,15 +1,15 @@
 """The TANK broker front door: TANK requests in, store calls, TANK responses out.
 
-Spec: ``protocols/tank.md`` (section numbers below); what headrace does where
-the spec leaves room is in ``docs/protocols/tank.md``. The connection loop
-(``_loop.py``) runs each request as its own task; this module adds what
-STYLE.md rule 4 allows a front door: ``TankHandler`` (the sans-I/O
+Protocol, and what headrace does where TANK leaves room:
+``docs/protocols/tank.md`` (``tank.md#...`` below names its anchors). The
+connection loop (``_loop.py``) runs each request as its own task; this module
+adds what a front door may add (``docs/architecture.md#front-doors``): ``TankHandler`` (the sans-I/O
 ``TankConnection`` and one dispatch table, ``DISPATCH``), the shared
 ``TankBroker`` (topics, partitions, sequence numbers, parked consumes) and
 ``start_tank``, registered as the ``tank`` listener.
 
-Storage (DESIGN.md section 2)
------------------------------
+Storage (``docs/architecture.md#tank-topics``)
+-----------------------------------------------
 A topic is a stream in scope ``tank`` (``--tank-scope``); partition *n* is
 the stream's segment *n* of epoch 0. Topic names allow ``_`` and stream names
 do not (they allow ``.``, which topic names do not), so ``_`` in a topic name
@@ -33,17 +33,18 @@ index (offset, first seq num of the bundle there) every ``INDEX_INTERVAL_BYTES``
 a lookup walks forward from the nearest entry. A partition's state is loaded
 on first use, not at start-up.
 
-Acknowledgement (STYLE.md rule 8): a produce is answered after the store's
+Acknowledgement (``docs/architecture.md#invariant-durable-acks``): a produce is answered after the
+store's
 append returned, i.e. once the bundle is durable; only then do the partition's
 high-water mark move and parked consumes wake. Appends to one partition are
 serialised (its lock) and use ``expected_offset``, so a foreign append to the
 segment is detected instead of corrupting the numbering.
 
-Consume (spec 6): chunks hold whole bundles, start at the bundle containing
+Consume (tank.md#consume): chunks hold whole bundles, start at the bundle containing
 the wanted seq num and grow to at least ``fetch_size``; seq num 0 is the first
 available, 2^64-1 the tail; a consume finding every partition at its end
 parks (woken by appends until ``min_bytes`` arrived, bounded by the request's
-``max_wait_ms``, at most one hour). Only error codes the spec lists are sent.
+``max_wait_ms``, at most one hour). Only error codes TANK defines are sent.
 
 Auth (``server/authz.py``): with auth on, a client is the user its TLS
 certificate names, and each request needs that user's grant on the topic's
@@ -121,11 +122,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_SCOPE = "tank"
-"""The scope holding TANK topics (DESIGN.md section 2); ``--tank-scope`` changes it."""
+"""The scope holding TANK topics (architecture.md#tank-topics); ``--tank-scope`` changes
+it."""
 
 HEARTBEAT_INTERVAL_S = 30.0
 """A Ping goes to every connection this often. TANK v4 sends none after the greeting,
-but every client skips Pings (spec 13), and a periodic frame lets a client (and any
+but every client skips Pings (tank.md#greeting), and a periodic frame lets a client (and any
 NAT or proxy on the way) see that an idle connection is alive."""
 
 INDEX_INTERVAL_BYTES = 64 * 1024
@@ -146,7 +148,7 @@ SCAN_READ_BYTES = 1024 * 1024
 
 MAX_RESPONSE_CHUNK_BYTES = 64 * 1024 * 1024
 """Chunk bytes in one consume response, all partitions together: one partition's
-largest fetch (spec 6.1), a quarter of the 256 MiB frame limit. Partitions past it
+largest fetch (tank.md#consume), a quarter of the 256 MiB frame limit. Partitions past it
 (or past the connection's room, ``MAX_QUEUED_CHUNK_BYTES``) get an empty chunk and
 the client asks again; a partition reached within it gets at least one bundle, so
 a response overshoots by one bundle at most."""
@@ -192,10 +194,10 @@ MAX_VERIFIED_RANGES = 1024
 past it the shortest is forgotten (its bundles are then checked again)."""
 
 MAX_TOPIC_NAME_CHARS = 64
-"""TANK's own limit on topic names (spec 7)."""
+"""TANK's own limit on topic names (tank.md#create-topic)."""
 
 BROKER_VERSION = 400
-"""What Status reports: the TANK version whose protocol we speak (4.0, spec 8.3)."""
+"""What Status reports: the TANK version whose protocol we speak (4.0, tank.md#status)."""
 
 EVENT_TYPE = 0
 """The type field of Pravega's event framing (``EVENT_HEADER``) for an event."""
@@ -204,7 +206,7 @@ MAX_BUNDLE_BYTES = MAX_APPEND_BYTES - EVENT_HEADER.size
 """The largest bundle one event (one store append) can hold."""
 
 BUNDLE_HEADER_MAX_BYTES = 19
-"""flags:u8, msg_count varint (<= 5), first:u64, last-first-1 varint (<= 5): spec 9.1."""
+"""flags:u8, msg_count varint (<= 5), first:u64, last-first-1 varint (<= 5): tank.md#bundles."""
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _ANCHOR_OFFSET_BYTES = 8  # big-endian u64 after the segment name, so keys sort by offset
@@ -214,7 +216,8 @@ _LISTED_STREAMS_MAX = 100_000
 
 
 def is_valid_topic(topic: str) -> bool:
-    """TANK's rule (spec 7): 1-64 of ``[A-Za-z0-9_-]``, not starting with ``-`` or ``_``."""
+    """TANK's rule (tank.md#create-topic): 1-64 of ``[A-Za-z0-9_-]``, not starting with ``-`` or
+    ``_``."""
     return len(topic) <= MAX_TOPIC_NAME_CHARS and _TOPIC_NAME.fullmatch(topic) is not None
 
 
@@ -712,7 +715,8 @@ class TankBroker:
             first = explicit_first or part.hwm + 1
             last = first + header.msg_count - 1
         if (header.sparse or explicit_first) and first <= part.hwm:
-            return t.ProduceError.INVALID_SEQ_NUMS  # seq nums never go backwards (spec 5.2)
+            # seq nums never go backwards (tank.md#produce-semantics)
+            return t.ProduceError.INVALID_SEQ_NUMS
         if last >= t.SEQ_NUM_TAIL:
             return t.ProduceError.INVALID_SEQ_NUMS
         offset = part.length
@@ -893,7 +897,7 @@ def _header(payload: memoryview) -> t.BundleHeader | None:
 
 
 def _validate_bundle(bundle: bytes | memoryview) -> t.BundleHeader | None:
-    """The header of a well-formed bundle; None for a malformed one (spec 9), or one
+    """The header of a well-formed bundle; None for a malformed one (tank.md#bundles), or one
     whose messages unpack to more than ``MAX_STORED_UNPACKED_BYTES``."""
     if not 0 < len(bundle) <= MAX_BUNDLE_BYTES:
         return None
@@ -921,7 +925,7 @@ _VALUE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)")
 
 
 def _config_is_valid(config: bytes) -> bool:
-    """Whether a CreateTopic config parses (spec 7). Values are checked, then
+    """Whether a CreateTopic config parses (tank.md#create-topic). Values are checked, then
     ignored: headrace streams have no segment files to roll or flush."""
     try:
         text = config.decode()
@@ -1022,12 +1026,12 @@ class TankHandler(ConnectionHandler):
         # Consumes may park and read: they keep their own task. Not once the
         # peer broke the protocol further on in what was received: those
         # requests go the way of tasks, which the closing connection cancels
-        # before they store anything, as before.
+        # before they store anything.
         return type(event) in _INLINE_REQUESTS and self._conn.state is not t.ConnectionState.ERROR
 
     async def handle(self, event: object) -> None:
         handler = DISPATCH.get(type(event))
-        if handler is None:  # Ping (ignored, spec 3), ConnectionClosed
+        if handler is None:  # Ping (ignored, tank.md#message-ids), ConnectionClosed
             return
         assert isinstance(event, t.Request)
         response = await handler(self, event)
@@ -1125,7 +1129,7 @@ class TankHandler(ConnectionHandler):
         self._reserved_bytes -= budget
 
     def on_protocol_error(self, exc: RemoteProtocolError) -> None:
-        # TANK has no error reply for a malformed request: the broker closes (spec 2).
+        # TANK has no error reply for a malformed request: the broker closes (tank.md#framing).
         self._release_parked()
 
     def on_start(self) -> None:
@@ -1368,7 +1372,8 @@ class TankHandler(ConnectionHandler):
             self._parked.discard(waiter)
             for part, _, _ in at_end.values():
                 part.waiters.discard(waiter)
-        if waiter.closed or not waiter.satisfied:  # every partition empty, base 0 (spec 6.3)
+        # every partition empty, base 0 (tank.md#long-polling)
+        if waiter.closed or not waiter.satisfied:
             return await self._woken_response(request, at_end, empty=True, room=0)
         async with self._reading:
             room = await self._take_room()
@@ -1540,7 +1545,8 @@ class TankHandler(ConnectionHandler):
 
     async def discover_topology(self, request: t.Request) -> t.Response:
         assert isinstance(request, t.DiscoverTopology)
-        return t.DiscoverTopologyResponse(request.request_id)  # standalone (spec 8.5)
+        # standalone (tank.md#discover-topology)
+        return t.DiscoverTopologyResponse(request.request_id)
 
 
 def _chunk_bytes(response: t.ConsumeResponse) -> int:
@@ -1553,7 +1559,7 @@ def _chunk_bytes(response: t.ConsumeResponse) -> int:
 
 
 def _chunk_result(partition_id: int, chunk: _Chunk, hwm: int) -> t.ConsumePartitionResult:
-    if chunk.sparse:  # the first bundle carries its own seq nums (spec 6.5)
+    if chunk.sparse:  # the first bundle carries its own seq nums (tank.md#consume)
         return _PartsResult(
             partition_id,
             t.ConsumeError.SPARSE_BUNDLE,
@@ -1581,7 +1587,7 @@ DISPATCH: dict[type, Handler] = {
     t.DiscoverTopics: TankHandler.discover_topics,
     t.DiscoverTopology: TankHandler.discover_topology,
 }
-"""Request type -> the coroutine that answers it. Ping gets no reply (spec 3)."""
+"""Request type -> the coroutine that answers it. Ping gets no reply (tank.md#message-ids)."""
 
 _INLINE_REQUESTS: frozenset[type] = frozenset({t.Produce, t.ProduceWithSeqnum})
 """Requests whose handling starts in the read loop (``TankHandler.inline``)."""

@@ -4,7 +4,7 @@ Two implementations keep this contract, ``MemoryStore`` (the reference, no
 durability) and ``DiskStore`` (durable, group-committed); one conformance
 suite (``tests/store/contract.py``) runs against both. The semantics follow
 Pravega's segment store, because the Pravega wire protocol maps onto these
-calls almost one to one (``../shared/protocols/pravega-wire.md``).
+calls almost one to one (``docs/protocols/pravega.md#commands``).
 
 Rules every implementation keeps:
 

@@ -1,7 +1,6 @@
 """Golden bytes for every Lumberjack frame, v1 and v2, built field by field.
 
-Worked examples come from the spec (``docs/protocols/lumberjack.md`` §6):
-captures of npm lumberjack-protocol, pylogbeat 2.1.0 and go-lumber, and a
+Worked examples are captures of npm lumberjack-protocol, pylogbeat 2.1.0 and go-lumber, and a
 logstash-forwarder-style stream. All integers are u32 big-endian.
 """
 
@@ -57,7 +56,7 @@ def test_window_size_v1_golden() -> None:
     wire = (
         b"1"  # version '1' = 0x31
         b"W"  # type 'W' = 0x57
-        + u32(2)  # count: 2 data frames follow (npm lumberjack-protocol, spec §6.1)
+        + u32(2)  # count: 2 data frames follow (as npm lumberjack-protocol sends it)
     )
     assert wire == bytes.fromhex("31 57 00000002")
     assert encode_frame(V1, WindowSize(2)) == wire
@@ -84,7 +83,7 @@ def test_ack_v1_golden() -> None:
 
 
 def test_ack_v2_keepalive_golden() -> None:
-    wire = b"2A" + u32(0)  # v2 keepalive: ack seq 0 (spec §6.5)
+    wire = b"2A" + u32(0)  # v2 keepalive: ack seq 0 (lumberjack.md#keepalive)
     assert wire == bytes.fromhex("32 41 00 00 00 00")
     assert encode_frame(V2, Ack(0)) == wire
     assert one(wire) == (V2, Ack(0))
@@ -122,7 +121,7 @@ NPM_D_SEQ1 = (
 
 
 def test_data_v1_golden_npm_lumberjack_protocol() -> None:
-    # Spec §6.1, captured from npm lumberjack-protocol 1.0.7: 84 bytes.
+    # Captured from npm lumberjack-protocol 1.0.7: 84 bytes.
     assert len(NPM_D_SEQ1) == 84
     assert NPM_D_SEQ1.hex() == (
         "3144000000010000000400000004"
@@ -218,7 +217,7 @@ GO_LUMBER_J = (
     b"J"  # type 'J' = 0x4A
     + u32(1)  # seq 1
     + u32(19)  # length of the JSON document
-    + b'{"message":"hello"}'  # go-lumber: compact JSON (spec §6.4)
+    + b'{"message":"hello"}'  # go-lumber: compact JSON (go-lumber)
 )
 
 
@@ -287,7 +286,7 @@ def test_encode_json_data_refuses_a_non_object() -> None:
 
 
 def test_compressed_v1_golden_logstash_forwarder_style() -> None:
-    # Spec §6.2: Go compress/zlib level 3 (header 78 5e), with LSF's sync-flush
+    # Go compress/zlib level 3 (header 78 5e), with LSF's sync-flush
     # block 00 00 ff ff before the final block.
     stream = bytes.fromhex(
         "785e3274616060606460606001e1b4cc9c5406060601fdb2c422fd9cfc74fdc48202bd9cfc74"
@@ -323,7 +322,7 @@ PYLOGBEAT_C = (
 
 
 def test_compressed_v2_golden_pylogbeat() -> None:
-    # Spec §6.3: pylogbeat 2.1.0 send([{"message":"hello"},{"message":"world"}]).
+    # pylogbeat 2.1.0 send([{"message":"hello"},{"message":"world"}]).
     assert one(PYLOGBEAT_C) == (
         V2,
         Compressed(
@@ -353,7 +352,7 @@ def test_compressed_empty_golden_pylogbeat() -> None:
 
 
 def test_compressed_v2_golden_go_lumber_stored_block() -> None:
-    # Spec §6.4: go-lumber at level 3 may emit a stored (uncompressed) block.
+    # go-lumber at level 3 may emit a stored (uncompressed) block.
     inflated = GO_LUMBER_J + b"2J" + u32(2) + u32(19) + b'{"message":"world"}'
     stream = (
         bytes.fromhex("785e")  # zlib header (Go, level 3)

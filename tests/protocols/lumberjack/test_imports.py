@@ -15,7 +15,7 @@ ALLOWED_HEADRACE = {
     "headrace.protocols._buffer",
 }
 ALLOWED_THIRD_PARTY = {"msgspec"}
-"""STYLE.md: msgspec is an option for JSON-bearing frames (Lumberjack v2 ``J``)."""
+"""msgspec is an option for JSON-bearing frames (Lumberjack v2 ``J``)."""
 FORBIDDEN_STDLIB = {"asyncio", "socket", "logging", "ssl", "selectors", "threading"}
 
 

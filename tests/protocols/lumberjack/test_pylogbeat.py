@@ -109,7 +109,7 @@ def test_pylogbeat_windows_acks_and_empty_sends() -> None:
         b'{"y": 2}',
     ]
     assert events[-1] == ConnectionClosed()
-    # The bytes of spec §6.3 and the empty C frame, as captured.
+    # The bytes pylogbeat 2.1.0 sends and the empty C frame, as captured.
     assert bytes.fromhex("325700000000324300000008789c030000000001") in received
     assert (
         bytes.fromhex(

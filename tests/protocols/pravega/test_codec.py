@@ -1,8 +1,8 @@
-"""Golden bytes for the Pravega codec, built field by field (spec §2, §14).
+"""Golden bytes for the Pravega codec, built field by field (pravega.md#field-encodings).
 
 Each expected frame is written as a list of (bytes, comment) parts so that a
-failing test shows which field is off. The live captures of spec §14.4 are
-frames the real ``pravega`` 0.3.8 client sent.
+failing test shows which field is off. The live captures are
+frames the real ``pravega`` 0.3.8 client sent (pravega.md#real-client).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def assert_golden(cmd: object, expected: bytes) -> None:
     assert decode_frame(expected) == cmd
 
 
-# --------------------------------------------------------------------------- §14 worked examples
+# --------------------------------------------------------------------------- worked examples
 
 
 def test_hello_client_golden_bytes() -> None:
@@ -158,7 +158,7 @@ def test_data_appended_golden_bytes_request_id_after_event_numbers() -> None:
     assert_golden(DataAppended(WRITER, 2, NULL_ATTRIBUTE_VALUE, 7, 21), expected)
 
 
-# --------------------------------------------------------------------------- §14.4 live captures
+# ----------------------------------------------------------- live captures (pravega.md#real-client)
 
 
 def test_captured_hello_payload() -> None:
@@ -249,7 +249,7 @@ def test_captured_create_table_segment_without_optional_fields() -> None:
 
 
 def test_captured_read_table_entries_delta() -> None:
-    # The spec elides the request id of this capture; 5 stands in for it.
+    # The capture as recorded elides the request id; 5 stands in for it.
     payload = join(
         ("0000000000000005", "request_id"),
         (string("sc/rg1_kvtable/0.#epoch.0"), "segment"),
@@ -300,7 +300,8 @@ def test_string_supplementary_character_written_as_plain_utf8() -> None:
 
 def test_string_java_modified_utf8_nul_decodes() -> None:
     payload = bytes.fromhex(i64(1)) + b"\x00\x03a\xc0\x80" + b"\x00\x00" + bytes.fromhex(i64(-1))
-    assert decode_payload(CommandType.NO_SUCH_SEGMENT, payload).segment == "a\x00"  # type: ignore[attr-defined]
+    # type: ignore[attr-defined]
+    assert decode_payload(CommandType.NO_SUCH_SEGMENT, payload).segment == "a\x00"
 
 
 def test_string_java_modified_utf8_surrogate_pair_decodes() -> None:

@@ -329,7 +329,8 @@ def test_last_event_number_may_repeat_but_not_go_back() -> None:
     pair = ConnectionPair()
     pair.setup()
     pair.request(AppendBlockEnd(W1, 0, b"a", 1, 5, 2))
-    assert pair.request(AppendBlockEnd(W1, 0, b"b", 1, 5, 3))[0].last_event_number == 5  # type: ignore[union-attr]
+    # type: ignore[union-attr]
+    assert pair.request(AppendBlockEnd(W1, 0, b"b", 1, 5, 3))[0].last_event_number == 5
     with pytest.raises(RemoteProtocolError, match="goes back"):
         pair.request(AppendBlockEnd(W1, 0, b"c", 1, 4, 4))
 
@@ -356,7 +357,8 @@ def test_setup_append_again_resets_the_session() -> None:
     pair.setup()
     pair.request(AppendBlockEnd(W1, 0, b"a", 1, 5, 2))
     pair.setup()
-    assert pair.request(AppendBlockEnd(W1, 0, b"a", 1, 1, 3))[0].last_event_number == 1  # type: ignore[union-attr]
+    # type: ignore[union-attr]
+    assert pair.request(AppendBlockEnd(W1, 0, b"a", 1, 1, 3))[0].last_event_number == 1
 
 
 def test_acks_go_out_in_event_number_order() -> None:
@@ -433,7 +435,8 @@ def test_conditional_append_needs_setup_append() -> None:
 
 
 def test_large_event_flow() -> None:
-    # §5.5: transient segment, chunks as conditional appends numbered from 0, merge.
+    # pravega.md#large-events: transient segment, chunks as conditional appends
+    # numbered from 0, merge.
     pair = ConnectionPair()
     parent = "sc/st/0.#epoch.0"
     transient = parent + "#transient." + "0" * 32 + "." + "1" * 32

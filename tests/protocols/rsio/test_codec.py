@@ -1,4 +1,5 @@
-"""rsio-v0 codec: golden bytes from the spec's worked examples (Part C), one test per rule.
+"""rsio-v0 codec: golden bytes from the worked example (rsio.md#worked-example), one
+test per rule.
 
 Every expected frame is written field by field, each with a comment, so that
 a failure points at the field. ``frame(...)`` adds nothing but the
@@ -60,7 +61,7 @@ def rejects(body: bytes, match: str, element_size: int = 0) -> None:
         decode_message(body, element_size)
 
 
-# --------------------------------------------------------------------------- Part C, the session
+# ------------------------------------------------------------------ the worked example, the session
 
 
 def test_client_hello_version_0_no_extensions() -> None:
@@ -208,7 +209,7 @@ def test_session_streams_are_the_concatenated_frames() -> None:
     )
 
 
-# --------------------------------------------------------------------------- Part C, more encodings
+# --------------------------------------------------------------- the worked example, more encodings
 
 
 def test_request_unbounded_with_two_byte_id() -> None:
@@ -356,7 +357,7 @@ def test_client_hello_with_extensions() -> None:
     )
 
 
-# --------------------------------------------------------------------------- B.1 varints
+# ------------------------------------------------------------ varints (rsio.md#primitive-encodings)
 
 
 @pytest.mark.parametrize(
@@ -424,7 +425,7 @@ def test_id_maximum_is_valid() -> None:
     )
 
 
-# --------------------------------------------------------------------------- B.1 strings and bytes
+# -------------------------------------------------- strings and bytes (rsio.md#primitive-encodings)
 
 
 def test_string_invalid_utf8_is_rejected() -> None:
@@ -452,7 +453,7 @@ def test_string_with_lone_surrogate_cannot_be_encoded() -> None:
         encode_message(Goodbye("\ud800"))
 
 
-# --------------------------------------------------------------------------- B.2 type codes
+# ------------------------------------------------------------------ type codes (rsio.md#type-codes)
 
 
 @pytest.mark.parametrize(
@@ -478,7 +479,7 @@ def test_peek_message_type() -> None:
     assert peek_message_type(bytes.fromhex("0c01")) is MessageType.ON_COMPLETE
 
 
-# --------------------------------------------------------------------------- B.3 layouts
+# ----------------------------------------------------------------------- layouts (rsio.md#messages)
 
 
 def test_bytes_left_over_are_rejected() -> None:
@@ -588,7 +589,7 @@ def test_negative_id_cannot_be_encoded() -> None:
         encode_message(Cancel(-1))
 
 
-# --------------------------------------------------------------------------- B.4 framing
+# ------------------------------------------------------------------------ framing (rsio.md#framing)
 
 
 def test_frame_split_anywhere_is_returned_only_when_complete() -> None:

@@ -132,7 +132,7 @@ def protocol_error(conn: ReactiveConnection) -> RemoteProtocolError:
     return info.value
 
 
-# ------------------------------------------------------------------------ Part C, the whole session
+# ----------------------------------- the worked example, the whole session (rsio.md#worked-example)
 
 
 def test_worked_example_session_produces_the_spec_bytes() -> None:
@@ -182,7 +182,7 @@ def test_worked_example_session_produces_the_spec_bytes() -> None:
     assert server.state is ConnectionState.CLOSED
 
 
-# --------------------------------------------------------------------------- B.5 rule 1, hellos
+# --------------------------------------------------------------------- hellos (rsio.md#rule-hellos)
 
 
 def test_hello_is_queued_at_construction() -> None:
@@ -424,7 +424,7 @@ def test_request_after_cancel_is_a_no_op() -> None:
     client.send(Cancel(1))
     assert replies(client) == [Cancel(1)]
     client.send(Request(1, 5))  # Reactive Streams §3.6
-    client.send(Cancel(1))  # §3.7
+    client.send(Cancel(1))  # Reactive Streams §3.7
     assert client.data_to_send() == b""
 
 
@@ -441,7 +441,7 @@ def test_request_after_cancel_is_ignored_by_the_publisher() -> None:
     assert server.data_to_send() == b""
 
 
-# --------------------------------------------------------------------------- B.5 rules 3, 6, 7
+# --------------------------------------------------------- rules 3, 6, 7 (rsio.md#connection-rules)
 
 
 def test_subscribed_is_required_before_on_next() -> None:
@@ -623,7 +623,7 @@ def test_both_sides_may_subscribe_with_the_same_id() -> None:
     assert pair.server.publication_state(1) is PublisherState.ACTIVE
 
 
-# --------------------------------------------------------------------------- B.6 split elements
+# ---------------------------------------------------------- split elements (rsio.md#split-elements)
 
 
 def test_split_element_is_delivered_as_one_on_next() -> None:
@@ -755,7 +755,7 @@ def test_frame_over_the_send_limit_is_refused() -> None:
     assert pair.server.publication_demand(1) == 1  # nothing was taken
 
 
-# --------------------------------------------------------------------------- B.7 goodbye
+# ------------------------------------------------------------------------ goodbye (rsio.md#goodbye)
 
 
 def test_peer_goodbye_is_answered_and_ends_every_subscription() -> None:

@@ -124,8 +124,8 @@ def test_the_fast_path_delivers_a_plain_on_next() -> None:
 
 
 class _BufferedTwin(ReactiveConnection):
-    """``receive_data`` as it was before frames were taken straight from the view:
-    every byte through the receive buffer, every frame through ``read_frame``."""
+    """``receive_data`` without the fast path, the reference it must match: every
+    byte through the receive buffer, every frame through ``read_frame``."""
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         if self._eof or not data or self._error is not None:

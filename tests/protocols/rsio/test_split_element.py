@@ -1,4 +1,5 @@
-"""``split_element``: the parts both publishers (server subscriptions, client offers) send (B.6)."""
+"""``split_element``: the parts both publishers (server subscriptions, client offers) send
+(rsio.md#split-elements)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""TANK codec: golden bytes from the spec (section 12 and the per-message examples),
-built field by field, and one test per field rule."""
+"""TANK codec: golden bytes from TANK's worked example (tank.md#worked-example) and
+per-message examples, built field by field, and one test per field rule."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def split(frame_bytes: bytes) -> tuple[int, bytes]:
 
 TS = 1_700_000_000_000  # 0x0000018BCFE56800 ms
 
-# --------------------------------------------------------------------------- section 12
+# ---------------------------------------------------------- worked example (tank.md#worked-example)
 
 # 12.1: the 26-byte bundle, field by field.
 WORKED_BUNDLE = (
@@ -211,7 +211,8 @@ def test_worked_consume_request_is_45_bytes() -> None:
     assert decode_request(*split(expected)) == WORKED_CONSUME
 
 
-WORKED_CHUNK = b"\x1a" + WORKED_BUNDLE  # varint(26) + bundle: also the segment file (spec 11)
+# varint(26) + bundle: also the segment file (tank.md#chunks)
+WORKED_CHUNK = b"\x1a" + WORKED_BUNDLE
 
 
 def test_worked_consume_response_is_70_bytes() -> None:
@@ -258,7 +259,7 @@ def test_worked_chunk_decodes_to_seq_nums_1_and_2() -> None:
     assert decoded.truncated_entry_bytes is None
 
 
-# --------------------------------------------------------------------------- section 1: varints
+# --------------------------------------------------------------------- varints (tank.md#primitives)
 
 
 @pytest.mark.parametrize(
@@ -358,7 +359,7 @@ def test_u32_field_out_of_range_is_a_local_error(value: int) -> None:
         encode(Status(value))
 
 
-# --------------------------------------------------------------------------- section 2, 3: frames
+# ------------------------------------------------------------------------- frames (tank.md#framing)
 
 
 def test_frame_header_is_id_then_little_endian_size() -> None:
@@ -416,7 +417,7 @@ def test_response_request_id_of_consume_is_after_header_length() -> None:
         codec.response_request_id(0x02, u32(34))
 
 
-# --------------------------------------------------------------------------- section 5: produce
+# ------------------------------------------------------------------------ produce (tank.md#produce)
 
 
 def test_produce_with_seqnum_puts_first_seq_num_between_length_and_bundle() -> None:
@@ -464,7 +465,7 @@ TWO_TOPICS = Produce(
 
 
 def test_produce_response_collapses_unknown_topic_to_one_byte() -> None:
-    expected = h("01 07000000 0d000000 ff 00 01")  # spec 5.3 example
+    expected = h("01 07000000 0d000000 ff 00 01")  # TANK example (tank.md#produce)
     response = ProduceResponse(
         13,
         (
@@ -529,7 +530,7 @@ def test_produce_response_that_the_wire_cannot_express_is_a_local_error(
         encode(ProduceResponse(1, (topic,)))
 
 
-# --------------------------------------------------------------------------- section 6: consume
+# ------------------------------------------------------------------------ consume (tank.md#consume)
 
 
 def test_consume_v3_carries_a_flags_byte_after_min_bytes() -> None:
@@ -631,7 +632,7 @@ def test_consume_sparse_first_bundle_sends_no_base() -> None:
     payload = encode(response)[5:]
     # partition header: id, 0xfe, high-water mark, chunk length: no base seq num
     assert u16(0) + b"\xfe" + u64(102) + u32(len(chunk)) + chunk == payload[-(15 + len(chunk)) :]
-    # as in the spec's example: length 27, sparse | count 3, first 100, last-first-1 = 1,
+    # as in TANK's example: length 27, sparse | count 3, first 100, last-first-1 = 1,
     # then the first message's flags
     assert chunk[:12] == h("1b 4c 6400000000000000 01 00")
     assert decode_response(0x02, payload) == response

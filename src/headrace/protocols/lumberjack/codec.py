@@ -1,6 +1,8 @@
 """Lumberjack v1/v2 codec: frames to bytes and bytes to frames, nothing else.
 
-Wire format (all integers u32 big-endian; spec ``docs/protocols/lumberjack.md``)::
+Wire format (all integers u32 big-endian; ``docs/protocols/lumberjack.md``; ``lumberjack.md#...``
+below names its
+anchors)::
 
     every frame   version:u8 ('1'|'2')  type:u8 (ASCII letter)  payload...
     W  window     count:u32
@@ -98,8 +100,8 @@ compressed window. 32 MiB fits both and bounds what one connection buffers."""
 
 MAX_DECOMPRESSED_BYTES: Final = 64 * 1024 * 1024
 """Inflated bytes allowed for one top-level ``C`` frame, nested frames included.
-zlib inflates up to ~1000:1, so a 32 MiB frame could claim 32 GiB; the spec
-suggests 64 MiB (§2.3), twice the frame limit."""
+zlib inflates up to ~1000:1, so a 32 MiB frame could claim 32 GiB; 64 MiB is twice
+the frame limit (lumberjack.md#frame-c)."""
 
 MAX_COMPRESSED_DEPTH: Final = 4
 """``C`` frames nested inside ``C`` frames, the outer one counting as 1. No
@@ -175,7 +177,7 @@ _HEADER = struct.Struct(">BB")  # version:u8 type:u8
 _U32 = struct.Struct(">I")
 _U32_PAIR = struct.Struct(">II")  # D: seq, pairs; J: seq, len
 _HEADER_BYTES: Final = 2
-_WINDOW_OR_ACK_BYTES: Final = 6  # version, type, u32 (spec: W and A are always 6 bytes)
+_WINDOW_OR_ACK_BYTES: Final = 6  # version, type, u32: W and A are always 6 bytes
 _DATA_HEADER_BYTES: Final = 10  # version, type, seq, pairs
 _JSON_HEADER_BYTES: Final = 10  # version, type, seq, len
 _COMPRESSED_HEADER_BYTES: Final = 6  # version, type, len
@@ -187,7 +189,7 @@ U32_MAX: Final = 0xFFFF_FFFF
 _VERSIONS: Final = frozenset(int(v) for v in ProtocolVersion)
 _VERSION_OF: Final = {int(v): v for v in ProtocolVersion}
 _TYPES: Final = frozenset(int(t) for t in FrameType)
-_TLS_HANDSHAKE_BYTE: Final = 0x16  # first byte of a TLS ClientHello record (spec §1, TLS)
+_TLS_HANDSHAKE_BYTE: Final = 0x16  # first byte of a TLS ClientHello record (lumberjack.md#tls-hint)
 
 DecodedFrame = tuple[ProtocolVersion, Frame]
 """A frame and the version byte it carried."""
@@ -499,7 +501,7 @@ _SCAN_ONCE: Final[Callable[[str, int], tuple[object, int]]] = json.scanner.make_
 _BOM: Final = "\ufeff"
 
 _MSGSPEC_DECODE: Final = msgspec.json.Decoder().decode
-"""The fast first parse of a ``J`` document (STYLE: msgspec for JSON-bearing frames)."""
+"""The fast first parse of a ``J`` document (msgspec: a fast, strict parser)."""
 
 
 def _parse_with_json(payload: bytes) -> dict[str, object]:
@@ -852,7 +854,7 @@ class FrameDecoder:
 def data_to_json(pairs: tuple[tuple[bytes, bytes], ...]) -> bytes:
     """A ``D`` frame's pairs as the event payload we store: a UTF-8 JSON object.
 
-    Every value is a JSON string (``offset`` stays ``"0"``, spec §2.1). A
+    Every value is a JSON string (``offset`` stays ``"0"``, lumberjack.md#frame-d). A
     duplicated key keeps its first position and its last value (as Logstash's
     and go-lumber's maps do). Bytes that are not UTF-8 become U+FFFD. The
     output is compact (``","``/``":"``) and not ASCII-escaped.
@@ -876,8 +878,7 @@ def document_json(document: dict[str, str]) -> bytes:
     msgspec's encoder writes in C the same bytes as ``json.dumps(document,
     ensure_ascii=False, separators=(",", ":"))`` for a dict of strings without
     lone surrogates (which ``decode(..., "replace")`` never makes; a hypothesis
-    test holds the two equal), about ten times faster (0.4 against 4.5 µs for a
-    five-field document on the AMD VM): the encoding was a third of a v1
-    event's cost.
+    test holds the two equal), because encoding is a large share of a v1
+    event's cost (``benchmarks/lumberjack_feed.py`` measures it).
     """
     return _JSON_ENCODE(document)

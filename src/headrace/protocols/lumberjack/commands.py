@@ -4,8 +4,8 @@ Two families live here, frozen slotted dataclasses (``Batch``: a class of
 its own that behaves as one):
 
 * **Frames** (``WindowSize``, ``Data``, ``JsonData``, ``Compressed``, ``Ack``)
-  are what travels on the wire, one class per frame type of the spec
-  (``docs/protocols/lumberjack.md``, "Frame types"), named as the spec names
+  are what travels on the wire, one class per frame type
+  (``docs/protocols/lumberjack.md#frames``), named as the protocol names
   them. A frame does not carry its version byte: the codec takes and returns
   the version beside the frame, and a connection fixes one version for all of
   its frames (so a server can write ``send(Ack(seq))``).
@@ -39,7 +39,7 @@ __all__ = [
 
 
 class ProtocolVersion(enum.IntEnum):
-    """The version byte every frame starts with (spec §1, "version byte").
+    """The version byte every frame starts with (lumberjack.md#framing).
 
     A server fixes a connection's version from the first byte it receives.
     """
@@ -52,7 +52,7 @@ class ProtocolVersion(enum.IntEnum):
 
 
 class FrameType(enum.IntEnum):
-    """The frame type byte, one ASCII letter (spec §1, "Frame types")."""
+    """The frame type byte, one ASCII letter (lumberjack.md#frames)."""
 
     WINDOW_SIZE = 0x57
     """``'W'``, client to server, v1 and v2: ``count:u32`` data frames follow."""
@@ -78,7 +78,7 @@ class WindowSize:
     """``W``: the client will send ``count`` data frames before it waits for an ack.
 
     ``count`` may be 0 (pylogbeat's empty ``send([])``); the server then answers
-    with the last ack it gave (spec §3.2 rule 6).
+    with the last ack it gave (lumberjack.md#windows).
     """
 
     count: int
@@ -89,7 +89,7 @@ class Data:
     """``D`` (v1): one event as key/value byte strings.
 
     ``pairs`` keeps the wire order and any duplicate keys; when the event is
-    turned into JSON the last value of a duplicated key wins (spec §2.1).
+    turned into JSON the last value of a duplicated key wins (lumberjack.md#frame-d).
     """
 
     seq: int
@@ -114,7 +114,7 @@ class Compressed:
 
     ``frames`` are the inflated frames in order; they carry the same version as
     the ``C`` frame. Only data frames and nested ``C`` frames may appear inside
-    (spec §2.3, project rule). An empty tuple is pylogbeat's empty ``C``.
+    (lumberjack.md#frame-c). An empty tuple is pylogbeat's empty ``C``.
     """
 
     frames: tuple[InnerFrame, ...]
@@ -126,7 +126,7 @@ class Ack:
 
     On v2 connections ``Ack(0)`` while a window is pending is a keepalive, and
     an ack for a seq inside the oldest pending window is a partial ack
-    (spec §3.3).
+    (lumberjack.md#keepalive).
     """
 
     seq: int
@@ -148,7 +148,7 @@ class Event:
 
     Attributes:
         seq: the data frame's sequence number as sent (not unique, not
-            necessarily increasing: clients restart or wrap, spec §3.1).
+            necessarily increasing: clients restart or wrap, lumberjack.md#ack-value).
         payload: the bytes to store: for ``D`` a UTF-8 JSON object of strings
             built from the pairs, for ``J`` the JSON document exactly as sent.
     """
@@ -161,7 +161,7 @@ class Batch:
     """Events of one window that arrived together, and maybe the window's ack.
 
     A server stores ``events`` at once (a "W once" client may leave a window
-    open for hours, spec §3.2 rule 2). When ``ack_seq`` is not None, this
+    open for hours, lumberjack.md#durable-acks). When ``ack_seq`` is not None, this
     batch closes a window: once this batch and every batch before it are
     durable, the server sends ``Ack(ack_seq)``. A batch can have no events and
     only an ``ack_seq`` (the answer to ``W`` = 0).
@@ -171,9 +171,10 @@ class Batch:
 
     The events are held as two columns, ``seqs`` and ``payloads``: a server
     stores the payloads of thousands of events per window and never needs
-    an object per event, which cost ``LumberjackHandler.feed`` 15-27% of its
-    time; ``events`` builds the ``Event`` objects when first asked. Immutable and
-    compared like a frozen dataclass of ``version``, ``events``, ``ack_seq``.
+    an object per event, a large share of ``LumberjackHandler.feed``'s time
+    (``benchmarks/lumberjack_feed.py``); ``events`` builds the ``Event`` objects
+    when first asked. Immutable and compared like a frozen dataclass of
+    ``version``, ``events``, ``ack_seq``.
 
     Attributes:
         version: the connection's protocol version.

@@ -13,15 +13,16 @@ Server role
   arrived so far (``C`` frames unpacked), each as ``Event(seq, payload)`` with
   a ready-to-store payload, plus the window's ``ack_seq`` once it closes.
 * The server acknowledges with ``send(Ack(seq))`` **only after the events are
-  durable** (DESIGN invariant 1). The connection refuses (``LocalProtocolError``)
-  an ack for anything not yet delivered, and acks out of order. Accepted:
+  durable** (architecture.md#invariant-durable-acks). The connection refuses
+  (``LocalProtocolError``) an ack for anything not yet delivered, and acks out
+  of order. Accepted:
   - ``Ack(batch.ack_seq)`` for the oldest pending ack point (v1 and v2);
   - v2 only: ``Ack(0)`` as a keepalive while any window is pending, and a
     partial ``Ack(seq)`` for a delivered event of the oldest pending window,
-    after any earlier partial ack (spec §3.3). v1 gets neither (spec §3.4:
+    after any earlier partial ack (lumberjack.md#keepalive). v1 gets neither (lumberjack.md#v1-acks:
     logstash-forwarder would take an extra ack for the next window's).
 * ``data_to_send()`` returns whole 6-byte ack frames; write what it returns in
-  one call (pylogbeat cannot read a split ack, spec §2.5).
+  one call (pylogbeat cannot read a split ack, lumberjack.md#frame-a).
 
 Client role
 -----------
@@ -88,7 +89,7 @@ _DATA_FRAME_OF: dict[ProtocolVersion, type[Data] | type[JsonData]] = {
     ProtocolVersion.V1: Data,
     ProtocolVersion.V2: JsonData,
 }
-"""The only data frame type each version may carry (spec §1, project rule)."""
+"""The only data frame type each version may carry (lumberjack.md#version-rules)."""
 
 
 class _PendingWindow:
@@ -489,7 +490,7 @@ class LumberjackConnection:
             return
         v2 = self._version is ProtocolVersion.V2
         if v2 and seq == 0:
-            return  # keepalive (spec §3.3)
+            return  # keepalive (lumberjack.md#keepalive)
         if v2 and head.seqs is not None:
             found = _index(head.seqs, seq, head.partial_acked)
             if found is not None:

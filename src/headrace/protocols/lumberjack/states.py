@@ -7,7 +7,7 @@ A Lumberjack connection carries *windows*. The client announces a window with
 ``W count``, sends ``count`` data frames (``D`` on v1, ``J`` on v2, bare or
 inside ``C`` frames, which are unpacked before they reach these tables), then
 waits for one cumulative ``A seq`` whose ``seq`` is the seq field of the
-window's last data frame (spec §3.2 rule 1: never the count).
+window's last data frame (lumberjack.md#ack-value: never the count).
 
 The server side has four states:
 

@@ -1,4 +1,4 @@
-"""Pravega segment-store wire protocol, sans-I/O (spec: ``protocols/pravega-wire.md``).
+"""Pravega segment-store wire protocol, sans-I/O (``docs/protocols/pravega.md``).
 
 * ``commands``: :class:`CommandType` and one frozen dataclass per wire command;
 * ``codec``: :func:`encode_command` / :func:`decode_command` and the framing limits;

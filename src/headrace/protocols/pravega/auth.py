@@ -1,6 +1,6 @@
 """Pravega-style authorisation, sans-I/O: resources, permissions, delegation tokens.
 
-Theory of operation (``docs/threat-model.md`` section 4 tells the whole story):
+Theory of operation (``docs/threat-model.md#auth`` tells the whole story):
 
 1. The controller authenticates a client by its ``authorization`` gRPC
    metadata (``Basic base64(user:password)``) and checks every RPC against

@@ -1,12 +1,12 @@
 """Pravega wire codec: commands to bytes and bytes to commands, with no state and no I/O.
 
-Framing (spec §1): every frame is::
+Framing (pravega.md#framing): every frame is::
 
     type:i32  length:i32  payload[length]        (big-endian, signed)
 
 ``length`` counts only the payload. Payload layouts are declared once, as data,
 in ``_LAYOUTS`` (command class + the kind of each field, in wire order); one
-generic encoder and one generic decoder walk them. Primitive encodings (§2):
+generic encoder and one generic decoder walk them. Primitive encodings (pravega.md#field-encodings):
 
 =========  ==============================================================
 byte       1 byte, signed
@@ -24,13 +24,13 @@ list<T>    i32 count + T repeated
 rest       everything left in the frame, no length prefix
 =========  ==============================================================
 
-Optional trailing fields (§2): when *decoding*, a field marked optional that
+Optional trailing fields (pravega.md#field-encodings): when *decoding*, a field marked optional that
 the frame does not have room for takes its dataclass default (Java's reader
 rule: "if enough bytes remain read it, else default"); bytes left over after
 the last field are ignored, as both reference peers do. When *encoding*,
 every field is always written (the Rust client decodes fixed layouts).
 
-Table keys (§9.1): Java writes an empty key as ``payload=12, length=0`` and
+Table keys (pravega.md#table-keys): Java writes an empty key as ``payload=12, length=0`` and
 *no version*, and reads it back the same way; we do the same in both
 directions. The Rust client never sends empty keys, and an empty key must
 never be sent to it.
@@ -75,12 +75,13 @@ __all__ = [
 ]
 
 FRAME_HEADER = struct.Struct(">ii")
-"""Frame header: type code, payload length (§1)."""
+"""Frame header: type code, payload length (pravega.md#framing)."""
 HEADER_SIZE_BYTES = FRAME_HEADER.size
 assert HEADER_SIZE_BYTES == 8
 
 EVENT_HEADER = FRAME_HEADER
-"""Header of an Event frame, the framing of every stored event (§5.3): type 0, length.
+"""Header of an Event frame, the framing of every stored event: type 0, length
+(pravega.md#event-framing).
 
 Writers store each event as the wire's Event command, so its header is the
 frame header; every front door that writes events into a segment, and every
@@ -91,12 +92,12 @@ MAX_FRAME_BYTES = 0x00FFFFFF
 """Largest frame, header included (16 MiB - 1): Pravega's ``MAX_WIRECOMMAND_SIZE``.
 
 The Java server rejects larger frames and the Rust client rejects larger
-replies (§1), so no peer we serve can send or accept more; the largest
+replies (pravega.md#framing), so no peer we serve can send or accept more; the largest
 legitimate frame is a Rust append batch of 8 MiB + 8 bytes of data.
 """
 
 MAX_STRING_BYTES = 0xFFFF
-"""Longest encoded string: the length prefix is a u16 (§2)."""
+"""Longest encoded string: the length prefix is a u16 (pravega.md#field-encodings)."""
 
 
 UUID_CACHE_SIZE = 4096
@@ -249,7 +250,7 @@ def _write_table_key(out: bytearray, key: c.TableKey) -> None:
 
 
 def _read_table_key(reader: _Reader) -> c.TableKey:
-    reader.i32()  # payload: a redundant size hint, not relied upon (§9.1)
+    reader.i32()  # payload: a redundant size hint, not relied upon (pravega.md#table-keys)
     length = reader.i32()
     if length == 0:  # Java writes no version after an empty key
         return c.TableKey(b"", c.NO_VERSION)
@@ -441,7 +442,7 @@ _READERS: dict[_Kind, Callable[[_Reader], Any]] = {
 
 
 class _Optional:
-    """Marks a trailing field that a peer may leave out (the spec's "opt")."""
+    """Marks a trailing field that a peer may leave out (*opt* in pravega.md#commands)."""
 
     __slots__ = ("kind",)
 
@@ -478,10 +479,10 @@ def _layout(cls: type[c.Command], *kinds: _Spec) -> tuple[type[c.Command], tuple
 _STR_TRACE = _opt(_K.STR)  # server_stack_trace: optional in Java's readers
 
 _LAYOUT_LIST = [
-    # §4 handshake
+    # handshake (pravega.md#handshake)
     _layout(c.Hello, _K.I32, _K.I32),
     _layout(c.KeepAlive),
-    # §5 appends
+    # appends (pravega.md#appends)
     _layout(c.Event, _K.REST),
     _layout(c.Padding, _K.PADDING),
     _layout(c.PartialEvent, _K.REST),
@@ -494,10 +495,10 @@ _LAYOUT_LIST = [
     _layout(c.DataAppended, _K.UUID, _K.I64, _opt(_K.I64), _opt(_K.I64), _opt(_K.I64)),
     _layout(c.ConditionalCheckFailed, _K.UUID, _K.I64, _opt(_K.I64)),
     _layout(c.CreateTransientSegment, _K.I64, _K.UUID, _K.STR, _K.STR),
-    # §6 reads
+    # reads (pravega.md#reads)
     _layout(c.ReadSegment, _K.STR, _K.I64, _K.I32, _K.STR, _opt(_K.I64)),
     _layout(c.SegmentRead, _K.STR, _K.I64, _K.BOOL, _K.BOOL, _K.DATA, _opt(_K.I64)),
-    # §7 segment management
+    # segment management (pravega.md#segments)
     _layout(c.GetStreamSegmentInfo, _K.I64, _K.STR, _K.STR),
     _layout(
         c.StreamSegmentInfo, _K.I64, _K.STR, _K.BOOL, _K.BOOL, _K.BOOL, _K.I64, _K.I64, _opt(_K.I64)
@@ -521,12 +522,12 @@ _LAYOUT_LIST = [
     _layout(c.StorageFlushed, _K.I64),
     _layout(c.ListStorageChunks, _K.STR, _K.STR, _K.I64),
     _layout(c.StorageChunksListed, _K.I64, _K.CHUNKS),
-    # §8 attributes
+    # attributes (pravega.md#attributes)
     _layout(c.GetSegmentAttribute, _K.I64, _K.STR, _K.UUID, _K.STR),
     _layout(c.SegmentAttribute, _K.I64, _K.I64),
     _layout(c.UpdateSegmentAttribute, _K.I64, _K.STR, _K.UUID, _K.I64, _K.I64, _K.STR),
     _layout(c.SegmentAttributeUpdated, _K.I64, _K.BOOL),
-    # §9 table segments
+    # table segments (pravega.md#tables)
     _layout(c.GetTableSegmentInfo, _K.I64, _K.STR, _K.STR),
     _layout(c.TableSegmentInfo, _K.I64, _K.STR, _K.I64, _K.I64, _K.I64, _K.I32),
     _layout(
@@ -547,7 +548,7 @@ _LAYOUT_LIST = [
     _layout(c.TableEntriesRead, _K.I64, _K.STR, _K.TABLE_ENTRIES, _K.BYTES),
     _layout(c.ReadTableEntriesDelta, _K.I64, _K.STR, _K.STR, _K.I64, _K.I32),
     _layout(c.TableEntriesDeltaRead, _K.I64, _K.STR, _K.TABLE_ENTRIES, _K.BOOL, _K.BOOL, _K.I64),
-    # §10 error replies (Java reads the trailing stack trace / offset as optional)
+    # error replies (pravega.md#errors; Java reads the trailing stack trace / offset as optional)
     _layout(c.WrongHost, _K.I64, _K.STR, _K.STR, _STR_TRACE),
     _layout(c.SegmentIsSealed, _K.I64, _K.STR, _STR_TRACE, _opt(_K.I64)),
     _layout(c.SegmentAlreadyExists, _K.I64, _K.STR, _STR_TRACE),
@@ -584,7 +585,7 @@ def _decode_batch_merged(reader: _Reader) -> c.SegmentsBatchMerged:
     )
 
 
-# Every type code of the spec has a codec; the enum and the tables must agree.
+# Every type code (pravega.md#commands) has a codec; the enum and the tables must agree.
 assert set(_LAYOUTS) | {c.CommandType.SEGMENTS_BATCH_MERGED} == set(c.CommandType)
 
 
@@ -668,7 +669,8 @@ def encode_split(
 
 
 def encode_event(data: bytes) -> bytes:
-    """Frame one event the way writers store it in a segment (§5.3): type 0, length, bytes."""
+    """Frame one event the way writers store it in a segment (pravega.md#event-framing):
+    type 0, length, bytes."""
     return EVENT_HEADER.pack(c.CommandType.EVENT, len(data)) + data
 
 
@@ -771,7 +773,7 @@ def take_frame(
 
 
 def iter_events(data: bytes) -> Iterator[bytes]:
-    """Yield the payload of each back-to-back Event frame in ``data`` (§5.3).
+    """Yield the payload of each back-to-back Event frame in ``data`` (pravega.md#event-framing).
 
     Raises:
         RemoteProtocolError: a frame is not an Event, or ``data`` ends inside one.

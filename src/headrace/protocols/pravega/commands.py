@@ -3,17 +3,18 @@
 This module is the vocabulary of the protocol and nothing else: no bytes are
 read or written here (that is ``codec.py``), no state is kept (that is
 ``connection.py`` / ``states.py``). Class names and field names follow the
-project spec ``protocols/pravega-wire.md`` (itself following Pravega's
-``WireCommands.java``), and fields are declared in wire order, so that code
-and spec can be searched together. Section numbers below (``§5.1`` ...) refer
-to that spec.
+Java server's ``WireCommands.java`` (pravega/pravega,
+``shared/protocol/src/main/java/io/pravega/shared/protocol/netty/``), and
+fields are declared in wire order, so that code and upstream can be searched
+together. Layouts and rules: ``docs/protocols/pravega.md#commands``; a
+reference such as ``pravega.md#segments`` below names an anchor of that page.
 
 Every command class carries two class attributes:
 
 * ``type``: its :class:`CommandType` (the frame's type code);
 * ``direction``: who may send it (:class:`Direction`).
 
-Fields that a peer may omit at the end of a frame (the spec's "opt") have
+Fields that a peer may omit at the end of a frame (marked *opt* in pravega.md#commands) have
 defaults; the codec fills them in when they are absent and always writes them.
 Lists are tuples so that commands stay hashable and immutable.
 """
@@ -116,170 +117,173 @@ __all__ = [
 ]
 
 NULL_TABLE_SEGMENT_OFFSET = -1
-"""``table_segment_offset`` meaning "no condition on the table's length" (§2, §9.3)."""
+"""``table_segment_offset`` meaning "no condition on the table's length"
+(pravega.md#table-semantics)."""
 
 
 class CommandType(enum.IntEnum):
-    """Frame type codes (§3). Sent as a big-endian i32; all fit in a signed byte."""
+    """Frame type codes (pravega.md#commands). Sent as a big-endian i32; all fit in a signed
+    byte."""
 
     # Hashed as the int it equals (dict lookups per frame), not Enum's hash of the
     # name: a C slot instead of a Python call, and consistent with ``==`` on ints.
     __hash__ = int.__hash__
 
     HELLO = -127
-    """Handshake, both directions (§4)."""
+    """Handshake, both directions."""
     PADDING = -1
-    """Zero bytes closing a Java append block early (§5.4)."""
+    """Zero bytes closing a Java append block early."""
     PARTIAL_EVENT = -2
-    """First part of an event straddling a Java append block (§5.4)."""
+    """First part of an event straddling a Java append block."""
     FLUSH_TO_STORAGE = -3
-    """Admin: flush a container to long-term storage (§7)."""
+    """Admin: flush a container to long-term storage."""
     STORAGE_FLUSHED = -4
-    """Admin reply to FlushToStorage (§7)."""
+    """Admin reply to FlushToStorage."""
     LIST_STORAGE_CHUNKS = -5
-    """Admin: list a segment's storage chunks (§7)."""
+    """Admin: list a segment's storage chunks."""
     STORAGE_CHUNKS_LISTED = -6
-    """Admin reply to ListStorageChunks (§7)."""
+    """Admin reply to ListStorageChunks."""
     EVENT = 0
-    """One event's framing inside append data and segment bytes (§5.3)."""
+    """One event's framing inside append data and segment bytes."""
     SETUP_APPEND = 1
-    """Open a writer session on a segment (§5.1)."""
+    """Open a writer session on a segment."""
     APPEND_SETUP = 2
-    """Reply to SetupAppend with the writer's last event number (§5.1)."""
+    """Reply to SetupAppend with the writer's last event number."""
     APPEND_BLOCK = 3
-    """Java append block header plus block bytes (§5.4)."""
+    """Java append block header plus block bytes."""
     APPEND_BLOCK_END = 4
-    """End of an append block; the Rust client sends it alone, data inline (§5.1)."""
+    """End of an append block; the Rust client sends it alone, data inline."""
     CONDITIONAL_APPEND = 5
-    """Append one event if the segment has the expected length (§5.1)."""
+    """Append one event if the segment has the expected length."""
     DATA_APPENDED = 7
-    """Acknowledgement of durable appends (§5.1). There is no code 6."""
+    """Acknowledgement of durable appends. There is no code 6."""
     CONDITIONAL_CHECK_FAILED = 8
-    """A conditional append found another segment length (§5.1)."""
+    """A conditional append found another segment length."""
     READ_SEGMENT = 9
-    """Read bytes from a segment (§6)."""
+    """Read bytes from a segment."""
     SEGMENT_READ = 10
-    """Reply to ReadSegment (§6)."""
+    """Reply to ReadSegment."""
     GET_STREAM_SEGMENT_INFO = 11
-    """Segment metadata request (§7)."""
+    """Segment metadata request."""
     STREAM_SEGMENT_INFO = 12
-    """Reply to GetStreamSegmentInfo (§7)."""
+    """Reply to GetStreamSegmentInfo."""
     CREATE_SEGMENT = 20
-    """Create a stream segment (§7)."""
+    """Create a stream segment."""
     SEGMENT_CREATED = 21
-    """Reply to CreateSegment, CreateTableSegment, CreateTransientSegment (§7)."""
+    """Reply to CreateSegment, CreateTableSegment, CreateTransientSegment."""
     SEAL_SEGMENT = 28
-    """Seal a segment (§7)."""
+    """Seal a segment."""
     SEGMENT_SEALED = 29
-    """Reply to SealSegment (§7)."""
+    """Reply to SealSegment."""
     DELETE_SEGMENT = 30
-    """Delete a segment (§7)."""
+    """Delete a segment."""
     SEGMENT_DELETED = 31
-    """Reply to DeleteSegment and DeleteTableSegment (§7)."""
+    """Reply to DeleteSegment and DeleteTableSegment."""
     UPDATE_SEGMENT_POLICY = 32
-    """Change a segment's scaling policy (§7)."""
+    """Change a segment's scaling policy."""
     SEGMENT_POLICY_UPDATED = 33
-    """Reply to UpdateSegmentPolicy (§7)."""
+    """Reply to UpdateSegmentPolicy."""
     GET_SEGMENT_ATTRIBUTE = 34
-    """Read one segment attribute (§8)."""
+    """Read one segment attribute."""
     SEGMENT_ATTRIBUTE = 35
-    """Reply to GetSegmentAttribute (§8)."""
+    """Reply to GetSegmentAttribute."""
     UPDATE_SEGMENT_ATTRIBUTE = 36
-    """Compare-and-set one segment attribute (§8)."""
+    """Compare-and-set one segment attribute."""
     SEGMENT_ATTRIBUTE_UPDATED = 37
-    """Reply to UpdateSegmentAttribute (§8)."""
+    """Reply to UpdateSegmentAttribute."""
     TRUNCATE_SEGMENT = 38
-    """Move a segment's start offset forward (§7)."""
+    """Move a segment's start offset forward."""
     SEGMENT_TRUNCATED = 39
-    """Reply to TruncateSegment (§7)."""
+    """Reply to TruncateSegment."""
     CREATE_TRANSIENT_SEGMENT = 40
-    """Create a transient segment for a large event (§5.5)."""
+    """Create a transient segment for a large event."""
     LOCATE_OFFSET = 41
-    """Java only: locate an offset in a segment (§7)."""
+    """Java only: locate an offset in a segment."""
     OFFSET_LOCATED = 42
-    """Reply to LocateOffset (§7)."""
+    """Reply to LocateOffset."""
     WRONG_HOST = 50
-    """Error: the segment is owned by another node (§10)."""
+    """Error: the segment is owned by another node."""
     SEGMENT_IS_SEALED = 51
-    """Error: the segment is sealed (§10)."""
+    """Error: the segment is sealed."""
     SEGMENT_ALREADY_EXISTS = 52
-    """Error: the segment exists already (§10)."""
+    """Error: the segment exists already."""
     NO_SUCH_SEGMENT = 53
-    """Error: the segment does not exist (§10)."""
+    """Error: the segment does not exist."""
     INVALID_EVENT_NUMBER = 55
-    """Error: a writer's event number is stale; layouts differ (§10, §12). No code 54."""
+    """Error: a writer's event number is stale; layouts differ. No code 54."""
     SEGMENT_IS_TRUNCATED = 56
-    """Error: a read below the segment's start offset (§10)."""
+    """Error: a read below the segment's start offset."""
     OPERATION_UNSUPPORTED = 57
-    """Error: the server does not implement the request (§10)."""
+    """Error: the server does not implement the request."""
     MERGE_SEGMENTS = 58
-    """Append one segment's bytes to another and delete the source (§7)."""
+    """Append one segment's bytes to another and delete the source."""
     SEGMENTS_MERGED = 59
-    """Reply to MergeSegments (§7)."""
+    """Reply to MergeSegments."""
     AUTH_TOKEN_CHECK_FAILED = 60
-    """Error: the delegation token was refused (§10)."""
+    """Error: the delegation token was refused."""
     ERROR_MESSAGE = 61
-    """Error: generic message with a code (§10)."""
+    """Error: generic message with a code."""
     GET_TABLE_SEGMENT_INFO = 68
-    """Table segment metadata request (§9.2)."""
+    """Table segment metadata request."""
     TABLE_SEGMENT_INFO = 69
-    """Reply to GetTableSegmentInfo, Java layout (§9.2, §12)."""
+    """Reply to GetTableSegmentInfo, Java layout."""
     CREATE_TABLE_SEGMENT = 70
-    """Create a table segment (§9.2)."""
+    """Create a table segment."""
     DELETE_TABLE_SEGMENT = 71
-    """Delete a table segment (§9.2)."""
+    """Delete a table segment."""
     MERGE_TABLE_SEGMENTS = 72
-    """Rust enum only, removed from Java (§3, §12)."""
+    """Rust enum only, removed from Java."""
     SEAL_TABLE_SEGMENT = 73
-    """Rust enum only, removed from Java (§3, §12)."""
+    """Rust enum only, removed from Java."""
     UPDATE_TABLE_ENTRIES = 74
-    """Conditional batch update of table entries (§9.2)."""
+    """Conditional batch update of table entries."""
     TABLE_ENTRIES_UPDATED = 75
-    """Reply to UpdateTableEntries: the new versions (§9.2)."""
+    """Reply to UpdateTableEntries: the new versions."""
     REMOVE_TABLE_KEYS = 76
-    """Conditional batch removal of table keys (§9.2)."""
+    """Conditional batch removal of table keys."""
     TABLE_KEYS_REMOVED = 77
-    """Reply to RemoveTableKeys (§9.2)."""
+    """Reply to RemoveTableKeys."""
     READ_TABLE = 78
-    """Read the entries of given keys (§9.2)."""
+    """Read the entries of given keys."""
     TABLE_READ = 79
-    """Reply to ReadTable (§9.2)."""
+    """Reply to ReadTable."""
     TABLE_SEGMENT_NOT_EMPTY = 80
-    """Error: DeleteTableSegment(must_be_empty) on a non-empty table (§9.2)."""
+    """Error: DeleteTableSegment(must_be_empty) on a non-empty table."""
     TABLE_KEY_DOES_NOT_EXIST = 81
-    """Error: a conditional table operation named an absent key (§9.2)."""
+    """Error: a conditional table operation named an absent key."""
     TABLE_KEY_BAD_VERSION = 82
-    """Error: a conditional table operation expected another version (§9.2)."""
+    """Error: a conditional table operation expected another version."""
     READ_TABLE_KEYS = 83
-    """Iterate over table keys (§9.2)."""
+    """Iterate over table keys."""
     TABLE_KEYS_READ = 84
-    """Reply to ReadTableKeys (§9.2)."""
+    """Reply to ReadTableKeys."""
     READ_TABLE_ENTRIES = 85
-    """Iterate over table entries (§9.2)."""
+    """Iterate over table entries."""
     TABLE_ENTRIES_READ = 86
-    """Reply to ReadTableEntries (§9.2)."""
+    """Reply to ReadTableEntries."""
     TABLE_ENTRIES_DELTA_READ = 87
-    """Reply to ReadTableEntriesDelta: the reply is 87 (§9.2)."""
+    """Reply to ReadTableEntriesDelta: the reply is 87."""
     READ_TABLE_ENTRIES_DELTA = 88
-    """Read table changes from a log position: the request is 88 (§9.2)."""
+    """Read table changes from a log position: the request is 88."""
     CONDITIONAL_BLOCK_END = 89
-    """Conditional append of raw bytes: ByteStream writes, large-event chunks (§5.1)."""
+    """Conditional append of raw bytes: ByteStream writes, large-event chunks."""
     MERGE_SEGMENTS_BATCH = 90
-    """Merge several sources into one target (§7)."""
+    """Merge several sources into one target."""
     SEGMENTS_BATCH_MERGED = 91
-    """Reply to MergeSegmentsBatch, Java layout (§7, §12)."""
+    """Reply to MergeSegmentsBatch, Java layout."""
     KEEP_ALIVE = 100
-    """Idle-connection probe, echoed by the server (§1, §4)."""
+    """Idle-connection probe, echoed by the server."""
 
 
 class Direction(enum.Enum):
-    """Who may put a command on the wire as a frame of its own (§3 "dir")."""
+    """Who may put a command on the wire as a frame of its own ("dir")."""
 
     REQUEST = "client to server"
     REPLY = "server to client"
     BOTH = "both directions"
     EMBEDDED = "only inside append data"
-    """Event, PartialEvent and Padding frames live inside AppendBlock data (§5.3, §5.4)."""
+    """Event, PartialEvent and Padding frames live inside AppendBlock data
+    (pravega.md#java-append-blocks)."""
 
 
 class Command:
@@ -291,7 +295,7 @@ class Command:
 
     @property
     def request_id_or_default(self) -> int:
-        """The command's request id: its ``request_id`` field, 0 for Hello (§1),
+        """The command's request id: its ``request_id`` field, 0 for Hello (pravega.md#request-ids),
         else -1 (KeepAlive by definition, and frames that carry none)."""
         request_id = getattr(self, "request_id", None)
         if isinstance(request_id, int):
@@ -300,7 +304,7 @@ class Command:
 
     @property
     def segment_or_none(self) -> str | None:
-        """The segment a request names, exactly as sent, for error replies (§10).
+        """The segment a request names, exactly as sent, for error replies (pravega.md#errors).
 
         ``segment``, ``segment_name``, ``target`` (merges) or
         ``parent_segment`` (CreateTransientSegment), whichever the command has.
@@ -317,7 +321,7 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class TableKey:
-    """A table key with its version (§9.1).
+    """A table key with its version (pravega.md#table-keys).
 
     On the wire: ``payload:i32`` (= 4 + len(key) + 8, a redundant size hint),
     ``key:bytes``, ``version:i64``. An empty key is written the Java way,
@@ -336,21 +340,24 @@ class TableKey:
 
 @dataclass(frozen=True, slots=True)
 class TableValue:
-    """A table value (§9.1): ``payload:i32`` (= 4 + len(value)), ``value:bytes``."""
+    """A table value (pravega.md#table-keys): ``payload:i32`` (= 4 + len(value)),
+    ``value:bytes``."""
 
     value: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class TableEntries:
-    """A list of (key, value) pairs (§9.1): ``count:i32``, then each TableKey and TableValue."""
+    """A list of (key, value) pairs (pravega.md#table-keys): ``count:i32``, then each TableKey and
+    TableValue."""
 
     entries: tuple[tuple[TableKey, TableValue], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class TableIteratorArgs:
-    """Java's iterator arguments (§9.1): four byte arrays, each optional at the frame's end.
+    """Java's iterator arguments (pravega.md#table-keys): four byte arrays, each optional at the
+    frame's end.
 
     The Rust client sends only ``continuation_token``; ``prefix_filter`` is
     always empty (deprecated by Java, which writes an empty one).
@@ -364,7 +371,7 @@ class TableIteratorArgs:
 
 @dataclass(frozen=True, slots=True)
 class ConditionalAttributeUpdate:
-    """One attribute update carried by MergeSegments (§7); 33 bytes on the wire."""
+    """One attribute update carried by MergeSegments (pravega.md#segments); 33 bytes on the wire."""
 
     REPLACE: ClassVar[int] = 1
     REPLACE_IF_EQUALS: ClassVar[int] = 4
@@ -377,7 +384,7 @@ class ConditionalAttributeUpdate:
 
 @dataclass(frozen=True, slots=True)
 class ChunkInfo:
-    """One storage chunk listed by StorageChunksListed (§7)."""
+    """One storage chunk listed by StorageChunksListed (pravega.md#segments)."""
 
     length_in_metadata: int
     length_in_storage: int
@@ -386,12 +393,12 @@ class ChunkInfo:
     exists_in_storage: bool
 
 
-# --------------------------------------------------------------------------- handshake (§4)
+# ----------------------------------------------------------------- handshake (pravega.md#handshake)
 
 
 @dataclass(frozen=True, slots=True)
 class Hello(Command):
-    """Version handshake; the request id of a Hello is defined as 0 (§1, §4)."""
+    """Version handshake; the request id of a Hello is defined as 0."""
 
     type: ClassVar[CommandType] = CommandType.HELLO
     direction: ClassVar[Direction] = Direction.BOTH
@@ -402,18 +409,19 @@ class Hello(Command):
 
 @dataclass(frozen=True, slots=True)
 class KeepAlive(Command):
-    """Empty probe; the server echoes it. Its request id is defined as -1 (§1)."""
+    """Empty probe; the server echoes it. Its request id is defined as -1
+    (pravega.md#request-ids)."""
 
     type: ClassVar[CommandType] = CommandType.KEEP_ALIVE
     direction: ClassVar[Direction] = Direction.BOTH
 
 
-# --------------------------------------------------------------------------- appends (§5)
+# --------------------------------------------------------------------- appends (pravega.md#appends)
 
 
 @dataclass(frozen=True, slots=True)
 class Event(Command):
-    """One event frame (§5.3): ``00000000``, i32 length, the event's bytes.
+    """One event frame (pravega.md#event-framing): ``00000000``, i32 length, the event's bytes.
 
     Events are stored in segments in this framing. As a frame of its own it is
     only valid inside append data; ConditionalAppend embeds one.
@@ -427,7 +435,8 @@ class Event(Command):
 
 @dataclass(frozen=True, slots=True)
 class Padding(Command):
-    """``length`` zero bytes filling a Java append block closed early (§5.4)."""
+    """``length`` zero bytes filling a Java append block closed early
+    (pravega.md#java-append-blocks)."""
 
     type: ClassVar[CommandType] = CommandType.PADDING
     direction: ClassVar[Direction] = Direction.EMBEDDED
@@ -437,7 +446,8 @@ class Padding(Command):
 
 @dataclass(frozen=True, slots=True)
 class PartialEvent(Command):
-    """The first part of an event that did not fit in a Java append block (§5.4)."""
+    """The first part of an event that did not fit in a Java append block
+    (pravega.md#java-append-blocks)."""
 
     type: ClassVar[CommandType] = CommandType.PARTIAL_EVENT
     direction: ClassVar[Direction] = Direction.EMBEDDED
@@ -447,7 +457,7 @@ class PartialEvent(Command):
 
 @dataclass(frozen=True, slots=True)
 class SetupAppend(Command):
-    """Open writer ``writer_id``'s session on ``segment`` (§5.1, §5.2)."""
+    """Open writer ``writer_id``'s session on ``segment`` (pravega.md#append-sessions)."""
 
     type: ClassVar[CommandType] = CommandType.SETUP_APPEND
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -460,7 +470,7 @@ class SetupAppend(Command):
 
 @dataclass(frozen=True, slots=True)
 class AppendSetup(Command):
-    """Reply to SetupAppend; note the field order differs from SetupAppend (§5.1)."""
+    """Reply to SetupAppend; note the field order differs from SetupAppend."""
 
     type: ClassVar[CommandType] = CommandType.APPEND_SETUP
     direction: ClassVar[Direction] = Direction.REPLY
@@ -473,7 +483,8 @@ class AppendSetup(Command):
 
 @dataclass(frozen=True, slots=True)
 class AppendBlock(Command):
-    """Java append block (§5.4): writer id, then the block bytes (the rest of the frame).
+    """Java append block (pravega.md#java-append-blocks): writer id, then the block bytes (the rest
+    of the frame).
 
     ``data`` is a run of whole Event frames, optionally ending with one
     PartialEvent or Padding frame.
@@ -488,7 +499,7 @@ class AppendBlock(Command):
 
 @dataclass(frozen=True, slots=True)
 class AppendBlockEnd(Command):
-    """End of an append block (§5.1); the Rust client sends it alone with the events inline."""
+    """End of an append block; the Rust client sends it alone with the events inline."""
 
     type: ClassVar[CommandType] = CommandType.APPEND_BLOCK_END
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -503,7 +514,8 @@ class AppendBlockEnd(Command):
 
 @dataclass(frozen=True, slots=True)
 class ConditionalAppend(Command):
-    """Append one event if the segment length equals ``expected_offset`` (§5.1, §5.2)."""
+    """Append one event if the segment length equals ``expected_offset``
+    (pravega.md#append-sessions)."""
 
     type: ClassVar[CommandType] = CommandType.CONDITIONAL_APPEND
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -517,7 +529,8 @@ class ConditionalAppend(Command):
 
 @dataclass(frozen=True, slots=True)
 class ConditionalBlockEnd(Command):
-    """Append raw ``data`` if the segment length equals ``expected_offset`` (§5.1, §5.5)."""
+    """Append raw ``data`` if the segment length equals ``expected_offset``
+    (pravega.md#large-events)."""
 
     type: ClassVar[CommandType] = CommandType.CONDITIONAL_BLOCK_END
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -531,7 +544,7 @@ class ConditionalBlockEnd(Command):
 
 @dataclass(frozen=True, slots=True)
 class DataAppended(Command):
-    """Durable-append acknowledgement; ``request_id`` comes after the event numbers (§5.1)."""
+    """Durable-append acknowledgement; ``request_id`` comes after the event numbers."""
 
     type: ClassVar[CommandType] = CommandType.DATA_APPENDED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -545,7 +558,7 @@ class DataAppended(Command):
 
 @dataclass(frozen=True, slots=True)
 class ConditionalCheckFailed(Command):
-    """A conditional append found another segment length (§5.1, §5.2)."""
+    """A conditional append found another segment length (pravega.md#append-sessions)."""
 
     type: ClassVar[CommandType] = CommandType.CONDITIONAL_CHECK_FAILED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -557,7 +570,8 @@ class ConditionalCheckFailed(Command):
 
 @dataclass(frozen=True, slots=True)
 class CreateTransientSegment(Command):
-    """Create a transient segment under ``parent_segment`` for a large event (§5.5)."""
+    """Create a transient segment under ``parent_segment`` for a large event
+    (pravega.md#large-events)."""
 
     type: ClassVar[CommandType] = CommandType.CREATE_TRANSIENT_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -568,12 +582,12 @@ class CreateTransientSegment(Command):
     delegation_token: str = ""
 
 
-# --------------------------------------------------------------------------- reads (§6)
+# ------------------------------------------------------------------------- reads (pravega.md#reads)
 
 
 @dataclass(frozen=True, slots=True)
 class ReadSegment(Command):
-    """Read up to about ``suggested_length`` bytes from ``offset`` (§6)."""
+    """Read up to about ``suggested_length`` bytes from ``offset``."""
 
     type: ClassVar[CommandType] = CommandType.READ_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -587,7 +601,7 @@ class ReadSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentRead(Command):
-    """Reply to ReadSegment; ``offset`` must echo the request's offset (§6)."""
+    """Reply to ReadSegment; ``offset`` must echo the request's offset."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_READ
     direction: ClassVar[Direction] = Direction.REPLY
@@ -600,12 +614,12 @@ class SegmentRead(Command):
     request_id: int = -1
 
 
-# ------------------------------------------------------------------------ segment management (§7)
+# --------------------------------------------------------- segment management (pravega.md#segments)
 
 
 @dataclass(frozen=True, slots=True)
 class GetStreamSegmentInfo(Command):
-    """Segment metadata request (§7)."""
+    """Segment metadata request."""
 
     type: ClassVar[CommandType] = CommandType.GET_STREAM_SEGMENT_INFO
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -617,7 +631,7 @@ class GetStreamSegmentInfo(Command):
 
 @dataclass(frozen=True, slots=True)
 class StreamSegmentInfo(Command):
-    """Segment metadata; ``write_offset`` is the length, ``last_modified`` in ms (§7)."""
+    """Segment metadata; ``write_offset`` is the length, ``last_modified`` in ms."""
 
     type: ClassVar[CommandType] = CommandType.STREAM_SEGMENT_INFO
     direction: ClassVar[Direction] = Direction.REPLY
@@ -634,7 +648,7 @@ class StreamSegmentInfo(Command):
 
 @dataclass(frozen=True, slots=True)
 class CreateSegment(Command):
-    """Create a stream segment; ``scale_type`` 0 none, 1 KiB/s, 2 events/s (§7)."""
+    """Create a stream segment; ``scale_type`` 0 none, 1 KiB/s, 2 events/s."""
 
     NO_SCALE: ClassVar[int] = 0
     IN_KBYTES_PER_SEC: ClassVar[int] = 1
@@ -653,7 +667,8 @@ class CreateSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentCreated(Command):
-    """Reply to CreateSegment / CreateTableSegment / CreateTransientSegment (§7, §5.5)."""
+    """Reply to CreateSegment / CreateTableSegment / CreateTransientSegment
+    (pravega.md#large-events)."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_CREATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -664,7 +679,7 @@ class SegmentCreated(Command):
 
 @dataclass(frozen=True, slots=True)
 class SealSegment(Command):
-    """Seal a segment (§7)."""
+    """Seal a segment."""
 
     type: ClassVar[CommandType] = CommandType.SEAL_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -676,7 +691,7 @@ class SealSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentSealed(Command):
-    """Reply to SealSegment (§7)."""
+    """Reply to SealSegment."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_SEALED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -687,7 +702,7 @@ class SegmentSealed(Command):
 
 @dataclass(frozen=True, slots=True)
 class DeleteSegment(Command):
-    """Delete a segment (§7)."""
+    """Delete a segment."""
 
     type: ClassVar[CommandType] = CommandType.DELETE_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -699,7 +714,7 @@ class DeleteSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentDeleted(Command):
-    """Reply to DeleteSegment and DeleteTableSegment (§7)."""
+    """Reply to DeleteSegment and DeleteTableSegment."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_DELETED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -710,7 +725,7 @@ class SegmentDeleted(Command):
 
 @dataclass(frozen=True, slots=True)
 class UpdateSegmentPolicy(Command):
-    """Change a segment's scaling policy (§7)."""
+    """Change a segment's scaling policy."""
 
     type: ClassVar[CommandType] = CommandType.UPDATE_SEGMENT_POLICY
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -724,7 +739,7 @@ class UpdateSegmentPolicy(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentPolicyUpdated(Command):
-    """Reply to UpdateSegmentPolicy (§7)."""
+    """Reply to UpdateSegmentPolicy."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_POLICY_UPDATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -735,7 +750,7 @@ class SegmentPolicyUpdated(Command):
 
 @dataclass(frozen=True, slots=True)
 class TruncateSegment(Command):
-    """Make bytes before ``truncation_offset`` unreadable (§7)."""
+    """Make bytes before ``truncation_offset`` unreadable."""
 
     type: ClassVar[CommandType] = CommandType.TRUNCATE_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -748,7 +763,7 @@ class TruncateSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentTruncated(Command):
-    """Reply to TruncateSegment (§7)."""
+    """Reply to TruncateSegment."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_TRUNCATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -759,7 +774,7 @@ class SegmentTruncated(Command):
 
 @dataclass(frozen=True, slots=True)
 class MergeSegments(Command):
-    """Append ``source``'s bytes to ``target`` and delete ``source`` (§7, §5.5)."""
+    """Append ``source``'s bytes to ``target`` and delete ``source`` (pravega.md#large-events)."""
 
     type: ClassVar[CommandType] = CommandType.MERGE_SEGMENTS
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -773,7 +788,7 @@ class MergeSegments(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentsMerged(Command):
-    """Reply to MergeSegments with the target's new length (§7)."""
+    """Reply to MergeSegments with the target's new length."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENTS_MERGED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -786,7 +801,7 @@ class SegmentsMerged(Command):
 
 @dataclass(frozen=True, slots=True)
 class MergeSegmentsBatch(Command):
-    """Merge several sources into ``target`` (§7)."""
+    """Merge several sources into ``target``."""
 
     type: ClassVar[CommandType] = CommandType.MERGE_SEGMENTS_BATCH
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -799,7 +814,8 @@ class MergeSegmentsBatch(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentsBatchMerged(Command):
-    """Reply to MergeSegmentsBatch in Java's layout: (source, offset) pairs (§7, §12).
+    """Reply to MergeSegmentsBatch in Java's layout: (source, offset) pairs
+    (pravega.md#differences).
 
     ``sources`` and ``new_target_write_offsets`` have the same length.
     """
@@ -815,7 +831,7 @@ class SegmentsBatchMerged(Command):
 
 @dataclass(frozen=True, slots=True)
 class LocateOffset(Command):
-    """Java only: locate ``target_offset`` in a segment (§7)."""
+    """Java only: locate ``target_offset`` in a segment."""
 
     type: ClassVar[CommandType] = CommandType.LOCATE_OFFSET
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -828,7 +844,7 @@ class LocateOffset(Command):
 
 @dataclass(frozen=True, slots=True)
 class OffsetLocated(Command):
-    """Reply to LocateOffset (§7)."""
+    """Reply to LocateOffset."""
 
     type: ClassVar[CommandType] = CommandType.OFFSET_LOCATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -840,7 +856,7 @@ class OffsetLocated(Command):
 
 @dataclass(frozen=True, slots=True)
 class FlushToStorage(Command):
-    """Admin: flush a segment container to long-term storage (§7)."""
+    """Admin: flush a segment container to long-term storage."""
 
     type: ClassVar[CommandType] = CommandType.FLUSH_TO_STORAGE
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -852,7 +868,7 @@ class FlushToStorage(Command):
 
 @dataclass(frozen=True, slots=True)
 class StorageFlushed(Command):
-    """Admin reply to FlushToStorage (§7)."""
+    """Admin reply to FlushToStorage."""
 
     type: ClassVar[CommandType] = CommandType.STORAGE_FLUSHED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -862,7 +878,7 @@ class StorageFlushed(Command):
 
 @dataclass(frozen=True, slots=True)
 class ListStorageChunks(Command):
-    """Admin: list a segment's storage chunks (§7)."""
+    """Admin: list a segment's storage chunks."""
 
     type: ClassVar[CommandType] = CommandType.LIST_STORAGE_CHUNKS
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -874,7 +890,7 @@ class ListStorageChunks(Command):
 
 @dataclass(frozen=True, slots=True)
 class StorageChunksListed(Command):
-    """Admin reply to ListStorageChunks (§7)."""
+    """Admin reply to ListStorageChunks."""
 
     type: ClassVar[CommandType] = CommandType.STORAGE_CHUNKS_LISTED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -883,12 +899,12 @@ class StorageChunksListed(Command):
     chunks: tuple[ChunkInfo, ...] = ()
 
 
-# --------------------------------------------------------------------------- attributes (§8)
+# --------------------------------------------------------------- attributes (pravega.md#attributes)
 
 
 @dataclass(frozen=True, slots=True)
 class GetSegmentAttribute(Command):
-    """Read attribute ``attribute_id`` of a segment (§8)."""
+    """Read attribute ``attribute_id`` of a segment."""
 
     type: ClassVar[CommandType] = CommandType.GET_SEGMENT_ATTRIBUTE
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -901,7 +917,7 @@ class GetSegmentAttribute(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentAttribute(Command):
-    """Reply to GetSegmentAttribute; ``NULL_ATTRIBUTE_VALUE`` if unset (§8)."""
+    """Reply to GetSegmentAttribute; ``NULL_ATTRIBUTE_VALUE`` if unset."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_ATTRIBUTE
     direction: ClassVar[Direction] = Direction.REPLY
@@ -912,7 +928,7 @@ class SegmentAttribute(Command):
 
 @dataclass(frozen=True, slots=True)
 class UpdateSegmentAttribute(Command):
-    """Compare-and-set one attribute (§8)."""
+    """Compare-and-set one attribute."""
 
     type: ClassVar[CommandType] = CommandType.UPDATE_SEGMENT_ATTRIBUTE
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -927,7 +943,7 @@ class UpdateSegmentAttribute(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentAttributeUpdated(Command):
-    """Reply to UpdateSegmentAttribute; a failed compare is ``success=False`` (§8)."""
+    """Reply to UpdateSegmentAttribute; a failed compare is ``success=False``."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_ATTRIBUTE_UPDATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -936,12 +952,12 @@ class SegmentAttributeUpdated(Command):
     success: bool
 
 
-# --------------------------------------------------------------------------- table segments (§9)
+# --------------------------------------------------------------- table segments (pravega.md#tables)
 
 
 @dataclass(frozen=True, slots=True)
 class GetTableSegmentInfo(Command):
-    """Table segment metadata request (§9.2)."""
+    """Table segment metadata request."""
 
     type: ClassVar[CommandType] = CommandType.GET_TABLE_SEGMENT_INFO
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -953,7 +969,8 @@ class GetTableSegmentInfo(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableSegmentInfo(Command):
-    """Table segment metadata in Java's layout (the Rust struct is wrong and unused, §12)."""
+    """Table segment metadata in Java's layout (the Rust struct is wrong and unused,
+    pravega.md#differences)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_SEGMENT_INFO
     direction: ClassVar[Direction] = Direction.REPLY
@@ -968,7 +985,7 @@ class TableSegmentInfo(Command):
 
 @dataclass(frozen=True, slots=True)
 class CreateTableSegment(Command):
-    """Create a table segment; the Rust client sends none of the optional fields (§9.2)."""
+    """Create a table segment; the Rust client sends none of the optional fields."""
 
     type: ClassVar[CommandType] = CommandType.CREATE_TABLE_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -983,7 +1000,7 @@ class CreateTableSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class DeleteTableSegment(Command):
-    """Delete a table segment, optionally only if it is empty (§9.2)."""
+    """Delete a table segment, optionally only if it is empty."""
 
     type: ClassVar[CommandType] = CommandType.DELETE_TABLE_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -996,7 +1013,7 @@ class DeleteTableSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class MergeTableSegments(Command):
-    """Rust-only request (layout from the Rust client); Java removed it (§3, §12)."""
+    """Rust-only request (layout from the Rust client); Java removed it (pravega.md#differences)."""
 
     type: ClassVar[CommandType] = CommandType.MERGE_TABLE_SEGMENTS
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1009,7 +1026,7 @@ class MergeTableSegments(Command):
 
 @dataclass(frozen=True, slots=True)
 class SealTableSegment(Command):
-    """Rust-only request (layout from the Rust client); Java removed it (§3, §12)."""
+    """Rust-only request (layout from the Rust client); Java removed it (pravega.md#differences)."""
 
     type: ClassVar[CommandType] = CommandType.SEAL_TABLE_SEGMENT
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1021,7 +1038,7 @@ class SealTableSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class UpdateTableEntries(Command):
-    """Conditional batch update (§9.2, §9.3)."""
+    """Conditional batch update (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.UPDATE_TABLE_ENTRIES
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1035,7 +1052,7 @@ class UpdateTableEntries(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableEntriesUpdated(Command):
-    """The new versions, one per entry, in request order (§9.2)."""
+    """The new versions, one per entry, in request order."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_ENTRIES_UPDATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1046,7 +1063,7 @@ class TableEntriesUpdated(Command):
 
 @dataclass(frozen=True, slots=True)
 class RemoveTableKeys(Command):
-    """Conditional batch removal (§9.2, §9.3)."""
+    """Conditional batch removal (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.REMOVE_TABLE_KEYS
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1060,7 +1077,7 @@ class RemoveTableKeys(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableKeysRemoved(Command):
-    """Reply to RemoveTableKeys (§9.2)."""
+    """Reply to RemoveTableKeys."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_KEYS_REMOVED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1071,7 +1088,7 @@ class TableKeysRemoved(Command):
 
 @dataclass(frozen=True, slots=True)
 class ReadTable(Command):
-    """Read the entries of ``keys`` (versions are ``NO_VERSION``) (§9.2)."""
+    """Read the entries of ``keys`` (versions are ``NO_VERSION``)."""
 
     type: ClassVar[CommandType] = CommandType.READ_TABLE
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1084,7 +1101,7 @@ class ReadTable(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableRead(Command):
-    """Reply to ReadTable: one entry per requested key, in order (§9.2, §9.3)."""
+    """Reply to ReadTable: one entry per requested key, in order (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_READ
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1096,7 +1113,7 @@ class TableRead(Command):
 
 @dataclass(frozen=True, slots=True)
 class ReadTableKeys(Command):
-    """Iterate over keys; an empty continuation token starts at the beginning (§9.2)."""
+    """Iterate over keys; an empty continuation token starts at the beginning."""
 
     type: ClassVar[CommandType] = CommandType.READ_TABLE_KEYS
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1110,7 +1127,7 @@ class ReadTableKeys(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableKeysRead(Command):
-    """A page of keys; an empty list ends the iteration (§9.2, §9.3)."""
+    """A page of keys; an empty list ends the iteration (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_KEYS_READ
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1123,7 +1140,7 @@ class TableKeysRead(Command):
 
 @dataclass(frozen=True, slots=True)
 class ReadTableEntries(Command):
-    """Iterate over entries; an empty continuation token starts at the beginning (§9.2)."""
+    """Iterate over entries; an empty continuation token starts at the beginning."""
 
     type: ClassVar[CommandType] = CommandType.READ_TABLE_ENTRIES
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1137,7 +1154,7 @@ class ReadTableEntries(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableEntriesRead(Command):
-    """A page of entries; an empty list ends the iteration (§9.2, §9.3)."""
+    """A page of entries; an empty list ends the iteration (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_ENTRIES_READ
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1150,7 +1167,8 @@ class TableEntriesRead(Command):
 
 @dataclass(frozen=True, slots=True)
 class ReadTableEntriesDelta(Command):
-    """Read table changes from log position ``from_position`` (code 88, §9.2, §9.3)."""
+    """Read table changes from log position ``from_position`` (code 88,
+    pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.READ_TABLE_ENTRIES_DELTA
     direction: ClassVar[Direction] = Direction.REQUEST
@@ -1164,7 +1182,8 @@ class ReadTableEntriesDelta(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableEntriesDeltaRead(Command):
-    """Reply to ReadTableEntriesDelta (code 87); ``last_position`` must advance (§9.3)."""
+    """Reply to ReadTableEntriesDelta (code 87); ``last_position`` must advance
+    (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_ENTRIES_DELTA_READ
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1177,12 +1196,12 @@ class TableEntriesDeltaRead(Command):
     last_position: int
 
 
-# --------------------------------------------------------------------------- error replies (§10)
+# ---------------------------------------------------------------- error replies (pravega.md#errors)
 
 
 @dataclass(frozen=True, slots=True)
 class WrongHost(Command):
-    """The segment is owned by ``correct_host`` (§10)."""
+    """The segment is owned by ``correct_host``."""
 
     type: ClassVar[CommandType] = CommandType.WRONG_HOST
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1195,7 +1214,7 @@ class WrongHost(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentIsSealed(Command):
-    """The segment is sealed; ``offset`` is where (§10)."""
+    """The segment is sealed; ``offset`` is where."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_IS_SEALED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1208,7 +1227,7 @@ class SegmentIsSealed(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentAlreadyExists(Command):
-    """The segment (or table segment) exists already (§10)."""
+    """The segment (or table segment) exists already."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_ALREADY_EXISTS
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1220,7 +1239,7 @@ class SegmentAlreadyExists(Command):
 
 @dataclass(frozen=True, slots=True)
 class NoSuchSegment(Command):
-    """The segment does not exist; ``offset`` echoes the request's, or -1 (§10)."""
+    """The segment does not exist; ``offset`` echoes the request's, or -1."""
 
     type: ClassVar[CommandType] = CommandType.NO_SUCH_SEGMENT
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1233,11 +1252,11 @@ class NoSuchSegment(Command):
 
 @dataclass(frozen=True, slots=True)
 class InvalidEventNumber(Command):
-    """A writer's event number is stale, in Java's layout (§10, §12).
+    """A writer's event number is stale, in Java's layout (pravega.md#differences).
 
     The Rust client decodes the same bytes as (writer_id, event_number,
     server_stack_trace): it reads Java's ``request_id`` as its event number
-    and ignores the trailing i64. We send Java's layout, as the spec says.
+    and ignores the trailing i64. We send Java's layout (pravega.md#differences).
     """
 
     type: ClassVar[CommandType] = CommandType.INVALID_EVENT_NUMBER
@@ -1251,7 +1270,7 @@ class InvalidEventNumber(Command):
 
 @dataclass(frozen=True, slots=True)
 class SegmentIsTruncated(Command):
-    """A read below ``start_offset``; ``offset`` is the requested offset (§10)."""
+    """A read below ``start_offset``; ``offset`` is the requested offset."""
 
     type: ClassVar[CommandType] = CommandType.SEGMENT_IS_TRUNCATED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1265,7 +1284,7 @@ class SegmentIsTruncated(Command):
 
 @dataclass(frozen=True, slots=True)
 class OperationUnsupported(Command):
-    """The server does not implement ``operation_name`` (§10)."""
+    """The server does not implement ``operation_name``."""
 
     type: ClassVar[CommandType] = CommandType.OPERATION_UNSUPPORTED
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1277,7 +1296,7 @@ class OperationUnsupported(Command):
 
 @dataclass(frozen=True, slots=True)
 class AuthTokenCheckFailed(Command):
-    """The delegation token was refused (§10).
+    """The delegation token was refused.
 
     ``error_code`` must be one of the three class constants: the Rust client
     panics on any other value.
@@ -1297,7 +1316,7 @@ class AuthTokenCheckFailed(Command):
 
 @dataclass(frozen=True, slots=True)
 class ErrorMessage(Command):
-    """Generic error; ``error_code`` -1 unspecified, 0 illegal argument (§10)."""
+    """Generic error; ``error_code`` -1 unspecified, 0 illegal argument."""
 
     UNSPECIFIED: ClassVar[int] = -1
     ILLEGAL_ARGUMENT: ClassVar[int] = 0
@@ -1313,7 +1332,7 @@ class ErrorMessage(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableSegmentNotEmpty(Command):
-    """DeleteTableSegment(must_be_empty=True) on a table with keys (§9.2, §10)."""
+    """DeleteTableSegment(must_be_empty=True) on a table with keys."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_SEGMENT_NOT_EMPTY
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1325,7 +1344,7 @@ class TableSegmentNotEmpty(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableKeyDoesNotExist(Command):
-    """A conditional table operation named an absent key (§9.2, §9.3)."""
+    """A conditional table operation named an absent key (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_KEY_DOES_NOT_EXIST
     direction: ClassVar[Direction] = Direction.REPLY
@@ -1337,7 +1356,7 @@ class TableKeyDoesNotExist(Command):
 
 @dataclass(frozen=True, slots=True)
 class TableKeyBadVersion(Command):
-    """A conditional table operation expected another version (§9.2, §9.3)."""
+    """A conditional table operation expected another version (pravega.md#table-semantics)."""
 
     type: ClassVar[CommandType] = CommandType.TABLE_KEY_BAD_VERSION
     direction: ClassVar[Direction] = Direction.REPLY

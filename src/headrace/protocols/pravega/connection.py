@@ -8,15 +8,16 @@ events from :meth:`~PravegaConnection.next_event`, hands commands to
 :meth:`~PravegaConnection.send`, and writes out
 :meth:`~PravegaConnection.data_to_send`.
 
-What this layer owns (spec ``protocols/pravega-wire.md``):
+What this layer owns (``docs/protocols/pravega.md``; ``pravega.md#...`` names
+its anchors):
 
 * framing and the frame size limit (via ``codec.py``), and the limit on bytes
   buffered while a frame is incomplete;
-* the handshake (§1, §4): a client connection sends ``Hello`` itself when it is
+* the handshake (pravega.md#handshake): a client connection sends ``Hello`` itself when it is
   created; a server connection answers the client's ``Hello`` itself and
   echoes ``KeepAlive`` itself, so the server never sends either on its own;
 * the order of frames (``states.py``);
-* per-writer append sessions on the server (§5.2, §5.4): a writer may append
+* per-writer append sessions on the server (pravega.md#append-sessions): a writer may append
   only once the server accepted its ``SetupAppend`` on this connection (sent
   ``AppendSetup``); its last event number must not go backwards, Java's
   AppendBlock/PartialEvent/Padding framing is reassembled, and every append
@@ -56,10 +57,11 @@ __all__ = [
 ]
 
 WIRE_VERSION = 17
-"""Highest wire version we speak: the Java server's (§1). The Rust client (15) accepts it."""
+"""Highest wire version we speak: the Java server's (pravega.md#handshake). The Rust client (15)
+accepts it."""
 
 OLDEST_COMPATIBLE_VERSION = 5
-"""Lowest wire version we accept: the same as Java and the Rust client (§1)."""
+"""Lowest wire version we accept: the same as Java and the Rust client (pravega.md#handshake)."""
 
 MAX_BUFFERED_BYTES = 2 * MAX_FRAME_BYTES
 """Most received-but-unparsed bytes held per connection.
@@ -74,7 +76,7 @@ MAX_WRITERS_PER_CONNECTION = 16_384
 """Most writer sessions (SetupAppend) one connection may hold.
 
 The Rust client opens one connection per segment writer; the Java client
-multiplexes its writers for one server on one connection (§15), a few per
+multiplexes its writers for one server on one connection (pravega.md#java-append-blocks), a few per
 segment it writes to. Sixteen thousand covers any real client while bounding
 the per-connection table (about 2 MiB) against a peer inventing writer ids.
 """
@@ -82,7 +84,7 @@ the per-connection table (about 2 MiB) against a peer inventing writer ids.
 
 @dataclass(frozen=True, slots=True)
 class AppendData:
-    """Bytes to append for a writer, whatever append form carried them (§5.2, §5.4).
+    """Bytes to append for a writer, whatever append form carried them (pravega.md#appends).
 
     Delivered by a server connection for AppendBlockEnd (the Rust client's
     form, data inline), AppendBlock + AppendBlockEnd (the Java client's form,
@@ -121,7 +123,7 @@ ConnectionEvent = c.Command | AppendData | ConnectionClosed
 
 @dataclass(slots=True)
 class WriterSession:
-    """A server connection's view of one writer (§5.2), opened by the server's
+    """A server connection's view of one writer (pravega.md#append-sessions), opened by the server's
     ``AppendSetup``: a refused SetupAppend opens none.
 
     Attributes:
@@ -310,7 +312,7 @@ class PravegaConnection:
             assert isinstance(cmd, c.Hello)
             self._peer_hello = cmd
             if not self._compatible(cmd):
-                # Java answers with its own Hello, then closes (§4).
+                # Java answers with its own Hello, then closes (pravega.md#handshake).
                 self._fail(
                     RemoteProtocolError(
                         f"incompatible wire versions {cmd.low_version}..{cmd.high_version}",
@@ -366,7 +368,7 @@ class PravegaConnection:
         session = self._writers.get(writer_id)
         if session is None:
             # Never set up, or its SetupAppend was refused (bad token, no such
-            # segment) or not answered yet: Java closes the connection (§5.2).
+            # segment) or not answered yet: Java closes the connection (pravega.md#append-sessions).
             self._fail(
                 RemoteProtocolError(
                     f"append from writer {writer_id} without an accepted SetupAppend"
@@ -376,7 +378,8 @@ class PravegaConnection:
 
     def _advance(self, session: WriterSession, writer_id: UUID, event_number: int) -> None:
         if event_number < session.last_event_number:
-            # Java: "Last event number went backwards", connection closed (§5.2).
+            # Java: "Last event number went backwards", connection closed
+            # (pravega.md#append-sessions).
             self._fail(
                 RemoteProtocolError(
                     f"writer {writer_id}: event number {event_number} goes back from "
@@ -390,7 +393,8 @@ class PravegaConnection:
             return self._whole_append(cmd, cmd.data)
         data: bytes | memoryview
         if isinstance(cmd, c.ConditionalAppend):
-            data = _encode_event(cmd.event.data)  # the Event header is stored too (§5.2)
+            # the Event header is stored too (pravega.md#append-sessions)
+            data = _encode_event(cmd.event.data)
         else:
             assert isinstance(cmd, c.ConditionalBlockEnd)
             data = cmd.data
@@ -421,7 +425,7 @@ class PravegaConnection:
         )
 
     def _append_block(self, end: c.AppendBlockEnd) -> AppendData:
-        """Join a Java AppendBlock with its AppendBlockEnd (§5.4)."""
+        """Join a Java AppendBlock with its AppendBlockEnd (pravega.md#java-append-blocks)."""
         block = self._held_block
         assert block is not None
         self._held_block = None

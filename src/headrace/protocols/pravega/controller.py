@@ -7,7 +7,7 @@ messages' field names in snake case, so that both sides build and read them
 alike. Pure: no I/O, only the generated message classes.
 
 Naming rules, fixed by the real clients, which build the same strings and ids
-themselves (``docs/protocols/pravega-controller.md`` section 6):
+themselves (``docs/protocols/pravega-controller.md#naming``):
 
 * segment id (int64) = ``epoch << 32 | segment_number``, both parts >= 0,
   where ``epoch`` is the epoch that **created** the segment;

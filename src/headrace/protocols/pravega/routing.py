@@ -6,7 +6,7 @@ controller's ``getCurrentSegments``); a writer hashes the event's routing key to
 a point in that space and appends to the segment whose range holds it. Every
 client must use the same function, or events with one key written by two
 clients would land in two segments and lose their per-key order. The function
-(controller spec ``pravega-controller.md`` section 6):
+(``docs/protocols/pravega-controller.md#routing-keys``):
 
 1. take the key's **UTF-16 code units** (Java ``String`` chars), each written
    as two bytes, **little-endian** (Guava's ``hashUnencodedChars``);
@@ -28,13 +28,13 @@ Non-ASCII keys: the Rust client (``pravega`` on PyPI, 0.3.x) sizes its UTF-16
 buffer by the key's UTF-8 *byte* length and hashes the whole buffer, so a key
 with non-ASCII characters is hashed with trailing zero code units the Java
 client does not hash. The two reference clients therefore disagree on such
-keys. :func:`routing_key_position` follows Java (and the spec);
+keys. :func:`routing_key_position` follows Java;
 ``routing_key_position(key, rust_client_compat=True)`` reproduces the Rust
 client byte for byte. For ASCII keys the two agree.
 
 This module is pure computation (no I/O); the hash uses the ``mmh3`` C
 extension when it is installed and a pure-Python MurmurHash3 otherwise (same
-results, checked by the tests; the C version is about 20x faster).
+results, checked by the tests; the C version is much faster).
 """
 
 from __future__ import annotations

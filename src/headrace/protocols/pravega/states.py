@@ -28,22 +28,23 @@ Server stream::
 
     START --Hello--> OPEN --reply | KeepAlive--> OPEN
 
-Invariants the tables encode (spec ``protocols/pravega-wire.md``):
+Invariants the tables encode (``docs/protocols/pravega.md``; ``pravega.md#...``
+names its anchors):
 
-* Hello is the first frame of each stream, and appears once (§1, §4). The
+* Hello is the first frame of each stream, and appears once (pravega.md#handshake). The
   server's Hello answers the client's; a client never sees a reply before it.
 * Between an AppendBlock and its AppendBlockEnd nothing else may appear on the
-  client stream (§5.4): the only way out of ``IN_APPEND_BLOCK`` is
+  client stream (pravega.md#java-append-blocks): the only way out of ``IN_APPEND_BLOCK`` is
   AppendBlockEnd.
 * Event, PartialEvent and Padding frames only exist inside append data; as
   frames of their own they are legal in no state.
 
 Rules that need more than a state (kept in ``connection.py``): the server
 answers Hello and echoes KeepAlive itself and never sends either on its own
-(the real client fails on unsolicited frames, §1); an append needs a prior
+(the real client fails on unsolicited frames, pravega.md#request-ids); an append needs a prior
 SetupAppend from the same writer on the same connection that the server
 accepted (answered with AppendSetup), and its last event number must not go
-backwards (§5.2).
+backwards (pravega.md#append-sessions).
 """
 
 from __future__ import annotations

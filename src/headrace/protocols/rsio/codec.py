@@ -1,12 +1,12 @@
 """rsio-v0 codec: messages to bytes and back, pure functions, no state.
 
-Wire format (spec ``rsio.md`` Part B; project copy ``docs/protocols/rsio.md``)::
+Wire format (``docs/protocols/rsio.md``; ``rsio.md#...`` below names its anchors)::
 
-    frame   = frame_length:varint  message            (byte-stream transports, B.4)
-    message = type:varint  field*                     (layout fixed by the type, B.3)
+    frame   = frame_length:varint  message            (byte-stream transports, rsio.md#framing)
+    message = type:varint  field*                     (layout fixed by the type, rsio.md#messages)
 
     varint  = unsigned LEB128, 7 bits per byte, low group first, high bit = more;
-              shortest form only, at most 10 bytes, value < 2^64     (B.1)
+              shortest form only, at most 10 bytes, value < 2^64     (rsio.md#primitive-encodings)
     String  = length:varint  UTF-8 bytes
     bytes   = length:varint  raw bytes
     Id      = varint (0 … 2^64-1, every value valid)
@@ -77,57 +77,62 @@ __all__ = [
 # --------------------------------------------------------------------------- limits
 
 PROTOCOL_VERSION = 0
-"""The only version of the draft (A.4); a hello with another one gets ``goodbye``."""
+"""The only version of the draft (rsio.md#hello); a hello with another one gets ``goodbye``."""
 
 MAX_VARINT = 2**64 - 1
-"""Largest varint value (B.1): the PR #4 review bounded Ids to 64 bits."""
+"""Largest varint value (rsio.md#primitive-encodings): Ids are 64-bit."""
 
 MAX_VARINT_BYTES = 10
-"""ceil(64 / 7): a longer varint is a protocol error even if its value would fit (B.1)."""
+"""ceil(64 / 7): a longer varint is a protocol error even if its value would fit
+(rsio.md#primitive-encodings)."""
 
 MAX_ID = MAX_VARINT
-"""Subscriber and element Ids use the whole varint range, 0 included (B.1)."""
+"""Subscriber and element Ids use the whole varint range, 0 included
+(rsio.md#primitive-encodings)."""
 
 MAX_DEMAND = 2**63 - 1
 """Java's ``Long.MAX_VALUE``: the largest legal demand, and the cap meaning "unbounded".
 
-Reactive Streams §3.17; B.5 rule 5. A ``request`` above it, or of 0, is
+Reactive Streams §3.17; rsio.md#rule-demand. A ``request`` above it, or of 0, is
 answered with ``onError(id, "illegal demand")``.
 """
 
 MIN_MAX_FRAME_BYTES = 1 << 20
-"""1 MiB: every receiver MUST accept frames this large (B.4), so no limit may be lower.
+"""1 MiB: every receiver must accept frames this large (rsio.md#limits), so no limit may be lower.
 
 It is also the default largest frame we *send*: the only size every peer is
 guaranteed to take.
 """
 
 DEFAULT_MAX_FRAME_BYTES = 16_777_215
-"""The spec's default receive limit (B.4): 2^24 - 1, RSocket's largest TCP frame."""
+"""The default receive limit (rsio.md#limits): 2^24 - 1, RSocket's largest TCP frame."""
 
 SPLIT_THRESHOLD_BYTES = 64 * 1024
-"""Publishers SHOULD split larger elements (B.4, after the PR #4 review's 64 KiB fragment).
+"""Publishers should split larger elements (rsio.md#limits).
 
 Small frames keep one large element from delaying every other subscription
 on the connection.
 """
 
 DEFAULT_MAX_ELEMENT_BYTES = 64 << 20
-"""Default cap on a reassembled split element (B.4): 64 MiB held per subscription at most."""
+"""Default cap on a reassembled split element (rsio.md#limits): 64 MiB held per subscription at
+most."""
 
 MAX_HELLO_EXTENSIONS = 1024
 """Most extension Ids accepted in a hello.
 
-No extension is defined (B.2); the limit only stops a 16 MiB hello from
+No extension defines message types (rsio.md#extensions); the limit only stops a 16 MiB hello from
 becoming millions of Python ints. 1024 leaves room for any plausible future.
 """
 
 GOODBYE_TIMEOUT_S = 5.0
-"""How long the I/O layer waits for the reply to our ``goodbye`` before closing (B.7)."""
+"""How long the I/O layer waits for the reply to our ``goodbye`` before closing
+(rsio.md#goodbye)."""
 
 
 def _remote(message: str) -> RemoteProtocolError:
-    """A protocol error caused by the peer; the reply is ``goodbye(<description>)`` (B.7)."""
+    """A protocol error caused by the peer; the reply is ``goodbye(<description>)``
+    (rsio.md#goodbye)."""
     return RemoteProtocolError(message, reply_hint=Goodbye(message))
 
 
@@ -235,9 +240,9 @@ def peek_message_type(body: bytes) -> MessageType:
 def peek_subscriber(body: bytes) -> int:
     """The ``subscriber`` Id of a request, cancel or publisher-side message.
 
-    Those messages start with the Id (B.3), so it can be read before the
+    Those messages start with the Id (rsio.md#messages), so it can be read before the
     subscription's ``elementSize`` is known, or when the message is to be
-    dropped anyway (B.5 rules 3, 6, 7).
+    dropped anyway (rules 3, 6, 7, rsio.md#connection-rules).
 
     Raises:
         RemoteProtocolError: malformed type or Id, or a message type that does
@@ -377,13 +382,13 @@ def decode_message(body: bytes, element_size: int = 0) -> Message:
     """Decode one message: a whole frame body, type code first.
 
     Args:
-        body: exactly the bytes of one frame (or one transport message, B.4).
+        body: exactly the bytes of one frame (or one transport message, rsio.md#framing).
         element_size: the subscription's ``elementSize``; decides the layout
             of ``onNext`` (fixed or length-prefixed) and ``onNextPacked``.
             Ignored by every other message.
 
     Raises:
-        RemoteProtocolError: any rule of B.1-B.3 broken, including bytes left
+        RemoteProtocolError: a layout rule broken (rsio.md#messages), including bytes left
             over or missing at the end.
     """
     message_type = peek_message_type(body)
@@ -395,7 +400,7 @@ def decode_message(body: bytes, element_size: int = 0) -> Message:
 
 
 def read_frame(buffer: ReceiveBuffer, max_frame_bytes: int) -> bytes | None:
-    """Take one length-prefixed frame from ``buffer`` and return its body (B.4).
+    """Take one length-prefixed frame from ``buffer`` and return its body (rsio.md#framing).
 
     Returns:
         The body, or None if the frame is not complete yet (the buffer is
@@ -437,7 +442,7 @@ def _check_fixed(element: bytes, element_size: int, what: str) -> None:
 
 
 def encode_message(message: Message, element_size: int = 0) -> bytes:
-    """Encode one message without a frame length prefix (message transports, B.4).
+    """Encode one message without a frame length prefix (message transports, rsio.md#framing).
 
     Args:
         message: any rsio-v0 message.
@@ -489,12 +494,12 @@ def encode_message(message: Message, element_size: int = 0) -> bytes:
 def split_element(
     subscriber: int, element: bytes | memoryview, element_id: int
 ) -> tuple[list[OnNextPart | OnNextLastPart], int]:
-    """An element over ``SPLIT_THRESHOLD_BYTES`` as its parts (B.6), and the Id the
-    subscription's next split element takes.
+    """An element over ``SPLIT_THRESHOLD_BYTES`` as its parts, and the Id the
+    subscription's next split element takes (rsio.md#split-elements).
 
     Parts of ``SPLIT_THRESHOLD_BYTES`` each, the last one holding the rest (it
     is never empty: an element of exactly n parts' size ends with a full
-    part). Ids count per subscription and wrap within ``MAX_ID``, which B.6
+    part). Ids count per subscription and wrap within ``MAX_ID``, which rsio.md#split-elements
     allows: an Id may be reused once its last part has been sent. Both ends
     publish (the server its subscriptions, the client its offers), so both
     cut elements here.
@@ -512,7 +517,8 @@ def split_element(
 
 
 def encode_frame(message: Message, element_size: int = 0) -> bytes:
-    """Encode one message with its ``frame_length`` prefix (byte-stream transports, B.4).
+    """Encode one message with its ``frame_length`` prefix (byte-stream transports,
+    rsio.md#framing).
 
     Raises:
         LocalProtocolError: as :func:`encode_message`.

@@ -1,6 +1,6 @@
 """Reactive Streams IO (rsio-v0) messages and connection events, as data.
 
-Every message of ``docs/protocols/rsio.md`` (spec: ``rsio.md`` Part B) is
+Every message of ``docs/protocols/rsio.md`` is
 one frozen, slotted dataclass named as in the draft (``subscribe``,
 ``onNext``...), with its wire type code in :class:`MessageType`. The codec
 turns them into bytes and back; the connection checks the order they may come
@@ -13,7 +13,7 @@ out three events that have no wire form (:class:`ConnectionClosed`,
 :class:`IllegalDemand`, :class:`SubscriptionAborted`); they report what the
 connection did on its own so that the application can release resources.
 
-Id namespaces (spec B.5 rule 2): ``subscriber`` always names an Id chosen by
+Id namespaces (rsio.md#rule-namespaces): ``subscriber`` always names an Id chosen by
 the *subscribing* side. In ``Subscribe``/``Request``/``Cancel`` that is the
 sender; in ``Subscribed``/``OnNext*``/``OnComplete``/``OnError`` it is the
 receiver.
@@ -52,7 +52,7 @@ __all__ = [
 
 
 class MessageType(enum.IntEnum):
-    """Message type codes (spec B.2), sent as a varint that is one byte for all of them.
+    """Message type codes (rsio.md#type-codes), sent as a varint that is one byte for all of them.
 
     Code 0 is reserved so that zero-filled garbage is caught; 14-63 are
     reserved for future core versions, 64 and above for extensions. This
@@ -101,7 +101,8 @@ Each of them starts with the ``subscriber`` Id, which lets a receiver route
 
 @dataclass(frozen=True, slots=True)
 class ClientHello:
-    """``clientHello(version, extensions)``: first message of the connection opener (B.5.1)."""
+    """``clientHello(version, extensions)``: first message of the connection opener
+    (rsio.md#rule-hellos)."""
 
     TYPE: ClassVar[MessageType] = MessageType.CLIENT_HELLO
     version: int
@@ -119,7 +120,8 @@ class ServerHello:
 
 @dataclass(frozen=True, slots=True)
 class Goodbye:
-    """``goodbye(reason)``: ends the connection and, implicitly, every subscription (B.7).
+    """``goodbye(reason)``: ends the connection and, implicitly, every subscription
+    (rsio.md#goodbye).
 
     The reply to a ``goodbye`` is a ``goodbye`` too (the later draft's
     ``goodbyeAck``), usually with an empty reason.
@@ -137,7 +139,7 @@ class Subscribe:
     """``subscribe(publisher, subscriber, initialDemand)``: open subscription ``subscriber``.
 
     ``publisher`` is opaque to the protocol (this server reads it as
-    ``<stream>[?from=...]``, B.8). ``initial_demand`` may be 0 … 2^63-1.
+    ``<stream>[?from=...]``, rsio.md#publisher-strings). ``initial_demand`` may be 0 … 2^63-1.
     """
 
     TYPE: ClassVar[MessageType] = MessageType.SUBSCRIBE
@@ -171,7 +173,7 @@ class Subscribed:
     """``subscribed(subscriber, elementSize)`` (later ``onSubscribe``): always the first reply.
 
     ``element_size`` 0 means variable-size elements; above 0 every element of
-    the subscription is exactly that many bytes (B.5 rule 8).
+    the subscription is exactly that many bytes (rsio.md#rule-element-size).
     """
 
     TYPE: ClassVar[MessageType] = MessageType.SUBSCRIBED
@@ -183,7 +185,7 @@ class Subscribed:
 class OnNext:
     """``onNext(subscriber, element)``: one element; uses one unit of demand.
 
-    A connection also delivers a reassembled split element (B.6) as one
+    A connection also delivers a reassembled split element (rsio.md#split-elements) as one
     ``OnNext``.
     """
 
@@ -288,7 +290,7 @@ class ConnectionClosed:
 
 @dataclass(frozen=True, slots=True)
 class IllegalDemand:
-    """The peer subscriber asked for demand outside 1 … 2^63-1 (B.5 rule 5).
+    """The peer subscriber asked for demand outside 1 … 2^63-1 (rsio.md#rule-demand).
 
     The connection has already queued ``onError(subscriber, "illegal demand")``
     (after ``subscribed(subscriber, 0)`` if the application had not sent it) and
@@ -302,12 +304,12 @@ class IllegalDemand:
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionAborted:
-    """The peer publisher broke a rule of one of our subscriptions (B.5 rule 5, B.6).
+    """The peer publisher broke a rule of one of our subscriptions (rsio.md#rule-demand).
 
     Examples: more elements than requested, a split element interleaved with
     other elements, a reassembled element over the size limit. The connection
     has already queued ``cancel(subscriber)`` and closed the subscription; this
-    is the "report the error locally" of the spec. ``subscriber`` is in our
+    is the "report the error locally" of rsio.md#rule-demand. ``subscriber`` is in our
     namespace, like ``Subscribe.subscriber`` when we sent it.
     """
 

@@ -12,19 +12,19 @@ The I/O layer owns the socket and calls four verbs::
 
 What the connection does by itself, so every user gets it right:
 
-* sends our hello at once (loose handshake, A.4) and checks the peer's;
-* answers a ``goodbye`` with ``goodbye("")`` (B.7) and ends every
+* sends our hello at once (loose handshake, rsio.md#hello) and checks the peer's;
+* answers a ``goodbye`` with ``goodbye("")`` (rsio.md#goodbye) and ends every
   subscription, reporting ``OnError("goodbye: <reason>")`` for ours and
   ``Cancel`` for the peer's before the ``Goodbye`` event; EOF does the same
   before ``ConnectionClosed``;
-* answers illegal demand with ``onError(id, "illegal demand")`` (B.5 rule 5,
+* answers illegal demand with ``onError(id, "illegal demand")`` (rsio.md#rule-demand,
   event :class:`~.commands.IllegalDemand`) and a subscription over
   ``max_publications`` with ``subscribed(id, 0)`` + ``onError`` (no event);
   sends the ``subscribed(id, 0)`` still owed when the peer cancels before it
   (the ``Subscribe`` and ``Cancel`` events both follow; check
   ``publication_state`` before answering a ``Subscribe``);
-* drops stale and late messages (B.5 rules 3, 6, 7), reassembles split
-  elements (B.6), and cancels a subscription whose publisher exceeds demand or
+* drops stale and late messages (rules 3, 6, 7, rsio.md#connection-rules), reassembles split
+  elements (rsio.md#split-elements), and cancels a subscription whose publisher exceeds demand or
   breaks the split rules (event :class:`~.commands.SubscriptionAborted`).
 
 Everything else is the application's call, and ``send`` refuses what the
@@ -109,7 +109,7 @@ Each costs the serving side a store reader and a task. One consumer process
 rarely needs more than a few dozen streams; 1024 leaves room for fan-in
 clients while keeping one connection from tying up the server. Over the limit
 a ``subscribe`` is answered with ``subscribed(id, 0)`` + ``onError(id, "too
-many subscriptions")``, the spec's way of rejecting a publisher string (B.5
+many subscriptions")``, the protocol's way of rejecting a publisher string (rsio.md#connection-rules
 rule 3).
 """
 
@@ -186,18 +186,18 @@ class ReactiveConnection:
         role: ``Role.CLIENT`` if we opened the transport, ``Role.SERVER`` if
             we accepted it; decides which hello is sent and expected.
         max_frame_bytes: largest frame accepted from the peer; at least
-            :data:`~.codec.MIN_MAX_FRAME_BYTES` (the spec's floor).
+            :data:`~.codec.MIN_MAX_FRAME_BYTES` (the protocol's floor).
         max_send_frame_bytes: largest frame we send; the default, 1 MiB, is
-            the most every peer must accept. Split larger elements (B.6).
+            the most every peer must accept. Split larger elements (rsio.md#split-elements).
         max_element_bytes: largest reassembled split element we accept.
         max_publications: most subscriptions the peer may hold open on us.
-        extensions: extension Ids our hello lists (A.4). The active set is
+        extensions: extension Ids our hello lists (rsio.md#hello). The active set is
             their intersection with the peer's list (the ``ClientHello`` /
             ``ServerHello`` event); an extension that defines no message type
             (headrace's ``offer``) needs nothing more from the connection.
 
     Raises:
-        ConfigError: a limit below the spec's floor or not positive.
+        ConfigError: a limit below the protocol's floor or not positive.
     """
 
     def __init__(
@@ -351,7 +351,7 @@ class ReactiveConnection:
         self._events.append(ConnectionClosed())
 
     def _end_all(self, reason: str) -> None:
-        """End every subscription at once, as a goodbye or EOF does (A.8, B.7)."""
+        """End every subscription at once, as a goodbye or EOF does (rsio.md#goodbye)."""
         for subscriber, sub in self._subscriptions.items():
             if sub.state in _LIVE_SUBSCRIBER_STATES:
                 self._events.append(OnError(subscriber, reason))
@@ -439,7 +439,7 @@ class ReactiveConnection:
         pub = self._publications.get(subscriber)
         if isinstance(message, Subscribe):
             if pub is not None:
-                raise _remote("duplicate subscriber id")  # B.5 rule 4
+                raise _remote("duplicate subscriber id")  # rsio.md#rule-duplicate-id
             if not DemandWindow.is_legal_initial_demand(message.initial_demand):
                 self._reject(subscriber, "illegal demand")
             elif len(self._publications) >= self._max_publications:
@@ -469,7 +469,7 @@ class ReactiveConnection:
             pub.demand.request(message.demand)
         elif pub.state is PublisherState.SUBSCRIBE_RECEIVED:
             # A cancel before our subscribed: the subscriber keeps the Id until
-            # subscribed arrives (B.5 rule 3), and the application, which may not
+            # subscribed arrives (rsio.md#rule-subscribed-first), and the application, which may not
             # have seen the Subscribe yet, can no longer send it. Owe it here.
             self._queue(Subscribed(subscriber, 0))
         pub.state = next_state
@@ -478,7 +478,8 @@ class ReactiveConnection:
         self._events.append(message)
 
     def _reject(self, subscriber: int, reason: str) -> None:
-        """Refuse a subscription the way B.5 rule 3 refuses an unknown publisher."""
+        """Refuse a subscription the way rsio.md#rule-subscribed-first refuses an unknown
+        publisher."""
         self._queue(Subscribed(subscriber, 0))
         self._queue(OnError(subscriber, reason))
 
@@ -547,7 +548,8 @@ class ReactiveConnection:
         return None
 
     def _abort(self, subscriber: int, reason: str) -> None:
-        """The publisher broke a rule of our subscription: cancel it, report locally (B.5.5)."""
+        """The publisher broke a rule of our subscription: cancel it, report locally
+        (rsio.md#rule-demand)."""
         self._queue(Cancel(subscriber))
         del self._subscriptions[subscriber]
         self._events.append(SubscriptionAborted(subscriber, reason))

@@ -7,15 +7,15 @@ One connection runs three kinds of state machine, each a dict
 ``(state, input) -> (action, next_state)``:
 
 * **The connection** (:data:`CONNECTION_TRANSITIONS`): the handshake and the
-  goodbye exchange (B.5 rule 1, B.7). Our own hello is queued when the
-  connection is created (the "loose" handshake, A.4), so the only thing to
+  goodbye exchange (rsio.md#rule-hellos, rsio.md#goodbye). Our own hello is queued when the
+  connection is created (the "loose" handshake, rsio.md#hello), so the only thing to
   wait for is the peer's hello; until it arrives, only a hello may be
   received, while we may already send (pipelining). A ``goodbye`` from either
   side ends every subscription at once.
 
 * **One subscriber machine per subscription we opened**
   (:data:`SUBSCRIBER_TRANSITIONS`), keyed by the Id *we* chose. It drops
-  everything the publisher sends for the Id until ``subscribed`` (B.5 rule 3:
+  everything the publisher sends for the Id until ``subscribed`` (rsio.md#rule-subscribed-first:
   those messages belong to an earlier use of the Id), reassembles split
   elements, and checks that the publisher stays within demand.
 
@@ -24,9 +24,9 @@ One connection runs three kinds of state machine, each a dict
   our application send ``subscribed`` first, stay within demand, finish a
   split element before anything else, and stop after a terminal signal.
 
-Because both sides may subscribe (the protocol is fully bidirectional, A.5),
+Because both sides may subscribe (the protocol is fully bidirectional, rsio.md#scope),
 every connection has both kinds of subscription machine; the two Id
-namespaces (B.5 rule 2) are two dicts, so Id 1 may be in use both ways.
+namespaces (rsio.md#rule-namespaces) are two dicts, so Id 1 may be in use both ways.
 
 Inputs are named ``SEND_*`` (our application calls ``send``) or ``RECV_*``
 (a message arrived). Actions:
@@ -36,11 +36,11 @@ Inputs are named ``SEND_*`` (our application calls ``send``) or ``RECV_*``
   split element's parts are held until the last one, then delivered as one
   ``OnNext``).
 * ``IGNORE`` - dropped without an event: stale messages for a reused Id
-  (B.5 rule 3), anything after a terminal signal or a goodbye (rules 6, 7),
+  (rsio.md#rule-subscribed-first), anything after a terminal signal or a goodbye (rules 6, 7),
   and a ``request``/``cancel`` sent on a cancelled subscription, which
   Reactive Streams §3.6/§3.7 make no-ops.
 * ``ABORT`` - the publisher broke a rule of one subscription: we send
-  ``cancel`` and report :class:`~.commands.SubscriptionAborted` (B.5 rule 5).
+  ``cancel`` and report :class:`~.commands.SubscriptionAborted` (rsio.md#rule-demand).
 
 A pair that is not in a table is refused: a ``SEND_*`` raises
 ``LocalProtocolError`` and changes nothing; a ``RECV_*`` is a connection
@@ -85,7 +85,7 @@ class Role(enum.Enum):
     """Which end of the transport we are; it decides only which hello each side sends.
 
     ``CLIENT`` opened the connection and sends ``clientHello``; ``SERVER``
-    accepted it and sends ``serverHello`` (A.4). Either may subscribe or
+    accepted it and sends ``serverHello`` (rsio.md#hello). Either may subscribe or
     publish.
     """
 
@@ -106,7 +106,7 @@ class Action(enum.Enum):
 
 
 class ConnectionState(enum.Enum):
-    """Where the connection is in the handshake and goodbye exchange (B.5 rule 1, B.7)."""
+    """Where the connection is in the handshake and goodbye exchange (rsio.md#goodbye)."""
 
     AWAITING_HELLO = "awaiting hello"
     """Our hello is queued; the peer's has not arrived. We may already send."""
@@ -166,7 +166,7 @@ CONNECTION_ON_PROTOCOL_ERROR: dict[ConnectionState, ConnectionState] = {
     _C.CLOSED: _C.CLOSED,
     _C.ERROR: _C.ERROR,
 }
-"""Where a protocol error by the peer leads, from each state (B.7: answered with
+"""Where a protocol error by the peer leads, from each state (rsio.md#goodbye: answered with
 ``goodbye(<description>)``, then close). From ``ERROR`` we may still send that goodbye;
 after our own goodbye there is nothing left to say, so the connection is ``CLOSED``."""
 
@@ -175,7 +175,7 @@ after our own goodbye there is nothing left to say, so the connection is ``CLOSE
 
 
 class SubscriberState(enum.Enum):
-    """A subscription we opened, as its subscriber (B.5 rules 3, 5, 6; B.6)."""
+    """A subscription we opened, as its subscriber (rules 3, 5, 6, rsio.md#connection-rules)."""
 
     AWAITING_SUBSCRIBED = "awaiting subscribed"
     """``subscribe`` sent; publisher messages for the Id are stale until ``subscribed``."""
@@ -219,9 +219,10 @@ SUBSCRIBER_TRANSITIONS: dict[
 ]
 SUBSCRIBER_TRANSITIONS = {
     (_S.CLOSED, _SI.SEND_SUBSCRIBE): (Action.SEND, _S.AWAITING_SUBSCRIBED),
-    (_S.CLOSED, _SI.SEND_REQUEST): (Action.IGNORE, _S.CLOSED),  # RS §3.6
-    (_S.CLOSED, _SI.SEND_CANCEL): (Action.IGNORE, _S.CLOSED),  # RS §3.7
-    # No machine: in flight after cancel or a terminal signal (B.5 rules 6, 7).
+    (_S.CLOSED, _SI.SEND_REQUEST): (Action.IGNORE, _S.CLOSED),  # Reactive Streams §3.6
+    (_S.CLOSED, _SI.SEND_CANCEL): (Action.IGNORE, _S.CLOSED),  # Reactive Streams §3.7
+    # No machine: in flight after cancel or a terminal signal (rules 6, 7,
+    # rsio.md#connection-rules).
     (_S.CLOSED, _SI.RECV_SUBSCRIBED): (Action.IGNORE, _S.CLOSED),
     **{(_S.CLOSED, i): (Action.IGNORE, _S.CLOSED) for i in _STALE},
     # Before subscribed: everything from the publisher is from an earlier use of the Id.
@@ -264,7 +265,8 @@ Id, an element over the size limit or of the wrong fixed size becomes ``ABORT``.
 
 
 class PublisherState(enum.Enum):
-    """A subscription the peer opened on us, as its publisher (B.5 rules 3-6; B.6)."""
+    """A subscription the peer opened on us, as its publisher (rules 3-6,
+    rsio.md#connection-rules)."""
 
     SUBSCRIBE_RECEIVED = "subscribe received"
     """The peer subscribed; our application owes ``subscribed`` before anything else."""
@@ -296,7 +298,7 @@ _PI = PublisherInput
 PUBLISHER_TRANSITIONS: dict[tuple[PublisherState, PublisherInput], tuple[Action, PublisherState]]
 PUBLISHER_TRANSITIONS = {
     (_P.CLOSED, _PI.RECV_SUBSCRIBE): (Action.DELIVER, _P.SUBSCRIBE_RECEIVED),
-    (_P.CLOSED, _PI.RECV_REQUEST): (Action.IGNORE, _P.CLOSED),  # B.5 rule 7: a race
+    (_P.CLOSED, _PI.RECV_REQUEST): (Action.IGNORE, _P.CLOSED),  # rsio.md#rule-unknown-ids: a race
     (_P.CLOSED, _PI.RECV_CANCEL): (Action.IGNORE, _P.CLOSED),
     (_P.SUBSCRIBE_RECEIVED, _PI.RECV_REQUEST): (Action.DELIVER, _P.SUBSCRIBE_RECEIVED),
     (_P.SUBSCRIBE_RECEIVED, _PI.RECV_CANCEL): (Action.DELIVER, _P.CLOSED),
@@ -316,7 +318,7 @@ PUBLISHER_TRANSITIONS = {
 }
 """Publisher table. ``CLOSED`` stands for "no machine for this Id". Missing ``SEND_*``:
 ``LocalProtocolError`` (onNext before subscribed, after onComplete, in the middle of a
-split element...). ``RECV_SUBSCRIBE`` on a live Id is a connection error (B.5 rule 4,
+split element...). ``RECV_SUBSCRIBE`` on a live Id is a connection error (rsio.md#rule-duplicate-id,
 "duplicate subscriber id"). A ``RECV_REQUEST`` outside 1 … 2^63-1 ends the subscription
 with ``onError(id, "illegal demand")`` instead of being delivered."""
 
@@ -330,7 +332,7 @@ class DemandWindow:
     Both ends keep one per subscription and apply the same steps in the same
     order, so they agree without talking about it: the publisher to know how
     many elements it may still send, the subscriber to catch a publisher that
-    sends more (B.5 rule 5, Reactive Streams §1.1).
+    sends more (rsio.md#rule-demand, Reactive Streams §1.1).
 
     * ``request(n)`` adds ``n``; the sum saturates at :data:`MAX_DEMAND`
       (2^63-1, Java's ``Long.MAX_VALUE``), which means *unbounded*
@@ -367,12 +369,12 @@ class DemandWindow:
 
     @staticmethod
     def is_legal_initial_demand(demand: int) -> bool:
-        """``subscribe.initialDemand`` may be 0 … 2^63-1 (B.5 rule 5)."""
+        """``subscribe.initialDemand`` may be 0 … 2^63-1 (rsio.md#rule-demand)."""
         return 0 <= demand <= MAX_DEMAND
 
     @staticmethod
     def is_legal_request(demand: int) -> bool:
-        """``request.demand`` must be 1 … 2^63-1 (B.5 rule 5; Reactive Streams §3.9)."""
+        """``request.demand`` must be 1 … 2^63-1 (rsio.md#rule-demand; Reactive Streams §3.9)."""
         return 1 <= demand <= MAX_DEMAND
 
     @property

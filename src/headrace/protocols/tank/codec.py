@@ -1,16 +1,16 @@
 """Pure encode/decode of TANK frames, messages, bundles and consume chunks.
 
-Byte layouts (all integers little-endian, no padding; spec sections in
-brackets, see ``docs/protocols/tank.md``)::
+Byte layouts (all integers little-endian, no padding; anchors of
+``docs/protocols/tank.md`` in brackets; ``tank.md#...`` below names them too)::
 
-    frame     msg_id:u8  payload_size:u32  payload            [2]
-    str8      len:u8  bytes                                     [1]
-    varint    unsigned LEB128, at most 5 bytes, value < 2**32   [1]
-    endpoint  addr:4 bytes in network order  port:u16           [1]
+    frame     msg_id:u8  payload_size:u32  payload            [#framing]
+    str8      len:u8  bytes                                     [#primitives]
+    varint    unsigned LEB128, at most 5 bytes, value < 2**32   [#primitives]
+    endpoint  addr:4 bytes in network order  port:u16           [#primitives]
     bundle    flags:u8  [msg_count:varint]  [first:u64  [last-first-1:varint]]
-              message set (raw Snappy block when codec = 1)     [9]
+              message set (raw Snappy block when codec = 1)     [#bundles]
     message   flags:u8  [delta:varint]  [ts:u64]  [key:str8]  len:varint  content
-    chunk     repeated  varint(bundle_length)  bundle           [6.4]
+    chunk     repeated  varint(bundle_length)  bundle           [#chunks]
 
 Every ``decode_*`` function takes bytes that are complete as far as framing
 goes and raises :class:`RemoteProtocolError` for anything malformed (never
@@ -125,29 +125,31 @@ __all__ = [
 
 # --------------------------------------------------------------------------- limits
 
-FRAME_HEADER = struct.Struct("<BI")  # msg_id:u8, payload_size:u32 (spec 2)
+FRAME_HEADER = struct.Struct("<BI")  # msg_id:u8, payload_size:u32 (tank.md#framing)
 FRAME_HEADER_BYTES = 5
 assert FRAME_HEADER.size == FRAME_HEADER_BYTES
 
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
-"""Largest frame payload accepted: the C++ broker closes a connection announcing more (spec 2)."""
+"""Largest frame payload accepted: the C++ broker closes a connection announcing more
+(tank.md#framing)."""
 
 MAX_VARINT_BYTES = 5
-"""A varint carries at most 32 bits, so 5 groups of 7 (spec 1)."""
+"""A varint carries at most 32 bits, so 5 groups of 7 (tank.md#primitives)."""
 
 MAX_VARINT_VALUE = 2**32 - 1
-"""Varints are limited to 32-bit values; there is no 64-bit varint in the protocol (spec 1)."""
+"""Varints are limited to 32-bit values; there is no 64-bit varint in the protocol
+(tank.md#primitives)."""
 
 MAX_STR8_BYTES = 255
-"""A ``str8`` length is one byte (spec 1): topic names, client ids, keys."""
+"""A ``str8`` length is one byte (tank.md#primitives): topic names, client ids, keys."""
 
 MAX_BUNDLE_MESSAGES = 65535
 """TANK records a bundle's message count as a u16 and corrupts its high-water mark
-beyond it (spec 5.2); it also bounds how far one bundle can move seq nums."""
+beyond it (tank.md#produce-semantics); it also bounds how far one bundle can move seq nums."""
 
 MAX_MESSAGE_SET_BYTES = 256 * 1024 * 1024
 """Largest decompressed message set: no more than a frame could carry uncompressed,
-so a small Snappy block cannot make us allocate without bound (spec 9.4)."""
+so a small Snappy block cannot make us allocate without bound (tank.md#compression)."""
 
 MAX_STORED_UNPACKED_BYTES = 16 * 1024 * 1024
 """Largest message set a bundle kept in a store may unpack to: what one append
@@ -157,15 +159,15 @@ a reader no more memory than reading the largest plain event (a raw Snappy block
 of 16 MiB could otherwise unpack to over 300 MiB)."""
 
 COMPRESS_ABOVE_MESSAGES = 512
-"""C++ producer policy (spec 9.4): compress bundles with more messages than this..."""
+"""C++ producer policy (tank.md#compression): compress bundles with more messages than this..."""
 
 COMPRESS_ABOVE_BYTES = 1024
 """...or whose keys and contents add up to more bytes than this."""
 
-BUNDLE_FLAG_CODEC_MASK = 0x03  # bits 0-1 (spec 9.1)
+BUNDLE_FLAG_CODEC_MASK = 0x03  # bits 0-1 (tank.md#bundles)
 BUNDLE_FLAG_COUNT_SHIFT = 2  # bits 2-5: message count 1..15, 0 = varint follows
 BUNDLE_FLAG_COUNT_MASK = 0x0F
-BUNDLE_FLAG_SPARSE = 0x40  # bit 6: explicit seq nums (spec 9.3)
+BUNDLE_FLAG_SPARSE = 0x40  # bit 6: explicit seq nums (tank.md#bundle-seq-nums)
 BUNDLE_FLAG_RESERVED = 0x80  # bit 7: described upstream, never read or written; we reject it
 MAX_INLINE_COUNT = 15  # the largest count bits 2-5 can hold
 
@@ -205,7 +207,7 @@ REQUEST_TYPES = frozenset(
         MessageType.DISCOVER_TOPOLOGY,
     }
 )
-"""Message ids a broker accepts; any other id closes the connection (spec 2, 3)."""
+"""Message ids a broker accepts; any other id closes the connection (tank.md#framing)."""
 
 RESPONSE_TYPES = REQUEST_TYPES - {MessageType.PRODUCE_WITH_SEQNUM}
 """Message ids a client accepts (ProduceWithSeqnum is answered with Produce)."""
@@ -371,7 +373,7 @@ class _Writer:
 
 
 def encode_varint(value: int) -> bytes:
-    """Unsigned LEB128, 7 bits at a time, least significant first (spec 1).
+    """Unsigned LEB128, 7 bits at a time, least significant first (tank.md#primitives).
 
     Raises:
         LocalProtocolError: ``value`` is negative or needs more than 32 bits.
@@ -397,7 +399,7 @@ def decode_varint(data: bytes | bytearray | memoryview) -> tuple[int, int]:
 
 
 def encode_frame(msg_type: int, payload: bytes | bytearray) -> bytes:
-    """``msg_id:u8 payload_size:u32 payload`` (spec 2)."""
+    """``msg_id:u8 payload_size:u32 payload`` (tank.md#framing)."""
     _check(len(payload), MAX_PAYLOAD_BYTES, "payload size")
     return FRAME_HEADER.pack(_check(msg_type, _U8_MAX, "msg_id"), len(payload)) + bytes(payload)
 
@@ -575,7 +577,7 @@ def _encode_produce_response(writer: _Writer, message: ProduceResponse) -> None:
                 writer.endpoint(partition.leader)
 
 
-# Header fields present for each errorOrFlags value (spec 6.5).
+# Header fields present for each errorOrFlags value (tank.md#consume).
 _CONSUME_WITH_BASE = frozenset({ConsumeError.OK, ConsumeError.BOUNDARY_CHECK})
 _CONSUME_WITH_CHUNK = frozenset(
     {ConsumeError.OK, ConsumeError.BOUNDARY_CHECK, ConsumeError.SPARSE_BUNDLE}
@@ -648,7 +650,7 @@ def encode_consume_split(
     ``chunks`` maps (topic index, partition index) to that partition's chunk
     as pieces (its ``chunk`` in ``message`` stays empty); they are returned as
     they are, after one piece holding the frame header and the response
-    header (chunks come last in a consume response, spec 6.5). Joined, the
+    header (chunks come last in a consume response, tank.md#consume). Joined, the
     pieces are ``encode`` of the message with those chunks in place.
 
     Raises:
@@ -801,7 +803,7 @@ def decode_request(msg_type: int, payload: bytes | bytearray | memoryview) -> Re
     Raises:
         RemoteProtocolError: unknown or obsolete msg id, truncated or malformed
             payload, or trailing bytes (a broker closes the connection for all
-            of them, spec 2).
+            of them, tank.md#framing).
     """
     if msg_type not in REQUEST_TYPES:
         raise RemoteProtocolError(f"{_type_name(msg_type)} is not a request a broker accepts")
@@ -1145,7 +1147,7 @@ def encode_bundle(
     compress: bool | None = None,
     sparse: bool = False,
 ) -> bytes:
-    """Encode messages as one bundle (spec 9), the way the C++ producer does.
+    """Encode messages as one bundle (tank.md#bundles), the way the C++ producer does.
 
     A message gets an explicit timestamp when it is the first or its timestamp
     differs from the previous one; otherwise ``UseLastSpecifiedTS``.
@@ -1155,7 +1157,7 @@ def encode_bundle(
         compress: True for Snappy, False for none, None for the C++ producer's
             policy (more than 512 messages or more than 1024 key+content bytes).
         sparse: write the messages' own seq nums (strictly increasing, >= 1),
-            for ProduceWithSeqnum tooling (spec 9.3).
+            for ProduceWithSeqnum tooling (tank.md#bundle-seq-nums).
 
     Raises:
         LocalProtocolError: no messages, too many, a key over 255 bytes, a
@@ -1223,7 +1225,7 @@ def encode_chunk_entry(bundle: bytes | bytearray | memoryview) -> bytes:
 
 
 def decode_bundle_header(bundle: bytes | bytearray | memoryview) -> BundleHeader:
-    """Read what a broker needs from a bundle: codec, count, sparse range (spec 9.1, 5.2).
+    """Read what a broker needs from a bundle: codec, count, sparse range (tank.md#bundles).
 
     Raises:
         RemoteProtocolError: truncated header, undefined codec, reserved bit
@@ -1262,7 +1264,7 @@ def decode_bundle(
     *,
     max_unpacked_bytes: int = MAX_MESSAGE_SET_BYTES,
 ) -> tuple[BundleMessage, ...]:
-    """Unpack a complete bundle into its messages, with seq nums (spec 9.2, 9.3).
+    """Unpack a complete bundle into its messages, with seq nums (tank.md#bundle-messages).
 
     Args:
         bundle: exactly one bundle, without its length varint.
@@ -1486,7 +1488,7 @@ def decode_chunk(
     min_seq_num: int = 0,
     high_water_mark: int = SEQ_NUM_TAIL,
 ) -> DecodedChunk:
-    """Unpack a consume chunk into messages, the way the C++ client does (spec 6.7).
+    """Unpack a consume chunk into messages, the way the C++ client does (tank.md#chunks).
 
     Bundles wholly below ``min_seq_num`` are skipped without decoding; messages
     outside ``min_seq_num..high_water_mark`` are dropped, and decoding stops at

@@ -1,16 +1,16 @@
 """TANK wire messages and bundle values: one frozen dataclass per message.
 
-Names follow the protocol reference (the project spec ``protocols/tank.md``;
-what headrace implements is in ``docs/protocols/tank.md``): message ids are
-:class:`MessageType`, each request has a class named after the spec
+Names follow the protocol reference (``docs/protocols/tank.md``, which also
+says what headrace implements; ``tank.md#...`` below names its anchors): message
+ids are :class:`MessageType`, each request has a class named after TANK's own
 (``Produce``, ``Consume``, ``CreateTopic``...) and each response the same name
 plus ``Response``. Result and error bytes are
-IntEnums, so a value that the spec does not list cannot be represented.
+IntEnums, so a value that TANK does not define cannot be represented.
 
 This module only describes values. The byte layouts live in ``codec.py`` and
 the connection rules in ``connection.py`` / ``states.py``.
 
-Words keep one meaning (STYLE.md): ``seq_num`` is a message sequence number,
+Words keep one meaning (``docs/architecture.md#naming``): ``seq_num`` is a message sequence number,
 ``*_count`` a number of items, ``*_bytes`` a size. Topic names are ``str``
 (decoded as UTF-8 with ``surrogateescape``, so any byte string survives a
 round trip); client ids, keys, contents, bundles and chunks are ``bytes``.
@@ -84,32 +84,33 @@ __all__ = [
 # --------------------------------------------------------------------------- constants
 
 DEFAULT_PORT = 11011
-"""The conventional broker port (spec 4: ``tank-cli`` and the upstream image use it)."""
+"""The conventional broker port (tank.md#lifecycle: ``tank-cli`` and the upstream image use it)."""
 
 SEQ_NUM_TAIL = 2**64 - 1
-"""Consume ``seq_num`` meaning "only messages published from now on" (spec 6.2)."""
+"""Consume ``seq_num`` meaning "only messages published from now on" (tank.md#consume-semantics)."""
 
 DEFAULT_CLIENT_VERSION = 2
-"""``client_version`` the C++ client sends (spec 5.1, 6.1)."""
+"""``client_version`` the C++ client sends (tank.md#produce)."""
 
 CONSUME_FLAGS_MIN_CLIENT_VERSION = 3
 """From this consume ``client_version`` on, a ``consume_flags`` byte follows ``min_bytes`` (6.1)."""
 
 MAX_FETCH_SIZE_BYTES = 64 * 1024 * 1024
-"""The broker caps each partition's ``fetch_size`` at 64 MiB (spec 6.1); servers clamp to it."""
+"""The broker caps each partition's ``fetch_size`` at 64 MiB (tank.md#consume); servers clamp to
+it."""
 
 MAX_MIN_BYTES = 64 * 1024 * 1024
-"""The broker caps a consume's ``min_bytes`` at 64 MiB (spec 6.1); servers clamp to it."""
+"""The broker caps a consume's ``min_bytes`` at 64 MiB (tank.md#consume); servers clamp to it."""
 
 MAX_WAIT_MS = 3_600_000
-"""A parked consume waits at most one hour whatever ``max_wait_ms`` says (spec 6.3)."""
+"""A parked consume waits at most one hour whatever ``max_wait_ms`` says (tank.md#long-polling)."""
 
 
 # --------------------------------------------------------------------------- enums
 
 
 class MessageType(enum.IntEnum):
-    """Frame message ids, TANK's ``TankAPIMsgType`` (spec section 3)."""
+    """Frame message ids, TANK's ``TankAPIMsgType`` (tank.md#message-ids)."""
 
     PRODUCE = 0x01
     """Produce request; also the id of every produce response."""
@@ -124,14 +125,14 @@ class MessageType(enum.IntEnum):
     CREATE_TOPIC = 0x07
     RELOAD_CONF = 0x08
     CONSUME_PEER = 0x09
-    """Broker-to-broker replication (cluster mode only, spec 10); not supported."""
+    """Broker-to-broker replication (cluster mode only, tank.md#cluster); not supported."""
     STATUS = 0x0A
     DISCOVER_TOPICS = 0x0B
     DISCOVER_TOPOLOGY = 0x0C
 
 
 class ProduceError(enum.IntEnum):
-    """Per-partition (or topic-level) result byte of a produce response (spec 5.3)."""
+    """Per-partition (or topic-level) result byte of a produce response (tank.md#produce)."""
 
     OK = 0x00
     UNKNOWN_PARTITION = 0x01
@@ -155,7 +156,7 @@ TOPIC_LEVEL_PRODUCE_ERRORS = frozenset({ProduceError.READ_ONLY, ProduceError.UNK
 
 
 class ConsumeError(enum.IntEnum):
-    """``errorOrFlags`` of a consume response partition header (spec 6.5)."""
+    """``errorOrFlags`` of a consume response partition header (tank.md#consume)."""
 
     OK = 0x00
     BOUNDARY_CHECK = 0x01
@@ -170,7 +171,7 @@ class ConsumeError(enum.IntEnum):
 
 
 class CreateTopicResult(enum.IntEnum):
-    """Result byte of a CreateTopic response (spec 7)."""
+    """Result byte of a CreateTopic response (tank.md#create-topic)."""
 
     CREATED = 0
     ALREADY_EXISTS = 1
@@ -183,7 +184,7 @@ class CreateTopicResult(enum.IntEnum):
 
 
 class ReloadConfResult(enum.IntEnum):
-    """Result byte of a ReloadConf response (spec 8.2)."""
+    """Result byte of a ReloadConf response (tank.md#reload-conf)."""
 
     RELOADED = 0
     CLIENT_UNKNOWN_TOPIC = 1
@@ -197,7 +198,7 @@ class ReloadConfResult(enum.IntEnum):
 
 
 class DiscoverPartitionsError(enum.IntEnum):
-    """Reason byte after an all-ones DiscoverPartitions entry (spec 8.1)."""
+    """Reason byte after an all-ones DiscoverPartitions entry (tank.md#discover-partitions)."""
 
     SYSTEM_ERROR = 0xFB
     OTHER_LEADER = 0xFC
@@ -206,15 +207,16 @@ class DiscoverPartitionsError(enum.IntEnum):
 
 
 class BundleCodec(enum.IntEnum):
-    """Bundle flags bits 0-1 (spec 9.1): how the message set is stored."""
+    """Bundle flags bits 0-1 (tank.md#bundles): how the message set is stored."""
 
     NONE = 0
     SNAPPY = 1
-    """Raw Snappy block, no framing (spec 9.4)."""
+    """Raw Snappy block, no framing (tank.md#compression)."""
 
 
 class MessageFlags(enum.IntFlag):
-    """Per-message flags inside a bundle's message set (``BundleMsgFlags``, spec 9.2)."""
+    """Per-message flags inside a bundle's message set (``BundleMsgFlags``,
+    tank.md#bundle-messages)."""
 
     HAVE_KEY = 0x01
     USE_LAST_SPECIFIED_TS = 0x02
@@ -226,7 +228,7 @@ class MessageFlags(enum.IntFlag):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """An IPv4 broker address in cluster-mode redirects (spec 1, ``endpoint``).
+    """An IPv4 broker address in cluster-mode redirects (tank.md#primitives, ``endpoint``).
 
     Attributes:
         address: dotted quad, e.g. ``"127.0.0.1"``.
@@ -239,7 +241,7 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class Ping:
-    """Message id 0x03 with an empty payload: the broker's greeting (spec 4)."""
+    """Message id 0x03 with an empty payload: the broker's greeting (tank.md#lifecycle)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,11 +254,11 @@ class ConnectionClosed:
 
 @dataclass(frozen=True, slots=True)
 class ProducePartition:
-    """One bundle for one partition in a produce request (spec 5.1).
+    """One bundle for one partition in a produce request (tank.md#produce).
 
     Attributes:
         partition_id: the partition (u16).
-        bundle: the bundle bytes (section 9), without the length varint.
+        bundle: the bundle bytes (tank.md#bundles), without the length varint.
         first_seq_num: only carried by :class:`ProduceWithSeqnum`; 0 means
             "assign the next sequence number", as in a plain Produce.
     """
@@ -274,7 +276,7 @@ class ProduceTopic:
 
 @dataclass(frozen=True, slots=True)
 class Produce:
-    """Message 0x01: append one bundle to each listed partition (spec 5.1).
+    """Message 0x01: append one bundle to each listed partition (tank.md#produce).
 
     Attributes:
         request_id: echoed in the response.
@@ -310,7 +312,7 @@ class ProduceWithSeqnum:
 
 @dataclass(frozen=True, slots=True)
 class ProducePartitionResult:
-    """The result byte of one requested partition (spec 5.3).
+    """The result byte of one requested partition (tank.md#produce).
 
     ``partition_id`` is not on the wire: the decoder takes it from the request.
     ``leader`` is present exactly when ``error`` is ``NOT_LEADER``.
@@ -323,7 +325,7 @@ class ProducePartitionResult:
 
 @dataclass(frozen=True, slots=True)
 class ProduceTopicResult:
-    """The results for one requested topic (spec 5.3).
+    """The results for one requested topic (tank.md#produce).
 
     ``name`` is not on the wire: the decoder takes it from the request.
     ``error`` is ``OK`` or one of the topic-level codes (``UNKNOWN_TOPIC``,
@@ -349,12 +351,12 @@ class ProduceResponse:
 
 @dataclass(frozen=True, slots=True)
 class ConsumePartition:
-    """One partition of a consume request (spec 6.1).
+    """One partition of a consume request (tank.md#consume).
 
     Attributes:
         partition_id: the partition (u16).
         seq_num: first message wanted; 0 = from the first available,
-            :data:`SEQ_NUM_TAIL` = only new messages (spec 6.2).
+            :data:`SEQ_NUM_TAIL` = only new messages (tank.md#consume-semantics).
         fetch_size: byte budget for this partition's chunk (u32).
     """
 
@@ -371,7 +373,7 @@ class ConsumeTopic:
 
 @dataclass(frozen=True, slots=True)
 class Consume:
-    """Message 0x02: read chunks of bundles, long-polling when at EOF (spec 6).
+    """Message 0x02: read chunks of bundles, long-polling when at EOF (tank.md#consume).
 
     Attributes:
         request_id: echoed in the response.
@@ -395,7 +397,7 @@ class Consume:
 
 @dataclass(frozen=True, slots=True)
 class ConsumePartitionResult:
-    """One partition header of a consume response, with its chunk (spec 6.5).
+    """One partition header of a consume response, with its chunk (tank.md#consume).
 
     Which fields are on the wire depends on ``error_or_flags``:
 
@@ -429,7 +431,7 @@ class ConsumeTopicResult:
 
 @dataclass(frozen=True, slots=True)
 class ConsumeUnknownTopic:
-    """A requested topic the broker does not have (spec 6.5: ``u16 0xFFFF``).
+    """A requested topic the broker does not have (tank.md#consume: ``u16 0xFFFF``).
 
     ``partitions_count`` echoes how many partitions the request listed.
     """
@@ -440,7 +442,7 @@ class ConsumeUnknownTopic:
 
 @dataclass(frozen=True, slots=True)
 class ConsumeResponse:
-    """Message 0x02 from the broker (spec 6.5)."""
+    """Message 0x02 from the broker (tank.md#consume)."""
 
     request_id: int
     topics: tuple[ConsumeTopicResult | ConsumeUnknownTopic, ...]
@@ -451,7 +453,7 @@ class ConsumeResponse:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
-    """Message 0x07 (spec 7).
+    """Message 0x07 (tank.md#create-topic).
 
     Attributes:
         partitions_count: u16, >= 1 for a valid request.
@@ -473,7 +475,8 @@ class CreateTopicResponse:
 
 @dataclass(frozen=True, slots=True)
 class DiscoverPartitions:
-    """Message 0x06 (spec 8.1); ``partition_ids`` empty means "all partitions"."""
+    """Message 0x06 (tank.md#discover-partitions); ``partition_ids`` empty means "all
+    partitions"."""
 
     request_id: int
     topic: str
@@ -482,7 +485,7 @@ class DiscoverPartitions:
 
 @dataclass(frozen=True, slots=True)
 class PartitionSeqNums:
-    """One DiscoverPartitions entry (spec 8.1).
+    """One DiscoverPartitions entry (tank.md#discover-partitions).
 
     Partition ids are not on the wire: they are ``0..n-1`` for an "all"
     request, or the requested ids in order. ``error`` set means the wire
@@ -507,7 +510,7 @@ class DiscoverPartitionsResponse:
 
 @dataclass(frozen=True, slots=True)
 class ReloadConf:
-    """Message 0x08 (spec 8.2): re-read one partition's config file."""
+    """Message 0x08 (tank.md#reload-conf): re-read one partition's config file."""
 
     request_id: int
     topic: str
@@ -524,7 +527,7 @@ class ReloadConfResponse:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """Message 0x0A (spec 8.3)."""
+    """Message 0x0A (tank.md#status)."""
 
     request_id: int
 
@@ -540,7 +543,7 @@ class StatusCluster:
 
 @dataclass(frozen=True, slots=True)
 class StatusDetails:
-    """The trailing Status fields that older brokers omit (spec 8.3)."""
+    """The trailing Status fields that older brokers omit (tank.md#status)."""
 
     open_partitions: int
     open_partitions_time_us: int
@@ -561,7 +564,7 @@ class StatusResponse:
 
 @dataclass(frozen=True, slots=True)
 class DiscoverTopics:
-    """Message 0x0B (spec 8.4)."""
+    """Message 0x0B (tank.md#discover-topics)."""
 
     request_id: int
     flags: int = 0
@@ -586,7 +589,7 @@ class DiscoverTopicsResponse:
 
 @dataclass(frozen=True, slots=True)
 class DiscoverTopology:
-    """Message 0x0C (spec 8.5)."""
+    """Message 0x0C (tank.md#discover-topology)."""
 
     request_id: int
     flags: int = 0
@@ -615,7 +618,7 @@ class DiscoverTopologyResponse:
 
 @dataclass(frozen=True, slots=True)
 class BundleMessage:
-    """One message of a bundle's message set (spec 9.2).
+    """One message of a bundle's message set (tank.md#bundle-messages).
 
     Attributes:
         content: the message value.
@@ -633,7 +636,7 @@ class BundleMessage:
 
 @dataclass(frozen=True, slots=True)
 class BundleHeader:
-    """What a broker reads from a bundle without touching its message set (spec 9.1).
+    """What a broker reads from a bundle without touching its message set (tank.md#bundles).
 
     Attributes:
         codec: how the message set is stored.
@@ -657,7 +660,7 @@ class BundleHeader:
 
 @dataclass(frozen=True, slots=True)
 class DecodedChunk:
-    """The messages a consume chunk holds (spec 6.7).
+    """The messages a consume chunk holds (tank.md#chunks).
 
     Attributes:
         messages: kept messages, with seq nums, in order.

@@ -111,7 +111,7 @@ class TankConnection:
         # Server: (request id, response msg id) -> count; clients may reuse ids.
         self._server_in_flight: Counter[tuple[int, MessageType]] = Counter()
         if role is Role.SERVER:
-            self.send(Ping())  # the broker greeting, before anything else (spec 4)
+            self.send(Ping())  # the broker greeting, before anything else (tank.md#lifecycle)
 
     # ------------------------------------------------------------------ state
 

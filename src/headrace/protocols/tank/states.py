@@ -1,4 +1,4 @@
-"""The TANK connection lifecycle (spec section 4) as a transition table.
+"""The TANK connection lifecycle (tank.md#lifecycle) as a transition table.
 
 Theory of operation
 -------------------
@@ -6,7 +6,7 @@ Theory of operation
 A TANK connection has no handshake beyond one greeting: the moment a broker
 accepts a connection it sends a Ping frame (``03 00000000``) before reading
 anything. TANK v4 sends no other unsolicited frame; headrace also sends a Ping
-now and then as a heartbeat (every client skips Pings, spec 13), so the table
+now and then as a heartbeat (every client skips Pings, tank.md#greeting), so the table
 lets a greeted server send one at any time before EOF. After that the client sends
 requests, each with its own request id, and the broker answers each one with a
 response echoing the id. Requests may be pipelined and responses may come back
@@ -22,7 +22,7 @@ So each side tracks one state and, separately, the set of requests in flight
 * A **server** starts in ``NEW``; building the connection sends the greeting
   and moves to ``AWAITING_REQUEST``. The I/O layer closes a connection that
   stays there longer than :data:`FIRST_REQUEST_TIMEOUT_S` (what TANK does,
-  spec 4.4). The first request moves it to ``OPEN``, where it stays for the
+  tank.md#first-request-timeout). The first request moves it to ``OPEN``, where it stays for the
   life of the connection. Heartbeat Pings change no state.
 * A **client** starts in ``AWAITING_GREETING``. It may send requests at once
   (the C++ client does not wait for the greeting), but a response before the
@@ -60,7 +60,8 @@ __all__ = [
 ]
 
 FIRST_REQUEST_TIMEOUT_S = 16.0
-"""A connection that sends no request is closed after this long (TANK: ~15.9 s, spec 4.4)."""
+"""A connection that sends no request is closed after this long (TANK: ~15.9 s,
+tank.md#first-request-timeout)."""
 
 
 class Role(enum.Enum):
@@ -123,7 +124,7 @@ _CLIENT: dict[tuple[ConnectionState, Input], tuple[Action, ConnectionState]] = {
     (_S.OPEN, _I.SEND_REQUEST): (_A.TRACK, _S.OPEN),
     (_S.OPEN, _I.SEND_PING): (_A.NONE, _S.OPEN),
     (_S.OPEN, _I.RECEIVE_RESPONSE): (_A.SETTLE, _S.OPEN),
-    # The spec promises no further pings; a client ignores them anyway (spec 13).
+    # TANK sends no further pings; a client ignores them anyway (tank.md#greeting).
     (_S.OPEN, _I.RECEIVE_PING): (_A.NONE, _S.OPEN),
     (_S.OPEN, _I.RECEIVE_EOF): (_A.NONE, _S.PEER_CLOSED),
 }

@@ -92,23 +92,15 @@ REF_APPEND_BYTES = 256 * 1024
 """Appends of at least this many bytes are written once, to the data file, and
 logged as an APPEND_REF (position, size, CRC) instead of an APPEND carrying
 them. Below it the second page-cache copy costs less than what a reference
-adds: under ``always`` a data-file ``fdatasync`` beside the WAL's in each round
-that has one, which on ext4 here costs a lone appender up to twice the sync
-latency. Measured with ``benchmarks/store_append.py --compare-refs`` (written
-once / written twice, MB/s): 10-128 KiB appends 0.6-0.8x alone and 0.7-0.9x
-with 16 appenders (1.3-1.7x only from 64-128 KiB with 64-256 appenders);
-256 KiB 1.5x alone and 1.3x with 16; 1 MiB 1.2x alone, 2.1-2.4x with 16-256
-(``docs/benchmarks.md``, "Large payloads written once"). Writers that batch
-(Pravega blocks of up to 1 MiB, TANK bundles) reach it; single small events
-stay APPENDs (under ``always``; see ``REF_APPEND_BYTES_UNSYNCED``)."""
+adds under ``always``: a data-file ``fdatasync`` beside the WAL's in each round
+that has one. Writers that batch (Pravega blocks, TANK bundles) reach it.
+Measured by ``benchmarks/store_append.py --compare-refs``."""
 
 REF_APPEND_BYTES_UNSYNCED = 16 * 1024
 """``REF_APPEND_BYTES`` under ``interval`` and ``never``, where no round syncs,
-so a reference costs no sync of its own: what is left is its fixed cost (the
-record, two CRC combinations, the data file's bookkeeping) against the second
-copy and CRC. Measured with ``store_append.py --fsync never --compare-refs``
-(written once / written twice, MB/s, 1 and 16 appenders): 2 KiB 0.82x, 4 KiB
-0.92-1.03x, 8 KiB 1.06x, 16 KiB 1.36x, 64 KiB 1.6-1.75x."""
+so a reference costs only its fixed work (the record, two CRC combinations,
+the data file's bookkeeping) against the second copy and CRC. Measured by
+``benchmarks/store_append.py --fsync never --compare-refs``."""
 
 MAX_PENDING_WAL_BYTES = 8 * 1024 * 1024
 """Queued record bytes that make ``write`` flush at once instead of waiting for the
@@ -117,9 +109,8 @@ committer: bounds the memory held by a burst between two event-loop turns."""
 YIELD_INTERVAL_S = 0.001
 """Under ``never`` and ``interval`` appends acknowledged at once yield to the event
 loop when they have kept it from turning this long (and whenever the committer has
-work), so a task appending in a loop cannot starve the committer; yielding on every
-append cost a loop round each, and so did yielding on every append a millisecond
-after the last yield (every append, at 1,000 appends/s)."""
+work), so a task appending in a loop cannot starve the committer without paying
+a loop round on every append."""
 
 MAX_OPEN_DATA_FILES = 256
 """Data files a container keeps open at most (least recently used closed first).

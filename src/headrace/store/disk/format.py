@@ -54,7 +54,7 @@ always written back to back; the chunks take effect only with the commit.
 
 APPEND_REF (format version 2) is an append whose data is *not* in the log: it
 was written once, to the segment's data file at ``offset``, and the record
-carries its size and CRC-32 instead (DESIGN invariant 3: checksums beside the
+carries its size and CRC-32 instead (architecture.md#invariant-torn-tail: checksums beside the
 data). The container writes the data before the record and, under every
 policy, syncs the data file before the WAL sync that covers the record, so a
 durable APPEND_REF always has its bytes; recovery reads them back and treats
@@ -126,7 +126,7 @@ Checksum sidecar (``containers/NNNN/segments/<id:016x>.crc``)::
     +16       4     CRC-32 of the entry's first 16 bytes
 
 Segment data file (``containers/NNNN/segments/<id:016x>.data``): the segment's
-bytes, offset N at position N, no header and no framing (DESIGN invariant 3).
+bytes, offset N at position N, no header and no framing (architecture.md#invariant-torn-tail).
 """
 
 from __future__ import annotations

@@ -459,7 +459,7 @@ class DiskStore(BaseStore):
     async def read_region(
         self, name: str, offset: int, max_bytes: int, *, min_region_bytes: int = 0
     ) -> ReadResult | RegionRead:
-        """Segment offset N is data-file position N (storage-format.md §3.5), and
+        """Segment offset N is data-file position N (storage-format.md#data-file), and
         every durable byte is in the data file before it becomes durable (the
         committer writes the data before its sync), so a durable range is always
         one region of one file. The region gets a descriptor of its own (a
