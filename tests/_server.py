@@ -76,6 +76,19 @@ FREE: Final = None
 """In ``ports``: pick a free port for this listener."""
 
 
+def reset_memory_peak(pid: int) -> None:
+    """Make process ``pid``'s ``VmHWM`` its current ``VmRSS``: the peak from here on (proc(5))."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def memory_kib(pid: int, field: str) -> int:
+    """A memory figure (``VmRSS``, ``VmHWM``) of process ``pid``, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
     with socket.socket() as sock:

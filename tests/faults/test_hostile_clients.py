@@ -42,7 +42,7 @@ from headrace.client.tank import TankClient
 from headrace.protocols import pravega as p
 from headrace.protocols import tank as t
 from headrace.protocols.rsio import Subscribe, encode_frame
-from tests._server import FREE, ServerProcess
+from tests._server import FREE, ServerProcess, memory_kib, reset_memory_peak
 from tests.raw_pravega import RawPravega, large_frame_header
 
 MIB = 1024 * 1024
@@ -113,14 +113,6 @@ class Watch:
     failures: list[str] = field(default_factory=list)
 
 
-def _status_field(pid: int, name: str) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(name + ":"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {name}")
-
-
 @contextlib.contextmanager
 def watching(pid: int, http_port: int) -> Iterator[Watch]:
     """Sample memory and ``/health`` every ``SAMPLE_INTERVAL_S`` until the block ends."""
@@ -131,7 +123,7 @@ def watching(pid: int, http_port: int) -> Iterator[Watch]:
     def run() -> None:
         while not stop.is_set():
             try:
-                watch.max_rss_bytes = max(watch.max_rss_bytes, _status_field(pid, "VmRSS"))
+                watch.max_rss_bytes = max(watch.max_rss_bytes, memory_kib(pid, "VmRSS") * 1024)
             except (OSError, AssertionError) as exc:
                 watch.failures.append(f"memory: {exc}")
             started = time.monotonic()
@@ -237,8 +229,7 @@ def _watch_attack(server: ServerProcess, attack: Attack) -> None:
     """Hold ``attack`` against ``server`` while watching it; check what was seen."""
     assert server.process is not None
     pid = server.process.pid
-    with open(f"/proc/{pid}/clear_refs", "w") as refs:
-        refs.write("5")  # VmHWM := VmRSS: the peak from here on
+    reset_memory_peak(pid)
     socks: list[socket.socket] = []
     try:
         with watching(pid, server.port_of("http")) as watch:
@@ -250,7 +241,7 @@ def _watch_attack(server: ServerProcess, attack: Attack) -> None:
                 if attack.rsio_subscribers or attack.pravega_readers:  # the stream is there
                     reply = raw.request(p.ReadSegment(SEGMENT, 0, 1000, "", 1))
                     assert isinstance(reply, p.SegmentRead), reply
-        peak = _status_field(pid, "VmHWM")
+        peak = memory_kib(pid, "VmHWM") * 1024
     finally:
         for sock in socks:
             sock.close()

@@ -13,6 +13,7 @@ import pytest
 from headrace.client import PravegaClient
 from headrace.client.rsio import RsioClient, RsioError
 from headrace.protocols.rsio import MAX_DEMAND
+from tests._server import memory_kib, reset_memory_peak
 
 from .conftest import WAIT_S, Server, new_stream, start_server, stop, write_events
 
@@ -158,17 +159,6 @@ async def test_offer_to_a_sealed_stream_is_refused(server: Server, pravega: Prav
         await client.goodbye()
 
 
-def _reset_peak(pid: int) -> None:
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (proc(5))
-
-
-def _memory_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
 async def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) -> None:
     server = start_server(tmp_path / "data")  # its own process, so its memory peak is ours to read
     try:
@@ -183,8 +173,8 @@ async def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Pa
         finally:
             await pravega.aclose()
         pid = server.process.pid
-        _reset_peak(pid)
-        before = _memory_kib(pid, "VmRSS")
+        reset_memory_peak(pid)
+        before = memory_kib(pid, "VmRSS")
         name = f"{scope}/{stream}".encode()
         unbounded = bytes.fromhex("ffffffffffffffff7f")
         subscribe = bytes([0x04, len(name)]) + name + bytes([0x01]) + unbounded
@@ -200,7 +190,7 @@ async def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Pa
             assert len(got) == len(events)
         finally:
             await client.goodbye()
-        peak = _memory_kib(pid, "VmHWM")
+        peak = memory_kib(pid, "VmHWM")
         for writer in stalled:
             writer.close()
         # Unbounded, each stalled subscription would hold the 40 MB stream.

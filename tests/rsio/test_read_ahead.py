@@ -27,6 +27,7 @@ from headrace.protocols.tank import (
     ProduceError,
     encode_bundle,
 )
+from tests._server import memory_kib, reset_memory_peak
 
 from .conftest import WAIT_S, Server, new_stream, start_server, stop, write_events
 
@@ -34,17 +35,6 @@ IDLE_SUBSCRIPTIONS = 400
 HEALTH_WITHIN_S = 2.0
 """Longest ``/health`` may take while the subscriptions come in (unbounded, reading
 ahead for them stalled the server for seconds)."""
-
-
-def _reset_peak(pid: int) -> None:
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (proc(5))
-
-
-def _memory_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 async def _health_s(server: Server) -> float:
@@ -132,8 +122,8 @@ async def test_subscriptions_without_demand_read_nothing(tmp_path: Path) -> None
             await pravega.aclose()
         name = f"{scope}/{stream}"
         pid = server.process.pid
-        _reset_peak(pid)
-        before = _memory_kib(pid, "VmRSS")
+        reset_memory_peak(pid)
+        before = memory_kib(pid, "VmRSS")
         idle = _Idle(server)
         client = await RsioClient.connect("127.0.0.1", server.rsio_port)
         try:
@@ -141,7 +131,7 @@ async def test_subscriptions_without_demand_read_nothing(tmp_path: Path) -> None
             # Another subscriber reads the whole stream meanwhile.
             reading = _read_all(client, name, len(events))
             slowest = max(slowest, await _slowest_health_s(server, reading))
-            peak = _memory_kib(pid, "VmHWM")
+            peak = memory_kib(pid, "VmHWM")
             # The idle subscriptions are alive: demand gets an element at once.
             assert await idle.first_element(IDLE_SUBSCRIPTIONS) == events[0]
         finally:
@@ -169,15 +159,15 @@ async def test_compressible_tank_bundles_cost_bounded_memory(tmp_path: Path) -> 
             bomb = encode_bundle([BundleMessage(bytes(17 * 1024 * 1024), 1, b"")], compress=True)
             assert await tank.produce_bundle("packed", 0, bomb) is ProduceError.INVALID_SEQ_NUMS
         pid = server.process.pid
-        _reset_peak(pid)
-        before = _memory_kib(pid, "VmRSS")
+        reset_memory_peak(pid)
+        before = memory_kib(pid, "VmRSS")
         idle = _Idle(server)
         client = await RsioClient.connect("127.0.0.1", server.rsio_port)
         try:
             slowest = await _slowest_health_s(server, idle.open("tank/packed", 100))
             reading = _read_all(client, "tank/packed", 10 * len(messages))
             slowest = max(slowest, await _slowest_health_s(server, reading))
-            peak = _memory_kib(pid, "VmHWM")
+            peak = memory_kib(pid, "VmHWM")
             assert await idle.first_element(1) == bytes(240_000)
         finally:
             idle.close()

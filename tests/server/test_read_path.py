@@ -30,7 +30,7 @@ from headrace.protocols import pravega as p
 from headrace.server._loop import MAX_PENDING_EVENTS
 from headrace.server.pravega import MAX_READ_REPLY_BYTES, MIN_READ_REPLY_BYTES, MIN_REGION_BYTES
 from headrace.store.disk.format import SIDECAR_BLOCK_BYTES
-from tests._server import FREE, ServerProcess, make_certificate
+from tests._server import FREE, ServerProcess, make_certificate, memory_kib
 
 WAIT_S = 30.0
 """Bound on any one client call or wait in these tests (2 busy cores)."""
@@ -315,13 +315,6 @@ def test_client_vanishing_mid_sendfile_closes_only_its_connection(
     _run(still_serving())
 
 
-def _memory_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
 HOARDED_BYTES = 32 * 1024 * 1024
 """The segment pipelined readers ask for over and over: many full replies."""
 
@@ -365,7 +358,7 @@ def test_readers_that_take_no_replies_cost_bounded_memory(tmp_path: Path) -> Non
         assert serve.process is not None
         pid = serve.process.pid
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (proc(5))
-        before = _memory_kib(pid, "VmRSS")
+        before = memory_kib(pid, "VmRSS")
         greedy = []
         try:
             for _ in range(GREEDY_CONNECTIONS):
@@ -391,7 +384,7 @@ def test_readers_that_take_no_replies_cost_bounded_memory(tmp_path: Path) -> Non
                     assert reply.data == stored[offset : offset + len(reply.data)]
                     assert time.monotonic() - started < WAIT_S / 3
                     offset += len(reply.data)
-            peak = _memory_kib(pid, "VmHWM")
+            peak = memory_kib(pid, "VmHWM")
         finally:
             for sock in greedy:
                 sock.close()

@@ -19,6 +19,7 @@ from headrace.protocols.tank import (
     encode_bundle,
 )
 from headrace.server.tank import MAX_QUEUED_CHUNK_BYTES
+from tests._server import memory_kib, reset_memory_peak
 from tests.tank.conftest import running_server
 
 WAIT_S = 60.0
@@ -27,17 +28,6 @@ BUNDLES = 20
 """80 MiB in one partition: more than one response's worth (64 MiB)."""
 PIPELINED = 16
 FETCH_BYTES = 64 * 1024 * 1024
-
-
-def _reset_peak(pid: int) -> None:
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS (proc(5))
-
-
-def _memory_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 async def test_a_consumer_that_does_not_read_costs_bounded_memory(tmp_path: Path) -> None:
@@ -50,8 +40,8 @@ async def test_a_consumer_that_does_not_read_costs_bounded_memory(tmp_path: Path
                 bundle = encode_bundle([BundleMessage(block, i, b"")], compress=False)
                 await client.produce_bundle("big", 0, bundle)
         pid = server.process.pid
-        _reset_peak(pid)
-        before = _memory_kib(pid, "VmRSS")
+        reset_memory_peak(pid)
+        before = memory_kib(pid, "VmRSS")
         # The stalled consumer: every request asks for the partition from its start.
         stalled = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
         try:
@@ -75,7 +65,7 @@ async def test_a_consumer_that_does_not_read_costs_bounded_memory(tmp_path: Path
                     got += len(part.messages)
                     seq_num = part.messages[-1].seq_num + 1
                 assert got == BUNDLES
-            peak = _memory_kib(pid, "VmHWM")
+            peak = memory_kib(pid, "VmHWM")
         finally:
             stalled.close()
     # Unbounded, the stalled connection holds several 64 MiB responses at once.
