@@ -7,6 +7,7 @@ encodings, ``states`` the connection lifecycle table and ``connection`` the
 
 from __future__ import annotations
 
+from headrace.protocols.tank._fast import validate_bundle
 from headrace.protocols.tank.codec import (
     MAX_BUNDLE_MESSAGES,
     MAX_MESSAGE_SET_BYTES,
@@ -21,7 +22,6 @@ from headrace.protocols.tank.codec import (
     encode_bundle,
     encode_chunk_entry,
     encode_consume_split,
-    validate_bundle,
 )
 from headrace.protocols.tank.commands import (
     DEFAULT_PORT,
