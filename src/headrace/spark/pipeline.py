@@ -40,7 +40,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from . import _io
+from . import _connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -192,7 +192,7 @@ def start_summary_query(
     if max_events_per_trigger:
         reader = reader.option("maxEventsPerTrigger", str(max_events_per_trigger))
     per_path = _per_window_and_path(parse_access_logs(reader.load()), watermark)
-    _io.ensure_stream(controller, summary, SUMMARY_SEGMENTS)
+    _connect.ensure_stream(controller, summary, SUMMARY_SEGMENTS)
     writer_id = _writer_id(checkpoint)
     paths_dir = f"{parquet.rstrip('/')}/{PATHS_DIR}"
 
