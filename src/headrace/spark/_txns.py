@@ -28,6 +28,7 @@ __all__ = [
     "commit_batch",
     "new_writer_id",
     "prune_commits",
+    "write_batch",
     "write_txns",
 ]
 
@@ -58,9 +59,7 @@ def _encode(value: object) -> bytes:
         return bytes(value)
     if isinstance(value, str):
         return value.encode()
-    raise TypeError(
-        f"column 'value' must be string or binary, got {type(value).__name__}"
-    )
+    raise TypeError(f"column 'value' must be string or binary, got {type(value).__name__}")
 
 
 def _routing_key(key: object) -> str | None:
@@ -84,29 +83,50 @@ def write_txns(
     the order the streams first appeared) and the row count. No rows, no
     transaction.
     """
+    return run(opts.connection, lambda c: _write(c, opts, rows))
 
-    async def work(client: PravegaClient) -> tuple[list[TxnRef], int]:
-        txns: dict[str, Transaction] = {}
-        count = 0
-        try:
-            for name, key, value in rows:
-                txn = txns.get(name)
-                if txn is None:
-                    txn = txns[name] = await _begin(client, name, opts.lease_ms)
-                await txn.write(_encode(value), _routing_key(key))
-                count += 1
-            for txn in txns.values():
-                await txn.detach()  # stored, left open: the driver commits or aborts it
-        except BaseException:
-            for txn in txns.values():
-                with contextlib.suppress(Exception):
-                    await txn.abort()
-            raise
-        refs = [
-            TxnRef(t.scope, t.stream, t.txn_id.high_bits, t.txn_id.low_bits)
-            for t in txns.values()
-        ]
-        return refs, count
+
+async def _write(
+    client: PravegaClient, opts: WriteOptions, rows: Iterator[tuple[str, object, object]]
+) -> tuple[list[TxnRef], int]:
+    txns: dict[str, Transaction] = {}
+    count = 0
+    try:
+        for name, key, value in rows:
+            txn = txns.get(name)
+            if txn is None:
+                txn = txns[name] = await _begin(client, name, opts.lease_ms)
+            await txn.write(_encode(value), _routing_key(key))
+            count += 1
+        for txn in txns.values():
+            await txn.detach()  # stored, left open: the driver commits or aborts it
+    except BaseException:
+        for txn in txns.values():
+            with contextlib.suppress(Exception):
+                await txn.abort()
+        raise
+    refs = [TxnRef(t.scope, t.stream, t.txn_id.high_bits, t.txn_id.low_bits) for t in txns.values()]
+    return refs, count
+
+
+def write_batch(opts: WriteOptions, rows: Iterator[tuple[str, object, object]]) -> int:
+    """Write rows held by the driver as batch ``(opts.writer_id, opts.batch_id)``,
+    exactly once: :func:`write_txns` then :func:`commit_batch`, on one client.
+
+    For a ``foreachBatch`` function whose output is small enough to collect:
+    it saves the Spark job, the Python workers and the second connection of a
+    ``write.format("headrace")``, with the same guarantee. If the commit fails,
+    the transactions are left to their lease (the replayed batch finds the
+    record, if it was made). Returns the row count.
+    """
+    if opts.writer_id is None or opts.batch_id is None:
+        raise ValueError("write_batch needs the options writerId and batchId")
+    writer_id, batch_id = opts.writer_id, opts.batch_id
+
+    async def work(client: PravegaClient) -> int:
+        refs, count = await _write(client, opts, rows)
+        await _commit(client, opts.commit_scope, writer_id, batch_id, refs, opts.commits_to_retain)
+        return count
 
     return run(opts.connection, work)
 
@@ -157,32 +177,36 @@ def commit_batch(
     Returns the transactions that now hold the batch's data.
     """
 
-    async def work(client: PravegaClient) -> list[TxnRef]:
-        chosen = list(refs)
-        if batch_id is None:
-            for ref in chosen:
-                await client.controller.commit_transaction(
-                    ref.scope, ref.stream, ref.txn_id
-                )
-            return chosen
-        table = await client.kv_table(scope, COMMIT_TABLE)
-        key = _commit_key(writer_id, batch_id)
-        record = json.dumps([r.to_json() for r in refs]).encode()
-        try:
-            await table.put(key, record, version=NOT_EXISTS)
-        except TableKeyVersionError:
-            found = await table.get(key)
-            assert found is not None
-            chosen = [TxnRef(*item) for item in json.loads(found[0])]
-            await _abort(client, [r for r in refs if r not in chosen])
-        for ref in chosen:
-            await client.controller.commit_transaction(
-                ref.scope, ref.stream, ref.txn_id
-            )
-        await _prune(table, writer_id, batch_id - retain)
-        return chosen
+    return run(uri, lambda c: _commit(c, scope, writer_id, batch_id, refs, retain))
 
-    return run(uri, work)
+
+async def _commit(
+    client: PravegaClient,
+    scope: str,
+    writer_id: str,
+    batch_id: int | None,
+    refs: Sequence[TxnRef],
+    retain: int,
+) -> list[TxnRef]:
+    chosen = list(refs)
+    if batch_id is None:
+        for ref in chosen:
+            await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+        return chosen
+    table = await client.kv_table(scope, COMMIT_TABLE)
+    key = _commit_key(writer_id, batch_id)
+    record = json.dumps([r.to_json() for r in refs]).encode()
+    try:
+        await table.put(key, record, version=NOT_EXISTS)
+    except TableKeyVersionError:
+        found = await table.get(key)
+        assert found is not None
+        chosen = [TxnRef(*item) for item in json.loads(found[0])]
+        await _abort(client, [r for r in refs if r not in chosen])
+    for ref in chosen:
+        await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+    await _prune(table, writer_id, batch_id - retain)
+    return chosen
 
 
 def _commit_key(writer_id: str, batch_id: int) -> bytes:
@@ -210,9 +234,7 @@ def prune_commits(uri: Target, scope: str, writer_id: str, up_to: int) -> int:
     """Delete ``writer_id``'s exactly-once records of batches ``<= up_to``."""
 
     async def work(client: PravegaClient) -> int:
-        return await _prune(
-            await client.kv_table(scope, COMMIT_TABLE), writer_id, up_to
-        )
+        return await _prune(await client.kv_table(scope, COMMIT_TABLE), writer_id, up_to)
 
     return run(uri, work)
 
