@@ -74,7 +74,8 @@ FIELDS = "$1 $3 $4 $5 $6 $2"
 """A matching line rewritten: client, method, path, status, bytes, time. Only
 the time can hold a space, so it goes last and a split in 6 keeps it whole;
 the result is always shorter than the line (identity, user, brackets and
-quotes are gone), which tells a match from a line left as it was."""
+quotes are gone), which tells a match from a line left as it was (compared
+in bytes: a string knows its byte length, its characters need counting)."""
 
 LOG_TIME_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
 """The ``[10/Oct/2026:13:55:36 +0000]`` time of the log format."""
@@ -148,7 +149,7 @@ def parse_access_logs(events: DataFrame) -> DataFrame:
     lines = events.select(F.coalesce(F.get_json_object(text, "$.message"), text).alias("line"))
     fields = F.regexp_replace("line", LINE_PATTERN, FIELDS)
     split = lines.select(
-        F.when(F.length(fields) < F.length("line"), F.split(fields, " ", 6)).alias("f")
+        F.when(F.octet_length(fields) < F.octet_length("line"), F.split(fields, " ", 6)).alias("f")
     )
     f = F.col("f")
     size = F.when(f[4] == "-", F.lit(0).cast("long")).otherwise(f[4].try_cast("long"))
