@@ -136,9 +136,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish() -> None:
-    """Stop the Spark session, if one was started (its JVM would outlive the run)."""
+    """Stop the Spark session, if one was started, and its JVM (which would
+    otherwise outlive the run)."""
+    from headrace.spark import local
+
     while _started:
-        _started.pop().stop()  # type: ignore[attr-defined]
+        local.stop(_started.pop())  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

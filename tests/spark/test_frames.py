@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from headrace.errors import RemoteProtocolError
-from headrace.spark import _io
+from headrace.spark import _frames
 
 HEADER = struct.Struct(">ii")
 
@@ -35,7 +35,7 @@ def test_split_frames_gives_every_whole_event_and_leaves_the_cut_one(sizes: list
     events = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
     buf, starts = _framed(events)
     for cut in (len(buf), len(buf) - 1, len(buf) - len(events[-1]) - HEADER.size - 3):
-        values, got_starts, used = _io._split_frames(buf[:cut])
+        values, got_starts, used = _frames.split_frames(buf[:cut])
         whole = sum(1 for s, e in zip(starts, events, strict=True) if s + 8 + len(e) <= cut)
         assert values.to_pylist() == events[:whole]
         assert got_starts.to_pylist() == starts[:whole]
@@ -47,4 +47,4 @@ def test_a_frame_that_is_not_an_event_is_refused(index: int) -> None:
     buf, _ = _framed([b"a" * 10] * 40)
     bad = buf[: 18 * index] + struct.pack(">ii", 7, 10) + buf[18 * index + 8 :]
     with pytest.raises(RemoteProtocolError, match="not an event"):
-        _io._split_frames(bad)
+        _frames.split_frames(bad)

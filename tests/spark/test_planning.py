@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from headrace.spark import OptionError, _io, read_options, write_options
+from headrace.spark import OptionError, _planning, _positions, read_options, write_options
 from tests.spark.conftest import Server
 
 EVENT_BYTES = 12  # 4-byte payload + the 8-byte event header
@@ -20,15 +20,15 @@ def test_trigger_limits_cut_batches_on_event_boundaries(server: Server, stream_n
     base = {"controller": server.uri, "stream": name}
 
     by_events = read_options({**base, "maxEventsPerTrigger": "7"}, streaming=True)
-    assert _io.advance(server.uri, start, by_events) == {name: {"0": 7 * EVENT_BYTES}}
+    assert _positions.advance(server.uri, start, by_events) == {name: {"0": 7 * EVENT_BYTES}}
     by_bytes = read_options({**base, "maxBytesPerTrigger": "130"}, streaming=True)
-    assert _io.advance(server.uri, start, by_bytes) == {name: {"0": 10 * EVENT_BYTES}}
+    assert _positions.advance(server.uri, start, by_bytes) == {name: {"0": 10 * EVENT_BYTES}}
     unlimited = read_options(base, streaming=True)
-    assert _io.advance(server.uri, start, unlimited) == {name: {"0": 100 * EVENT_BYTES}}
+    assert _positions.advance(server.uri, start, unlimited) == {name: {"0": 100 * EVENT_BYTES}}
     near_end = {name: {"0": 98 * EVENT_BYTES}}
-    assert _io.advance(server.uri, near_end, by_events) == {name: {"0": 100 * EVENT_BYTES}}
+    assert _positions.advance(server.uri, near_end, by_events) == {name: {"0": 100 * EVENT_BYTES}}
 
-    ranges = _io.plan_ranges(server.uri, start, {name: {"0": 100 * EVENT_BYTES}}, 3)
+    ranges = _planning.plan_ranges(server.uri, start, {name: {"0": 100 * EVENT_BYTES}}, 3)
     assert len(ranges) == 3
     assert all(r.start % EVENT_BYTES == 0 for r in ranges)
     assert ranges[0].start == 0 and ranges[-1].end == 100 * EVENT_BYTES

@@ -25,7 +25,7 @@ import pytest
 
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.tls import TlsOptions
-from headrace.spark import OptionError, _io, read_options, write_options
+from headrace.spark import OptionError, _positions, read_options, write_options
 from headrace.spark.options import Connection
 from tests._server import FREE, ServerProcess, add_user, make_ca, make_signed
 from tests.spark.conftest import stream_suffix
@@ -354,10 +354,10 @@ def test_a_file_missing_where_a_client_is_built_names_the_option(tmp_path: Path)
     missing = tmp_path / "gone.pem"
     no_ca = Connection("tls://localhost:1", TlsOptions(ca_file=missing))
     with pytest.raises(OptionError, match=r"'caFile'.*on host"):
-        _io.earliest(no_ca, ["a/b"])
+        _positions.earliest(no_ca, ["a/b"])
     no_password = Connection("tcp://127.0.0.1:1", user="u", password_file=str(missing))
     with pytest.raises(OptionError, match=r"'passwordFile'.*on host"):
-        _io.earliest(no_password, ["a/b"])
+        _positions.earliest(no_password, ["a/b"])
 
 
 def test_credentials_fall_back_to_the_real_clients_variables(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.client import PravegaClient
-from headrace.spark import _io, write_options
+from headrace.spark import _txns, write_options
 from tests.spark.conftest import Server
 
 QUERY_TIMEOUT_S = 180.0
@@ -104,23 +104,25 @@ def test_commit_after_an_interrupted_commit_finishes_it_and_drops_the_replay(
     server.create_stream("sp", stream_name, segments=1)
     opts = write_options({"controller": server.uri, "stream": f"sp/{stream_name}"})
     target = f"sp/{stream_name}"
-    (first,), _ = _io.write_txns(opts, iter([(target, None, b"first-%d" % i) for i in range(50)]))
-    (replay,), _ = _io.write_txns(opts, iter([(target, None, b"replay-%d" % i) for i in range(50)]))
+    (first,), _ = _txns.write_txns(opts, iter([(target, None, b"first-%d" % i) for i in range(50)]))
+    (replay,), _ = _txns.write_txns(
+        opts, iter([(target, None, b"replay-%d" % i) for i in range(50)])
+    )
 
     # The first attempt recorded its transactions for (writer, batch 7), then died
     # before committing them.
     async def record(client: PravegaClient) -> None:
-        table = await client.kv_table("sp", _io.COMMIT_TABLE)
+        table = await client.kv_table("sp", _txns.COMMIT_TABLE)
         await table.put(b"w1/7", json.dumps([first.to_json()]).encode())
 
     server.run(record)
     assert _stored(server, f"sp/{stream_name}") == Counter()
-    chosen = _io.commit_batch(server.uri, "sp", "w1", 7, [replay])
+    chosen = _txns.commit_batch(server.uri, "sp", "w1", 7, [replay])
     assert chosen == [first]
     assert _stored(server, f"sp/{stream_name}") == Counter(b"first-%d" % i for i in range(50))
     # And once more (another replay): still nothing twice.
-    (again,), _ = _io.write_txns(opts, iter([(target, None, b"again")]))
-    assert _io.commit_batch(server.uri, "sp", "w1", 7, [again]) == [first]
+    (again,), _ = _txns.write_txns(opts, iter([(target, None, b"again")]))
+    assert _txns.commit_batch(server.uri, "sp", "w1", 7, [again]) == [first]
     assert _stored(server, f"sp/{stream_name}") == Counter(b"first-%d" % i for i in range(50))
 
 
@@ -128,7 +130,7 @@ def _records(server: Server, scope: str, writer_id: str) -> set[int]:
     """Batch ids of ``writer_id`` in the scope's exactly-once table."""
 
     async def work(client: PravegaClient) -> list[bytes]:
-        table = await client.kv_table(scope, _io.COMMIT_TABLE)
+        table = await client.kv_table(scope, _txns.COMMIT_TABLE)
         return [k for k, _, _ in await table.items()]
 
     keys = [k.decode() for k in server.run(work)]
@@ -144,21 +146,23 @@ def test_the_commit_table_keeps_the_last_batches_and_still_recognises_their_repl
     retain = 3
     originals = {}
     for batch in range(10):
-        (ref,), _ = _io.write_txns(opts, iter([(name, None, b"b%d" % batch)]))
+        (ref,), _ = _txns.write_txns(opts, iter([(name, None, b"b%d" % batch)]))
         originals[batch] = ref
-        assert _io.commit_batch(server.uri, "sp", "w-prune", batch, [ref], retain=retain) == [ref]
+        assert _txns.commit_batch(server.uri, "sp", "w-prune", batch, [ref], retain=retain) == [ref]
         assert _records(server, "sp", "w-prune") == set(range(max(0, batch - 2), batch + 1))
     want = Counter(b"b%d" % b for b in range(10))
     assert _stored(server, name) == want
 
     # A replay of a batch inside the window is recognised: the new rows are dropped.
-    (late,), _ = _io.write_txns(opts, iter([(name, None, b"replayed-8")]))
-    assert _io.commit_batch(server.uri, "sp", "w-prune", 8, [late], retain=retain) == [originals[8]]
+    (late,), _ = _txns.write_txns(opts, iter([(name, None, b"replayed-8")]))
+    assert _txns.commit_batch(server.uri, "sp", "w-prune", 8, [late], retain=retain) == [
+        originals[8]
+    ]
     assert _stored(server, name) == want
     # Another writer's records in the same table are left alone.
-    (other,), _ = _io.write_txns(opts, iter([(name, None, b"other")]))
-    _io.commit_batch(server.uri, "sp", "w-other", 0, [other], retain=retain)
-    assert _io.prune_commits(server.uri, "sp", "w-prune", 100) == 3
+    (other,), _ = _txns.write_txns(opts, iter([(name, None, b"other")]))
+    _txns.commit_batch(server.uri, "sp", "w-other", 0, [other], retain=retain)
+    assert _txns.prune_commits(server.uri, "sp", "w-prune", 100) == 3
     assert _records(server, "sp", "w-prune") == set()
     assert _records(server, "sp", "w-other") == {0}
 

@@ -21,8 +21,9 @@ This module and ``headrace.spark`` are the only ones that import pyspark.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
-import os
 import random
 import socket
 import sys
@@ -30,12 +31,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from headrace.protocols.lumberjack import (
     Ack,
@@ -48,8 +50,9 @@ from headrace.protocols.lumberjack import (
 )
 from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
+from headrace.server.lumberjack_config import STREAM_SEGMENT_COUNT
 
-__all__ = ["demo", "generate_access_logs", "ship_lumberjack"]
+__all__ = ["DemoRun", "demo", "generate_access_logs", "run_demo", "ship_lumberjack"]
 
 SOURCE_STREAM = "logs/access"
 SUMMARY_STREAM = "logs/summary"
@@ -63,6 +66,17 @@ SERVER_TIMEOUT_S = 30.0
 QUERY_POLL_S = 1
 """How often the progress display looks at the query (display only)."""
 QUERY_TIMEOUT_S = 1800.0
+"""Longest wait for the query to summarise everything shipped."""
+IDLE_POLL_S = 0.1
+"""How often the demo looks whether the query has finished its trigger, before stopping it."""
+TRIGGER_INTERVAL = "1 second"
+"""Micro-batch interval while events arrive (a micro-batch that takes longer
+is followed at once by the next)."""
+MAX_EVENTS_PER_TRIGGER = 250_000
+"""Default cap on a micro-batch: larger ones spread Spark's fixed cost per
+micro-batch over more events, smaller ones show progress more often."""
+GENERATE_CHUNK = 10_000
+"""Lines whose random fields are drawn at once by the generator."""
 
 PATHS = [
     ("/", 30),
@@ -93,22 +107,36 @@ START_TIME = datetime(2026, 11, 22, 3, 0, 0, tzinfo=UTC)
 
 
 def generate_access_logs(count: int, *, minutes: int = 10, seed: int = 7) -> Iterator[str]:
-    """``count`` Combined Log Format lines spread over ``minutes`` minutes (deterministic)."""
+    """``count`` Combined Log Format lines spread over ``minutes`` minutes (deterministic).
+
+    Draws the random fields ``GENERATE_CHUNK`` lines at a time and formats
+    each second's time once: a million lines take seconds, not a minute.
+    """
     rng = random.Random(seed)
     paths, path_w = zip(*PATHS, strict=True)
     statuses, status_w = zip(*STATUSES, strict=True)
     methods, method_w = zip(*METHODS, strict=True)
     step_s = minutes * 60 / max(count, 1)
-    for i in range(count):
-        at = START_TIME + timedelta(seconds=i * step_s)
-        status = rng.choices(statuses, status_w)[0]
-        size = 0 if status in (304, 301) else int(rng.lognormvariate(8, 1.2))
-        client = f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
-        yield (
-            f"{client} - - [{at.strftime('%d/%b/%Y:%H:%M:%S +0000')}] "
-            f'"{rng.choices(methods, method_w)[0]} {rng.choices(paths, path_w)[0]} HTTP/1.1" '
-            f'{status} {size} "-" "{rng.choice(AGENTS)}"'
-        )
+    stamps: dict[int, str] = {}
+    for first in range(0, count, GENERATE_CHUNK):
+        n = min(GENERATE_CHUNK, count - first)
+        chunk_paths = rng.choices(paths, path_w, k=n)
+        chunk_statuses = rng.choices(statuses, status_w, k=n)
+        chunk_methods = rng.choices(methods, method_w, k=n)
+        for i in range(n):
+            second = int((first + i) * step_s)
+            stamp = stamps.get(second)
+            if stamp is None:
+                at = START_TIME + timedelta(seconds=second)
+                stamp = stamps[second] = at.strftime("%d/%b/%Y:%H:%M:%S +0000")
+            status = chunk_statuses[i]
+            size = 0 if status in (304, 301) else int(rng.lognormvariate(8, 1.2))
+            ip = rng.getrandbits(24)
+            yield (
+                f"10.{ip >> 16}.{(ip >> 8) & 255}.{(ip & 255) % 254 + 1} - - [{stamp}] "
+                f'"{chunk_methods[i]} {chunk_paths[i]} HTTP/1.1" '
+                f'{status} {size} "-" "{AGENTS[ip % len(AGENTS)]}"'
+            )
 
 
 async def ship_lumberjack(host: str, port: int, lines: Sequence[str], progress: Any = None) -> int:
@@ -118,6 +146,7 @@ async def ship_lumberjack(host: str, port: int, lines: Sequence[str], progress: 
     """
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), IO_TIMEOUT_S)
     conn = LumberjackConnection(Role.CLIENT, version=ProtocolVersion.V2)
+    encode = msgspec.json.Encoder().encode
     sizes: list[int] = []
     acked = 0
 
@@ -142,7 +171,7 @@ async def ship_lumberjack(host: str, port: int, lines: Sequence[str], progress: 
             conn.send(WindowSize(len(window)))
             for seq, line in enumerate(window, 1):
                 doc = {"message": line, "host": HOSTS[(first + seq) % len(HOSTS)]}
-                conn.send(JsonData(seq, json.dumps(doc).encode()))
+                conn.send(JsonData(seq, encode(doc)))
             sizes.append(len(window))
             writer.write(conn.data_to_send())
             await writer.drain()
@@ -202,26 +231,12 @@ def _read_lines(files: Sequence[Path]) -> list[str]:
 
 
 def _spark_session(master: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from headrace.spark import local
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("headrace-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local.session(master, "headrace-demo")
 
 
-def _await(query: Any, timeout_s: int) -> bool:
+def _await(query: Any, timeout_s: float) -> bool:
     """Wait for the query to end; a failed query becomes a short error message."""
     from pyspark.errors import StreamingQueryException
 
@@ -254,19 +269,101 @@ def _check_summary_stream(records: Sequence[Any], rows: Sequence[Any]) -> None:
             )
 
 
-def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console: Any) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
+@dataclass
+class DemoRun:
+    """What one run measured: counts, and seconds from ``time.perf_counter``."""
 
+    shipped: int = 0
+    summarised: int = 0
+    windows: int = 0
+    micro_batches: int = 0
+    published: int = 0
+    spark_start_s: float = 0.0
+    query_start_s: float = 0.0
+    ship_s: float = 0.0
+    end_to_end_s: float = 0.0
+    rows: list[Any] = field(default_factory=list)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.shipped / self.end_to_end_s if self.end_to_end_s else 0.0
+
+
+class _QueryWatch:
+    """Input rows of a running query's micro-batches, from its progress reports."""
+
+    def __init__(self, query: Any) -> None:
+        self.query = query
+        self.batches: dict[tuple[int, str], int] = {}  # (batch id, time) -> input rows
+
+    def poll(self) -> int:
+        """New input rows since the last call (raises if the query failed)."""
+        if self.query.exception() is not None:
+            raise click.ClickException(f"the streaming query failed: {self.query.exception()}")
+        new = 0
+        for p in self.query.recentProgress:
+            key = (p["batchId"], p["timestamp"])
+            if key not in self.batches:
+                self.batches[key] = p["numInputRows"]
+                new += p["numInputRows"]
+        return new
+
+    def reached(self, end: dict[str, int]) -> bool:
+        """Whether the query has processed every segment up to ``end`` (segment -> offset)."""
+        last = self.query.lastProgress
+        if last is None:
+            return False
+        offsets = last["sources"][0]["endOffset"]
+        if isinstance(offsets, str):
+            offsets = json.loads(offsets)
+        done = (offsets or {}).get(SOURCE_STREAM, {})
+        return all(done.get(seg, -1) >= off for seg, off in end.items())
+
+    def wait_idle(self, deadline: float) -> None:
+        """Wait (until ``deadline``, ``time.monotonic``) for the query to finish its
+        current trigger (after the last data, a micro-batch without data moves the
+        watermark on), so that stopping it interrupts nothing."""
+        while self.query.status["isTriggerActive"] and time.monotonic() < deadline:
+            _await(self.query, IDLE_POLL_S)
+        self.poll()
+
+    @property
+    def rows(self) -> int:
+        return sum(self.batches.values())
+
+    @property
+    def micro_batches(self) -> int:
+        return sum(1 for n in self.batches.values() if n)
+
+
+def _run(
+    work_dir: Path,
+    lines: list[str],
+    master: str,
+    max_events: int,
+    console: Any,
+    *,
+    show: bool = True,
+) -> DemoRun:
+    """The demo: Spark, the server, the query, shipping; returns what it measured.
+
+    The query runs while the events are shipped, as a streaming job does: a
+    micro-batch every ``TRIGGER_INTERVAL`` with what has arrived. Once every
+    event is acknowledged and counted in a micro-batch, the query stops.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from headrace.spark import _connect, _positions, local
     from headrace.spark.pipeline import start_summary_query
 
+    run = DemoRun()
     # Spark first: its JVM is started by a fork of this process, and a fork while
     # gRPC's threads run (the embedded server's controller, our clients) can kill
     # the child before it execs (gRPC skips its fork handlers then, and the JVM
     # never starts). Nothing forks this process after this.
     spark_started = time.perf_counter()
     spark = _spark_session(master)
-    spark_ready = time.perf_counter()
+    run.spark_start_s = time.perf_counter() - spark_started
     server: _EmbeddedServer | None = None
     try:
         server = _EmbeddedServer(work_dir / "data")
@@ -274,30 +371,8 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
             f"headrace server: controller {server.controller}, "
             f"Lumberjack 127.0.0.1:{server.ports['lumberjack']}, data in {work_dir / 'data'}"
         )
-        columns = (
-            TextColumn("{task.description:<28}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        started = time.perf_counter()
-        with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("ship over Lumberjack", total=len(lines))
-            acked = server.run(
-                ship_lumberjack(
-                    "127.0.0.1",
-                    server.ports["lumberjack"],
-                    lines,
-                    lambda n: progress.advance(task, n),
-                )
-            )
-        shipped_s = time.perf_counter() - started
-        console.print(
-            f"shipped {acked} access-log events into {SOURCE_STREAM} in {shipped_s:.1f} s "
-            f"({acked / shipped_s:,.0f} events/s, each acknowledged once stored)"
-        )
-
-        processing = time.perf_counter()
+        _connect.ensure_stream(server.controller, SOURCE_STREAM, STREAM_SEGMENT_COUNT)
+        query_started = time.perf_counter()
         query = start_summary_query(
             spark,
             controller=server.controller,
@@ -306,30 +381,57 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
             source=SOURCE_STREAM,
             summary=SUMMARY_STREAM,
             max_events_per_trigger=max_events,
+            available_now=False,
+            processing_time=TRIGGER_INTERVAL,
         )
-        seen: dict[int, int] = {}  # micro-batch id -> input rows
-
-        def show_progress(progress: Any, task: Any) -> None:
-            for p in query.recentProgress:
-                if p["batchId"] not in seen:
-                    seen[p["batchId"]] = p["numInputRows"]
-                    progress.advance(task, p["numInputRows"])
-
-        with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("Spark: parse and summarise", total=len(lines))
-            deadline = time.monotonic() + QUERY_TIMEOUT_S
-            while not _await(query, QUERY_POLL_S):
-                if time.monotonic() > deadline:
-                    query.stop()
-                    raise click.ClickException("the streaming query did not finish in time")
-                show_progress(progress, task)
-            show_progress(progress, task)
-        if query.exception() is not None:
-            raise click.ClickException(f"the streaming query failed: {query.exception()}")
-        done = time.perf_counter()
+        run.query_start_s = time.perf_counter() - query_started
+        watch = _QueryWatch(query)
+        columns = (
+            TextColumn("{task.description:<28}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        try:
+            with Progress(*columns, console=console, transient=not show) as progress:
+                shipping = progress.add_task("ship over Lumberjack", total=len(lines))
+                summarising = progress.add_task("Spark: parse and summarise", total=len(lines))
+                started = time.perf_counter()
+                sent = asyncio.run_coroutine_threadsafe(
+                    ship_lumberjack(
+                        "127.0.0.1",
+                        server.ports["lumberjack"],
+                        lines,
+                        lambda n: progress.advance(shipping, n),
+                    ),
+                    server.loop,
+                )
+                deadline = time.monotonic() + QUERY_TIMEOUT_S
+                while not sent.done():
+                    with contextlib.suppress(concurrent.futures.TimeoutError):
+                        sent.result(QUERY_POLL_S)
+                    progress.advance(summarising, watch.poll())
+                run.shipped = sent.result()
+                run.ship_s = time.perf_counter() - started
+                end = _positions.latest(server.controller, [SOURCE_STREAM])[SOURCE_STREAM]
+                while not watch.reached(end):
+                    if time.monotonic() > deadline:
+                        raise click.ClickException("the streaming query did not finish in time")
+                    _await(query, QUERY_POLL_S)
+                    progress.advance(summarising, watch.poll())
+                run.end_to_end_s = time.perf_counter() - started
+                progress.advance(summarising, watch.poll())
+                watch.wait_idle(deadline)
+        finally:
+            query.stop()
+        run.micro_batches = watch.micro_batches
+        console.print(
+            f"shipped {run.shipped} access-log events into {SOURCE_STREAM} in {run.ship_s:.1f} s "
+            f"({run.shipped / run.ship_s:,.0f} events/s, each acknowledged once stored)"
+        )
 
         rows = spark.read.parquet(str(work_dir / "summary.parquet")).orderBy("window_start")
-        rows = rows.collect()
+        run.rows = rows.collect()
         records = (
             spark.read.format("headrace")
             .option("controller", server.controller)
@@ -338,40 +440,49 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
             .select("key", "value", "partition", "offset")
             .collect()
         )
-        published = len(records)
-        _check_summary_stream(records, rows)
-        days = sorted({r.window_start.strftime("%Y-%m-%d") for r in rows})
-        table = Table(title=f"access logs per minute, {', '.join(days)} (UTC)")
-        for name in ("minute", "requests", "MiB", "2xx", "3xx", "4xx", "5xx", "top paths"):
-            table.add_column(name, justify="left" if name in ("minute", "top paths") else "right")
-        for r in rows:
-            table.add_row(
-                r.window_start.strftime("%H:%M"),
-                f"{r.requests:,}",
-                f"{r.bytes / 2**20:.1f}",
-                *(f"{getattr(r, f'rate_{c}xx'):.1%}" for c in (2, 3, 4, 5)),
-                ", ".join(r.top_paths),
+        run.published = len(records)
+        _check_summary_stream(records, run.rows)
+        run.summarised = sum(r.requests for r in run.rows)
+        run.windows = len(run.rows)
+        if show:
+            _show(console, run)
+        if run.summarised != run.shipped:
+            raise click.ClickException(
+                f"the summary counts {run.summarised} requests, {run.shipped} were shipped"
             )
-        console.print(table)
-        total = sum(r.requests for r in rows)
-        elapsed = done - started
-        batches = sum(1 for n in seen.values() if n)
-        console.print(
-            f"micro-batches: {batches}; summary records published to {SUMMARY_STREAM}: "
-            f"{published} (the latest of each window agrees with Parquet); "
-            f"Spark start {spark_ready - spark_started:.1f} s, "
-            f"processing {done - processing:.1f} s"
-        )
-        console.print(
-            f"summarised {total} of {acked} events in {len(rows)} one-minute windows; "
-            f"end to end {elapsed:.1f} s, {acked / elapsed:,.0f} events/s"
-        )
-        if total != acked:
-            raise click.ClickException(f"the summary counts {total} requests, {acked} were shipped")
+        return run
     finally:
-        spark.stop()
+        local.stop(spark)
         if server is not None:
             server.close()
+
+
+def _show(console: Any, run: DemoRun) -> None:
+    from rich.table import Table
+
+    days = sorted({r.window_start.strftime("%Y-%m-%d") for r in run.rows})
+    table = Table(title=f"access logs per minute, {', '.join(days)} (UTC)")
+    for name in ("minute", "requests", "MiB", "2xx", "3xx", "4xx", "5xx", "top paths"):
+        table.add_column(name, justify="left" if name in ("minute", "top paths") else "right")
+    for r in run.rows:
+        table.add_row(
+            r.window_start.strftime("%H:%M"),
+            f"{r.requests:,}",
+            f"{r.bytes / 2**20:.1f}",
+            *(f"{getattr(r, f'rate_{c}xx'):.1%}" for c in (2, 3, 4, 5)),
+            ", ".join(r.top_paths),
+        )
+    console.print(table)
+    console.print(
+        f"micro-batches: {run.micro_batches}; summary records published to {SUMMARY_STREAM}: "
+        f"{run.published} (the latest of each window agrees with Parquet); "
+        f"Spark start {run.spark_start_s:.1f} s, query start {run.query_start_s:.1f} s"
+    )
+    console.print(
+        f"summarised {run.summarised} of {run.shipped} events in {run.windows} one-minute "
+        f"windows; end to end (first event shipped to last event summarised) "
+        f"{run.end_to_end_s:.1f} s, {run.events_per_s:,.0f} events/s"
+    )
 
 
 @click.command()
@@ -400,9 +511,9 @@ def _run(work_dir: Path, lines: list[str], master: str, max_events: int, console
 @click.option(
     "--max-events-per-trigger",
     type=click.IntRange(1),
-    default=25_000,
+    default=MAX_EVENTS_PER_TRIGGER,
     show_default=True,
-    help="Events per micro-batch.",
+    help="Most events per micro-batch (each takes what has arrived, up to this).",
 )
 @click.option(
     "--work-dir",
@@ -428,9 +539,33 @@ def demo(
         lines = list(generate_access_logs(events, minutes=minutes))
     if not lines:
         raise click.ClickException("no log lines to ship")
+    run_demo(
+        lines, master=master, max_events=max_events_per_trigger, work_dir=work_dir, console=console
+    )
+
+
+def run_demo(
+    lines: list[str],
+    *,
+    master: str = "local[2]",
+    max_events: int = MAX_EVENTS_PER_TRIGGER,
+    work_dir: Path | None = None,
+    console: Any = None,
+    show: bool = True,
+) -> DemoRun:
+    """Run the demo on ``lines`` (in a temporary directory unless ``work_dir``
+    is given); ``show`` prints the progress and the results table.
+
+    Raises:
+        click.ClickException: the query failed, or the results do not count
+            every shipped event exactly once.
+    """
+    if console is None:
+        from rich.console import Console
+
+        console = Console(quiet=not show)
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-        _run(work_dir, lines, master, max_events_per_trigger, console)
-        return
+        return _run(work_dir, lines, master, max_events, console, show=show)
     with tempfile.TemporaryDirectory(prefix="headrace-demo-") as tmp:
-        _run(Path(tmp), lines, master, max_events_per_trigger, console)
+        return _run(Path(tmp), lines, master, max_events, console, show=show)

@@ -6,20 +6,21 @@ Log Format line, or bare lines), parses them, and computes for every
 1-minute window (by the time in the log line): requests, bytes, the share of
 2xx/3xx/4xx/5xx answers and the top paths.
 
-State stays bounded: the aggregation runs in *update* mode with a watermark
-on the log time (``WATERMARK_DELAY`` behind the latest time seen), so Spark
-keeps only the windows that can still change and drops events older than
-that. Each micro-batch gets the (window, path) counts it changed and
-publishes the current summary of every window it touched
+Spark does the per-event work in one stage per micro-batch: it parses each
+line once (one JSON lookup, one regular expression), and counts per
+(window, path) in its state store, in *update* mode with a watermark on the
+log time (``WATERMARK_DELAY`` behind the latest time seen), so it keeps only
+the windows that can still change and drops events older than that. The
+micro-batch's output, the (window, path) counts it changed, is a few rows
+per window: the driver collects them and, for every window they touch,
 
-* to the headrace stream ``logs/summary`` (one JSON record per window, routed
-  by the window's start; committed exactly once per micro-batch, so the
-  latest record of a window is its current summary), and
-* to Parquet, partitioned by ``minute``: only the touched windows'
-  partitions are rewritten. The per-path counts of every window are kept
-  beside it (``<parquet>/_paths``, also by ``minute``; Spark's readers skip
-  ``_`` directories), because a window's top paths need all of its paths,
-  not only those that changed in the batch.
+* recomputes the window's summary from all of its paths (it keeps the counts
+  of the windows Spark still holds; after a restart it reads them back from
+  the checkpoint's state store, so nothing else has to be stored),
+* rewrites that window's ``minute`` partition of the Parquet summary, and
+* publishes the summary to the headrace stream ``logs/summary`` (one JSON
+  record per window, routed by the window's start), committed exactly once
+  per micro-batch, so the latest record of a window is its current summary.
 
 ``headrace demo`` runs it on an embedded server; on a cluster::
 
@@ -34,16 +35,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
-from . import _io
+from . import _connect, _txns
+from .options import write_options
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
@@ -51,14 +57,25 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "TOP_PATHS",
     "WATERMARK_DELAY",
+    "Summaries",
     "parse_access_logs",
     "start_summary_query",
-    "summarise",
 ]
 
 ACCESS_LOG_PATTERN = r'^(\S+) \S+ \S+ \[([^\]]+)\] "(\S+) (\S+)[^"]*" (\d{3}) (\d+|-)'
 """Common Log Format (Combined adds referrer and agent after it): client,
 identity, user, [time], "method path protocol", status, bytes."""
+
+LINE_PATTERN = "(?s)" + ACCESS_LOG_PATTERN + ".*"
+""":data:`ACCESS_LOG_PATTERN` over the whole line, so that one replacement
+rewrites a matching line into its fields (``FIELDS``)."""
+
+FIELDS = "$1 $3 $4 $5 $6 $2"
+"""A matching line rewritten: client, method, path, status, bytes, time. Only
+the time can hold a space, so it goes last and a split in 6 keeps it whole;
+the result is always shorter than the line (identity, user, brackets and
+quotes are gone), which tells a match from a line left as it was (compared
+in bytes: a string knows its byte length, its characters need counting)."""
 
 LOG_TIME_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
 """The ``[10/Oct/2026:13:55:36 +0000]`` time of the log format."""
@@ -70,12 +87,9 @@ WATERMARK_DELAY = "10 minutes"
 """How far behind the latest log time an event may arrive and still count;
 windows that end before the watermark are final and leave Spark's state."""
 
-MINUTE_FORMAT = "yyyyMMdd'T'HHmm"
+MINUTE_FORMAT = "%Y%m%dT%H%M"
 """The ``minute`` partition value (a window's start, UTC): not a date or a
 number, so Spark's partition inference leaves it a string."""
-
-PATHS_DIR = "_paths"
-"""Sub-directory of the Parquet output with the per-(window, path) counts."""
 
 SUMMARY_SEGMENTS = 2
 """Segments of the summary stream when the pipeline creates it (a few records a minute)."""
@@ -93,64 +107,190 @@ SUMMARY_COLUMNS = (
     "top_paths",
 )
 
+PARQUET_SCHEMA = (
+    "window_start TIMESTAMP, window_end TIMESTAMP, requests BIGINT, bytes BIGINT, "
+    "rate_2xx DOUBLE, rate_3xx DOUBLE, rate_4xx DOUBLE, rate_5xx DOUBLE, error_rate DOUBLE, "
+    "top_paths ARRAY<STRING>, minute STRING"
+)
+"""One row per window: :data:`SUMMARY_COLUMNS` and the partition column ``minute``."""
+
+COUNTS = ("requests", "bytes", "s2xx", "s3xx", "s4xx", "s5xx")
+"""The per-(window, path) counts Spark keeps, in the order of its state's values."""
+
+Counts = tuple[int, int, int, int, int, int]
+"""Values of :data:`COUNTS` for one (window, path)."""
+
+Window = tuple[int, int]
+"""A window's start and end, epoch microseconds."""
+
+_TIME_UNITS = {
+    "week": timedelta(weeks=1),
+    "day": timedelta(days=1),
+    "hour": timedelta(hours=1),
+    "minute": timedelta(minutes=1),
+    "second": timedelta(seconds=1),
+    "millisecond": timedelta(milliseconds=1),
+    "microsecond": timedelta(microseconds=1),
+}
+
 
 def parse_access_logs(events: DataFrame) -> DataFrame:
-    """Stored events (the data source's rows) -> one row per parsed request.
+    """Stored events (the data source's rows) -> one row per parsed request:
+    ``client, time, method, path, status, bytes``.
 
-    Lines that do not parse are dropped.
+    Each line is parsed once: one JSON lookup, one regular expression
+    (``LINE_PATTERN`` rewrites a matching line into its fields), one split.
+    The rows come out of ``inline``, a generator: Spark does not push the
+    filter on ``time`` below it, so the filter does not parse the line again.
+    Lines that do not parse, or whose time does not, are dropped; a byte
+    count too large for a long is null.
     """
     text = F.col("value").cast("string")
-    line = F.coalesce(F.get_json_object(text, "$.message"), text)
-    parts = [F.regexp_extract(line, ACCESS_LOG_PATTERN, i) for i in range(1, 7)]
-    size = F.when(parts[5] == "-", F.lit(0)).otherwise(parts[5].cast("long"))
-    return events.select(
-        parts[0].alias("client"),
-        F.to_timestamp(parts[1], LOG_TIME_FORMAT).alias("time"),
-        parts[2].alias("method"),
-        parts[3].alias("path"),
-        parts[4].cast("int").alias("status"),
+    lines = events.select(F.coalesce(F.get_json_object(text, "$.message"), text).alias("line"))
+    fields = F.regexp_replace("line", LINE_PATTERN, FIELDS)
+    split = lines.select(
+        F.when(F.octet_length(fields) < F.octet_length("line"), F.split(fields, " ", 6)).alias("f")
+    )
+    f = F.col("f")
+    size = F.when(f[4] == "-", F.lit(0).cast("long")).otherwise(f[4].try_cast("long"))
+    request = F.struct(
+        f[0].alias("client"),
+        F.try_to_timestamp(f[5], F.lit(LOG_TIME_FORMAT)).alias("time"),
+        f[1].alias("method"),
+        f[2].alias("path"),
+        f[3].cast("int").alias("status"),
         size.alias("bytes"),
-    ).where(F.col("time").isNotNull() & F.col("status").isNotNull())
+    )
+    parsed = split.select(F.inline(F.when(f.isNotNull(), F.array(request))))
+    return parsed.where(F.col("time").isNotNull())
 
 
 def _per_window_and_path(requests: DataFrame, watermark: str | None = None) -> DataFrame:
     status_class = (F.col("status") / 100).cast("int")
     if watermark is not None:
         requests = requests.withWatermark("time", watermark)
-    return requests.groupBy(F.window("time", "1 minute").alias("window"), "path").agg(
+    counts = requests.groupBy(F.window("time", "1 minute").alias("window"), "path").agg(
         F.count(F.lit(1)).alias("requests"),
         F.sum("bytes").alias("bytes"),
         *(F.sum((status_class == c).cast("long")).alias(f"s{c}xx") for c in (2, 3, 4, 5)),
     )
+    return counts.select(
+        F.unix_micros("window.start").alias("start"),
+        F.unix_micros("window.end").alias("end"),
+        "path",
+        *COUNTS,
+    )
 
 
-def summarise(per_path: DataFrame) -> DataFrame:
-    """Per-(window, path) counts -> one summary row per window (``SUMMARY_COLUMNS``)."""
-    ranked = per_path.withColumn(
-        "rank",
-        F.row_number().over(
-            Window.partitionBy("window").orderBy(F.desc("requests"), F.asc("path"))
-        ),
-    )
-    top = F.struct(F.col("requests").alias("n"), F.col("path").alias("path"))
-    totals = ranked.groupBy("window").agg(
-        F.sum("requests").alias("requests"),
-        F.sum("bytes").alias("bytes"),
-        *(F.sum(f"s{c}xx").alias(f"s{c}xx") for c in (2, 3, 4, 5)),
-        F.sort_array(F.collect_list(F.when(F.col("rank") <= TOP_PATHS, top)), asc=False).alias(
-            "top"
-        ),
-    )
-    n = F.col("requests")
-    return totals.select(
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
-        n.alias("requests"),
-        F.col("bytes"),
-        *(F.round(F.col(f"s{c}xx") / n, 4).alias(f"rate_{c}xx") for c in (2, 3, 4, 5)),
-        F.round((F.col("s4xx") + F.col("s5xx")) / n, 4).alias("error_rate"),
-        F.transform("top", lambda t: t["path"]).alias("top_paths"),
-    ).orderBy("window_start")
+def _lateness(watermark: str) -> timedelta | None:
+    """The watermark delay as a timedelta (``"10 minutes"``, ``"1 hour 30 minutes"``);
+    None for one with months or years, or one this does not read."""
+    words = watermark.lower().split()
+    if words[:1] == ["interval"]:
+        words = words[1:]
+    if not words or len(words) % 2:
+        return None
+    total = timedelta()
+    for amount, unit in zip(words[::2], words[1::2], strict=True):
+        step = _TIME_UNITS.get(unit.removesuffix("s"))
+        if step is None or not re.fullmatch(r"\d+", amount):
+            return None
+        total += int(amount) * step
+    return total
+
+
+def _round(x: float) -> float:
+    """Spark's ``round(x, 4)`` (half up, on the shortest decimal form of ``x``)."""
+    return float(Decimal(repr(x)).quantize(Decimal("0.0001"), ROUND_HALF_UP))
+
+
+def _utc(micros: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+
+
+@dataclass
+class Summaries:
+    """The per-path counts of the windows Spark still holds, kept by the driver.
+
+    Spark's output in update mode holds only the (window, path) counts a
+    micro-batch changed; a window's totals and top paths need all of its
+    paths. The driver keeps them between micro-batches; after a restart (the
+    first micro-batch of a run) it reads them from the checkpoint's state store
+    as they were after the previous micro-batch, so a replayed micro-batch
+    gives the same summaries. Windows the watermark has passed are forgotten.
+
+    Attributes:
+        lateness: the watermark delay; None: windows are never forgotten.
+    """
+
+    lateness: timedelta | None
+    windows: dict[Window, dict[str, Counts]] = field(default_factory=dict)
+    restored: bool = False
+
+    def restore(self, spark: SparkSession, checkpoint: str, batch_id: int) -> None:
+        """Load the counts of the state store after micro-batch ``batch_id - 1``."""
+        self.restored = True
+        self.windows.clear()
+        if batch_id == 0:
+            return
+        state = spark.read.format("statestore").option("batchId", batch_id - 1).load(checkpoint)
+        rows = state.select(
+            F.unix_micros("key.window.start").alias("start"),
+            F.unix_micros("key.window.end").alias("end"),
+            F.col("key.path").alias("path"),
+            "value",
+        ).collect()
+        self.update((r.start, r.end, r.path, *r.value) for r in rows)
+
+    def update(self, rows: Iterable[Sequence[Any]]) -> list[Window]:
+        """Merge ``(start, end, path, *COUNTS)`` rows; returns the windows they touched."""
+        touched: set[Window] = set()
+        for start, end, path, requests, size, s2, s3, s4, s5 in rows:
+            window = (start, end)
+            counts = (requests, size or 0, s2, s3, s4, s5)  # bytes: null if none fit a long
+            self.windows.setdefault(window, {})[path] = counts
+            touched.add(window)
+        return sorted(touched)
+
+    def forget_final(self) -> None:
+        """Forget windows Spark will not change again: those ending at least
+        ``lateness`` before the latest window start seen (Spark's watermark,
+        the latest event time minus ``lateness``, is at or past that)."""
+        if self.lateness is None or not self.windows:
+            return
+        horizon = max(start for start, _ in self.windows) - self.lateness // timedelta(
+            microseconds=1
+        )
+        for window in [w for w in self.windows if w[1] <= horizon]:
+            del self.windows[window]
+
+    def summary(self, window: Window) -> dict[str, Any]:
+        """The summary of one window (:data:`SUMMARY_COLUMNS`, times as UTC datetimes)."""
+        paths = self.windows[window]
+        totals = [sum(c[i] for c in paths.values()) for i in range(len(COUNTS))]
+        n, size, s2, s3, s4, s5 = totals
+        top = sorted(paths.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_PATHS]
+        return {
+            "window_start": _utc(window[0]),
+            "window_end": _utc(window[1]),
+            "requests": n,
+            "bytes": size,
+            "rate_2xx": _round(s2 / n),
+            "rate_3xx": _round(s3 / n),
+            "rate_4xx": _round(s4 / n),
+            "rate_5xx": _round(s5 / n),
+            "error_rate": _round((s4 + s5) / n),
+            "top_paths": [path for path, _ in top],
+        }
+
+
+def _record(summary: dict[str, Any]) -> tuple[str, str]:
+    """A summary as a ``logs/summary`` record: key = window start, value = JSON
+    (times as Spark's ``to_json`` writes them, UTC)."""
+    doc = dict(summary)
+    for name in ("window_start", "window_end"):
+        doc[name] = doc[name].strftime("%Y-%m-%dT%H:%M:%S.") + "000Z"
+    return summary["window_start"].strftime("%Y-%m-%dT%H:%M:%SZ"), json.dumps(doc)
 
 
 def _writer_id(checkpoint: str) -> str:
@@ -158,14 +298,56 @@ def _writer_id(checkpoint: str) -> str:
     return "summary-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
 
 
-def _overwrite(table: DataFrame, path: str) -> None:
-    """Replace the ``minute`` partitions of ``path`` that ``table`` has, keep the others."""
-    (
-        table.write.mode("overwrite")
-        .option("partitionOverwriteMode", "dynamic")
-        .partitionBy("minute")
-        .parquet(path)
-    )
+@dataclass
+class _Publisher:
+    """The ``foreachBatch`` function: summaries of the touched windows to
+    Parquet and, exactly once, to the summary stream."""
+
+    controller: str
+    checkpoint: str
+    parquet: str
+    summary: str
+    summaries: Summaries
+
+    def __call__(self, updates: DataFrame, batch_id: int) -> None:
+        spark = updates.sparkSession
+        rows = updates.collect()
+        if not rows:
+            return
+        if not self.summaries.restored:
+            self.summaries.restore(spark, self.checkpoint, batch_id)
+        touched = self.summaries.update(rows)
+        table = [self.summaries.summary(w) for w in touched]
+        self._parquet(spark, table)
+        opts = write_options(
+            {
+                "controller": self.controller,
+                "stream": self.summary,
+                "writerId": _writer_id(self.checkpoint),
+                "batchId": str(batch_id),
+            }
+        )
+        _txns.write_batch(opts, self._records(table))
+        self.summaries.forget_final()
+
+    def _parquet(self, spark: SparkSession, table: list[dict[str, Any]]) -> None:
+        """Replace the ``minute`` partitions of the touched windows, keep the others."""
+        rows = [
+            (*(s[c] for c in SUMMARY_COLUMNS), s["window_start"].strftime(MINUTE_FORMAT))
+            for s in table
+        ]
+        (
+            spark.createDataFrame(rows, PARQUET_SCHEMA)
+            .write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy("minute")
+            .parquet(self.parquet)
+        )
+
+    def _records(self, table: list[dict[str, Any]]) -> Iterator[tuple[str, object, object]]:
+        for s in table:
+            key, value = _record(s)
+            yield self.summary, key, value
 
 
 def start_summary_query(
@@ -177,58 +359,29 @@ def start_summary_query(
     source: str = "logs/access",
     summary: str = "logs/summary",
     max_events_per_trigger: int | None = None,
+    min_partitions: int | None = None,
     available_now: bool = True,
     processing_time: str = "5 seconds",
     watermark: str = WATERMARK_DELAY,
 ) -> StreamingQuery:
     """Start the pipeline and return its query (``availableNow``: it stops by
-    itself once everything stored when it started is processed)."""
+    itself once everything stored when it started is processed).
+
+    ``min_partitions`` (default: Spark's default parallelism) splits each
+    micro-batch's segment ranges so that every core has a share.
+    """
     reader = (
         spark.readStream.format("headrace")
         .option("controller", controller)
         .option("stream", source)
         .option("startingOffsets", "earliest")
+        .option("minPartitions", str(min_partitions or spark.sparkContext.defaultParallelism))
     )
     if max_events_per_trigger:
         reader = reader.option("maxEventsPerTrigger", str(max_events_per_trigger))
     per_path = _per_window_and_path(parse_access_logs(reader.load()), watermark)
-    _io.ensure_stream(controller, summary, SUMMARY_SEGMENTS)
-    writer_id = _writer_id(checkpoint)
-    paths_dir = f"{parquet.rstrip('/')}/{PATHS_DIR}"
-
-    def publish(updates: DataFrame, batch_id: int) -> None:
-        spark_ = updates.sparkSession
-        minute = F.date_format("window.start", MINUTE_FORMAT)
-        updates = updates.withColumn("minute", minute).localCheckpoint()
-        touched = [r.minute for r in updates.select("minute").distinct().collect()]
-        if not touched:
-            return
-        # The current counts of every path of the touched windows: what was
-        # stored for them, with the batch's (newer) counts replacing their keys.
-        try:
-            stored = spark_.read.parquet(paths_dir).where(F.col("minute").isin(touched))
-            merged = stored.join(updates, ["minute", "path"], "left_anti").unionByName(updates)
-        except AnalysisException:  # the first batch: nothing stored yet
-            merged = updates
-        merged = merged.localCheckpoint()  # read and rewritten below: cut the lineage
-        _overwrite(merged, paths_dir)
-        table = summarise(merged).withColumn("minute", F.date_format("window_start", MINUTE_FORMAT))
-        table = table.localCheckpoint()
-        _overwrite(table, parquet)
-        records = table.select(
-            F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ssXXX").alias("key"),
-            F.to_json(F.struct(*SUMMARY_COLUMNS)).alias("value"),
-        )
-        (
-            records.write.format("headrace")
-            .option("controller", controller)
-            .option("stream", summary)
-            .option("writerId", writer_id)
-            .option("batchId", str(batch_id))
-            .mode("append")
-            .save()
-        )
-
+    _connect.ensure_stream(controller, summary, SUMMARY_SEGMENTS)
+    publish = _Publisher(controller, checkpoint, parquet, summary, Summaries(_lateness(watermark)))
     writer = (
         per_path.writeStream.outputMode("update")
         .option("checkpointLocation", checkpoint)
@@ -259,6 +412,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--continuous", action="store_true", help="keep running (5 s trigger)")
     args = parser.parse_args(argv)
     spark = SparkSession.builder.appName("headrace-access-log-summary").getOrCreate()
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # The state store has this many partitions for the checkpoint's lifetime;
+        # Spark's default of 200 makes every micro-batch run 200 small tasks.
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
     query = start_summary_query(
         spark,
         controller=args.controller,
@@ -271,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         watermark=args.watermark,
     )
     query.awaitTermination()
-    row: Any
+    row: Row
     for row in spark.read.parquet(args.parquet).orderBy("window_start").collect():
         print(row.asDict())
 

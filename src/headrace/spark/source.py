@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from . import _io
+from . import _connect, _planning, _positions, _reads, _txns
 from .options import ReadOptions, WriteOptions, read_options, write_options
 
 if TYPE_CHECKING:
@@ -104,11 +104,11 @@ class RangePartition(InputPartition):
     start: int
     end: int
 
-    def to_range(self) -> _io.Range:
-        return _io.Range(self.scope, self.stream, self.segment_id, self.start, self.end)
+    def to_range(self) -> _planning.Range:
+        return _planning.Range(self.scope, self.stream, self.segment_id, self.start, self.end)
 
 
-def _partitions(ranges: Sequence[_io.Range]) -> list[RangePartition]:
+def _partitions(ranges: Sequence[_planning.Range]) -> list[RangePartition]:
     return [RangePartition(r.scope, r.stream, r.segment_id, r.start, r.end) for r in ranges]
 
 
@@ -118,7 +118,7 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
     schema = _arrow_schema(opts.include_headers)
     r = part.to_range()
     since = opts.starting_times.get(f"{r.scope}/{r.stream}")
-    for keys, values, offsets, stamps in _io.read_range(
+    for keys, values, offsets, stamps in _reads.read_range(
         opts.connection,
         r,
         tank_scope=opts.tank_scope,
@@ -167,21 +167,21 @@ class HeadraceDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         stream_column = _check_sink_schema(schema)
         opts = write_options(self.options, stream_column=stream_column)
-        _io.check_connection(opts.connection, opts.target)
+        _connect.check_connection(opts.connection, opts.target)
         return HeadraceWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         stream_column = _check_sink_schema(schema)
         opts = write_options(self.options, stream_column=stream_column)
-        _io.check_connection(opts.connection, opts.target)
+        _connect.check_connection(opts.connection, opts.target)
         return HeadraceStreamWriter(opts)
 
 
 def _checked(opts: ReadOptions) -> ReadOptions:
     """``opts`` once the driver reaches the controller with its TLS settings and
-    credentials (``_io.check_connection``): a wrong CA or password fails the
+    credentials (``_connect.check_connection``): a wrong CA or password fails the
     query at planning time, not after the clients' retries in every task."""
-    _io.check_connection(opts.connection, opts.streams[0])
+    _connect.check_connection(opts.connection, opts.streams[0])
     return opts
 
 
@@ -196,7 +196,7 @@ class HeadraceReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = _io.batch_plan(self.opts)
+        ranges = _planning.batch_plan(self.opts)
         return _partitions(ranges) or [RangePartition("", "", 0, 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -207,7 +207,7 @@ class HeadraceReader(DataSourceReader):
 
 
 class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches over the streams' segments; offsets as :data:`_io.Position`.
+    """Micro-batches over the streams' segments; offsets as :data:`_positions.Position`.
 
     State on ``self`` lives in the driver-side runner process for the query's
     lifetime (the ``availableNow`` target); everything else is in the offsets.
@@ -215,22 +215,22 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self.target: _io.Position | None = None
+        self.target: _positions.Position | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return _io.starting_position(self.opts, "latest")
+        return _positions.starting_position(self.opts, "latest")
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = _io.latest(self.opts.connection, self.opts.streams)
+        self.target = _positions.latest(self.opts.connection, self.opts.streams)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        end = _io.advance(self.opts.connection, start, self.opts)
+        end = _positions.advance(self.opts.connection, start, self.opts)
         if self.target is not None:
             end = _cap(start, end, self.target)
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = _io.plan_ranges(self.opts.connection, start, end, self.opts.min_partitions)
+        ranges = _planning.plan_ranges(self.opts.connection, start, end, self.opts.min_partitions)
         return _partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -241,10 +241,12 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: positions live in Spark's checkpoint, not on the server."""
 
 
-def _cap(start: _io.Position, end: _io.Position, target: _io.Position) -> _io.Position:
+def _cap(
+    start: _positions.Position, end: _positions.Position, target: _positions.Position
+) -> _positions.Position:
     """``end`` no further than the ``availableNow`` target: segments the target
     knows stop at its offsets; segments born after it are left for later."""
-    out: _io.Position = {}
+    out: _positions.Position = {}
     for name, segs in end.items():
         tgt = target.get(name, {})
         begin = start.get(name, {})
@@ -266,7 +268,7 @@ class TxnMessage(WriterCommitMessage):
     """What a task hands the driver: its open transactions (one per target
     stream it wrote to) and who wrote them."""
 
-    txns: list[tuple[str, str, int, int]]  # _io.TxnRef fields
+    txns: list[tuple[str, str, int, int]]  # _txns.TxnRef fields
     rows: int
     query_id: str | None
     batch_id: int | None
@@ -308,13 +310,13 @@ def _write(opts: WriteOptions, rows: Iterator[Row]) -> TxnMessage:
                 raise ValueError("the headrace sink got a row whose 'value' is null")
             yield opts.stream_of(d.get("stream"), d.get("scope")), d.get("key"), value
 
-    refs, count = _io.write_txns(opts, triples())
+    refs, count = _txns.write_txns(opts, triples())
     txns = [(r.scope, r.stream, r.high_bits, r.low_bits) for r in refs]
     return TxnMessage(txns, count, query_id, batch_id)
 
 
-def _refs(messages: Sequence[WriterCommitMessage | None]) -> list[_io.TxnRef]:
-    return [_io.TxnRef(*t) for m in messages if isinstance(m, TxnMessage) for t in m.txns]
+def _refs(messages: Sequence[WriterCommitMessage | None]) -> list[_txns.TxnRef]:
+    return [_txns.TxnRef(*t) for m in messages if isinstance(m, TxnMessage) for t in m.txns]
 
 
 class HeadraceWriter(DataSourceWriter):
@@ -326,13 +328,13 @@ class HeadraceWriter(DataSourceWriter):
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
-        self.writer_id = opts.writer_id or _io.new_writer_id()
+        self.writer_id = opts.writer_id or _txns.new_writer_id()
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return _write(self.opts, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _io.commit_batch(
+        _txns.commit_batch(
             self.opts.connection,
             self.opts.commit_scope,
             self.writer_id,
@@ -342,13 +344,13 @@ class HeadraceWriter(DataSourceWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _io.abort_txns(self.opts.connection, _refs(messages))
+        _txns.abort_txns(self.opts.connection, _refs(messages))
 
 
 class HeadraceStreamWriter(DataSourceStreamWriter):
     """Streaming write, exactly once: a batch's transactions (one per task and
     target stream) are committed together, once per ``(query id, batch id)``
-    (``_io.commit_batch``)."""
+    (``_txns.commit_batch``)."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
@@ -366,7 +368,7 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
             if len(ids) != 1:
                 raise RuntimeError(f"cannot tell the streaming query id from the tasks: {ids}")
             writer_id = ids.pop()
-        _io.commit_batch(
+        _txns.commit_batch(
             self.opts.connection,
             self.opts.commit_scope,
             writer_id,
@@ -376,4 +378,4 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _io.abort_txns(self.opts.connection, _refs(messages))
+        _txns.abort_txns(self.opts.connection, _refs(messages))

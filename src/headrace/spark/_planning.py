@@ -1,0 +1,151 @@
+"""Planning: the segment ranges a batch or micro-batch reads (one per Spark partition)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from headrace.client import PravegaClient, Segment
+from headrace.client.errors import NoSuchSegmentError
+
+from ._connect import Target, run, split_name
+from ._positions import Position, all_segments, lost, resolve, starting_position, successors, walk
+
+if TYPE_CHECKING:
+    from .options import ReadOptions
+
+__all__ = ["Range", "batch_plan", "plan_ranges"]
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Events of one segment whose offsets lie in ``[start, end)``."""
+
+    scope: str
+    stream: str
+    segment_id: int
+    start: int
+    end: int
+
+    @property
+    def segment(self) -> Segment:
+        return Segment(self.scope, self.stream, self.segment_id)
+
+
+def plan_ranges(uri: Target, start: Position, end: Position, min_partitions: int) -> list[Range]:
+    """The ranges between two positions, split so there are at least
+    ``min_partitions`` (splits fall on event boundaries)."""
+    ranges: list[Range] = []
+    for name, segs in end.items():
+        scope, stream = split_name(name)
+        begin = start.get(name, {})
+        for seg_id, stop in sorted(segs.items(), key=lambda kv: int(kv[0])):
+            lo = begin.get(seg_id, 0)
+            if stop > lo:
+                ranges.append(Range(scope, stream, int(seg_id), lo, stop))
+    if 0 < len(ranges) < min_partitions:
+        ranges = _split_all(uri, ranges, min_partitions)
+    return ranges
+
+
+def batch_plan(opts: ReadOptions) -> list[Range]:
+    """Every range a batch read covers: each segment from its start to its end
+    (the ``startingOffsets``/``endingOffsets`` options, successors followed)."""
+
+    async def work(client: PravegaClient) -> list[Range]:
+        out: list[Range] = []
+        for name in opts.streams:
+            scope, stream = split_name(name)
+            for seg, _ in await all_segments(client, scope, stream):
+                try:
+                    stat = await client.segments.stat(seg)
+                except NoSuchSegmentError:
+                    continue
+                out.append(Range(scope, stream, seg.segment_id, stat.start_offset, stat.length))
+        return out
+
+    ranges = run(opts.connection, work)
+    if opts.starting_times:
+        ranges = _from_time(opts, ranges)
+    if opts.starting != "earliest" or opts.starting_times:
+        lo = starting_position(opts, "earliest")
+        for r in ranges:
+            off = lo.get(f"{r.scope}/{r.stream}", {}).get(str(r.segment_id))
+            if off is not None and off < r.start:
+                what = f"{r.segment.name} was truncated to offset {r.start}; asked for {off}"
+                lost(opts, what)
+        ranges = [_clip(r, lo, lower=True) for r in ranges]
+    if opts.ending != "latest":
+        hi = resolve(opts.connection, opts.ending, opts.streams, "latest")
+        ranges = [_clip(r, hi, lower=False) for r in ranges]
+    ranges = [r for r in ranges if r.end > r.start]
+    if 0 < len(ranges) < opts.min_partitions:
+        ranges = _split_all(opts.connection, ranges, opts.min_partitions)
+    return ranges
+
+
+def _from_time(opts: ReadOptions, ranges: list[Range]) -> list[Range]:
+    """Drop the ranges of segments a time start skips: those sealed before the
+    time (not in the epoch open then, nor after it)."""
+    pos = starting_position(opts, "earliest")
+
+    async def work(client: PravegaClient) -> set[tuple[str, int]]:
+        keep: set[tuple[str, int]] = set()
+        for name in opts.starting_times:
+            scope, stream = split_name(name)
+            todo = [Segment(scope, stream, int(k)) for k in pos[name]]
+            while todo:
+                seg = todo.pop()
+                if (name, seg.segment_id) not in keep:
+                    keep.add((name, seg.segment_id))
+                    todo.extend(await successors(client, seg))
+        return keep
+
+    keep = run(opts.connection, work)
+    return [
+        r
+        for r in ranges
+        if f"{r.scope}/{r.stream}" not in opts.starting_times
+        or (f"{r.scope}/{r.stream}", r.segment_id) in keep
+    ]
+
+
+def _clip(r: Range, pos: Position, *, lower: bool) -> Range:
+    off = pos.get(f"{r.scope}/{r.stream}", {}).get(str(r.segment_id))
+    if off is None:
+        return r
+    if lower:
+        return Range(r.scope, r.stream, r.segment_id, max(r.start, off), r.end)
+    return Range(r.scope, r.stream, r.segment_id, r.start, min(r.end, off))
+
+
+def _split_all(uri: Target, ranges: list[Range], min_partitions: int) -> list[Range]:
+    total = sum(r.end - r.start for r in ranges)
+
+    async def work(client: PravegaClient) -> list[Range]:
+        out: list[Range] = []
+        for r in ranges:
+            parts = max(1, round(min_partitions * (r.end - r.start) / total))
+            out.extend(await _split(client, r, parts))
+        return out
+
+    return run(uri, work)
+
+
+async def _split(client: PravegaClient, r: Range, parts: int) -> list[Range]:
+    if parts <= 1:
+        return [r]
+    step = (r.end - r.start) // parts
+    cuts = [r.start]
+    offset = r.start
+    for _ in range(parts - 1):
+        # The first event boundary at or after offset + step.
+        offset = await walk(client, r.segment, offset, r.end, None, max(1, step))
+        if offset >= r.end or offset <= cuts[-1]:
+            break
+        cuts.append(offset)
+    cuts.append(r.end)
+    return [
+        Range(r.scope, r.stream, r.segment_id, a, b) for a, b in itertools.pairwise(cuts) if b > a
+    ]
