@@ -10,6 +10,7 @@ is counted (``headrace_errors_total{kind="handler_error"}``).
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +24,8 @@ RUNNER = Path(__file__).with_name("full_disk_server.py")
 SEGMENT = "logs/test/0.#epoch.0"
 MARKER = b"PAYLOAD-BYTES-"
 PAYLOAD = (MARKER * 500)[:7000]
+WAIT_S = 10.0
+POLL_S = 0.05
 
 
 def _handler_errors(port: int) -> float:
@@ -55,6 +58,10 @@ def test_a_failed_append_is_logged_in_one_line_without_its_payload(tmp_path: Pat
                 reply = None
             assert not isinstance(reply, p.DataAppended), reply
         server.wait_for_line("handling AppendData", 10.0)
+        # The close is counted just after that line is logged: poll under a deadline.
+        deadline = time.monotonic() + WAIT_S
+        while _handler_errors(server.port_of("http")) < 1 and time.monotonic() < deadline:
+            time.sleep(POLL_S)
         assert _handler_errors(server.port_of("http")) == 1
         log = server.log_text()
     assert MARKER.decode() not in log, "the payload's bytes are in the log"
