@@ -20,7 +20,7 @@ from headrace.client import PravegaClient
 from headrace.spark import pipeline
 from tests.spark.conftest import Server
 
-QUERY_TIMEOUT_S = 300.0
+QUERY_TIMEOUT_S = 300
 
 BAD_LINES = [
     "garbage",
@@ -71,7 +71,7 @@ def _write_logs(server: Server, name: str, lines: list[str], *, bare: int = 0) -
     """Ship ``lines`` as Lumberjack-style JSON documents routed by host; the
     first ``bare`` of them as bare lines instead."""
     scope, stream = name.split("/")
-    events = []
+    events: list[tuple[str | None, bytes]] = []
     for i, line in enumerate(lines):
         host = f"web-{i % 4}"
         doc = line.encode() if i < bare else json.dumps({"message": line, "host": host}).encode()

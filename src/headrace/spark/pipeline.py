@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from . import _connect, _txns
-from .options import write_options
+# Absolute imports: spark-submit runs this file as a script.
+from headrace.spark import _connect, _txns
+from headrace.spark.options import write_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -431,6 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     row: Row
     for row in spark.read.parquet(args.parquet).orderBy("window_start").collect():
         print(row.asDict())
+    spark.stop()
 
 
 if __name__ == "__main__":
