@@ -65,6 +65,8 @@ IO_TIMEOUT_S = 60.0
 SERVER_TIMEOUT_S = 30.0
 QUERY_POLL_S = 1
 """How often the progress display looks at the query (display only)."""
+QUERY_START_TIMEOUT_S = 300.0
+"""Longest wait for the streaming query to start and look for data."""
 QUERY_TIMEOUT_S = 1800.0
 """Longest wait for the query to summarise everything shipped."""
 IDLE_POLL_S = 0.1
@@ -319,6 +321,17 @@ class _QueryWatch:
         done = (offsets or {}).get(SOURCE_STREAM, {})
         return all(done.get(seg, -1) >= off for seg, off in end.items())
 
+    def wait_ready(self, deadline: float) -> None:
+        """Wait (until ``deadline``, ``time.monotonic``) for the query's first look
+        for data: its source is then open and its first trigger done, so the
+        query is running, waiting for events."""
+        while time.monotonic() < deadline:
+            status = self.query.status
+            if not status["isTriggerActive"] and status["message"].startswith("Waiting"):
+                return
+            _await(self.query, IDLE_POLL_S)
+        raise click.ClickException("the streaming query did not start in time")
+
     def wait_idle(self, deadline: float) -> None:
         """Wait (until ``deadline``, ``time.monotonic``) for the query to finish its
         current trigger (after the last data, a micro-batch without data moves the
@@ -384,8 +397,9 @@ def _run(
             available_now=False,
             processing_time=TRIGGER_INTERVAL,
         )
-        run.query_start_s = time.perf_counter() - query_started
         watch = _QueryWatch(query)
+        watch.wait_ready(time.monotonic() + QUERY_START_TIMEOUT_S)
+        run.query_start_s = time.perf_counter() - query_started
         columns = (
             TextColumn("{task.description:<28}"),
             BarColumn(),
