@@ -2,18 +2,20 @@
 
 1. An embedded headrace server (``ServerApp``) on a temporary data directory,
    listening on free loopback ports: controller, segment store, Lumberjack.
-2. Web-server access logs shipped into stream ``logs/access`` over the
+2. The PySpark Structured Streaming job of ``headrace.spark.pipeline``,
+   started first and running: parse, then per 1-minute window requests,
+   bytes, status-class rates and top paths, with a checkpoint; results to
+   stream ``logs/summary`` (exactly once) and to Parquet.
+3. Web-server access logs shipped into stream ``logs/access`` over the
    Lumberjack v2 protocol (JSON documents ``{"message": line, "host": ...}``,
-   pipelined windows, each acknowledged once stored): a deterministic
-   generator of realistic Combined Log Format lines by default, or the lines
-   of ``--logs FILE...``.
-3. The PySpark Structured Streaming job of ``headrace.spark.pipeline``: parse,
-   then per 1-minute window requests, bytes, status-class rates and top paths,
-   with a checkpoint; results to stream ``logs/summary`` (exactly once) and to
-   Parquet.
-4. A table of the results and the end-to-end events/s. The server, Spark and
-   the temporary directory are cleaned up on the way out; the exit status is 0
-   only if every shipped event was counted exactly once.
+   pipelined windows, each acknowledged once stored) while the query runs: a
+   deterministic generator of realistic Combined Log Format lines by
+   default, or the lines of ``--logs FILE...``.
+4. Once every event is summarised, a table of the results and the
+   end-to-end events/s (first event shipped to last event summarised). The
+   server, Spark (its JVM and every process it started) and the temporary
+   directory are cleaned up on the way out; the exit status is 0 only if
+   every shipped event was counted exactly once.
 
 This module and ``headrace.spark`` are the only ones that import pyspark.
 """
@@ -65,6 +67,8 @@ IO_TIMEOUT_S = 60.0
 SERVER_TIMEOUT_S = 30.0
 QUERY_POLL_S = 1
 """How often the progress display looks at the query (display only)."""
+QUERY_START_TIMEOUT_S = 300.0
+"""Longest wait for the streaming query to start and look for data."""
 QUERY_TIMEOUT_S = 1800.0
 """Longest wait for the query to summarise everything shipped."""
 IDLE_POLL_S = 0.1
@@ -319,6 +323,17 @@ class _QueryWatch:
         done = (offsets or {}).get(SOURCE_STREAM, {})
         return all(done.get(seg, -1) >= off for seg, off in end.items())
 
+    def wait_ready(self, deadline: float) -> None:
+        """Wait (until ``deadline``, ``time.monotonic``) for the query's first look
+        for data: its source is then open and its first trigger done, so the
+        query is running, waiting for events."""
+        while time.monotonic() < deadline:
+            status = self.query.status
+            if not status["isTriggerActive"] and status["message"].startswith("Waiting"):
+                return
+            _await(self.query, IDLE_POLL_S)
+        raise click.ClickException("the streaming query did not start in time")
+
     def wait_idle(self, deadline: float) -> None:
         """Wait (until ``deadline``, ``time.monotonic``) for the query to finish its
         current trigger (after the last data, a micro-batch without data moves the
@@ -384,8 +399,9 @@ def _run(
             available_now=False,
             processing_time=TRIGGER_INTERVAL,
         )
-        run.query_start_s = time.perf_counter() - query_started
         watch = _QueryWatch(query)
+        watch.wait_ready(time.monotonic() + QUERY_START_TIMEOUT_S)
+        run.query_start_s = time.perf_counter() - query_started
         columns = (
             TextColumn("{task.description:<28}"),
             BarColumn(),

@@ -332,13 +332,16 @@ class _Publisher:
         self.summaries.forget_final()
 
     def _parquet(self, spark: SparkSession, table: list[dict[str, Any]]) -> None:
-        """Replace the ``minute`` partitions of the touched windows, keep the others."""
-        rows = [
-            (*(s[c] for c in SUMMARY_COLUMNS), s["window_start"].strftime(MINUTE_FORMAT))
-            for s in table
-        ]
+        """Replace the ``minute`` partitions of the touched windows, keep the others.
+
+        The rows go to Spark as an Arrow table: Spark reads it in the JVM,
+        where rows from Python would need a Python worker to unpickle them.
+        """
+        import pyarrow as pa
+
+        rows = [{**s, "minute": s["window_start"].strftime(MINUTE_FORMAT)} for s in table]
         (
-            spark.createDataFrame(rows, PARQUET_SCHEMA)
+            spark.createDataFrame(pa.Table.from_pylist(rows), PARQUET_SCHEMA)
             .write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
             .partitionBy("minute")
