@@ -337,8 +337,8 @@ class BulkDecoder(FrameDecoder):
         taken by C-speed loops over the bytes (``struct.unpack_from``, one
         JSON parse per document, no object per frame), and ``C`` frames come
         unpacked. Any other frame, and any frame that is invalid, goes
-        through the frame-by-frame code, so errors are raised by the same
-        code as before.
+        through the frame-by-frame code, so both paths raise the same
+        errors.
 
         Returns:
             The frames decoded, in order (``W``/``A`` frames with their version,
