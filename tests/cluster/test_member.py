@@ -348,3 +348,34 @@ async def test_concurrent_conditional_claims_never_give_one_epoch_two_owners(
     assert epochs == list(range(first, first + len(wins)))  # each epoch won exactly once
     assert final.epoch == epochs[-1] and (final.epoch, final.owner) in wins
     assert len({node for _, node in wins}) > 1  # they really raced
+
+
+async def test_an_unreadable_container_record_is_left_alone_and_logged_once(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = parse_cluster_url(cluster.url)
+    writer = ZkSession(url, SESSION_TIMEOUT_S, lambda _: None, lambda _: None)
+    await writer.connect(WAIT_S)
+    try:
+        a = await cluster.add("a", container_count=3)
+        await cluster.until(lambda: cluster.settled(3))
+        found = await writer.get(container_path(1), watch=False)
+        assert found is not None
+        assert await writer.set_if(container_path(1), b'{"v": 9}', found[1].version)
+        await cluster.until(lambda: 1 not in a.owned())  # what it cannot read, it cannot own
+        b = await cluster.add("b")  # b reads the bad record from the start
+        # the leader balances the other two and leaves container 1 alone
+        await cluster.until(lambda: len(b.owned()) == 1 and len(a.owned()) == 1)
+        assert 1 not in b.owned() and a.owner(1) is None
+        bad = [r for r in caplog.records if "/containers/1" in r.getMessage()]
+        assert len(bad) == 2  # one line from each member, not one per retry
+        assert "record version 9" in bad[0].getMessage()
+        found = await writer.get(container_path(1), watch=False)
+        assert found is not None
+        fixed = ContainerRecord("a", 1, ContainerState.OWNED)
+        assert await writer.set_if(container_path(1), encode(fixed), found[1].version)
+        # a takes it back, at a new epoch
+        await cluster.until(lambda: 1 in a.owned() and a.epoch(1) == b.epoch(1) == 2)
+        assert b.owner(1) == a.node
+    finally:
+        await writer.close()

@@ -224,6 +224,8 @@ class ClusterMember:
         self._blocked_since: float | None = None
         self._listeners: list[Callable[[ClusterEvent], None]] = []
         self._run_task: asyncio.Task[None] | None = None
+        self._last_failure: str | None = None
+        self._bad_records: dict[str, str] = {}
         self._closing = False
 
     # ------------------------------------------------------------------ the view
@@ -456,14 +458,20 @@ class ClusterMember:
             generation = zk.generation
             try:
                 await self._reconcile(zk, generation)
+                self._last_failure = None
             except CONNECTION_ERRORS as exc:
                 if zk.connected and zk.generation == generation:
-                    log.warning("node %s: ZooKeeper call failed: %r; retrying", self.node_id, exc)
-                    self._wake_later(RETRY_DELAY_S)
+                    self._failed(logging.WARNING, f"ZooKeeper call failed: {exc!r}")
             except BadRecord as exc:
-                log.error("node %s: %s; retrying in %g s", self.node_id, exc, RETRY_DELAY_S)
-                self._wake_later(RETRY_DELAY_S)
+                self._failed(logging.ERROR, str(exc))
             self._flush_changes()
+
+    def _failed(self, level: int, reason: str) -> None:
+        """Log ``reason`` once (not at every retry), and look again after ``RETRY_DELAY_S``."""
+        if reason != self._last_failure:
+            self._last_failure = reason
+            log.log(level, "node %s: %s; retrying every %g s", self.node_id, reason, RETRY_DELAY_S)
+        self._wake_later(RETRY_DELAY_S)
 
     def _wake_later(self, delay_s: float) -> None:
         asyncio.get_running_loop().call_later(delay_s, self._wake.set)
@@ -551,9 +559,27 @@ class ClusterMember:
         paths = sorted(p for p in dirty if p.startswith(CONTAINERS_PATH + "/"))
         found_records = await asyncio.gather(*(zk.get(p, watch=True) for p in paths))
         for path, item in zip(paths, found_records, strict=True):
-            if item is None:
-                raise BadRecord(path, "missing")
-            self._set_record(int(path.rsplit("/", 1)[1]), decode_container(item[0], path), item[1])
+            try:
+                if item is None:
+                    raise BadRecord(path, "missing")
+                record = decode_container(item[0], path)
+            except BadRecord as exc:
+                self._unreadable(int(path.rsplit("/", 1)[1]), exc)
+                continue
+            self._bad_records.pop(path, None)
+            self._set_record(int(path.rsplit("/", 1)[1]), record, item[1])
+
+    def _unreadable(self, container: int, exc: BadRecord) -> None:
+        """A record this node cannot read: it stops serving the container and plans
+        nothing for it until the record is fixed (its watch brings the fix)."""
+        if self._bad_records.get(exc.path) != exc.reason:
+            self._bad_records[exc.path] = exc.reason
+            log.error("node %s: %s; leaving container %d alone", self.node_id, exc, container)
+        if self._records.pop(container, None) is not None:
+            self._changed.add(container)
+        self._releasing.discard(container)
+        if self._owned.pop(container, None) is not None:
+            self._emit(OwnershipChanged(frozenset(self._owned)))
 
     def _set_record(self, container: int, record: ContainerRecord, stat: Stat) -> None:
         old = self._records.get(container)
