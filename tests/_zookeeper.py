@@ -60,7 +60,7 @@ client JIT tier starts fastest."""
 TICK_MS: Final = 200
 """ZooKeeper's time unit; sessions may last 2 to 20 ticks (0.4 s to 4 s)."""
 START_TIMEOUT_S: Final = 30.0
-"""Bound on a start: a JVM on 2 busy cores (about half a second when idle)."""
+"""Bound on a start: a JVM on 2 busy cores serves in one to two seconds."""
 STOP_TIMEOUT_S: Final = 10.0
 """Bound on a SIGTERMed server exiting before it is SIGKILLed."""
 START_ATTEMPTS: Final = 3
