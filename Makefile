@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The cluster tests run Debian's ZooKeeper (tests/_zookeeper.py); `make test` installs it.
+ZOOKEEPER := /usr/share/zookeeper/bin/zkServer.sh
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper
 
 .PHONY: demo test lint typecheck unit bench faults clean
 
@@ -14,6 +18,9 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
+
+$(ZOOKEEPER):
+	$(APT_INSTALL) || { $(SUDO) apt-get update -q && $(APT_INSTALL); }
 
 demo: $(STAMP)
 	$(BIN)/python -m headrace demo
@@ -27,7 +34,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/
 
-unit: $(STAMP)
+unit: $(STAMP) $(ZOOKEEPER)
 	$(BIN)/python -m pytest -q
 
 # The fault suite at full size (docs/faults.md); `make test` runs it with bounded sizes.

@@ -216,6 +216,15 @@ def render_docs() -> str:
         "--file F`. See `threat-model.md` and `security.md`.",
         "",
     ]
+    notes["Cluster"] = [
+        "With `--cluster`, several `headrace serve` nodes share one ZooKeeper ensemble",
+        "and act as one service: the segment containers are spread over the live nodes,",
+        "one owner each, and moved one at a time as nodes join, leave or are drained.",
+        "The first node creates the cluster and fixes its container count. Each node",
+        "needs a `--node-id` of its own that stays the same across restarts. See",
+        "`cluster.md`.",
+        "",
+    ]
     for section, options in sections.items():
         lines += [f"## {section}", "", *notes.get(section, [])]
         lines += ["| key | flag | environment | default | meaning |"]

@@ -15,10 +15,18 @@ the TOML file, the environment, flags.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headrace.cluster.layout import (
+    DEFAULT_CLUSTER_CONTAINERS,
+    MAX_CLUSTER_CONTAINERS,
+    ClusterUrl,
+    check_node_id,
+    parse_cluster_url,
+)
 from headrace.controller.auth import (
     DEFAULT_TOKEN_TTL_S,
     LOGIN_FAILURE_BURST,
@@ -55,6 +63,7 @@ from headrace.server.lumberjack_config import (
 from headrace.server.lumberjack_config import IDLE_TIMEOUT_S as LUMBERJACK_IDLE_TIMEOUT_S
 from headrace.server.tls import VERIFY_CLIENT_MODES, TlsConfig
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES, FsyncPolicy
+from headrace.store.disk.layout import MAX_CONTAINER_COUNT
 
 __all__ = [
     "DEFAULT_AUTO_SCALE_INTERVAL_S",
@@ -66,6 +75,7 @@ __all__ = [
     "OPTIONS",
     "TRUSTABLE_LISTENERS",
     "AuthConfig",
+    "ClusterConfig",
     "ConnectionLimits",
     "Option",
     "ServerConfig",
@@ -94,7 +104,8 @@ DEFAULT_FSYNC_INTERVAL_S = 1.0
 """``--fsync interval``: at most this much acknowledged data is exposed to a power cut."""
 
 DEFAULT_CONTAINER_COUNT = 4
-"""Segment containers per store, as in Pravega standalone; fixed when a data dir is created."""
+"""Segment containers per store, as in Pravega standalone; fixed when a data dir is created.
+A cluster's first node fixes the cluster's count instead (``DEFAULT_CLUSTER_CONTAINERS``)."""
 
 MAX_TOKEN_TTL_S = 7 * 24 * 3600
 """Longest ``--auth-token-ttl``: a token cannot be revoked before it expires
@@ -121,6 +132,17 @@ class AuthConfig:
     """One more check per this many seconds once the burst is used up."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """``--cluster``: one node of several, coordinated by ZooKeeper (``docs/cluster.md``)."""
+
+    url: ClusterUrl
+    node_id: str
+    container_count: int | None = None
+    """``--container-count`` if given: the count of a cluster this node creates
+    (None: ``DEFAULT_CLUSTER_CONTAINERS``); a cluster that exists keeps its own."""
+
+
 @dataclass(slots=True)
 class ServerConfig:
     """Everything ``headrace serve`` needs to start."""
@@ -128,8 +150,9 @@ class ServerConfig:
     data_dir: Path = Path("headrace-data")
     host: str = "127.0.0.1"
     advertise_host: str | None = None
-    """Host name the controller gives clients for the segment store (``getURI``);
-    None: ``host``. With TLS it must be a DNS name on the certificate."""
+    """Host name the controller gives clients for the segment store (``getURI``)
+    and, in a cluster, the host of every door in ``/nodes/<id>``; None: ``host``.
+    With TLS it must be a DNS name on the certificate."""
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     fsync_interval_s: float = DEFAULT_FSYNC_INTERVAL_S
     container_count: int = DEFAULT_CONTAINER_COUNT
@@ -158,6 +181,8 @@ class ServerConfig:
     """Origins (normalized, ``protocols.http.normalize_origin``) whose pages may
     open ``/rsio`` besides the server's own; ``*``: any."""
     log_format: str = "text"
+    cluster: ClusterConfig | None = None
+    """None: a single node, as without ``--cluster``."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for any value out of range."""
@@ -285,6 +310,7 @@ OPTIONS: tuple[Option, ...] = (
         str,
         None,
         "Host the controller tells clients to reach the segment store at (default: --host); "
+        "with --cluster, the host every door of this node is announced at; "
         "with TLS, a DNS name on the certificate.",
         "General",
     ),
@@ -304,6 +330,18 @@ OPTIONS: tuple[Option, ...] = (
         "Seconds between fsyncs under --fsync interval.",
         "General",
         0.001,
+    ),
+    Option(
+        "container_count",
+        int,
+        None,
+        f"Segment containers of a new data directory (a directory keeps its own): default "
+        f"{DEFAULT_CONTAINER_COUNT}; with --cluster, the count a new cluster gets (default "
+        f"{DEFAULT_CLUSTER_CONTAINERS}, at most {MAX_CLUSTER_CONTAINERS}), "
+        "fixed by its first node.",
+        "General",
+        1,
+        MAX_CONTAINER_COUNT,
     ),
     Option(
         "max_segment_attributes",
@@ -584,6 +622,23 @@ OPTIONS: tuple[Option, ...] = (
         "Lumberjack",
         1024,
     ),
+    # -- cluster
+    Option(
+        "cluster",
+        str,
+        None,
+        "Join (or create) the cluster kept in ZooKeeper at zk://host:port[,host:port...]/chroot "
+        "(port default 2181, chroot default /headrace). Default: one node, no ZooKeeper.",
+        "Cluster",
+    ),
+    Option(
+        "node_id",
+        str,
+        None,
+        "This node's id in the cluster, the same at every restart (its containers are "
+        "recorded under it): 1 to 64 letters, digits, '.', '_' or '-'. Default: the host name.",
+        "Cluster",
+    ),
 )
 """Every setting of ``headrace serve``, in the order ``--help`` and the docs list them."""
 
@@ -673,6 +728,8 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
             origins.append(ANY_ORIGIN if entry.strip() == ANY_ORIGIN else normalize_origin(entry))
         except ValueError as exc:
             raise ConfigError(f"--http-allowed-origins: {exc}") from None
+    count = None if v["container_count"] is None else int(get("container_count", int))
+    cluster = _cluster_config(v["cluster"], v["node_id"], count)
     config = ServerConfig(
         data_dir=Path(str(v["data_dir"])),
         host=str(get("host", str)),
@@ -708,6 +765,38 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         http_header_timeout_s=float(get("http_header_timeout", float)),
         http_allowed_origins=tuple(origins),
         log_format=str(get("log_format", str)),
+        container_count=count
+        or (DEFAULT_CONTAINER_COUNT if cluster is None else DEFAULT_CLUSTER_CONTAINERS),
+        cluster=cluster,
     )
     config.validate()
     return config
+
+
+def _cluster_config(
+    url_text: OptionValue, node_id_text: OptionValue, count: int | None
+) -> ClusterConfig | None:
+    """``--cluster``, ``--node-id`` and the container count, checked.
+
+    Raises:
+        ConfigError: a bad URL or node id, a count too large for a cluster, or
+            ``--node-id`` without ``--cluster``; one line each.
+    """
+    if url_text is None:
+        if node_id_text is not None:
+            raise ConfigError("--node-id needs --cluster")
+        return None
+    url = parse_cluster_url(str(url_text))
+    if node_id_text is not None:
+        node_id = check_node_id(str(node_id_text))
+    else:
+        host = socket.gethostname().partition(".")[0]
+        try:
+            node_id = check_node_id(host)
+        except ConfigError:
+            raise ConfigError(
+                f"--cluster: the host name {host!r} is not a node id; set --node-id"
+            ) from None
+    if count is not None and not 1 <= count <= MAX_CLUSTER_CONTAINERS:
+        raise ConfigError(f"--container-count {count}: a cluster has 1 to {MAX_CLUSTER_CONTAINERS}")
+    return ClusterConfig(url, node_id, count)

@@ -1,0 +1,17 @@
+"""Several ``headrace serve`` nodes as one service, coordinated by ZooKeeper.
+
+Module map (``docs/cluster.md``):
+
+* ``layout.py``: the znode layout under the cluster's chroot, the JSON
+  records and the ``--cluster`` URL; pure (``docs/cluster.md#layout``).
+* ``placement.py``: where the leader puts containers; pure
+  (``docs/cluster.md#placement``).
+* ``member.py``: ``ClusterMember``, one node's membership: registration,
+  leader election, claims and hand-overs, fencing (``docs/cluster.md#moves``,
+  ``docs/cluster.md#fencing``).
+* ``_zk.py``: kazoo behind coroutines, its callbacks handed to the loop.
+* ``errors.py``: ``ClusterError`` and its leaves.
+
+Only ``server`` and ``cli`` import this package (``tests/test_architecture.py``).
+Nothing is imported here, so reading the configuration does not load kazoo.
+"""

@@ -1,0 +1,147 @@
+"""Where containers go: the leader's placement, pure and deterministic.
+
+No I/O here: ``plan`` takes the container records, the live nodes and the
+nodes being drained, and returns the writes the leader should make next
+(``docs/cluster.md#placement``). The leader (``member.py``) applies them
+with version-conditional writes, waits for the records to change, and asks
+again. The rules:
+
+* **Eligible nodes** are live and not being drained. Nothing is ever placed
+  on another node.
+* **Containers that never had an owner** (epoch 0) are assigned at once, each
+  to the eligible node with the fewest containers (``Assign``): they hold no
+  data, so assigning is not a move. An assignment to a node that died or is
+  being drained before it claimed the container is made again.
+* **A move whose target died or is being drained is called off**
+  (``CancelMove``): the owner keeps the container.
+* **One move at a time** (``Move``), and only when nothing else is in course
+  (no move, release or claim involving a live node): first off the nodes
+  being drained, then from the fullest eligible node to the emptiest while
+  they differ by two or more. Done, the eligible nodes' counts differ by at
+  most one.
+* **A container whose node is dead stays with it** (one copy: its data is
+  nowhere else), whether that node owns it or was handed it, until the node
+  comes back and claims it (``docs/cluster.md#killed-node``).
+
+Ties break by node id and container number, so the same input always gives
+the same plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from headrace.cluster.layout import ContainerRecord, ContainerState
+
+__all__ = ["Action", "Assign", "CancelMove", "Move", "apply", "plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """Give a never-owned container to ``target``, which then claims it."""
+
+    container: int
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Ask ``source`` (the owner) to hand ``container`` to ``target``."""
+
+    container: int
+    source: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelMove:
+    """Call off the move of ``container``: its target died or is being drained."""
+
+    container: int
+
+
+Action = Assign | Move | CancelMove
+
+
+def plan(
+    records: Mapping[int, ContainerRecord],
+    live: Collection[str],
+    draining: Collection[str],
+) -> list[Action]:
+    """The leader's next writes: every assignment and cancellation due, else at most one move.
+
+    Args:
+        records: every container's record, by container number.
+        live: ids of the nodes registered now (``/nodes``).
+        draining: ids of the nodes to empty (``/drain``); live or not.
+
+    Returns:
+        Actions in container order; empty when the placement is done (or no
+        node is eligible).
+    """
+    eligible = sorted(set(live) - set(draining))
+    if not eligible:
+        return []
+    load = Counter(
+        r.destination for r in records.values() if r.destination in eligible
+    )  # containers each eligible node holds or is about to
+    actions: list[Action] = []
+    for container in sorted(records):
+        record = records[container]
+        if record.state is ContainerState.MOVING and record.target not in eligible:
+            actions.append(CancelMove(container))
+            if record.owner in eligible:
+                load[record.owner] += 1
+        elif (
+            record.state is ContainerState.RELEASED
+            and record.epoch == 0
+            and record.target not in eligible
+        ):
+            target = min(eligible, key=lambda n: (load[n], n))
+            load[target] += 1
+            actions.append(Assign(container, target))
+    if actions:
+        return actions
+    move = _next_move(records, set(live), set(draining), eligible)
+    return [] if move is None else [move]
+
+
+def _next_move(
+    records: Mapping[int, ContainerRecord],
+    live: set[str],
+    draining: set[str],
+    eligible: list[str],
+) -> Move | None:
+    for record in records.values():
+        if record.state is ContainerState.MOVING and record.owner in live:
+            return None  # a move in course: its owner is releasing
+        if record.state is ContainerState.RELEASED and record.target in live:
+            return None  # a claim in course
+    owned = sorted(
+        (c, r.owner) for c, r in records.items() if r.state is ContainerState.OWNED and r.owner
+    )
+    load = Counter({node: 0 for node in eligible})
+    load.update(owner for _, owner in owned if owner in load)
+    emptiest = min(eligible, key=lambda n: (load[n], n))
+    for container, owner in owned:
+        if owner in draining and owner in live:
+            return Move(container, owner, emptiest)
+    fullest = min(eligible, key=lambda n: (-load[n], n))
+    if load[fullest] - load[emptiest] < 2:
+        return None
+    container = next(c for c, owner in owned if owner == fullest)
+    return Move(container, fullest, emptiest)
+
+
+def apply(record: ContainerRecord, action: Action) -> ContainerRecord:
+    """The record the leader writes for ``action`` (on the version it planned from)."""
+    match action:
+        case Assign(target=target):
+            return dataclasses.replace(record, target=target)
+        case Move(target=target):
+            return dataclasses.replace(record, state=ContainerState.MOVING, target=target)
+        case CancelMove():
+            return dataclasses.replace(record, state=ContainerState.OWNED, target=None)
