@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "protocols": {"types", "errors"},
     "store": {"types", "errors"},
     "controller": {"types", "errors", "protocols", "store"},
-    "server": {"types", "errors", "protocols", "store", "controller"},
+    "server": {"types", "errors", "protocols", "store", "controller", "cluster"},
+    "cluster": {"types", "errors", "protocols", "store", "client", "controller"},
     "client": {"types", "errors", "protocols"},
     "spark": {"types", "errors", "protocols", "client"},
     "cli": {"*"},
@@ -75,6 +76,11 @@ def test_layer_imports_only_allowed_layers(path: Path) -> None:
 def test_sans_io_modules_do_no_io(path: Path) -> None:
     for name in _imports(path):
         assert name.split(".")[0] not in FORBIDDEN_IN_SANS_IO, f"{path.name} imports {name}"
+
+
+def test_only_server_and_cli_import_the_cluster() -> None:
+    importers = {layer for layer, allowed in ALLOWED.items() if allowed & {"cluster", "*"}}
+    assert importers - {"__init__", "__main__"} == {"server", "cli"}
 
 
 def test_checker_sees_a_violation(tmp_path: Path) -> None:

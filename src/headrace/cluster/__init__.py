@@ -1,0 +1,1 @@
+"""Several ``headrace serve`` nodes acting as one service."""
