@@ -1,4 +1,4 @@
-"""``RemoteStore`` against real ``headrace serve`` processes.
+"""``RemoteStore`` and ``RoutedStore`` against real ``headrace serve`` processes.
 
 The store conformance suite runs against a ``RemoteStore`` pointed at one of
 two servers (every test gets a fresh one, each test's segments are deleted
@@ -6,7 +6,9 @@ after it); what the wire cannot carry is excluded by name in
 ``EXCLUDED_FROM_SUITE``, each with its reason. Then what only forwarding
 can get wrong: writer dedup across the hop, pipelining and its order, tail
 waits woken by another client's append, a connection to the owner that dies
-mid-append (a retriable error, never a false acknowledgement), and auth.
+mid-append (a retriable error, never a false acknowledgement), auth, and
+``RoutedStore`` sending each segment to its owner (checked on the servers
+with a direct client).
 
 Waits are bounded; nothing sleeps to synchronise.
 """
@@ -25,13 +27,16 @@ import pytest
 
 from headrace.client._conn import SegmentStoreConnection, next_request_id
 from headrace.cluster.remote import Endpoint, RemoteStore
+from headrace.cluster.routing import RoutedStore
 from headrace.controller.auth import TOKEN_KEY_FILE
 from headrace.errors import (
     OwnerUnavailable,
     SegmentNotFound,
+    StoreClosed,
     StoreError,
 )
 from headrace.protocols import pravega as p
+from headrace.store import MemoryStore
 from headrace.types import AppendResult, ReadResult, SegmentKind, TableUpdate, WriterAppend
 from tests._server import FREE, ServerProcess, add_user
 from tests.store.contract import ODD_NAMES, StoreContract
@@ -461,3 +466,70 @@ async def test_forwarding_with_auth_on_uses_a_node_token(tmp_path: Path) -> None
 async def _appended_by(store: RemoteStore, name: str, data: bytes) -> None:
     """Append from another task (the waiter's own store: a waiter never blocks it)."""
     await store.append(name, data)
+
+
+# --------------------------------------------------------------------------- routing
+
+
+async def test_routed_store_sends_each_segment_to_its_owner(
+    owners: tuple[ServerProcess, ...],
+) -> None:
+    a, b = (_endpoint(server) for server in owners)
+    here: Endpoint = ("127.0.0.1", 1)  # this node: never dialled, its store is local
+    tag = uuid.uuid4().hex[:12]
+    nodes = {"a": a, "b": b, "here": here}
+
+    def locate(name: str) -> Endpoint | None:
+        return nodes.get(name.partition("-")[0])
+
+    def named(node: str, kind: str = "st") -> str:
+        return f"{node}-{tag}/{kind}/0.#epoch.0"
+
+    local = MemoryStore()
+    routed = RoutedStore(local, locate, here=here)
+    try:
+        for node in nodes:
+            await routed.create_segment(named(node))
+            assert await routed.append(named(node), node.encode()) == AppendResult(0, len(node))
+            await routed.create_table(named(node, "g_kvtable"))
+            await routed.update_table(named(node, "g_kvtable"), [TableUpdate(b"k", node.encode())])
+        for node in nodes:
+            read = await routed.read(named(node), 0, 100)
+            assert read == ReadResult(0, node.encode(), True, False)
+            [entry] = await routed.get_table_entries(named(node, "g_kvtable"), [b"k"])
+            assert entry is not None and entry.value == node.encode()
+        for node in nodes:  # each segment is at its owner and nowhere else
+            for name in (named(node), named(node, "g_kvtable")):
+                assert await _exists(a, name) is (node == "a"), name
+                assert await _exists(b, name) is (node == "b"), name
+        expected = sorted([named("here"), named("here", "g_kvtable")])
+        assert await local.list_segments() == expected
+        assert await routed.list_segments() == expected  # what this node holds
+
+        txn = named("a") + "#transaction." + uuid.uuid4().hex
+        await routed.create_segment(txn)
+        await routed.append(txn, b"+txn")
+        assert await routed.merge(named("a"), txn) == len(b"a+txn")  # one owner: merged there
+        assert not await _exists(a, txn)
+        with pytest.raises(StoreError, match="owned by different nodes"):
+            await routed.merge(named("a"), named("b"))
+        assert await routed.read(named("b"), 0, 10) == ReadResult(0, b"b", True, False)
+
+        with pytest.raises(OwnerUnavailable):
+            await routed.append(named("nobody"), b"x")  # no owner now: retriable
+        with pytest.raises(OwnerUnavailable):
+            await routed.info(named("nobody"))
+
+        wake = asyncio.get_running_loop().create_future()
+        assert routed.watch(named("b"), 1, wake) is True
+        await _append_directly(b, named("b"), b"more")
+        await asyncio.wait_for(wake, WAIT_S)
+        local_wake = asyncio.get_running_loop().create_future()
+        assert routed.watch(named("here"), len(b"here"), local_wake) is True
+        routed.unwatch(named("here"), local_wake)
+    finally:
+        await routed.close()
+    with pytest.raises(StoreClosed):
+        await local.list_segments()  # the routed store closed its local store too
+    with pytest.raises(StoreClosed):
+        await routed.read(named("a"), 0, 1)
