@@ -26,6 +26,7 @@ from typing import Final
 import pytest
 
 from headrace.client._conn import SegmentStoreConnection, next_request_id
+from headrace.cluster import remote as remote_module
 from headrace.cluster.remote import Endpoint, RemoteStore
 from headrace.cluster.routing import RoutedStore
 from headrace.controller.auth import TOKEN_KEY_FILE
@@ -311,6 +312,63 @@ async def test_writer_dedup_survives_the_hop(
         await other_node.close()
     assert await _writer_number(endpoint, name, writer) == 6  # the owner's own record
     assert await remote.read(name, 0, 100) == ReadResult(0, b"event-5event-6", True, False)
+
+
+async def test_a_writer_moving_between_segments_keeps_its_order_and_dedup(
+    remote: RemoteStore,
+) -> None:
+    """The wire gives a writer one segment per connection at a time: a forwarded
+    writer that alternates between segments is set up again for each, in order."""
+    one, two = _name("one"), _name("two")
+    for name in (one, two):
+        await remote.create_segment(name)
+    writer = uuid.uuid4()
+    steps = [(one, 1), (two, 1), (one, 2), (two, 2), (one, 1), (two, 3), (one, 3)]
+    results = await asyncio.wait_for(
+        asyncio.gather(
+            *(remote.append(n, b"%d" % k, writer=WriterAppend(writer, k)) for n, k in steps)
+        ),
+        WAIT_S,
+    )
+    assert [r.duplicate for r in results] == [False, False, False, False, True, False, False]
+    assert (await remote.read(one, 0, 10)).data == b"123"
+    assert (await remote.read(two, 0, 10)).data == b"123"
+    assert await remote.get_attribute(one, writer) == 3
+
+
+async def test_sessions_past_the_bounds_move_to_fresh_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_WRITERS_PER_LINK`` writers on one connection new sessions go to a
+    fresh one (and the old one closes once idle); past ``MAX_SESSIONS`` idle
+    sessions are forgotten and set up again. Nothing is lost or reordered."""
+    monkeypatch.setattr(remote_module, "MAX_WRITERS_PER_LINK", 3)
+    monkeypatch.setattr(remote_module, "MAX_SESSIONS", 2)
+    writers = [uuid.uuid4() for _ in range(10)]
+    with _serve(tmp_path) as owner:
+        store = RemoteStore(_endpoint(owner))
+        try:
+            await store.create_segment(name := _name("bounds"))
+            for number in (1, 2):
+                results = await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            store.append(name, b"%d" % i, writer=WriterAppend(w, number))
+                            for i, w in enumerate(writers)
+                        ),
+                        store.append(name, b"|"),
+                    ),
+                    WAIT_S,
+                )
+                assert not any(r.duplicate for r in results)
+            stored = (await store.read(name, 0, 100)).data
+            # Order holds per writer; a writer set up again may come after a later call.
+            assert sorted(stored) == sorted(b"0123456789|" * 2)
+            assert [await store.get_attribute(name, w) for w in writers] == [2] * 10
+        finally:
+            await store.close()
+    accesses = [line for line in owner.log_text().splitlines() if "access: segment_store" in line]
+    assert len(accesses) >= 4, accesses  # a connection per three writers
 
 
 async def test_appends_are_pipelined_in_call_order(tmp_path: Path) -> None:

@@ -24,10 +24,13 @@ How the calls travel
   Appends are sent in call order, each as soon as it is called, without
   waiting for earlier acknowledgements: many concurrent appends to one
   segment go out pipelined on the one link, and the owner stores them in
-  that order. A writer session is (re)set up with ``SetupAppend`` when a
-  writer first appends, moves to another segment, or sends a number below
-  one it sent before (a retry): after every earlier append of that writer
-  was answered, as the wire requires. A retry numbered below what the owner
+  that order. The order holds per writer (appends without one share the
+  forwarder's writer of the segment): an append of a writer that must be
+  set up first can be stored after a later call of another writer. A
+  writer session is (re)set up with ``SetupAppend`` when a writer first
+  appends, moves to another segment, or sends a number below one it sent
+  before (a retry): after every earlier append of that writer was
+  answered, as the wire requires. A retry numbered below what the owner
   holds is answered here as the duplicate it is (the owner would not
   answer it).
 * **Reads** never wait at the tail (the wire's ``ReadSegment`` does): a read
@@ -423,8 +426,8 @@ class _Session:
             self.pump = asyncio.create_task(self._run(), name=f"appends of {self.writer_id}")
 
     def _may_send(self, append: _Append) -> bool:
-        link = self.link
-        if link is None or not link.usable or self.segment != append.name:
+        link = self.link  # a retired link still carries the sessions set up on it
+        if link is None or link.conn.is_closed or self.segment != append.name:
             return False
         if self.plain or append.writer is None:
             return True
@@ -496,6 +499,9 @@ class _Session:
         while True:
             link = await remote._current_link(segment)
             if self.link is not link:
+                if link.writers >= MAX_WRITERS_PER_LINK:
+                    link.retired = True  # full: new sessions go to a fresh link
+                    continue
                 if self.link is not None:
                     remote._detach(self.link, self)
                 try:
@@ -505,8 +511,6 @@ class _Session:
                 self.link = link
                 link.sessions += 1
                 link.writers += 1
-                if link.writers >= MAX_WRITERS_PER_LINK:
-                    link.retired = True  # this session may finish here; new ones go elsewhere
             self.segment = None
             rid = self.setup_rid = next_request_id()
             reply_future = self.setup_reply = asyncio.get_running_loop().create_future()
