@@ -483,6 +483,35 @@ async def test_owner_killed_mid_append_is_retriable_never_a_false_ack(tmp_path: 
             await store.close()
 
 
+async def test_a_silent_owner_is_unavailable_not_an_endless_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner that stops answering (SIGSTOP) fails the appends waiting on it with
+    OwnerUnavailable after ``APPEND_REPLY_TIMEOUT_S``; the connection is dropped,
+    and the next call, once the owner answers again, goes on a new one."""
+    monkeypatch.setattr(remote_module, "APPEND_REPLY_TIMEOUT_S", 0.5)
+    with _serve(tmp_path) as owner:
+        assert owner.process is not None
+        store = RemoteStore(_endpoint(owner))
+        try:
+            await store.create_segment(name := _name("silent"))
+            await store.append(name, b"before")
+            owner.process.send_signal(signal.SIGSTOP)
+            try:
+                appends = [asyncio.create_task(store.append(name, b"x")) for _ in range(3)]
+                done, _ = await asyncio.wait(appends, timeout=WAIT_S)
+                assert len(done) == 3
+                assert all(isinstance(a.exception(), OwnerUnavailable) for a in appends)
+            finally:
+                owner.process.send_signal(signal.SIGCONT)
+            after = await asyncio.wait_for(store.append(name, b"after"), WAIT_S)
+            stored = (await store.read(name, 0, 100)).data
+            assert stored.startswith(b"before") and stored.endswith(b"after")
+            assert after.length == len(stored)
+        finally:
+            await store.close()
+
+
 # --------------------------------------------------------------------------- auth
 
 

@@ -221,6 +221,10 @@ would not fit one frame; fifteen of the largest entries (key and value at
 their limits, about 1 MiB each) fit, sixteen might not. More keys go as
 several requests, pipelined."""
 
+READ_REPLY_BYTES: Final = 2 * 1024 * 1024
+"""Most bytes one ``ReadSegment`` asks for: the owner's cap on one reply."""
+
+
 WAIT_READ_BYTES: Final = 1
 """Bytes a wait's ``ReadSegment`` asks for: it only needs to know that bytes
 are there (the owner sends a few anyway)."""
@@ -373,8 +377,9 @@ class _Session:
     connection; a writer's event numbers must not go back (the owner closes
     the connection); and an append numbered below what the owner holds is
     stored nowhere and answered never. So an append is sent at once only
-    when the session is set up on the current link for its segment and its
-    number is not below any sent or held; otherwise it waits in ``waiting``
+    when the session is set up for its segment on a link that is still open
+    (a retired one too: only new sessions go to a fresh link) and its number
+    is not below any sent or held; otherwise it waits in ``waiting``
     (as does every later one, to keep the order) for ``_run`` to answer
     the earlier ones' replies, set the session up again and go on.
     """
@@ -488,7 +493,8 @@ class _Session:
             await self.wake_idle
 
     async def _setup(self, segment: str) -> None:
-        """``SetupAppend`` for ``segment`` on the current link; what it answered.
+        """``SetupAppend`` for ``segment``, on the current link (one with room for
+        another writer) unless the session is on it already.
 
         Raises:
             StoreError: the owner refused (``SegmentNotFound``...), or
@@ -1530,10 +1536,6 @@ class RemoteStore:
             task.cancel()
         if rest:
             await asyncio.wait(rest, timeout=CLOSE_APPENDS_TIMEOUT_S)
-
-
-READ_REPLY_BYTES: Final = 2 * 1024 * 1024
-"""Most bytes one ``ReadSegment`` asks for: the owner's cap on one reply."""
 
 
 def _entries(entries: p.TableEntries) -> list[TableEntry]:
