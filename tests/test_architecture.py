@@ -82,6 +82,11 @@ def test_sans_io_modules_do_no_io(path: Path) -> None:
         assert name.split(".")[0] not in FORBIDDEN_IN_SANS_IO, f"{path.name} imports {name}"
 
 
+def test_only_server_and_cli_import_the_cluster() -> None:
+    importers = {layer for layer, allowed in ALLOWED.items() if allowed & {"cluster", "*"}}
+    assert importers - {"__init__", "__main__"} == {"server", "cli"}
+
+
 def test_checker_sees_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import asyncio\nfrom headrace.store import MemoryStore\n")

@@ -26,7 +26,8 @@ translates in exactly one place (the server's error tables, the client's
     │   ├── AppendRefused(name, reason)
     │   ├── CorruptionError(path, position, reason)
     │   ├── StorageFull
-    │   └── StoreClosed
+    │   ├── StoreClosed
+    │   └── OwnerUnavailable(name)    the segment's owner (another node) did not answer; retriable
     ├── ClientError (``retriable`` class attribute)
     │   ├── ConnectionLost
     │   ├── RequestTimeout
@@ -50,6 +51,7 @@ __all__ = [
     "HeadraceError",
     "LimitExceeded",
     "LocalProtocolError",
+    "OwnerUnavailable",
     "ProtocolError",
     "RemoteProtocolError",
     "RequestTimeout",
@@ -242,6 +244,26 @@ class StorageFull(StoreError):
 
 class StoreClosed(StoreError):
     """The store was closed (or failed an fsync and stopped accepting writes)."""
+
+
+class OwnerUnavailable(StoreError):
+    """The node that owns the segment could not be reached, or stopped answering.
+
+    Raised by the cluster's forwarding stores (``headrace.cluster``) when the
+    connection to the owner fails, is lost or goes silent, when the owner
+    says it no longer owns the segment, or when no node owns it right now.
+    The one exception to "nothing half-done": a call in flight when the
+    connection broke may or may not have happened at the owner (it was
+    never acknowledged). Retriable: asking again, once the owner is back or
+    another node owns the segment, can succeed.
+    """
+
+    retriable = True
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"segment {name!r}: owner unavailable: {reason}")
+        self.name = name
+        self.reason = reason
 
 
 # --------------------------------------------------------------------------- client

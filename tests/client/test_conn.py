@@ -27,6 +27,9 @@ from headrace.protocols import pravega as p
 
 Answer = Callable[[object], list[p.Command] | None]
 
+WAIT_S = 10.0
+"""Bound on a wait for a reply of the fake server (it answers at once)."""
+
 
 class FakeServer:
     def __init__(self, answer: Answer) -> None:
@@ -174,6 +177,44 @@ async def test_writer_replies_routed_by_writer_id_and_append_request_id(fake: Fa
     sealed = await got.get()  # no writer id in it: routed by the append's request id
     assert isinstance(sealed, p.SegmentIsSealed) and sealed.request_id == rid
     conn.detach_writer(writer_id)
+    await conn.aclose()
+
+
+async def test_an_error_reply_is_the_last_its_append_routes(fake: FakeServer) -> None:
+    """An error reply ends an append: the connection forgets the append's request
+    id then, as it does after DataAppended (a long-lived connection whose appends
+    keep failing keeps no route per failed append)."""
+    writer_id = uuid4()
+
+    def answer(event: object) -> list[p.Command] | None:
+        if isinstance(event, p.SetupAppend):
+            return [p.AppendSetup(event.request_id, event.segment, event.writer_id, 0)]
+        if isinstance(event, p.AppendData):  # a stray second reply for the same append
+            return [p.SegmentIsSealed(event.request_id, event.segment)] * 2
+        return _info_reply(event)
+
+    fake.answer = answer
+    conn = await SegmentStoreConnection.connect(*await fake.start())
+    got: asyncio.Queue[p.Command] = asyncio.Queue()
+
+    class Listener:
+        def reply(self, cmd: p.Command) -> None:
+            got.put_nowait(cmd)
+
+        def connection_lost(self, exc: BaseException) -> None:
+            pass
+
+    conn.attach_writer(writer_id, Listener())
+    rid = next_request_id()
+    conn.send_append(writer_id, rid, p.SetupAppend(rid, writer_id, "sc/st/0.#epoch.0"))
+    assert isinstance(await asyncio.wait_for(got.get(), WAIT_S), p.AppendSetup)
+    rid = next_request_id()
+    data = p.encode_event(b"x")
+    conn.send_append(writer_id, rid, p.AppendBlockEnd(writer_id, len(data), data, 1, 1, rid))
+    assert isinstance(await asyncio.wait_for(got.get(), WAIT_S), p.SegmentIsSealed)
+    # The fake answers in order: once this reply is in, the stray one came before it.
+    await conn.request(p.GetStreamSegmentInfo(next_request_id(), "barrier"))
+    assert got.empty()
     await conn.aclose()
 
 

@@ -540,7 +540,7 @@ class SegmentStoreConnection:
         writer_id: UUID,
         request_id: int,
         cmd: p.Command,
-        parts: Sequence[bytes | bytearray],
+        parts: Sequence[bytes | bytearray | memoryview],
         size_bytes: int,
     ) -> None:
         """Send an append whose data field (left empty in ``cmd``) is ``parts``, joined.
@@ -615,10 +615,8 @@ class SegmentStoreConnection:
                 if not fut.done():
                     fut.set_result(cmd)
                 return
-            owner = self._append_rids.get(rid)
+            owner = self._append_rids.pop(rid, None)  # every reply is an append's last
             if owner is not None:
-                if isinstance(cmd, p.DataAppended | p.ConditionalCheckFailed | p.AppendSetup):
-                    del self._append_rids[rid]
                 writer_id = owner
         if isinstance(writer_id, UUID):
             listener = self._writers.get(writer_id)

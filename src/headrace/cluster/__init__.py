@@ -11,6 +11,8 @@ Module map (``docs/cluster.md``):
   ``docs/cluster.md#fencing``).
 * ``_zk.py``: kazoo behind coroutines, its callbacks handed to the loop.
 * ``errors.py``: ``ClusterError`` and its leaves.
+* ``remote.py``: ``RemoteStore``, the store of another node over the segment-store wire.
+* ``routing.py``: ``RoutedStore``, each segment to the local store or its owner's.
 
 Only ``server`` and ``cli`` import this package (``tests/test_architecture.py``).
 Nothing is imported here, so reading the configuration does not load kazoo.

@@ -13,7 +13,9 @@ Rules every implementation keeps:
 * **Reads see only durable bytes.** ``read`` and ``info().length`` never
   expose bytes that a crash could still take away, so a reader never
   processes an event that later vanishes.
-* **Nothing half-done.** A call that raises a ``StoreError`` changed nothing.
+* **Nothing half-done.** A call that raises a ``StoreError`` changed nothing,
+  except ``OwnerUnavailable`` (a forwarding store lost the owner before it
+  answered: the call may or may not have happened there).
 * **Names are data.** Any ``str`` up to ``MAX_NAME_BYTES`` of UTF-8 is a valid
   segment name; names never become file paths.
 * The store is used from one asyncio event loop; calls may interleave freely.
