@@ -10,9 +10,9 @@ Module map (the format is documented in ``format.py`` and ``docs/storage-format.
 * ``commit.py``: group commit: the WAL's writes and syncs, the sync thread,
   callers parked until their record is durable.
 * ``datafiles.py``: segment data files: open descriptors, creating them.
-* ``checkpoint.py``: a live container's checkpoints: starting one, writing it
-  in the background.
-* ``recovery.py``: opening a data dir: replay, torn-tail backup, checkpoint.
+* ``checkpoint.py``: checkpoints: starting one, writing the snapshot, freeing
+  truncated blocks.
+* ``recovery.py``: opening a data dir: replay, torn-tail backup, repair.
 * ``store.py``: ``DiskStore``, routing by container and cross-container merge.
 * ``verify.py``: offline check of a data dir.
 """

@@ -5,7 +5,7 @@ position N, with no header or framing (``docs/storage-format.md#data-file``),
 so a read is a ``pread`` and a catch-up read can go out with ``sendfile``. Its
 checksums are beside it, in the segment's sidecar.
 
-Both files are made (``recovery.create_segment_files``) before the CREATE record that
+Both files are made (``create_segment_files``) before the CREATE record that
 names them is issued, so a creation that fails leaves no record to undo. A
 crash can leave files whose CREATE never became durable, and bytes past what
 the WAL knows; recovery removes the first and cuts the second
@@ -26,10 +26,11 @@ import os
 from collections.abc import Callable
 
 from headrace.errors import CorruptionError, StoreError
+from headrace.store.disk.format import encode_sidecar_header
 from headrace.store.disk.layout import ContainerPaths
-from headrace.store.disk.recovery import create_segment_files
+from headrace.store.disk.log import FILE_MODE
 
-__all__ = ["DataFiles"]
+__all__ = ["DataFiles", "create_segment_files"]
 
 
 class DataFiles:
@@ -144,3 +145,20 @@ class DataFiles:
         self._fds.clear()
         self._retired.clear()
         self._pins.clear()
+
+
+def create_segment_files(paths: ContainerPaths, segment_id: int, *, empty_data: bool = True) -> int:
+    """Create (or reset) a segment's data file and sidecar; return the data file's fd.
+
+    ``empty_data=False`` (replaying a CREATE) keeps an existing data file's
+    bytes: APPEND_REF records after the CREATE refer to them; recovery cuts
+    the file to the replayed length afterwards.
+    """
+    fd = os.open(paths.sidecar(segment_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        header = encode_sidecar_header(segment_id)
+        os.pwrite(fd, header, 0)
+    finally:
+        os.close(fd)
+    flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if empty_data else 0)
+    return os.open(paths.data(segment_id), flags, FILE_MODE)
