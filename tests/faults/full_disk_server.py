@@ -35,7 +35,7 @@ from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
 from headrace.server.metrics import TimedFileOps
 from headrace.store import DiskStore
-from headrace.store.disk.container import CHECKPOINT_WAL_BYTES
+from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.layout import SIDECAR_SUFFIX
 from headrace.store.disk.log import FileOps
 

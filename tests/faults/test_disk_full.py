@@ -8,7 +8,7 @@ next appends must be refused: TANK answers the produce with an error code
 (or closes the connection), Lumberjack closes the connection without an ack
 (its only refusal). The flag is removed.
 
-By design (src/headrace/store/disk/container.py) a failed WAL write fails
+By design (src/headrace/store/disk/commit.py) a failed WAL write fails
 the store: no later append is accepted, because the failed write's state
 is unknown and no later sync could vouch for it; reads of durable data go
 on. So "writing resumes once space returns" means after a restart, and that

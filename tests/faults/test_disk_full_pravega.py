@@ -4,7 +4,7 @@ damaged, and writing resumes once space returns and the store restarted.
 
 The server is ``full_disk_server.py`` (see ``test_disk_full.py``): every
 write fails with ENOSPC while a flag file exists. A failed WAL write fails the
-store until it restarts (``store/disk/container.py``), and the segment store
+store until it restarts (``store/disk/commit.py``), and the segment store
 answers a failed append by closing the connection, as Java does for a storage
 failure it has no reply for. What a Pravega writer does then is what the Java
 client does: reconnect with back-off, ``SetupAppend`` again (refused too while

@@ -3,7 +3,7 @@
 The server runs ``full_disk_server.py`` (``headrace serve``'s app on a
 ``DiskStore`` whose writes fail with ENOSPC while a flag file exists). TANK
 and Lumberjack write and are acknowledged; the flag is created and a TANK
-produce fails the store (by design: ``store/disk/container.py``). Then every
+produce fails the store (by design: ``store/disk/commit.py``). Then every
 door must still answer reads of the durable data, byte for byte:
 
 * Pravega segment store: ``GetStreamSegmentInfo`` (length, start) and

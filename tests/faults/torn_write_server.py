@@ -22,7 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from headrace.store.disk.container import CHECKPOINT_WAL_BYTES
+from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.log import FileOps
 from tests.faults.full_disk_server import serve_with
 

@@ -473,12 +473,13 @@ async def test_data_files_evicted_during_threaded_writes_stay_open_until_written
 
 
 def test_a_pinned_data_file_closes_when_unpinned(tmp_path: Path) -> None:
-    from headrace.store.disk.container import DataFiles
+    from headrace.store.disk.container import MAX_OPEN_DATA_FILES
+    from headrace.store.disk.datafiles import DataFiles
     from headrace.store.disk.layout import ContainerPaths
 
     paths = ContainerPaths(tmp_path, 0)
     paths.segments_dir.mkdir(parents=True)
-    files = DataFiles(paths)
+    files = DataFiles(paths, MAX_OPEN_DATA_FILES)
     files.create(1)
     fd = files.pin(1)
     files.forget(1)  # a delete while a write is in progress
@@ -913,7 +914,7 @@ async def test_a_task_appending_in_a_loop_lets_the_loop_turn(
     """Appends acknowledged at once still yield once they have kept the loop from
     turning for YIELD_INTERVAL_S, so other tasks (the committer's sync and
     checkpoints among them) run while one task appends as fast as it can."""
-    from headrace.store.disk.container import YIELD_INTERVAL_S
+    from headrace.store.disk.commit import YIELD_INTERVAL_S
 
     store = await DiskStore.open(tmp_path / "data", fsync=policy)
     try:

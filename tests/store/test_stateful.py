@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 from headrace.errors import SegmentNotFound, StoreError
 from headrace.store import DiskStore, MemoryStore, SegmentStore
 from headrace.store.api import FsyncPolicy
-from headrace.store.disk.container import CHECKPOINT_WAL_BYTES
+from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.types import (
     NO_VERSION,
     NOT_EXISTS,

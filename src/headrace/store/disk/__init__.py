@@ -6,8 +6,13 @@ Module map (the format is documented in ``format.py`` and ``docs/storage-format.
 * ``layout.py``: directory layout and file naming (names never become paths).
 * ``log.py``: WAL writing and scanning, the syscall layer (``FileOps``).
 * ``segment.py``: segment metadata and ``ContainerState.apply``.
-* ``container.py``: a live container: issue, group commit, checkpoints.
-* ``recovery.py``: opening a data dir: replay, torn-tail backup, checkpoint.
+* ``container.py``: a live container: issuing records, composing the three below.
+* ``commit.py``: group commit: the WAL's writes and syncs, the sync thread,
+  callers parked until their record is durable.
+* ``datafiles.py``: segment data files: open descriptors, creating them.
+* ``checkpoint.py``: checkpoints: starting one, writing the snapshot, freeing
+  truncated blocks.
+* ``recovery.py``: opening a data dir: replay, torn-tail backup, repair.
 * ``store.py``: ``DiskStore``, routing by container and cross-container merge.
 * ``verify.py``: offline check of a data dir.
 """

@@ -1,7 +1,7 @@
 """The write-ahead log: appending framed records, reading them back, and file syncing.
 
 One WAL per container. Records are written with one ``writev`` each and
-synced by the container's committer (group commit, see ``container.py``).
+synced by the container's committer (group commit, see ``commit.py``).
 A WAL file is never appended to again once a checkpoint has started the next
 one, so only the *last* file of a container can have a torn tail.
 

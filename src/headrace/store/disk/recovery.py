@@ -34,30 +34,30 @@ Phase 2, every container (``repair_container``):
 Then, across containers (``recover_store``): a merge whose commit is durable
 in the target's container but whose source deletion is not (a crash between
 the two) is finished by deleting the source. Finally each container that
-replayed anything is checkpointed (``write_checkpoint``: sidecars extended,
-data files fsynced, a new snapshot and an empty WAL file written, old WAL
-files dropped), and segment files no live segment owns are removed.
+replayed anything gets an empty WAL file and is checkpointed
+(``checkpoint.write_checkpoint``: sidecars extended, data files fsynced, a new
+snapshot written, old WAL files dropped), and segment files no live segment
+owns are removed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import logging
 import os
 import shutil
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, cast
+from typing import Final
 
 from headrace.errors import CorruptionError, StorageFull
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
+from headrace.store.disk.checkpoint import write_checkpoint
+from headrace.store.disk.datafiles import create_segment_files
 from headrace.store.disk.format import (
     FORMAT_VERSION,
     WAL_HEADER,
@@ -74,7 +74,6 @@ from headrace.store.disk.format import (
     decode_snapshot,
     decode_wal_header,
     encode_manifest,
-    encode_sidecar_header,
     encode_snapshot,
 )
 from headrace.store.disk.layout import (
@@ -96,10 +95,9 @@ from headrace.store.disk.log import (
     fsync_dir,
     make_dir,
     scan_wal,
-    sync_path,
     torn_unsynced,
 )
-from headrace.store.disk.segment import Captured, ContainerState, ReplayError
+from headrace.store.disk.segment import ContainerState, ReplayError
 
 __all__ = [
     "RefReader",
@@ -107,52 +105,14 @@ __all__ = [
     "backup_torn_tail",
     "check_abandoned_init",
     "check_sidecar",
-    "create_segment_files",
     "init_or_load_manifest",
     "load_snapshot",
     "plan_replay",
     "recover_store",
     "repair_container",
-    "write_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
-
-_FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
-_FALLOC_FL_PUNCH_HOLE = 0x02
-
-
-def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fallocate = libc.fallocate
-    except (OSError, AttributeError):
-        return None
-    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fallocate.restype = ctypes.c_int
-    return cast("Callable[[int, int, int, int], int]", fallocate)
-
-
-_fallocate = _load_fallocate()
-
-
-def punch_hole(fd: int, position: int, size_bytes: int) -> bool:
-    """Free the file's blocks in ``[position, position + size_bytes)``, keeping its size.
-
-    Returns False where that is not supported (then nothing changed).
-    """
-    if _fallocate is None:
-        return False
-    mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
-    if _fallocate(fd, mode, position, size_bytes) != 0:
-        err = ctypes.get_errno()
-        if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            return False
-        raise OSError(err, os.strerror(err))
-    return True
-
 
 MAX_REPLAY_OPEN_FILES = 64
 """Data files kept open while replaying; replay touches few segments at a time."""
@@ -455,23 +415,6 @@ class _ReplayFiles:
         self.fds.clear()
 
 
-def create_segment_files(paths: ContainerPaths, segment_id: int, *, empty_data: bool = True) -> int:
-    """Create (or reset) a segment's data file and sidecar; return the data file's fd.
-
-    ``empty_data=False`` (replaying a CREATE) keeps an existing data file's
-    bytes: APPEND_REF records after the CREATE refer to them; recovery cuts
-    the file to the replayed length afterwards.
-    """
-    fd = os.open(paths.sidecar(segment_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        header = encode_sidecar_header(segment_id)
-        os.pwrite(fd, header, 0)
-    finally:
-        os.close(fd)
-    flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if empty_data else 0)
-    return os.open(paths.data(segment_id), flags, FILE_MODE)
-
-
 class RefReader:
     """Reads the bytes an APPEND_REF refers to back from the data files, checked.
 
@@ -650,64 +593,6 @@ def finish_interrupted_merges(states: list[ContainerState]) -> None:
             if seg is not None and seg.segment_id == source_id:
                 log.warning("finishing the merge of %r into %r", source, target)
                 owner.apply_unlogged(DeleteRecord(source_id, target))
-
-
-# --------------------------------------------------------------------------- checkpoint
-
-
-def write_checkpoint(
-    paths: ContainerPaths, captured: Captured, old_wals: list[Path], ops: FileOps
-) -> None:
-    """Make a captured checkpoint durable, then drop what it makes obsolete.
-
-    The new WAL file (starting after ``captured.snapshot.last_seq``) must exist
-    and be synced before this runs. Order: sidecars, data files, snapshot
-    (atomic), then deletions; a crash anywhere leaves a recoverable directory.
-    """
-    deleted = set(captured.deleted_ids)
-    for segment_id, position, raw in captured.sidecar_writes:
-        fd = os.open(paths.sidecar(segment_id), os.O_WRONLY)
-        try:
-            ops.pwrite(fd, raw, position)
-        finally:
-            os.close(fd)
-    # Dirty: new data, new sidecar entries, or created since the last checkpoint.
-    for segment_id in captured.dirty_ids:
-        if segment_id not in deleted:
-            sync_path(paths.data(segment_id), ops)
-            sync_path(paths.sidecar(segment_id), ops)
-    fsync_dir(paths.segments_dir, ops)  # files created since the last checkpoint
-    atomic_write(paths.snapshot, paths.snapshot_tmp, encode_snapshot(captured.snapshot), ops)
-    for path in old_wals:
-        path.unlink(missing_ok=True)
-    for segment_id in deleted:
-        paths.data(segment_id).unlink(missing_ok=True)
-        paths.sidecar(segment_id).unlink(missing_ok=True)
-    # Only now that the snapshot holds the new start offsets may their bytes go.
-    for segment_id, start_offset in captured.punches:
-        if segment_id not in deleted:
-            free_truncated(paths, segment_id, start_offset)
-
-
-def free_truncated(paths: ContainerPaths, segment_id: int, start_offset: int) -> None:
-    """Give back the disk blocks of whole checksum blocks below ``start_offset``.
-
-    The data file keeps its size and offsets (a hole reads as zeros); ``verify``
-    does not check blocks that end at or below the start offset. Where the
-    platform or file system cannot punch holes, the bytes simply stay.
-    """
-    sidecar = paths.sidecar(segment_id)
-    entries = decode_sidecar(sidecar.read_bytes(), segment_id, str(sidecar))
-    end = max(
-        (e.offset + e.size_bytes for e in entries if e.offset + e.size_bytes <= start_offset),
-        default=0,
-    )
-    if end:
-        fd = os.open(paths.data(segment_id), os.O_WRONLY)
-        try:
-            punch_hole(fd, 0, end)
-        finally:
-            os.close(fd)
 
 
 TMP_SUFFIX: Final = ".tmp"

@@ -60,8 +60,9 @@ from headrace.store.api import (
     MAX_SEGMENT_ATTRIBUTES,
     FsyncPolicy,
 )
+from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.checks import BlockChecks, check_blocks
-from headrace.store.disk.container import CHECKPOINT_WAL_BYTES, Container
+from headrace.store.disk.container import Container
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
     AppendRecord,
