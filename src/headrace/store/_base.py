@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from headrace.errors import (
     AppendRefused,
     BadOffset,
     LimitExceeded,
+    SegmentSealed,
     SegmentTypeMismatch,
     TableNotEmpty,
 )
 from headrace.store.api import (
+    MAX_APPEND_BYTES,
     MAX_READ_BYTES,
     MAX_TABLE_BATCH_BYTES,
     MAX_TABLE_KEY_BYTES,
@@ -41,6 +43,7 @@ from headrace.store.tables import (
     encode_updates,
 )
 from headrace.types import (
+    NULL_ATTRIBUTE_VALUE,
     AppendResult,
     ReadResult,
     RegionRead,
@@ -55,7 +58,7 @@ from headrace.types import (
     WriterAppend,
 )
 
-__all__ = ["BaseStore", "SegmentState"]
+__all__ = ["AppendTarget", "BaseStore", "SegmentState", "check_append"]
 
 TABLE_READ_MAX_BYTES = 2 * 1024 * 1024
 """Most bytes one table iteration page or delta read returns (Pravega's 2 MiB reply cap)."""
@@ -93,6 +96,50 @@ class SegmentState:
     start_offset: int
     length: int
     sealed: bool
+
+
+class AppendTarget(Protocol):
+    """What ``check_append`` reads of a segment, in either implementation."""
+
+    @property
+    def kind(self) -> SegmentKind: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def sealed(self) -> bool: ...
+    @property
+    def attributes(self) -> Mapping[UUID, int]: ...
+
+
+def check_append(
+    name: str,
+    s: AppendTarget,
+    size: int,
+    expected_offset: int | None,
+    writer: WriterAppend | None,
+    kind: SegmentKind,
+) -> tuple[int, bool]:
+    """The checks every append passes before it is written, in Pravega's order.
+
+    Returns the writer's previous event number and whether this append is a
+    retry of one already stored (then nothing may be written). Raises the
+    store error the append gets otherwise. One function, so that both stores
+    refuse and deduplicate alike.
+    """
+    if s.kind is not kind:
+        raise SegmentTypeMismatch(name, kind.value)
+    if size > MAX_APPEND_BYTES:
+        raise LimitExceeded("append bytes", MAX_APPEND_BYTES, size)
+    if s.sealed:
+        raise SegmentSealed(name, s.length)
+    previous = NULL_ATTRIBUTE_VALUE
+    if writer is not None:
+        previous = s.attributes.get(writer.writer_id, NULL_ATTRIBUTE_VALUE)
+        if writer.event_number <= previous:
+            return previous, True
+    if expected_offset is not None and expected_offset != s.length:
+        raise BadOffset(name, expected_offset, s.length)
+    return previous, False
 
 
 @dataclass(slots=True)

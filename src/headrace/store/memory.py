@@ -23,9 +23,8 @@ from headrace.errors import (
     StoreError,
 )
 from headrace.store._attributes import check_attribute_bound, set_attribute
-from headrace.store._base import BaseStore, SegmentState
+from headrace.store._base import BaseStore, SegmentState, check_append
 from headrace.store.api import (
-    MAX_APPEND_BYTES,
     MAX_NAME_BYTES,
     MAX_READ_BYTES,
     MAX_SEGMENT_ATTRIBUTES,
@@ -117,19 +116,9 @@ class MemoryStore(BaseStore):
         kind: SegmentKind,
     ) -> AppendResult:
         s = self._get(name)
-        if s.kind is not kind:
-            raise SegmentTypeMismatch(name, kind.value)
-        if len(data) > MAX_APPEND_BYTES:
-            raise LimitExceeded("append bytes", MAX_APPEND_BYTES, len(data))
-        if s.sealed:
-            raise SegmentSealed(name, s.length)
-        previous = NULL_ATTRIBUTE_VALUE
-        if writer is not None:
-            previous = s.attributes.get(writer.writer_id, NULL_ATTRIBUTE_VALUE)
-            if writer.event_number <= previous:
-                return AppendResult(s.length, s.length, previous, duplicate=True)
-        if expected_offset is not None and expected_offset != s.length:
-            raise BadOffset(name, expected_offset, s.length)
+        previous, duplicate = check_append(name, s, len(data), expected_offset, writer, kind)
+        if duplicate:
+            return AppendResult(s.length, s.length, previous, duplicate=True)
         offset = s.length
         s.data += data
         if writer is not None:

@@ -42,7 +42,6 @@ from uuid import UUID
 from headrace.errors import (
     BadOffset,
     CorruptionError,
-    LimitExceeded,
     SegmentExists,
     SegmentNotFound,
     SegmentSealed,
@@ -53,9 +52,8 @@ from headrace.errors import (
     StoreError,
 )
 from headrace.store._attributes import check_attribute_bound
-from headrace.store._base import BaseStore, SegmentState
+from headrace.store._base import BaseStore, SegmentState, check_append
 from headrace.store.api import (
-    MAX_APPEND_BYTES,
     MAX_READ_BYTES,
     MAX_SEGMENT_ATTRIBUTES,
     FsyncPolicy,
@@ -352,21 +350,11 @@ class DiskStore(BaseStore):
         kind: SegmentKind,
     ) -> AppendResult:
         c, s = self._lookup(name)
-        if s.kind is not kind:
-            raise SegmentTypeMismatch(name, kind.value)
-        if len(data) > MAX_APPEND_BYTES:
-            raise LimitExceeded("append bytes", MAX_APPEND_BYTES, len(data))
-        if s.sealed:
-            raise SegmentSealed(name, s.length)
-        previous = NULL_ATTRIBUTE_VALUE
-        if writer is not None:
-            previous = s.attributes.get(writer.writer_id, NULL_ATTRIBUTE_VALUE)
-            if writer.event_number <= previous:
-                length = s.length
-                await c.barrier()  # the original may still be in flight
-                return AppendResult(length, length, previous, duplicate=True)
-        if expected_offset is not None and expected_offset != s.length:
-            raise BadOffset(name, expected_offset, s.length)
+        previous, duplicate = check_append(name, s, len(data), expected_offset, writer, kind)
+        if duplicate:
+            length = s.length
+            await c.barrier()  # the original may still be in flight
+            return AppendResult(length, length, previous, duplicate=True)
         offset = s.length
         end = offset + len(data)
         seq = c.write(AppendRecord(s.segment_id, offset, now_ms(), writer, data))
