@@ -91,3 +91,139 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import asyncio\nfrom headrace.store import MemoryStore\n")
     assert _imports(bad) == {"asyncio", "headrace.store"}
+
+
+# --------------------------------------------------------------------------- the server's wiring
+
+SERVER = SRC / "server"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported_modules(path: Path, package: str, *, type_checking: bool) -> set[str]:
+    """Every module ``path`` (a module of ``package``) imports, wherever the
+    import stands (a function body too), with ``from package import module``
+    resolved to the module; ``type_checking=False`` leaves out the
+    ``if TYPE_CHECKING:`` blocks, which never run."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def _server_modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(SERVER.glob("*.py"))}
+
+
+def _server_imports(path: Path, *, type_checking: bool) -> set[str]:
+    """The modules of ``headrace.server`` that ``path`` (one of them) imports."""
+    modules = _server_modules()
+    imported = _imported_modules(path, "headrace.server", type_checking=type_checking)
+    return {name for name in imported if name in modules} - {_module_name(path)}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (module -> the modules it imports), or None."""
+    done: set[str] = set()
+
+    def walk(name: str, trail: list[str]) -> list[str] | None:
+        if name in trail:
+            return [*trail[trail.index(name) :], name]
+        if name in done:
+            return None
+        for imported in sorted(graph.get(name, set())):
+            cycle = walk(imported, [*trail, name])
+            if cycle is not None:
+                return cycle
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        cycle = walk(name, [])
+        if cycle is not None:
+            return cycle
+    return None
+
+
+def _front_doors() -> list[Path]:
+    """The modules the starters table (``server/listeners.py``) takes its starters from."""
+    modules = _server_modules()
+    listeners = modules["headrace.server.listeners"]
+    return [
+        modules[name]
+        for name in sorted(_server_imports(listeners, type_checking=True))
+        if name != "headrace.server._context"
+    ]
+
+
+def test_server_modules_import_one_another_without_a_cycle() -> None:
+    """``app.py`` imports the starters table, which imports every front door: a
+    door (or anything it imports) importing ``app.py`` back would be a cycle."""
+    graph = {
+        name: _server_imports(path, type_checking=False) for name, path in _server_modules().items()
+    }
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize("path", _front_doors(), ids=lambda p: p.name)
+def test_front_doors_do_not_import_the_app(path: Path) -> None:
+    """A front door gets what it needs from its starter's ``ListenerContext``,
+    and names its types from ``server/_context.py``, not ``app.py``."""
+    imported = _server_imports(path, type_checking=True)
+    assert "headrace.server.app" not in imported, f"{path.name} imports headrace.server.app"
+
+
+def test_every_listener_has_a_starter_from_a_front_door() -> None:
+    from headrace.server.config import LISTENER_NAMES
+    from headrace.server.listeners import STARTERS
+
+    assert sorted(STARTERS) == sorted(LISTENER_NAMES)
+    doors = {_module_name(path) for path in _front_doors()}
+    assert {starter.__module__ for starter in STARTERS.values()} == doors
+
+
+def test_cycle_checker_sees_cycles_and_lazy_imports(tmp_path: Path) -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    module = tmp_path / "door.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from headrace.server.metrics import ServerMetrics\n"
+        "def start() -> None:\n    from . import app\n"
+    )
+    at_run_time = _imported_modules(module, "headrace.server", type_checking=False)
+    assert "headrace.server.app" in at_run_time
+    assert "headrace.server.metrics" not in at_run_time
+    typed = _imported_modules(module, "headrace.server", type_checking=True)
+    assert "headrace.server.metrics" in typed

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from headrace.server._context import ListenerSettings
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import LISTENER_SETTINGS, ConnectionLimits, ListenerSettings
+from headrace.server._loop import ConnectionLimits
 from tests.ops.conftest import WAIT_S, Serve, free_port, listener_args
 from tests.server.test_loop import LineHandler
 
@@ -135,13 +136,13 @@ async def _lines(reader: asyncio.StreamReader, count: int) -> list[str]:
 @pytest.mark.parametrize("max_pending", [1, 8])
 async def test_reading_pauses_at_max_pending_requests(max_pending: int) -> None:
     gates: dict[str, asyncio.Event] = {}
-    token = LISTENER_SETTINGS.set(
-        ListenerSettings(ConnectionLimits(max_pending_requests=max_pending))
+    listener = await start_tcp_listener(
+        "lines",
+        "127.0.0.1",
+        0,
+        lambda: LineHandler(gates, []),
+        settings=ListenerSettings(ConnectionLimits(max_pending_requests=max_pending)),
     )
-    try:
-        listener = await start_tcp_listener("lines", "127.0.0.1", 0, lambda: LineHandler(gates, []))
-    finally:
-        LISTENER_SETTINGS.reset(token)
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
     other_reader, other = await asyncio.open_connection("127.0.0.1", listener.port)
     try:

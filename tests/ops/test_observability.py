@@ -13,7 +13,9 @@ from typing import Any
 from headrace.client import ControllerClient
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server import app as app_module
+from headrace.server._context import Listener, ListenerContext
+from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, build_config
 from headrace.server.metrics import GC_GENERATIONS
 from headrace.store.memory import MemoryStore
@@ -121,7 +123,7 @@ async def _get(port: int, path: str) -> tuple[int, dict[str, Any]]:
 async def test_health_is_503_until_every_listener_is_up(monkeypatch: Any, tmp_path: Path) -> None:
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_tank(app: ServerApp, host: str, port: int) -> Listener:
+    async def slow_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
         entered.set()
         await release.wait()
 
@@ -130,9 +132,7 @@ async def test_health_is_503_until_every_listener_is_up(monkeypatch: Any, tmp_pa
 
         return Listener("tank", port, close)
 
-    import headrace.server.listeners  # noqa: F401  (registers the real starters first)
-
-    monkeypatch.setitem(LISTENER_STARTERS, "tank", slow_tank)
+    monkeypatch.setattr(app_module, "STARTERS", {**app_module.STARTERS, "tank": slow_tank})
     http = free_port()
     config = build_config(
         {**{f"{name}_port": 0 for name in ("controller", "segment_store", "lumberjack")}}

@@ -67,7 +67,7 @@ async def test_dropped_events_are_read_again_from_the_first_not_handed_out(
     payloads = [bytes([i]) * (1 + 37 * i) for i in range(60)]
     name = await _stream(app, f"plain-{fmt}", payloads)
     scope, stream = name.split("/")
-    cursor = StreamCursor(app, PublisherQuery(scope, stream, fmt=fmt))
+    cursor = StreamCursor(app.listener_context, PublisherQuery(scope, stream, fmt=fmt))
     await cursor.open()
     got = await _take(cursor, 50, 7)  # a read of more than seven events, seven handed out
     assert cursor.held_bytes > 0
@@ -95,7 +95,7 @@ async def test_dropped_bundles_are_unpacked_again_past_the_messages_handed_out(
     data = b"".join(struct.pack(">ii", 0, len(b)) + b for b in bundles)
     await app.store.append(f"{app.config.tank_scope}/s/0.#epoch.0", data)
     await app.controller.seal_stream(app.config.tank_scope, "s")
-    cursor = StreamCursor(app, PublisherQuery(app.config.tank_scope, "s"))
+    cursor = StreamCursor(app.listener_context, PublisherQuery(app.config.tank_scope, "s"))
     await cursor.open()
     got = await _take(cursor, 4, 4)  # a bundle of ten unpacked, four handed out
     cursor.drop()

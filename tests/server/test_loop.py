@@ -13,14 +13,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from headrace.errors import RemoteProtocolError
+from headrace.server._context import Listener, ListenerSettings
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import (
-    LISTENER_SETTINGS,
-    ConnectionHandler,
-    ConnectionLimits,
-    ListenerSettings,
-)
-from headrace.server.app import Listener
+from headrace.server._loop import ConnectionHandler, ConnectionLimits
 
 WAIT_S = 10.0  # bound on every wait in these tests
 
@@ -325,13 +320,13 @@ async def test_a_backlog_never_sees_another_connections_bytes() -> None:
     (before any other connection's bytes can land in the shared receive buffer),
     so events held back until a slot frees are still the bytes their peer sent."""
     gates: dict[str, asyncio.Event] = {}
-    token = LISTENER_SETTINGS.set(ListenerSettings(ConnectionLimits(max_pending_requests=1)))
-    try:
-        listener = await start_tcp_listener(
-            "lines", "127.0.0.1", 0, lambda: LazyLineHandler(gates, [])
-        )
-    finally:
-        LISTENER_SETTINGS.reset(token)
+    listener = await start_tcp_listener(
+        "lines",
+        "127.0.0.1",
+        0,
+        lambda: LazyLineHandler(gates, []),
+        settings=ListenerSettings(ConnectionLimits(max_pending_requests=1)),
+    )
     try:
         first, first_writer = await _connect(listener.port)
         second, second_writer = await _connect(listener.port)

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from headrace.protocols import pravega as p
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server._context import Listener
+from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, ServerConfig
+from headrace.server.listeners import STARTERS
 from headrace.server.pravega import (
     MAX_READ_REPLY_BYTES,
     MAX_UNSENT_REPLY_BYTES,
@@ -112,7 +114,7 @@ def _config(data_dir: Path) -> ServerConfig:
 async def _start(data_dir: Path, store: SegmentStore | None = None) -> Server:
     app = ServerApp(_config(data_dir), store=store)
     await app.start()  # every port is 0: this only opens the store
-    listener = await LISTENER_STARTERS["segment_store"](app, "127.0.0.1", 0)
+    listener = await start_segment_store(app.listener_context, "127.0.0.1", 0)
     return Server(app, listener)
 
 
@@ -149,10 +151,8 @@ async def _read_all(store: SegmentStore, name: str) -> bytes:
 # ------------------------------------------------------------------------ registration, handshake
 
 
-def test_listener_is_registered() -> None:
-    import headrace.server.listeners  # noqa: F401
-
-    assert LISTENER_STARTERS["segment_store"] is start_segment_store
+def test_listener_is_in_the_starters_table() -> None:
+    assert STARTERS["segment_store"] is start_segment_store
 
 
 async def test_incompatible_hello_gets_our_hello_then_close(server: Server) -> None:

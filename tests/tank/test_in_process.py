@@ -24,8 +24,8 @@ from headrace.protocols.tank import (
     encode,
     encode_bundle,
 )
+from headrace.server._context import Listener
 from headrace.server._listen import start_tcp_listener
-from headrace.server.app import Listener
 from headrace.server.tank import (
     INDEX_INTERVAL_BYTES,
     MAX_INDEX_ENTRIES,

@@ -36,15 +36,14 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from headrace.server._context import Listener, ListenerSettings
 from headrace.server._loop import (
-    LISTENER_SETTINGS,
     MAX_CONNECTIONS,
     READ_CHUNK_BYTES,
     TLS_HANDSHAKE_TIMEOUT_S,
     Connection,
     ConnectionHandler,
 )
-from headrace.server.app import Listener
 
 __all__ = ["MAX_CONNECTIONS", "TLS_HANDSHAKE_TIMEOUT_S", "start_tcp_listener"]
 
@@ -61,6 +60,10 @@ write 3600 lines (or tracebacks) about it."""
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 """accept() errors asyncio answers by pausing accepts for a second (its
 ``ACCEPT_RETRY_DELAY``) rather than by closing the listener."""
+
+NO_SETTINGS = ListenerSettings()
+"""The default limits, no metrics and no server-wide bounds: a listener outside
+a ``ServerApp`` (tests, benchmarks)."""
 
 
 class _AcceptBackoff:
@@ -122,6 +125,7 @@ async def start_tcp_listener(
     port: int,
     make_handler: Callable[[], ConnectionHandler],
     *,
+    settings: ListenerSettings = NO_SETTINGS,
     ssl_context: ssl.SSLContext | None = None,
     max_connections: int | None = None,
     idle_timeout_s: float | None = None,
@@ -130,14 +134,13 @@ async def start_tcp_listener(
 ) -> Listener:
     """Serve ``make_handler()`` connections on (host, port); port 0 picks a free port.
 
-    Limits and metrics come from ``LISTENER_SETTINGS`` (set by ``ServerApp``);
-    ``max_connections``, ``idle_timeout_s`` and ``max_pending_events``, when
-    given, override its limits for this listener. ``first_request_timeout_s``:
-    a connection that has sent no whole request this long after opening is
-    closed (None: no such limit).
+    Limits and metrics come from ``settings`` (a front door passes its
+    ``ListenerContext.settings``); ``max_connections``, ``idle_timeout_s`` and
+    ``max_pending_events``, when given, override its limits for this listener.
+    ``first_request_timeout_s``: a connection that has sent no whole request
+    this long after opening is closed (None: no such limit).
     """
     connections: set[asyncio.Task[None]] = set()
-    settings = LISTENER_SETTINGS.get()
     limits = settings.limits
     if max_connections is not None:
         limits = dataclasses.replace(limits, max_connections=max_connections)

@@ -85,13 +85,12 @@ import abc
 import asyncio
 import collections
 import contextlib
-import contextvars
 import dataclasses
 import logging
 import os
 import ssl
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Protocol, cast
 
 from headrace.errors import HeadraceError, RemoteProtocolError
@@ -99,7 +98,6 @@ from headrace.types import FileRegion
 
 __all__ = [
     "IDLE_TIMEOUT_S",
-    "LISTENER_SETTINGS",
     "MAX_BUFFERED_BYTES",
     "MAX_CONNECTIONS",
     "MAX_FRAME_BYTES",
@@ -113,7 +111,6 @@ __all__ = [
     "ConnectionLimits",
     "ConnectionObserver",
     "ConnectionSlots",
-    "ListenerSettings",
     "MemoryBudget",
     "OutputPiece",
 ]
@@ -359,27 +356,6 @@ class ConnectionSlots:
 
     def release(self) -> None:
         self.open -= 1
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerSettings:
-    """Limits and metrics for the listeners being started (see ``LISTENER_SETTINGS``)."""
-
-    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
-    observer_for: Callable[[str], ConnectionObserver] | None = None
-    """Listener name -> its observer; None: nothing is counted."""
-    budget: MemoryBudget | None = None
-    """The server's budget of buffered bytes; None: no bound on the sum."""
-    slots: ConnectionSlots | None = None
-    """Connections of every listener, against the open-file limit; None: no bound."""
-
-
-LISTENER_SETTINGS: contextvars.ContextVar[ListenerSettings] = contextvars.ContextVar(
-    "LISTENER_SETTINGS",
-    default=ListenerSettings(),  # noqa: B039 (frozen: never mutated)
-)
-"""Set by ``ServerApp`` while it starts a listener, read once by ``start_tcp_listener``,
-so that every front door gets the configured limits and metrics without passing them."""
 
 
 class ConnectionHandler(abc.ABC):

@@ -6,11 +6,12 @@ closes the listeners first (no new work), then the store (which finishes the
 appends in flight, syncs and closes its files). Tests and ``headrace demo``
 embed it the same way.
 
-Listeners arrive protocol by protocol: each front door registers a starter
-in ``LISTENER_STARTERS`` under its stable listener name (see
-``config.DEFAULT_PORTS``). The HTTP listener starts first, so ``/health``
-answers 503 while the others start; each listener gets the configured
-limits and its metrics through ``_loop.LISTENER_SETTINGS``.
+Each enabled listener is started by its row of ``listeners.STARTERS``
+(listener name, as in ``config.DEFAULT_PORTS`` -> starter). The HTTP listener
+starts first, so ``/health`` answers 503 while the others start. Every
+starter gets the same ``ListenerContext``: the store, the controller model,
+the configuration, TLS, auth, the metrics, and the configured limits and
+shared bounds (``ListenerSettings``).
 
 Shared bounds. Every listener's connections charge one ``MemoryBudget``
 (``--max-total-buffered-bytes``). Descriptors: at start the soft open-file
@@ -27,20 +28,16 @@ import asyncio
 import logging
 import resource
 import ssl
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
 from headrace.controller.model import ControllerModel
 from headrace.errors import ConfigError
-from headrace.server._loop import (
-    LISTENER_SETTINGS,
-    ConnectionSlots,
-    ListenerSettings,
-    MemoryBudget,
-)
+from headrace.server._context import Listener, ListenerContext, ListenerSettings
+from headrace.server._loop import ConnectionSlots, MemoryBudget
 from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig
+from headrace.server.listeners import STARTERS
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
 from headrace.store.api import SegmentStore
@@ -50,9 +47,7 @@ from headrace.store.disk.store import MAX_OPEN_REGIONS
 
 __all__ = [
     "FD_RESERVE",
-    "LISTENER_STARTERS",
     "DescriptorPlan",
-    "Listener",
     "ServerApp",
     "plan_descriptors",
     "raise_open_file_limit",
@@ -128,24 +123,6 @@ def plan_descriptors(limit: int, container_count: int) -> DescriptorPlan:
     return DescriptorPlan(limit, data_files, regions, connections)
 
 
-class Listener:
-    """A started front door: its bound port and how to stop it."""
-
-    def __init__(self, name: str, port: int, close: Callable[[], Awaitable[None]]) -> None:
-        self.name = name
-        self.port = port
-        self._close = close
-
-    async def aclose(self) -> None:
-        await self._close()
-
-
-ListenerStarter = Callable[["ServerApp", str, int], Awaitable[Listener]]
-"""Start one listener on (host, port) serving the app's store; port 0 is never passed."""
-
-LISTENER_STARTERS: dict[str, ListenerStarter] = {}
-
-
 class ServerApp:
     """One headrace server: a store and its listeners.
 
@@ -160,6 +137,7 @@ class ServerApp:
         self.config = config
         self._store = store
         self._controller: ControllerModel | None = None
+        self._context: ListenerContext | None = None
         self._listeners: list[Listener] = []
         self._stopping = asyncio.Event()
         self._closed = False
@@ -188,6 +166,14 @@ class ServerApp:
         return self._controller
 
     @property
+    def listener_context(self) -> ListenerContext:
+        """What every listener was given at start (a listener started apart, in
+        tests, takes the same)."""
+        if self._context is None:
+            raise RuntimeError("the server has not been started")
+        return self._context
+
+    @property
     def store_or_none(self) -> SegmentStore | None:
         """The store once started (for metrics, which may be read at any time)."""
         return self._store
@@ -203,7 +189,6 @@ class ServerApp:
         listeners = {
             name: {"port": running.get(name, port), "up": name in running}
             for name, port in self.config.enabled_listeners().items()
-            if name in _known_listeners()
         }
         failure = None if self._store is None else self._store.failure
         ok = (
@@ -236,9 +221,7 @@ class ServerApp:
         return {listener.name: listener.port for listener in self._listeners}
 
     async def start(self) -> None:
-        """Open the store and start every enabled listener that this version has."""
-        import headrace.server.listeners  # noqa: F401  (registers the starters; lazy: they import us)
-
+        """Open the store and start every enabled listener."""
         self.metrics.watch_gc()  # undone by aclose, which a failed start also runs
         open_files = raise_open_file_limit()
         if self._store is None:
@@ -276,19 +259,20 @@ class ServerApp:
             self._controller = await ControllerModel.open(self._store)
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
-            settings = ListenerSettings(
-                self.config.limits, self.metrics.listener, self.budget, self.slots
+            self._context = context = ListenerContext(
+                config=self.config,
+                store=self._store,
+                controller=self._controller,
+                metrics=self.metrics,
+                door_auth=self.door_auth,
+                ssl_context=self.ssl_context,
+                health=self.health,
+                settings=ListenerSettings(
+                    self.config.limits, self.metrics.listener, self.budget, self.slots
+                ),
             )
             for name in order:
-                starter = LISTENER_STARTERS.get(name)
-                if starter is None:
-                    log.info("listener %s is not available in this version; skipped", name)
-                    continue
-                token = LISTENER_SETTINGS.set(settings)
-                try:
-                    listener = await starter(self, self.config.host, enabled[name])
-                finally:
-                    LISTENER_SETTINGS.reset(token)
+                listener = await STARTERS[name](context, self.config.host, enabled[name])
                 self._listeners.append(listener)
                 log.info("%s listening on %s:%d", name, self.config.host, listener.port)
         except BaseException:
@@ -316,10 +300,3 @@ class ServerApp:
                 log.exception("closing listener %s failed", listener.name)
         if self._store is not None:
             await self._store.close()
-
-
-def _known_listeners() -> set[str]:
-    """Listener names this version can start (the others are skipped, not awaited)."""
-    import headrace.server.listeners  # noqa: F401  (registers the starters)
-
-    return set(LISTENER_STARTERS)

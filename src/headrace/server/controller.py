@@ -1,6 +1,6 @@
 """The Pravega controller listener: ``ControllerServer`` on the app's store.
 
-Registers itself as the ``controller`` listener (default port 9090). The
+``start_controller`` is the ``controller`` listener's starter (default port 9090). The
 segment-store endpoint that ``getURI`` returns is the app's own segment-store
 listener (``config.advertise_host``, else ``config.host``, and
 ``config.ports["segment_store"]``): the combined server is its own segment
@@ -21,8 +21,8 @@ import grpc  # type: ignore[import-untyped]
 
 from headrace.controller.auth import TokenIssuer
 from headrace.controller.service import ControllerAuth, ControllerServer
-from headrace.server._loop import LISTENER_SETTINGS, ConnectionObserver
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server._context import Listener, ListenerContext
+from headrace.server._loop import ConnectionObserver
 from headrace.server.tls import grpc_server_credentials
 
 __all__ = ["start_controller"]
@@ -41,13 +41,13 @@ class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return await continuation(handler_call_details)
 
 
-def _auth(app: ServerApp) -> ControllerAuth | None:
+def _auth(ctx: ListenerContext) -> ControllerAuth | None:
     """Credential checks and the token signer (the key is shared with the
     segment store through the data directory); None with auth off. The
     password checks, and their failed-login buckets, are the app's, shared
     with RS-IO's ``auth`` extension; refusals count as ``controller``'s.
     """
-    auth, doors = app.config.auth, app.door_auth
+    auth, doors = ctx.config.auth, ctx.door_auth
     if auth is None or doors is None:
         return None
     return ControllerAuth(
@@ -57,8 +57,8 @@ def _auth(app: ServerApp) -> ControllerAuth | None:
     )
 
 
-async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
-    """Serve the controller over gRPC on (host, port) with ``app.store``.
+async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listener:
+    """Serve the controller over gRPC on (host, port) with ``ctx.store``.
 
     The listener's ``aclose`` stops the gRPC server gracefully (RPCs in flight
     finish) and then the transaction sweep.
@@ -66,29 +66,27 @@ async def start_controller(app: ServerApp, host: str, port: int) -> Listener:
     Raises:
         OSError: the address could not be bound.
     """
+    config = ctx.config
     credentials = None
-    if app.config.tls is not None:
-        app.ssl_context()  # checks the files and the key before gRPC gets them
-        credentials = grpc_server_credentials(app.config.tls)
-    advertised = app.config.advertise_host or app.config.host
-    segment_store = (advertised, app.config.ports.get("segment_store", 0))
-    retention_interval_s = app.config.retention_interval_s
-    settings = LISTENER_SETTINGS.get()
+    if config.tls is not None:
+        ctx.ssl_context()  # checks the files and the key before gRPC gets them
+        credentials = grpc_server_credentials(config.tls)
+    advertised = config.advertise_host or config.host
+    segment_store = (advertised, config.ports.get("segment_store", 0))
+    retention_interval_s = config.retention_interval_s
+    settings = ctx.settings
     observer = settings.observer_for("controller") if settings.observer_for else None
     server = await ControllerServer.start(
-        app.store,
+        ctx.store,
         host=host,
         port=port,
         segment_store=segment_store,
         retention_interval_s=retention_interval_s,
-        auto_scale_interval_s=app.config.auto_scale_interval_s,
-        model=app.controller,
+        auto_scale_interval_s=config.auto_scale_interval_s,
+        model=ctx.controller,
         interceptors=[] if observer is None else [_CountCalls(observer)],
         credentials=credentials,
-        advertise_host=app.config.advertise_host,
-        auth=_auth(app),
+        advertise_host=config.advertise_host,
+        auth=_auth(ctx),
     )
     return Listener("controller", server.port, server.aclose)
-
-
-LISTENER_STARTERS["controller"] = start_controller

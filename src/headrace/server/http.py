@@ -57,9 +57,9 @@ from headrace.protocols.http import (
 )
 from headrace.protocols.rsio import DEFAULT_MAX_FRAME_BYTES, Goodbye
 from headrace.protocols.rsio.codec import decode_varint, encode_varint
+from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
-from headrace.server._loop import LISTENER_SETTINGS, ConnectionHandler
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
+from headrace.server._loop import ConnectionHandler
 from headrace.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from headrace.server.rsio import RsioHandler
 
@@ -105,7 +105,7 @@ class HttpHandler(ConnectionHandler):
 
     name = "http"
 
-    def __init__(self, app: ServerApp, waiting: _Waiting | None = None) -> None:
+    def __init__(self, app: ListenerContext, waiting: _Waiting | None = None) -> None:
         self._app = app
         self._waiting = waiting
         # RS-IO frames fit a 16 MiB message; the length prefix adds at most 10 bytes.
@@ -303,13 +303,14 @@ class HttpHandler(ConnectionHandler):
             self._timer = None
 
 
-async def start_http(app: ServerApp, host: str, port: int) -> Listener:
+async def start_http(ctx: ListenerContext, host: str, port: int) -> Listener:
     """Serve the HTTP port on (host, port): HTTPS when a certificate is configured."""
-    limits = LISTENER_SETTINGS.get().limits
-    waiting = _Waiting(int(limits.max_connections * WAITING_SHARE))
+    waiting = _Waiting(int(ctx.settings.limits.max_connections * WAITING_SHARE))
     return await start_tcp_listener(
-        "http", host, port, lambda: HttpHandler(app, waiting), ssl_context=app.ssl_context()
+        "http",
+        host,
+        port,
+        lambda: HttpHandler(ctx, waiting),
+        settings=ctx.settings,
+        ssl_context=ctx.ssl_context(),
     )
-
-
-LISTENER_STARTERS["http"] = start_http

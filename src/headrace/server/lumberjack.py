@@ -77,9 +77,9 @@ from headrace.protocols.lumberjack.codec import DocumentParser
 from headrace.protocols.pravega.auth import Permission, stream_resource
 from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
+from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.server.authz import ConnectionAccess, DoorAuth
 from headrace.server.lumberjack_config import (
     MAX_WINDOWS_IN_FLIGHT,
@@ -133,7 +133,7 @@ class LumberjackTarget:
         config: the Lumberjack configuration.
     """
 
-    def __init__(self, app: ServerApp, config: LumberjackConfig) -> None:
+    def __init__(self, app: ListenerContext, config: LumberjackConfig) -> None:
         self._app = app
         self.scope, self.stream = config.scope_and_stream
         self._ranges: KeyRanges[str] | None = None
@@ -623,38 +623,35 @@ class LumberjackHandler(ConnectionHandler):
 # --------------------------------------------------------------------------- listeners
 
 
-async def _start(app: ServerApp, name: str, host: str, port: int, *, tls: bool) -> Listener:
-    config = app.config.lumberjack
+async def _start(ctx: ListenerContext, name: str, host: str, port: int, *, tls: bool) -> Listener:
+    config = ctx.config.lumberjack
     ssl_context = None
     if tls:
-        ssl_context = app.ssl_context()
+        ssl_context = ctx.ssl_context()
         if ssl_context is None:
             raise RuntimeError("the lumberjack_tls listener needs --tls-cert and --tls-key")
-    target = LumberjackTarget(app, config)
+    target = LumberjackTarget(ctx, config)
     return await start_tcp_listener(
         name,
         host,
         port,
-        lambda: LumberjackHandler(target, config, name, auth=app.door_auth),
+        lambda: LumberjackHandler(target, config, name, auth=ctx.door_auth),
+        settings=ctx.settings,
         ssl_context=ssl_context,
         idle_timeout_s=config.idle_timeout_s,
         max_pending_events=MAX_WINDOWS_IN_FLIGHT,
     )
 
 
-async def start_lumberjack(app: ServerApp, host: str, port: int) -> Listener:
-    """Serve Lumberjack v1/v2 in plaintext on (host, port) into ``app``'s target stream."""
-    return await _start(app, "lumberjack", host, port, tls=False)
+async def start_lumberjack(ctx: ListenerContext, host: str, port: int) -> Listener:
+    """Serve Lumberjack v1/v2 in plaintext on (host, port) into the configured target stream."""
+    return await _start(ctx, "lumberjack", host, port, tls=False)
 
 
-async def start_lumberjack_tls(app: ServerApp, host: str, port: int) -> Listener:
-    """Serve Lumberjack v1/v2 over TLS (``app.config.tls``) on (host, port).
+async def start_lumberjack_tls(ctx: ListenerContext, host: str, port: int) -> Listener:
+    """Serve Lumberjack v1/v2 over TLS (``ctx.config.tls``) on (host, port).
 
     Raises:
         ConfigError: the certificate or key cannot be loaded.
     """
-    return await _start(app, "lumberjack_tls", host, port, tls=True)
-
-
-LISTENER_STARTERS["lumberjack"] = start_lumberjack
-LISTENER_STARTERS["lumberjack_tls"] = start_lumberjack_tls
+    return await _start(ctx, "lumberjack_tls", host, port, tls=True)

@@ -10,7 +10,7 @@ own task, in arrival order; this module adds what a front door may add
   reassembles every append form into one ``AppendData``), one **dispatch
   table** ``DISPATCH`` (command type -> coroutine calling the store) and one
   **error table** ``STORE_ERROR_REPLIES`` (store error -> reply command);
-* ``start_segment_store``: the listener, registered as ``segment_store``.
+* ``start_segment_store``: the ``segment_store`` listener's starter.
 
 Behaviour the client depends on, and where it is kept:
 
@@ -102,10 +102,10 @@ from headrace.protocols.pravega.auth import (
     resource_covers,
     segment_resource,
 )
+from headrace.server._context import Listener, ListenerContext, ListenerSettings
 from headrace.server._frames import LargeFrames
-from headrace.server._listen import start_tcp_listener
+from headrace.server._listen import NO_SETTINGS, start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.store.api import SegmentStore
 from headrace.types import (
     AppendResult,
@@ -1188,12 +1188,14 @@ async def serve_segment_store(
     port: int,
     *,
     read_hold_s: float = READ_HOLD_S,
+    settings: ListenerSettings = NO_SETTINGS,
     ssl_context: ssl.SSLContext | None = None,
     token_key: bytes | None = None,
     on_refused: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
 
+    ``settings``: limits and metrics (``start_tcp_listener``).
     ``ssl_context``: serve TLS on the port (the Pravega client's ``tls://`` URIs).
     ``token_key``: require delegation tokens signed with it (auth on).
 
@@ -1207,22 +1209,21 @@ async def serve_segment_store(
         lambda: PravegaHandler(
             store, read_hold_s=read_hold_s, token_key=token_key, on_refused=on_refused
         ),
+        settings=settings,
         ssl_context=ssl_context,
     )
 
 
-async def start_segment_store(app: ServerApp, host: str, port: int) -> Listener:
+async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Listener:
     """The ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
     TLS when a certificate is configured."""
-    auth, doors = app.config.auth, app.door_auth
+    auth, doors = ctx.config.auth, ctx.door_auth
     return await serve_segment_store(
-        app.store,
+        ctx.store,
         host,
         port,
-        ssl_context=app.ssl_context(),
-        token_key=None if auth is None else load_or_create_key(app.config.data_dir),
+        settings=ctx.settings,
+        ssl_context=ctx.ssl_context(),
+        token_key=None if auth is None else load_or_create_key(ctx.config.data_dir),
         on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
     )
-
-
-LISTENER_STARTERS["segment_store"] = start_segment_store

@@ -88,9 +88,9 @@ from headrace.protocols.rsio.codec import (
     encode_varint,
 )
 from headrace.protocols.rsio.states import PublisherState, SubscriberState
+from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.server.authz import ConnectionAccess
 from headrace.store.api import MAX_APPEND_BYTES, MAX_WAIT_S
 
@@ -341,7 +341,7 @@ class StreamCursor:
 
     def __init__(
         self,
-        app: ServerApp,
+        app: ListenerContext,
         query: PublisherQuery,
         holding: _Holding | None = None,
         skipped: Callable[[], None] = lambda: None,
@@ -738,7 +738,7 @@ class RsioHandler(ConnectionHandler):
 
     name = "rsio"
 
-    def __init__(self, app: ServerApp, *, listener: str = "rsio") -> None:
+    def __init__(self, app: ListenerContext, *, listener: str = "rsio") -> None:
         self._app = app
         self._listener = listener
         self._access: ConnectionAccess | None = None
@@ -1254,11 +1254,13 @@ def _frame(payloads: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-async def start_rsio(app: ServerApp, host: str, port: int) -> Listener:
+async def start_rsio(ctx: ListenerContext, host: str, port: int) -> Listener:
     """Serve RS-IO on (host, port), over TLS when a certificate is configured."""
     return await start_tcp_listener(
-        "rsio", host, port, lambda: RsioHandler(app), ssl_context=app.ssl_context()
+        "rsio",
+        host,
+        port,
+        lambda: RsioHandler(ctx),
+        settings=ctx.settings,
+        ssl_context=ctx.ssl_context(),
     )
-
-
-LISTENER_STARTERS["rsio"] = start_rsio

@@ -6,7 +6,7 @@ connection loop (``_loop.py``) runs each request as its own task; this module
 adds what a front door may add (``docs/architecture.md#front-doors``): ``TankHandler`` (the sans-I/O
 ``TankConnection`` and one dispatch table, ``DISPATCH``), the shared
 ``TankBroker`` (topics, partitions, sequence numbers, parked consumes) and
-``start_tank``, registered as the ``tank`` listener.
+``start_tank``, the ``tank`` listener's starter.
 
 Storage (``docs/architecture.md#tank-topics``)
 -----------------------------------------------
@@ -98,9 +98,9 @@ from headrace.protocols import tank as t
 from headrace.protocols.pravega import EVENT_HEADER
 from headrace.protocols.pravega.auth import Permission, scope_resource, stream_resource
 from headrace.protocols.tank.codec import encode_varint
+from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
-from headrace.server.app import LISTENER_STARTERS, Listener, ServerApp
 from headrace.server.authz import ConnectionAccess, DoorAuth
 from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
 from headrace.types import FileRegion, TableKey, TableUpdate
@@ -1593,28 +1593,26 @@ _INLINE_REQUESTS: frozenset[type] = frozenset({t.Produce, t.ProduceWithSeqnum})
 """Requests whose handling starts in the read loop (``TankHandler.inline``)."""
 
 
-async def start_tank(app: ServerApp, host: str, port: int) -> Listener:
-    """Serve the TANK protocol on (host, port) over ``app.store``, over TLS when a
+async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
+    """Serve the TANK protocol on (host, port) over ``ctx.store``, over TLS when a
     certificate is configured (TANK has no credentials: with auth on, the
     client certificate says who the client is).
 
     Raises:
         OSError: the address could not be bound.
     """
-    scope = app.config.tank_scope
+    scope = ctx.config.tank_scope
     if not is_valid_name(scope):
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
-    broker = TankBroker(app.store, app.controller, scope)
-    broker.skipped = app.metrics.skipped_events.labels("tank").inc
+    broker = TankBroker(ctx.store, ctx.controller, scope)
+    broker.skipped = ctx.metrics.skipped_events.labels("tank").inc
     await broker.start()
     return await start_tcp_listener(
         "tank",
         host,
         port,
-        lambda: TankHandler(broker, auth=app.door_auth),
-        first_request_timeout_s=app.config.tank_first_request_timeout_s,
-        ssl_context=app.ssl_context(),
+        lambda: TankHandler(broker, auth=ctx.door_auth),
+        settings=ctx.settings,
+        first_request_timeout_s=ctx.config.tank_first_request_timeout_s,
+        ssl_context=ctx.ssl_context(),
     )
-
-
-LISTENER_STARTERS["tank"] = start_tank
