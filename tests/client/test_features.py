@@ -20,7 +20,7 @@ from headrace.client.errors import (
 )
 from headrace.client.kvtable import NOT_EXISTS
 from headrace.client.writer import MAX_INLINE_EVENT_BYTES
-from headrace.protocols.tank.codec import encode_bundle
+from headrace.protocols.tank.bundle import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
 from .conftest import Server

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from headrace.client.records import _EventBuffer, iter_events, records_from_events
 from headrace.errors import RemoteProtocolError
 from headrace.protocols import pravega as p
-from headrace.protocols.tank.codec import encode_bundle
+from headrace.protocols.tank.bundle import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
 

@@ -26,7 +26,7 @@ from headrace.protocols.tank import (
     encode_chunk_entry,
     encode_consume_split,
 )
-from headrace.server.tank import VIEW_MIN_BYTES
+from headrace.server.tank_broker import VIEW_MIN_BYTES
 from tests._server import make_certificate
 from tests.tank.conftest import TankServer, running_server
 

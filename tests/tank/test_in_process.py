@@ -26,13 +26,12 @@ from headrace.protocols.tank import (
 )
 from headrace.server._context import Listener
 from headrace.server._listen import start_tcp_listener
-from headrace.server.tank import (
+from headrace.server.tank import MAX_QUEUED_CHUNK_BYTES, TankHandler
+from headrace.server.tank_broker import (
     INDEX_INTERVAL_BYTES,
     MAX_INDEX_ENTRIES,
-    MAX_QUEUED_CHUNK_BYTES,
+    Partition,
     TankBroker,
-    TankHandler,
-    _Partition,
 )
 from headrace.store.memory import MemoryStore
 
@@ -153,7 +152,7 @@ async def test_no_chunks_are_built_while_queued_responses_wait(broker: TankBroke
     the next consume waits until the writer took them and drained them (its next take)."""
     handler = TankHandler(broker)
     handler.data_to_send()  # the greeting
-    assert await broker.create_topic("slow-reader", 1, b"") is CreateTopicResult.CREATED
+    await broker.create_topic("slow-reader", 1, b"")
     consume = Consume(1, (ConsumeTopic("slow-reader", (ConsumePartition(0, 0, 1024),)),))
     for event in handler.feed(encode(consume)):
         await handler.handle(event)  # answered: queued, not yet taken
@@ -173,7 +172,7 @@ async def test_no_chunks_are_built_while_queued_responses_wait(broker: TankBroke
 
 
 def test_partition_index_is_thinned_past_its_limit() -> None:
-    part = _Partition("tank/t/0.#epoch.0")
+    part = Partition("tank/t/0.#epoch.0")
     for i in range(MAX_INDEX_ENTRIES + 1):
         part.note(i * INDEX_INTERVAL_BYTES, 1 + 10 * i)
     assert len(part.index_offsets) == MAX_INDEX_ENTRIES // 2 + 1

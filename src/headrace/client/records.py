@@ -15,7 +15,7 @@ What a record is
   ``value`` the event bytes, ``timestamp_ms`` ``None``;
 * in a TANK topic (scope ``tank`` by default, ``tank_scope`` to change) each
   stored event is one TANK bundle as produced; it is unpacked with
-  ``headrace.protocols.tank.codec.decode_bundle`` into one record per
+  ``headrace.protocols.tank.bundle.decode_bundle`` into one record per
   message, with the message's key (``None`` when empty), value and
   timestamp, all with the bundle's ``offset`` and ``index`` 0, 1, 2... within
   it. ``(segment, offset, index)`` identifies a record. An event of a TANK

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from headrace.errors import RemoteProtocolError
 from headrace.protocols.pravega.codec import EVENT_HEADER, HEADER_SIZE_BYTES
 from headrace.protocols.pravega.commands import CommandType
-from headrace.protocols.tank.codec import MAX_STORED_UNPACKED_BYTES, decode_bundle
+from headrace.protocols.tank.bundle import MAX_STORED_UNPACKED_BYTES, decode_bundle
 
 __all__ = [
     "EventBuffer",

@@ -10,16 +10,18 @@ import pytest
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
 from headrace.protocols.tank import codec
-from headrace.protocols.tank.codec import (
+from headrace.protocols.tank.bundle import (
     decode_bundle,
     decode_bundle_header,
     decode_chunk,
+    encode_bundle,
+    encode_chunk_entry,
+)
+from headrace.protocols.tank.codec import (
     decode_request,
     decode_response,
     decode_varint,
     encode,
-    encode_bundle,
-    encode_chunk_entry,
     encode_varint,
 )
 from headrace.protocols.tank.commands import (

@@ -12,15 +12,17 @@ from hypothesis import strategies as st
 
 from headrace.errors import RemoteProtocolError
 from headrace.protocols.tank import codec
-from headrace.protocols.tank.codec import (
+from headrace.protocols.tank.bundle import (
     decode_bundle,
     decode_bundle_header,
     decode_chunk,
+    encode_bundle,
+    encode_chunk_entry,
+)
+from headrace.protocols.tank.codec import (
     decode_request,
     decode_response,
     encode,
-    encode_bundle,
-    encode_chunk_entry,
 )
 from headrace.protocols.tank.commands import (
     SEQ_NUM_TAIL,

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import RemoteProtocolError
 from headrace.protocols.tank._fast import validate_bundle
-from headrace.protocols.tank.codec import decode_bundle, encode_bundle
+from headrace.protocols.tank.bundle import decode_bundle, encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
 messages = st.lists(

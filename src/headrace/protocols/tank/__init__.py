@@ -1,26 +1,29 @@
 """The TANK broker protocol, sans I/O: messages, codec, bundles, connection.
 
 ``commands`` holds the message and bundle values, ``codec`` the pure byte
-encodings, ``states`` the connection lifecycle table and ``connection`` the
+encodings of frames and messages, ``bundle`` those of bundles and chunks,
+``states`` the connection lifecycle table and ``connection`` the
 :class:`TankConnection` that ties them together. See ``docs/protocols/tank.md``.
 """
 
 from __future__ import annotations
 
 from headrace.protocols.tank._fast import validate_bundle
-from headrace.protocols.tank.codec import (
+from headrace.protocols.tank.bundle import (
     MAX_BUNDLE_MESSAGES,
     MAX_MESSAGE_SET_BYTES,
-    MAX_PAYLOAD_BYTES,
     MAX_STORED_UNPACKED_BYTES,
     decode_bundle,
     decode_bundle_header,
     decode_chunk,
+    encode_bundle,
+    encode_chunk_entry,
+)
+from headrace.protocols.tank.codec import (
+    MAX_PAYLOAD_BYTES,
     decode_request,
     decode_response,
     encode,
-    encode_bundle,
-    encode_chunk_entry,
     encode_consume_split,
 )
 from headrace.protocols.tank.commands import (

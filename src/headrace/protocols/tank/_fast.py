@@ -1,6 +1,6 @@
 """TANK's fast bundle check, beside the reference decoder it must equal.
 
-``validate_bundle`` accepts exactly the bundles ``codec.decode_bundle`` accepts
+``validate_bundle`` accepts exactly the bundles ``bundle.decode_bundle`` accepts
 (``tests/protocols/tank/test_validate.py`` checks it on arbitrary bundles), but
 walks the messages with plain byte indexing and, for a message set laid out
 alike, one strided comparison, so a broker can check what it stores verbatim
@@ -11,14 +11,8 @@ from __future__ import annotations
 
 from headrace.errors import RemoteProtocolError
 from headrace.protocols._varint import decode_leb128
-from headrace.protocols.tank.codec import (
-    MAX_MESSAGE_SET_BYTES,
-    MAX_VARINT_BYTES,
-    MAX_VARINT_VALUE,
-    _decompress,
-    decode_bundle_header,
-    decode_varint,
-)
+from headrace.protocols.tank.bundle import MAX_MESSAGE_SET_BYTES, _decompress, decode_bundle_header
+from headrace.protocols.tank.codec import MAX_VARINT_BYTES, MAX_VARINT_VALUE, decode_varint
 from headrace.protocols.tank.commands import BundleCodec, BundleHeader, MessageFlags
 
 __all__ = ["validate_bundle"]
