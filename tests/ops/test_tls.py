@@ -158,29 +158,6 @@ def errors_metric(srv: ServerProcess, context: ssl.SSLContext, protocol: str) ->
     return 0.0
 
 
-def access_lines(srv: ServerProcess, listener: str, reason: str) -> list[str]:
-    return [
-        line
-        for line in srv.log_text().splitlines()
-        if f"headrace.access: {listener} " in line and f"reason={reason}" in line
-    ]
-
-
-def wait_access_line(srv: ServerProcess, listener: str, reason: str, *, after: int = 0) -> str:
-    """The access line of ``listener`` with ``reason`` after the first ``after``
-    such lines; fails after ``WAIT_S``."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        lines = access_lines(srv, listener, reason)
-        if len(lines) > after:
-            return lines[after]
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"no {listener} access line with reason={reason}:\n{srv.log_tail()}"
-            )
-        time.sleep(0.05)  # polling the log under a deadline
-
-
 # --------------------------------------------------------------------------- the real client
 
 
@@ -213,7 +190,7 @@ def test_real_pravega_client_writes_and_reads_over_tls(
         "read": ["tls-0", "tls-1", "tls-2"],
     }
     # The events went through the TLS segment-store port (it speaks nothing else).
-    wait_access_line(server, "segment_store", "eof")
+    server.wait_for_access(protocol="segment_store", reason="eof")
 
 
 # --------------------------------------------------------------------------- our clients
@@ -329,7 +306,10 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
         name: await asyncio.to_thread(errors_metric, server, context, name)
         for name in PLAINTEXT_HELLOS
     }
-    seen = {name: len(access_lines(server, name, "tls_failed")) for name in PLAINTEXT_HELLOS}
+    seen = {
+        name: len(server.access_records(protocol=name, reason="tls_failed"))
+        for name in PLAINTEXT_HELLOS
+    }
     # A TLS client already connected must not notice the plaintext ones.
     bystander = await TankClient.connect("localhost", server.port_of("tank"), ssl_context=context)
     async with bystander:
@@ -344,7 +324,7 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
             writer.close()
             # Nothing in plaintext comes back: the server closes (TLS alert bytes at most).
             assert not answer.startswith((b"HTTP", b"\x03\x02", b"\xff\xff\xff\x81", b"2A"))
-            assert wait_access_line(server, name, "tls_failed", after=seen[name])
+            assert server.wait_for_access(protocol=name, reason="tls_failed", after=seen[name])
         await bystander.produce("bystander", 0, [BundleMessage(b"still here", 1, b"")])
         consumed = await bystander.consume("bystander", 0, 0)
         assert [m.content for m in consumed.messages] == [b"still here"]
@@ -365,7 +345,7 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
 async def test_a_stalled_handshake_is_closed_after_the_bound(server: ServerProcess) -> None:
     from headrace.server._listen import TLS_HANDSHAKE_TIMEOUT_S
 
-    before = len(access_lines(server, "rsio", "tls_failed"))
+    before = len(server.access_records(protocol="rsio", reason="tls_failed"))
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port_of("rsio"))
     opened = time.monotonic()
     try:  # connect and say nothing: the server must not wait for ever
@@ -373,8 +353,8 @@ async def test_a_stalled_handshake_is_closed_after_the_bound(server: ServerProce
     finally:
         writer.close()
     assert time.monotonic() - opened >= TLS_HANDSHAKE_TIMEOUT_S * 0.9
-    line = wait_access_line(server, "rsio", "tls_failed", after=before)
-    assert "requests=0" in line
+    record = server.wait_for_access(protocol="rsio", reason="tls_failed", after=before)
+    assert record["requests"] == 0
 
 
 def _lumberjack_json(seq: int, payload: bytes) -> bytes:
@@ -405,7 +385,7 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate(
         )
         async with tank:
             await asyncio.wait_for(tank.create_topic("refused", 1), WAIT_S)
-    wait_access_line(mtls_server, "tank", "tls_failed")
+    mtls_server.wait_for_access(protocol="tank", reason="tls_failed")
     assert "tank: TLS handshake with 127.0.0.1" in mtls_server.log_text()
     assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in mtls_server.log_text()
     controller = ControllerClient(
