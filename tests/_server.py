@@ -33,10 +33,7 @@ same way, so the way is written once:
   to run the server from another source tree, e.g. a snapshot of the last
   commit while the work tree is mid-change).
 
-``run_scenario`` runs a real-client scenario script in a child process with
-a hard timeout (the real ``pravega`` client holds the GIL and retries for
-about a minute against a dead server) and returns the JSON object it printed
-last.
+The real ``pravega`` client's scenarios run through ``tests/_real_pravega.py``.
 """
 
 from __future__ import annotations
@@ -615,41 +612,3 @@ class PravegaServer(ServerProcess):
     @property
     def segment_store_port(self) -> int:
         return self.ports.get("segment_store", 0)
-
-
-# --------------------------------------------------------------------------- client scenarios
-
-
-def scenario_result(scenario: str, stdout: str, stderr: str, returncode: int) -> dict[str, Any]:
-    """The JSON object on the last line of a scenario's stdout (a client may log
-    to stdout before it); AssertionError with the child's stderr if there is none.
-
-    The result counts, not the exit code: a client can crash after its work was printed.
-    """
-    lines = stdout.strip().splitlines()
-    try:
-        result: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        raise AssertionError(
-            f"{scenario} printed no result (exit code {returncode}):\n{stderr[-STDERR_TAIL_CHARS:]}"
-        ) from None
-    return result
-
-
-def run_scenario(
-    script: Path,
-    scenario: str,
-    *args: str,
-    timeout_s: float,
-    env: Mapping[str, str] | None = None,
-) -> tuple[dict[str, Any], str]:
-    """``python SCRIPT SCENARIO ARGS...`` in a child process killed after
-    ``timeout_s``; the JSON object it printed last, and its stderr."""
-    done = subprocess.run(
-        [sys.executable, str(script), scenario, *args],
-        capture_output=True,
-        timeout=timeout_s,
-        text=True,
-        env=None if env is None else dict(env),
-    )
-    return scenario_result(scenario, done.stdout, done.stderr, done.returncode), done.stderr

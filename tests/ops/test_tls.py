@@ -27,14 +27,11 @@ import asyncio
 import json
 import socket
 import ssl
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -48,11 +45,9 @@ from headrace.client.tls import TlsOptions
 from headrace.errors import ConnectionLost
 from headrace.protocols.pravega import PravegaConnection, Role
 from headrace.protocols.tank import BundleMessage
-from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, run_cli, server_env
+from tests._real_pravega import run_scenario
+from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, run_cli
 
-HERE = Path(__file__).resolve().parent
-SCENARIO = HERE / "tls_scenario.py"
-SCENARIO_TIMEOUT_S = 150.0  # a healthy run takes seconds; a retried failure about a minute per call
 WAIT_S = 15.0
 """Bound on every other wait in these tests."""
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -173,17 +168,14 @@ def test_real_pravega_client_writes_and_reads_over_tls(
     trust = pki.ca_dir if verify == "verify" else pki.other_ca_dir
     uri = f"{scheme}://localhost:{server.port_of('controller')}"
     scope = f"tls{verify.replace('-', '')}"
-    done = subprocess.run(
-        [sys.executable, str(SCENARIO), uri, scope, verify],
-        capture_output=True,
-        text=True,
-        timeout=SCENARIO_TIMEOUT_S,
-        env=server_env({"pravega_client_tls_cert_path": str(trust)}),
+    result = run_scenario(
+        "tls_write_read",
+        uri,
+        scope,
+        verify,
+        env={"pravega_client_tls_cert_path": str(trust)},
         cwd=tmp_path,  # the client would read ./certs without the variable
     )
-    lines = done.stdout.strip().splitlines()
-    assert done.returncode == 0 and lines, done.stderr[-5000:]
-    result: dict[str, Any] = json.loads(lines[-1])
     assert result == {
         "scope_created": True,
         "stream_created": True,
