@@ -18,7 +18,9 @@ server under). Both first check that the controller accepts a connection, so
 a dead server fails at once with a clear message instead of after the
 client's minute of retries. The child gets ``tests._server.server_env``: this
 tree's ``headrace`` (some scenarios call the controller through our stubs),
-no ``HEADRACE_*`` variable.
+no ``HEADRACE_*`` variable. It imports nothing it does not use (the parent's
+helpers import ``tests._server`` when called): a writer that starts late
+misses the short gaps between the fault suite's kills.
 
 **Child side.** ``SCENARIOS`` maps names to functions ``(uri, *args) -> dict``;
 ``STREAMING`` those that print progress lines (``A <n>``: every event below
@@ -59,8 +61,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from tests._server import ROOT, STDERR_TAIL_CHARS, server_env
-
+ROOT: Final = Path(__file__).resolve().parent.parent
 SCENARIO_TIMEOUT_S: Final = 240.0
 """Hard bound on one scenario: a healthy one takes seconds, reads give up after
 ``READ_DEADLINE_S``, and a retried failure takes about a minute per call."""
@@ -104,6 +105,8 @@ def result_of(scenario: str, stdout: str, stderr: str, returncode: int | None) -
     """The JSON object on the last line of a scenario's stdout (the client may
     log to stdout before it); AssertionError quoting the child's error and
     stderr if there is none."""
+    from tests._server import STDERR_TAIL_CHARS
+
     lines = stdout.strip().splitlines()
     tail = stderr[-STDERR_TAIL_CHARS:]
     if lines and lines[-1].startswith("E "):
@@ -128,6 +131,8 @@ def run_scenario_with_stderr(
     """Run ``scenario`` against the controller at ``uri`` in a child process
     killed after ``timeout_s``; its JSON object and its stderr. ``env``: more
     environment variables (the client's credentials, its trusted CAs)."""
+    from tests._server import server_env
+
     check_listening(uri)
     done = subprocess.run(
         command(scenario, uri, *args),
@@ -158,6 +163,8 @@ def start_scenario(
     """Start ``scenario`` in a child process (``popen``: ``subprocess.Popen``
     options; the caller bounds its waits on it). ``check_server=False`` for a
     child started while the server may be down: it waits for it."""
+    from tests._server import server_env
+
     if check_server:
         check_listening(uri)
     env = server_env(popen.pop("env", None))
@@ -1100,7 +1107,8 @@ def _write_until_stdin_closes(
     inflight: int,
     keys: int,
 ) -> None:
-    writer = _fault_stream(uri, scope, stream).create_writer(scope, stream, inflight)
+    manager = _fault_stream(uri, scope, stream)  # kept: its runtime serves the writer
+    writer = manager.create_writer(scope, stream, inflight)
     n = 0
     print("R", flush=True)
     while not _stdin_closed():
