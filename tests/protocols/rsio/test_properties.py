@@ -17,7 +17,7 @@ import contextlib
 import itertools
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
@@ -243,7 +243,6 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=200)
 @given(st.integers(0, 3), operations)
 def test_publisher_never_exceeds_demand(initial_demand: int, ops: list[tuple[str, int]]) -> None:
     pair = ConnectionPair(ReactiveConnection(Role.CLIENT), ReactiveConnection(Role.SERVER))
