@@ -11,7 +11,11 @@ same way, so the way is written once:
 * **stderr goes to a file** (``log_path``, beside the data directory unless
   given): a pipe nobody reads can fill up and stall the server, and a file keeps
   the log of every start of a restarted server, readable at any time
-  (``log_text``, ``wait_for_line``).
+  (``log_text``).
+* **Waiting for a log line.** ``wait_for_line`` (a line of the current
+  start) and ``wait_for_access`` (a ``headrace.access`` record, either log
+  format) poll the file under a deadline and fail with the log's tail; the
+  one way tests wait for what the server logs.
 * **Bounded start.** ``start`` waits at most ``start_timeout_s`` for the
   ``headrace ready`` line of *this* start (the default), or, with
   ``wait_for``, until the named listeners accept a connection. If the server
@@ -29,10 +33,7 @@ same way, so the way is written once:
   to run the server from another source tree, e.g. a snapshot of the last
   commit while the work tree is mid-change).
 
-``run_scenario`` runs a real-client scenario script in a child process with
-a hard timeout (the real ``pravega`` client holds the GIL and retries for
-about a minute against a dead server) and returns the JSON object it printed
-last.
+The real ``pravega`` client's scenarios run through ``tests/_real_pravega.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -67,7 +68,10 @@ POLL_INTERVAL_S: Final = 0.02
 CONNECT_TIMEOUT_S: Final = 1.0
 """Bound on one connection attempt while waiting for a listener."""
 STDERR_TAIL_CHARS: Final = 5000
-"""How much of the server's stderr a start failure quotes."""
+"""How much of the server's stderr a failed start or wait quotes."""
+LINE_TIMEOUT_S: Final = 15.0
+"""Default bound on waiting for a log line: it follows its cause within
+milliseconds, but two busy cores can hold a server up for seconds."""
 READY_LINE: Final = "headrace ready"
 """What ``headrace serve`` prints to stderr once every listener is bound."""
 PORT_TAKEN: Final = "address already in use"
@@ -222,6 +226,39 @@ def make_signed(directory: Path, name: str, ca: tuple[Path, Path], extensions: s
         "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext),
     )  # fmt: skip
     return TlsFiles(cert, key)
+
+
+ACCESS_LOGGER: Final = "headrace.access"
+"""The logger of the one line per closed connection (configuration.md)."""
+_ACCESS_NUMBERS: Final = {"requests": int, "bytes_in": int, "bytes_out": int, "duration_s": float}
+
+
+def access_record(line: str) -> dict[str, Any] | None:
+    """The fields of a ``headrace.access`` line (``protocol``, ``peer``,
+    ``requests``, ``bytes_in``, ``bytes_out``, ``duration_s``, ``reason``)
+    in either log format; None for any other line."""
+    if line.startswith("{"):
+        record: dict[str, Any] = json.loads(line)
+        return record if record.get("logger") == ACCESS_LOGGER else None
+    _, marker, rest = line.partition(f" {ACCESS_LOGGER}: ")
+    if not marker:
+        return None
+    protocol, peer, *pairs = rest.split()
+    fields: dict[str, Any] = {"logger": ACCESS_LOGGER, "protocol": protocol, "peer": peer}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        fields[key] = _ACCESS_NUMBERS.get(key, str)(value)
+    return fields
+
+
+def _has(record: Mapping[str, Any], fields: Mapping[str, object]) -> bool:
+    return all(record.get(key) == value for key, value in fields.items())
+
+
+def _matcher(match: str | Callable[[str], bool]) -> Callable[[str], bool]:
+    if isinstance(match, str):
+        return lambda line: match in line
+    return match
 
 
 class ServerStartError(AssertionError):
@@ -423,20 +460,68 @@ class ServerProcess:
                 time.sleep(POLL_INTERVAL_S)  # polling a port under a deadline
         return False
 
-    def wait_for_line(self, needle: str, timeout_s: float) -> str:
-        """The first stderr line of the current start containing ``needle``;
-        AssertionError with that stderr if none comes within ``timeout_s``."""
+    def wait_for_line(
+        self,
+        match: str | Callable[[str], bool],
+        timeout_s: float = LINE_TIMEOUT_S,
+        *,
+        after: int = 0,
+    ) -> str:
+        """The first stderr line of the current start that contains ``match`` (or
+        for which ``match`` is true), skipping the first ``after`` such lines;
+        AssertionError quoting the log's tail if none comes within ``timeout_s``."""
+        what = repr(match) if isinstance(match, str) else "matching line"
+        return self._wait_for(_matcher(match), timeout_s, after, self._log_start, what)
+
+    def access_records(self, **fields: object) -> list[dict[str, Any]]:
+        """The ``headrace.access`` lines so far with ``fields`` (all of them
+        without), over every start, as records (``access_record``)."""
+        records = (access_record(line) for line in self.log_text().splitlines())
+        return [r for r in records if r is not None and _has(r, fields)]
+
+    def wait_for_access(
+        self, timeout_s: float = LINE_TIMEOUT_S, *, after: int = 0, **fields: object
+    ) -> dict[str, Any]:
+        """The first ``headrace.access`` record with ``fields`` over every start,
+        skipping the first ``after`` such records (so a test counts them with
+        ``access_records`` first); AssertionError quoting the log's tail if none
+        comes within ``timeout_s``."""
+
+        def match(line: str) -> bool:
+            record = access_record(line)
+            return record is not None and _has(record, fields)
+
+        start = max(self._log_first, 0)
+        line = self._wait_for(match, timeout_s, after, start, f"access line with {fields}")
+        record = access_record(line)
+        assert record is not None
+        return record
+
+    def _wait_for(
+        self, match: Callable[[str], bool], timeout_s: float, after: int, start: int, what: str
+    ) -> str:
         deadline = time.monotonic() + timeout_s
         while True:
-            text = self._read_from(self._log_start)
-            done = not self.alive() or time.monotonic() >= deadline
+            text = self._read_from(start)
+            exited = not self.alive()
+            done = exited or time.monotonic() >= deadline
             # A line counts once it is complete, or once nothing more can come.
-            lines = text.splitlines(keepends=True)
-            for line in lines:
-                if needle in line and (line.endswith("\n") or done):
-                    return line.rstrip("\n")
+            found = [
+                line.rstrip("\n")
+                for line in text.splitlines(keepends=True)
+                if (line.endswith("\n") or done) and match(line.rstrip("\n"))
+            ]
+            if len(found) > after:
+                return found[after]
             if done:
-                raise AssertionError(f"no {needle!r} from headrace serve; stderr:\n{text}")
+                why = (
+                    f"; it exited with code {self.returncode}"
+                    if exited
+                    else f" within {timeout_s} s"
+                )
+                raise AssertionError(
+                    f"no {what} from headrace serve{why}; stderr:\n{text[-STDERR_TAIL_CHARS:]}"
+                )
             time.sleep(POLL_INTERVAL_S)  # polling the log under a deadline
 
     # ------------------------------------------------------------------ stop
@@ -527,41 +612,3 @@ class PravegaServer(ServerProcess):
     @property
     def segment_store_port(self) -> int:
         return self.ports.get("segment_store", 0)
-
-
-# --------------------------------------------------------------------------- client scenarios
-
-
-def scenario_result(scenario: str, stdout: str, stderr: str, returncode: int) -> dict[str, Any]:
-    """The JSON object on the last line of a scenario's stdout (a client may log
-    to stdout before it); AssertionError with the child's stderr if there is none.
-
-    The result counts, not the exit code: a client can crash after its work was printed.
-    """
-    lines = stdout.strip().splitlines()
-    try:
-        result: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        raise AssertionError(
-            f"{scenario} printed no result (exit code {returncode}):\n{stderr[-STDERR_TAIL_CHARS:]}"
-        ) from None
-    return result
-
-
-def run_scenario(
-    script: Path,
-    scenario: str,
-    *args: str,
-    timeout_s: float,
-    env: Mapping[str, str] | None = None,
-) -> tuple[dict[str, Any], str]:
-    """``python SCRIPT SCENARIO ARGS...`` in a child process killed after
-    ``timeout_s``; the JSON object it printed last, and its stderr."""
-    done = subprocess.run(
-        [sys.executable, str(script), scenario, *args],
-        capture_output=True,
-        timeout=timeout_s,
-        text=True,
-        env=None if env is None else dict(env),
-    )
-    return scenario_result(scenario, done.stdout, done.stderr, done.returncode), done.stderr

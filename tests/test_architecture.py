@@ -1,96 +1,160 @@
 """The import direction is the architecture (docs/architecture.md); this keeps it honest.
 
-Walks the AST of every module under src/headrace and checks which headrace
-layers (and which I/O modules) it imports.
+The rules are import-linter contracts in ``pyproject.toml`` (``[tool.importlinter]``):
+which headrace layer may import which, directly or through other modules;
+that sans-I/O code (the protocols, every ``format`` and ``tables`` module)
+imports no I/O module; and which third-party packages each layer may import
+(pyspark only in spark and the cli, gRPC only in controller, server and client,
+kazoo only in a cluster package, ...). ``lint-imports`` runs here, so ``make
+test`` checks them. The AST checks what the linter cannot see: every layer
+under ``src/headrace`` is named in the contracts, and a relative import stays
+inside its own package.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "headrace"
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "headrace"
+PYPROJECT = ROOT / "pyproject.toml"
+LINT_TIMEOUT_S = 120.0
+"""Bound on one ``lint-imports`` run (it parses every module; seconds on a busy machine)."""
+LINT = "import sys; from importlinter.cli import lint_imports_command as lint; sys.exit(lint())"
+NOT_LAYERS = {"__init__", "__main__"}
+"""The package's own entry points, which may import every layer."""
 
-# layer -> the headrace layers it may import (besides itself)
-ALLOWED: dict[str, set[str]] = {
-    "types": set(),
-    "errors": set(),
-    "protocols": {"types", "errors"},
-    "store": {"types", "errors"},
-    "controller": {"types", "errors", "protocols", "store"},
-    "server": {"types", "errors", "protocols", "store", "controller", "cluster"},
-    "client": {"types", "errors", "protocols"},
-    "spark": {"types", "errors", "protocols", "client"},
-    "cluster": {"types", "errors", "protocols", "store", "controller", "client"},
-    "cli": {"*"},
-    "__init__": {"*"},
-    "__main__": {"*"},
-}
 
-# Sans-I/O code must not touch the event loop, sockets, logging or ZooKeeper.
-FORBIDDEN_IN_SANS_IO = {"asyncio", "socket", "logging", "selectors", "ssl", "kazoo"}
+def _lint(src: Path, config: Path = PYPROJECT) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with ``config`` over the ``headrace`` package under ``src``."""
+    return subprocess.run(
+        [sys.executable, "-c", LINT, "--no-cache", "--no-logo", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=LINT_TIMEOUT_S,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        cwd=src,
+    )
 
-# The cluster's layout and placement are pure: the leader's decisions are testable without I/O.
-PURE_CLUSTER_MODULES = {"layout.py", "placement.py"}
+
+def _contracts() -> list[dict[str, Any]]:
+    config: dict[str, Any] = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
+    contracts: list[dict[str, Any]] = config["contracts"]
+    return contracts
+
+
+def _named_layers() -> set[str]:
+    """The headrace layers the contracts name (``headrace.store`` -> ``store``)."""
+    names = set()
+    for contract in _contracts():
+        for module in contract["source_modules"] + contract["forbidden_modules"]:
+            parts = module.split(".")
+            if parts[0] == "headrace" and "*" not in parts[1]:
+                names.add(parts[1])
+    return names
+
+
+def _layers() -> set[str]:
+    return {
+        path.name.removesuffix(".py")
+        for path in SRC.iterdir()
+        if (path.suffix == ".py" or (path / "__init__.py").exists())
+    } - NOT_LAYERS
 
 
 def _modules() -> list[Path]:
     return sorted(SRC.rglob("*.py"))
 
 
-def _layer(path: Path) -> str:
-    first = path.relative_to(SRC).parts[0]
-    return first.removesuffix(".py")
-
-
-def _imports(path: Path) -> set[str]:
+def _relative_imports(path: Path) -> list[tuple[int, str]]:
+    """``(level, module)`` of every relative import in ``path``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+    return [
+        (node.level, node.module or "")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+
+
+def _relative_import_problem(path: Path, package_root: Path = SRC) -> str | None:
+    """Why a relative import of ``path`` leaves its package, if one does: only
+    ``from .x import y`` inside a subpackage of headrace; a top-level module
+    (a layer of its own) imports other layers by their absolute names."""
+    for level, module in _relative_imports(path):
+        if level > 1:
+            return f"imports {'.' * level}{module}: outside its package"
+        if path.parent == package_root:
+            return f"imports .{module}: a top-level module names other layers absolutely"
+    return None
+
+
+def test_imports_keep_the_contracts() -> None:
+    done = _lint(SRC.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_layer_is_named_in_the_contracts() -> None:
+    unknown = _layers() - _named_layers()
+    assert not unknown, (
+        f"{sorted(unknown)}: unknown layers; add them to docs/architecture.md and to the "
+        "[tool.importlinter] contracts in pyproject.toml"
+    )
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
-def test_layer_imports_only_allowed_layers(path: Path) -> None:
-    layer = _layer(path)
-    allowed = ALLOWED.get(layer)
-    assert allowed is not None, f"{layer} is an unknown layer; add it to architecture.md and here"
-    if "*" in allowed:
-        return
-    for name in _imports(path):
-        parts = name.split(".")
-        if parts[0] != "headrace" or len(parts) < 2 or parts[1] == layer:
-            continue
-        assert parts[1] in allowed, f"{path.relative_to(SRC)} imports {name}"
+def test_relative_imports_stay_in_their_package(path: Path) -> None:
+    problem = _relative_import_problem(path)
+    assert problem is None, f"{path.relative_to(SRC)} {problem}"
 
 
-@pytest.mark.parametrize(
-    "path",
-    [p for p in _modules() if _layer(p) == "protocols"]
-    + [p for p in _modules() if p.name in {"format.py", "tables.py"}]
-    + [p for p in _modules() if _layer(p) == "cluster" and p.name in PURE_CLUSTER_MODULES],
-    ids=lambda p: str(p.relative_to(SRC)),
-)
-def test_sans_io_modules_do_no_io(path: Path) -> None:
-    for name in _imports(path):
-        assert name.split(".")[0] not in FORBIDDEN_IN_SANS_IO, f"{path.name} imports {name}"
+def test_the_contracts_see_violations(tmp_path: Path) -> None:
+    """The real contracts over a tree whose protocols import the store, asyncio and kazoo."""
+    package = tmp_path / "headrace"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for layer in _named_layers():
+        if (SRC / f"{layer}.py").exists():
+            (package / f"{layer}.py").write_text("")
+        else:
+            (package / layer).mkdir()
+            (package / layer / "__init__.py").write_text("")
+    for contract in _contracts():  # modules the contracts name inside a layer
+        for module in contract["source_modules"]:
+            parts = module.split(".")
+            if len(parts) == 3 and "*" not in module:
+                (package / parts[1] / f"{parts[2]}.py").write_text("")
+    (package / "protocols" / "bad.py").write_text(
+        "import asyncio\nimport kazoo.client\nfrom headrace.store import MemoryStore\n"
+    )
+    done = _lint(tmp_path)
+    assert done.returncode != 0
+    for broken in [
+        "headrace.protocols is not allowed to import headrace.store",
+        "headrace.protocols is not allowed to import asyncio",
+        "headrace.protocols is not allowed to import kazoo",
+    ]:
+        assert broken in done.stdout, done.stdout
 
 
-def test_only_server_and_cli_import_the_cluster() -> None:
-    importers = {layer for layer, allowed in ALLOWED.items() if allowed & {"cluster", "*"}}
-    assert importers - {"__init__", "__main__"} == {"server", "cli"}
-
-
-def test_checker_sees_a_violation(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.py"
-    bad.write_text("import asyncio\nfrom headrace.store import MemoryStore\n")
-    assert _imports(bad) == {"asyncio", "headrace.store"}
+def test_the_relative_import_check_sees_violations(tmp_path: Path) -> None:
+    (tmp_path / "layer").mkdir()
+    inside = tmp_path / "layer" / "ok.py"
+    inside.write_text("from .sibling import x\nfrom . import sibling\n")
+    assert _relative_import_problem(inside, tmp_path) is None
+    across = tmp_path / "layer" / "across.py"
+    across.write_text("from ..other import x\n")
+    assert _relative_import_problem(across, tmp_path) == "imports ..other: outside its package"
+    top = tmp_path / "errors.py"
+    top.write_text("from .types import x\n")
+    assert "absolutely" in str(_relative_import_problem(top, tmp_path))
 
 
 # --------------------------------------------------------------------------- the server's wiring

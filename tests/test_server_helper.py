@@ -52,3 +52,25 @@ def test_a_taken_port_is_replaced_by_a_free_one(
         with ServerProcess(tmp_path / "data", ports={"tank": FREE}) as server:
             assert server.port_of("tank") != taken_port
         assert _server.PORT_TAKEN in server.log_text().lower()  # the first try's complaint
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_access_lines_are_waited_for_in_either_log_format(tmp_path: Path, log_format: str) -> None:
+    server = ServerProcess(
+        tmp_path / "data", ports={"tank": FREE}, args=["--log-format", log_format]
+    )
+    with server:
+        assert server.access_records() == []
+        ports = []
+        for _ in range(2):
+            with socket.create_connection(("127.0.0.1", server.port_of("tank")), timeout=5) as s:
+                ports.append(s.getsockname()[1])
+        second = server.wait_for_access(protocol="tank", reason="eof", after=1)
+        first = server.wait_for_access(peer=f"127.0.0.1:{ports[0]}")
+        assert first["requests"] == second["requests"]  # numbers in either format
+        assert isinstance(first["requests"], int) and isinstance(first["duration_s"], float)
+        assert {first["peer"], second["peer"]} == {f"127.0.0.1:{port}" for port in ports}
+        assert len(server.access_records(protocol="tank")) == 2
+        with pytest.raises(AssertionError, match=r"no access line with .* within 0.2 s") as caught:
+            server.wait_for_access(0.2, protocol="tank", after=2)
+        assert _server.READY_LINE in str(caught.value)  # the log's tail is quoted

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -30,62 +27,17 @@ def _serve_command(data_dir: Path) -> list[str]:
     return command
 
 
-def _stderr_lines(process: subprocess.Popen[str]) -> tuple[queue.Queue[str], threading.Thread]:
-    """Pump the child's stderr into a queue, so that every wait can have a deadline."""
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.put(line)
-        lines.put("")  # EOF
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    return lines, thread
-
-
-def _wait_for_line(
-    process: subprocess.Popen[str], pending: queue.Queue[str], needle: str, timeout_s: float
-) -> list[str]:
-    """Take stderr lines until one contains ``needle``; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    lines: list[str] = []
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            line = pending.get(timeout=remaining)
-        except queue.Empty:
-            break
-        if not line:
-            break
-        lines.append(line)
-        if needle in line:
-            return lines
-    process.kill()
-    process.wait(timeout=STOP_TIMEOUT_S)
-    pytest.fail(f"no {needle!r} from headrace serve; stderr so far: {''.join(lines)}")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_cleanly_on_signal(tmp_path: Path, signum: signal.Signals) -> None:
     data_dir = tmp_path / "data"
-    process = subprocess.Popen(
-        _serve_command(data_dir), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    server = ServerProcess(  # every listener off: the store alone starts and stops
+        data_dir, ports={}, start_timeout_s=START_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S
     )
-    pending, pump = _stderr_lines(process)
-    try:
-        _wait_for_line(process, pending, "headrace ready", START_TIMEOUT_S)
+    with server:
         assert data_dir.is_dir() and any(data_dir.iterdir()), "the store was not created"
-        process.send_signal(signum)
-        rest = _wait_for_line(process, pending, "headrace stopped", STOP_TIMEOUT_S)
-        assert process.wait(timeout=STOP_TIMEOUT_S) == 0, "".join(rest)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=STOP_TIMEOUT_S)
-        pump.join(timeout=STOP_TIMEOUT_S)  # EOF follows the exit at once
-        assert process.stderr is not None
-        process.stderr.close()
+        code = server.stop(signum)
+        server.wait_for_line("headrace stopped")  # its last words
+        assert code == 0, server.log_tail()
     verify = subprocess.run(
         [sys.executable, "-m", "headrace", "verify", str(data_dir)],
         capture_output=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.reader import ReaderGroup
+from tests._real_pravega import run_scenario
 
 from .conftest import Server
 
@@ -87,7 +88,7 @@ async def test_three_readers_join_and_leave_while_writing(server: Server) -> Non
 
 async def test_group_reads_events_of_the_real_writer(server: Server) -> None:
     keys = [f"key-{i % 5}" for i in range(500)]
-    server.run_real_client("write_keyed", "g2", "st", "2", json.dumps(keys))
+    run_scenario("write_keyed", server.uri, "g2", "st", "2", json.dumps(keys))
     async with PravegaClient(server.uri) as client:
         group = await ReaderGroup.create(client, "g2", "grp", ["st"])
         got: list[str] = []

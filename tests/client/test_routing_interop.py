@@ -13,6 +13,7 @@ import json
 from headrace.client import PravegaClient, ScalingPolicy, Segment, StreamConfig
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.routing import KeyRanges
+from tests._real_pravega import run_scenario
 
 from .conftest import Server
 
@@ -43,7 +44,7 @@ async def _ranges(client: PravegaClient, scope: str, stream: str) -> KeyRanges[S
 
 async def test_real_client_keys_land_where_routing_predicts(server: Server) -> None:
     keys = ASCII_KEYS + NON_ASCII_KEYS
-    r = server.run_real_client("write_keyed", "rt1", "st", str(SEGMENTS), json.dumps(keys))
+    r = run_scenario("write_keyed", server.uri, "rt1", "st", str(SEGMENTS), json.dumps(keys))
     assert r == {"written": len(keys)}
     async with PravegaClient(server.uri) as client:
         ranges = await _ranges(client, "rt1", "st")
@@ -61,7 +62,7 @@ async def test_real_client_keys_land_where_routing_predicts(server: Server) -> N
 
 
 async def test_our_writer_routes_like_the_real_client(server: Server) -> None:
-    server.run_real_client("write_keyed", "rt2", "theirs", str(SEGMENTS), json.dumps(ASCII_KEYS))
+    run_scenario("write_keyed", server.uri, "rt2", "theirs", str(SEGMENTS), json.dumps(ASCII_KEYS))
     async with PravegaClient(server.uri) as client:
         config = StreamConfig(ScalingPolicy.fixed(SEGMENTS))
         assert await client.controller.create_stream("rt2", "ours", config)

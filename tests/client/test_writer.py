@@ -13,6 +13,7 @@ import pytest
 
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig, StreamSealedError
 from headrace.client.records import Record, RecordReader
+from tests._real_pravega import run_scenario
 
 from .conftest import Server
 
@@ -96,7 +97,7 @@ async def test_our_events_read_by_real_reader_group(server: Server) -> None:
                 for key in KEYS:
                     await writer.write(_payload(key, seq), routing_key=key)
     total = count_per_key * len(KEYS)
-    r = server.run_real_client("read_group", "i1", "st", "rg1", str(total))
+    r = run_scenario("read_group", server.uri, "i1", "st", "rg1", str(total))
     assert len(r["events"]) == total
     _check_per_key_order([e.encode("latin-1") for e in r["events"]], count_per_key)
 
@@ -104,7 +105,7 @@ async def test_our_events_read_by_real_reader_group(server: Server) -> None:
 async def test_real_writer_events_read_by_record_reader(server: Server) -> None:
     keys = [f"key-{i % 7}" for i in range(700)]
 
-    server.run_real_client("write_keyed", "i2", "st", "3", json.dumps(keys))
+    run_scenario("write_keyed", server.uri, "i2", "st", "3", json.dumps(keys))
     async with PravegaClient(server.uri) as client:
         records = await _read_all(client, "i2", "st")
     assert sorted(r.value.decode() for r in records) == sorted(keys)
@@ -183,7 +184,7 @@ async def test_our_large_event_read_by_real_reader_group(server: Server) -> None
             await writer.write(b"a")
             await writer.write(big)
             await writer.write(b"b")
-    r = server.run_real_client("read_group", "i3", "st", "rg", "3")
+    r = run_scenario("read_group", server.uri, "i3", "st", "rg", "3")
     assert [len(e) for e in r["events"]] == [1, len(big), 1]
     assert r["events"][0] == "a" and r["events"][2] == "b"
 
@@ -204,7 +205,7 @@ async def test_our_mixed_size_events_read_byte_for_byte_by_real_reader_group(
             for event in events:
                 await writer.write(event)
             await writer.write(bytearray(b"reused"))  # a mutable event works too
-    r = server.run_real_client("read_group", "i4", "st", "rg", str(len(events) + 1))
+    r = run_scenario("read_group", server.uri, "i4", "st", "rg", str(len(events) + 1))
     got = [e.encode("latin-1") for e in r["events"]]
     assert [len(e) for e in got] == [*sizes, 6]
     assert got == [*events, b"reused"]

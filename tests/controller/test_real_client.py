@@ -1,8 +1,8 @@
 """The real ``pravega`` 0.3.8 client against our controller, each side in its own process.
 
 The server is ``python -m headrace serve`` with only the controller listener,
-on the disk store; each scenario of ``real_client_scenarios.py`` runs in a
-child process with a hard timeout and prints JSON that these tests assert on.
+on the disk store; each scenario (``tests/_real_pravega.py``) runs in a child
+process with a hard timeout and prints JSON that these tests assert on.
 """
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests._server import PravegaServer, run_scenario
-
-HERE = Path(__file__).resolve().parent
-SCENARIOS = HERE / "real_client_scenarios.py"
+from tests._real_pravega import run_scenario
+from tests._server import PravegaServer
 
 STARTUP_TIMEOUT_S = 30.0
-SCENARIO_TIMEOUT_S = 90.0  # a retried failure takes ~61 s; a healthy scenario well under 5 s
 STOP_TIMEOUT_S = 15.0
 
 
@@ -52,9 +48,6 @@ class Controller(PravegaServer):
         assert self.process is not None
         return self.process
 
-    def run(self, scenario: str) -> dict[str, Any]:
-        return run_scenario(SCENARIOS, scenario, self.uri, timeout_s=SCENARIO_TIMEOUT_S)[0]
-
     def stderr(self) -> str:
         return self.log_text()
 
@@ -69,7 +62,7 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]
 
 
 def test_scopes_and_streams(controller: Controller) -> None:
-    r = controller.run("scopes_and_streams")
+    r = run_scenario("scopes_and_streams", controller.uri)
     assert r["create_scope"] is True
     assert r["create_scope_again"] is False
     assert r["create_stream"] is True
@@ -95,7 +88,7 @@ def test_scopes_and_streams(controller: Controller) -> None:
 
 
 def test_auto_scaling_and_retention_policies(controller: Controller) -> None:
-    r = controller.run("policies")
+    r = run_scenario("policies", controller.uri)
     assert r["by_event_rate"] is True and r["by_data_rate"] is True
     assert r["tags_events"] == ["auto"]
     assert r["tags_bytes"] is None
@@ -103,7 +96,7 @@ def test_auto_scaling_and_retention_policies(controller: Controller) -> None:
 
 
 def test_bad_requests_fail_at_once(controller: Controller) -> None:
-    r = controller.run("bad_requests")
+    r = run_scenario("bad_requests", controller.uri)
     for key in [
         "invalid_scope",
         "invalid_stream",
@@ -117,7 +110,7 @@ def test_bad_requests_fail_at_once(controller: Controller) -> None:
 
 
 def test_transactions_without_events(controller: Controller) -> None:
-    r = controller.run("transactions")
+    r = run_scenario("transaction_states", controller.uri)
     assert r["first_open"] is True
     assert r["get_txn_open"] is True
     assert r["first_open_after_abort"] is False
@@ -127,20 +120,20 @@ def test_transactions_without_events(controller: Controller) -> None:
 
 
 def test_list_scopes_across_pages(controller: Controller) -> None:
-    r = controller.run("many_scopes")
+    r = run_scenario("many_scopes", controller.uri)
     assert r == {"created": True, "listed": True, "no_duplicates": True}
 
 
 def test_metadata_survives_a_server_restart(tmp_path: Path) -> None:
     first = Controller(tmp_path / "data")
     try:
-        written = first.run("restart_write")
+        written = run_scenario("restart_write", first.uri)
     finally:
         first.stop()
     assert written == {"scope": True, "stream": True, "sealed": True}
     second = Controller(tmp_path / "data")
     try:
-        r = second.run("restart_read")
+        r = run_scenario("restart_read", second.uri)
     finally:
         second.stop()
     assert r["scopes"] == ["durable"]

@@ -3,9 +3,8 @@
 What only the controller decides, seen end to end: transactions commit as a
 block and aborted ones vanish; a scale hands writers and readers over to the
 successor segments without losing or reordering events of a key; a byte
-stream's head comes from ``getSegments``; size retention truncates at event
-boundaries while a reader that keeps up goes on and a new reader starts at
-the head.
+stream's head comes from ``getSegments``; an auto-scaling policy splits a hot
+segment. (Size retention, end to end: ``tests/pravega/test_real_client.py``.)
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._real_pravega import run_scenario
 from tests.controller.test_real_client import Controller
 
 
@@ -27,7 +27,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
 
 
 def test_committed_transaction_is_contiguous_and_aborted_one_absent(server: Controller) -> None:
-    events = server.run("events_and_transactions")["events"]
+    events = run_scenario("events_and_transactions", server.uri)["events"]
     assert sorted(events) == sorted([f"ev{i}" for i in range(10)] + ["tx1", "tx2", "after"])
     assert events.index("tx2") == events.index("tx1") + 1
     k0 = [e for e in events if e in {"ev0", "ev3", "ev6", "ev9", "tx1", "tx2", "after"}]
@@ -35,7 +35,7 @@ def test_committed_transaction_is_contiguous_and_aborted_one_absent(server: Cont
 
 
 def test_scale_moves_writers_and_readers_to_successors_in_order(server: Controller) -> None:
-    r = server.run("scale_while_writing")
+    r = run_scenario("scale_while_writing", server.uri)
     assert r["scale_status"] == 0  # STARTED
     assert r["new_segments"] == 2
     events = r["events"]
@@ -45,28 +45,8 @@ def test_scale_moves_writers_and_readers_to_successors_in_order(server: Controll
 
 
 def test_byte_stream_head_follows_truncation(server: Controller) -> None:
-    r = server.run("byte_stream_head")
+    r = run_scenario("byte_stream_head", server.uri)
     assert r == {"tail": 34, "head": 6, "read": "world"}
-
-
-def test_size_retention_truncates_and_readers_go_on(tmp_path: Path) -> None:
-    srv = Controller(
-        tmp_path / "data",
-        fsync="never",
-        segment_store=True,
-        extra=["--retention-interval", "0.2"],
-    )
-    try:
-        r = srv.run("retention_by_size")
-    finally:
-        srv.stop()
-    assert r["truncations"] == 2
-    assert r["head_offset"] > 0 and r["head_offset"] % 107 == 0  # an event boundary
-    assert r["live_complete"] is True  # a reader that keeps up loses nothing
-    assert r["late_first"] == f"ev{r['head_offset'] // 107:05d}"
-    assert r["late_is_tail"] is True  # a new reader starts at the head, whole events
-    # The policy keeps at least 2000 bytes.
-    assert r["written"] * 107 - r["head_offset"] >= 2000
 
 
 def test_auto_scaling_splits_a_hot_segment_and_keeps_key_order(tmp_path: Path) -> None:
@@ -77,7 +57,7 @@ def test_auto_scaling_splits_a_hot_segment_and_keeps_key_order(tmp_path: Path) -
         extra=["--auto-scale-interval", "0.2"],
     )
     try:
-        r = srv.run("auto_scale")
+        r = run_scenario("auto_scale", srv.uri)
     finally:
         srv.stop()
     assert r["before"] == 1 and r["after"] == 2  # split in two (scale factor 2)

@@ -18,6 +18,7 @@ from headrace.controller.model import ControllerModel
 from headrace.controller.naming import segment_name
 from headrace.controller.records import ScalingPolicy, SegmentRecord, StreamConfig
 from headrace.store.memory import MemoryStore
+from tests._hypothesis import examples
 
 # A step: (split?, which segment/pair by index modulo the current count, split point).
 steps = st.lists(
@@ -75,7 +76,7 @@ async def run(initial: int, plan: list[tuple[bool, int, float]]) -> None:
     await store.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial=st.integers(1, 4), plan=steps)
 def test_scaling_keeps_epochs_tiled_and_successors_consistent(
     initial: int, plan: list[tuple[bool, int, float]]

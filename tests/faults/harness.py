@@ -26,12 +26,12 @@ import pylogbeat
 from headrace.client.tank import TankClient
 from headrace.errors import HeadraceError
 from headrace.protocols.tank import BundleMessage, CreateTopicResult, decode_bundle
+from tests._real_pravega import start_scenario
 from tests._server import ServerProcess, free_port
 from tests.lumberjack.harness import stored_events
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-PRAVEGA_CHILD = HERE / "pravega_child.py"
 
 START_TIMEOUT_S = 60.0
 """Start-up includes recovery of everything written so far (on 2 busy cores)."""
@@ -121,11 +121,16 @@ class WriterLog:
 
 class PravegaWriters:
     """The real Pravega writer in a child process; a new child (new tag) when
-    one gives up, so that each event text is written by one writer only."""
+    one gives up, so that each event text is written by one writer only.
+    ``scenario``: ``write`` (events ``<tag>:<n>``) or ``write_large``
+    (``tests/_real_pravega.py``)."""
 
-    def __init__(self, server: FaultServer, stream: str, progress: Progress) -> None:
+    def __init__(
+        self, server: FaultServer, stream: str, progress: Progress, *, scenario: str = "write"
+    ) -> None:
         self.server = server
         self.stream = stream
+        self.scenario = scenario
         self.progress = progress
         self.log = WriterLog("pravega")
         self.generation = 0
@@ -137,9 +142,6 @@ class PravegaWriters:
     def start(self) -> None:
         self._thread.start()
 
-    def _args(self, tag: str) -> list[str]:
-        return [PRAVEGA_SCOPE, self.stream, tag]
-
     def _run(self) -> None:
         while not self._stop.is_set():
             tag = f"p{self.generation}"
@@ -147,14 +149,13 @@ class PravegaWriters:
             with self._lock:
                 if self._stop.is_set():
                     return
-                self._child = subprocess.Popen(
-                    [
-                        sys.executable,
-                        str(PRAVEGA_CHILD),
-                        "write",
-                        self.server.uri,
-                        *self._args(tag),
-                    ],
+                self._child = start_scenario(
+                    self.scenario,
+                    self.server.uri,
+                    PRAVEGA_SCOPE,
+                    self.stream,
+                    tag,
+                    check_server=False,  # a writer replaced while the server is down waits
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,

@@ -97,10 +97,6 @@ class Server(ServerProcess):
     def stderr(self) -> str:
         return self.log_text()
 
-    def wait_for_line(self, needle: str, timeout_s: float = IO_TIMEOUT_S) -> str:
-        """The first stderr line containing ``needle``; AssertionError after the deadline."""
-        return super().wait_for_line(needle, timeout_s)
-
 
 def start_server(
     data_dir: Path,

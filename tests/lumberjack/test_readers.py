@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 from headrace.client import PravegaClient
 from headrace.client.records import Record, RecordReader
 from headrace.protocols.lumberjack import Compressed, Data, JsonData, ProtocolVersion, WindowSize
+from tests._real_pravega import run_scenario
 from tests.lumberjack.harness import LumberjackClient, Server, start_server
 
 READER_TIMEOUT_S = 90.0
@@ -51,23 +50,8 @@ def test_lumberjack_events_are_readable_by_record_and_pravega_readers(tmp_path: 
         records = asyncio.run(asyncio.wait_for(_read_records(uri), READER_TIMEOUT_S))
         assert Counter(r.value for r in records) == Counter(sent)
         assert all(r.stream == "logs/beats" for r in records)
-        done = subprocess.run(
-            [
-                sys.executable,
-                str(Path(__file__).with_name("pravega_read.py")),
-                uri,
-                "logs",
-                "beats",
-                str(len(sent)),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=READER_TIMEOUT_S,
-        )
-        # The JSON result counts, not the exit code: the client can crash after
-        # its work was printed.
-        assert done.stdout.strip(), f"no result (exit code {done.returncode}):\n{done.stderr}"
-        events = json.loads(done.stdout.strip().splitlines()[-1])["events"]
+        read = run_scenario("read_group", uri, "logs", "beats", "pravega", str(len(sent)))
+        events = read["events"]
         assert Counter(e.encode("latin-1") for e in events) == Counter(sent)
     finally:
         assert server.stop() == 0, server.stderr

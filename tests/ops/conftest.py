@@ -2,13 +2,12 @@
 
 ``start_serve`` runs the server in its own process with every listener off
 unless asked for, waits (bounded) for its ``headrace ready`` line, and keeps
-stderr in a file so tests can read the log lines (``access_lines``).
+stderr in a file so tests can read the log lines (``access_records``,
+``wait_for_access``).
 """
 
 from __future__ import annotations
 
-import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -66,29 +65,6 @@ class Serve(ServerProcess):
                 ):
                     return float(sample.value)
         return 0.0
-
-    def log_lines(self) -> list[str]:
-        return self.log_text().splitlines()
-
-    def access_lines(self) -> list[dict[str, Any]]:
-        """The ``headrace.access`` records so far (the server runs with --log-format json)."""
-        found = []
-        for line in self.log_lines():
-            if line.startswith("{"):
-                record = json.loads(line)
-                if record.get("logger") == "headrace.access":
-                    found.append(record)
-        return found
-
-    def wait_access(self, **fields: object) -> dict[str, Any]:
-        """The first access record with ``fields``; fail after ``WAIT_S``."""
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            for record in self.access_lines():
-                if all(record.get(k) == v for k, v in fields.items()):
-                    return record
-            time.sleep(0.05)  # polling a log file under a deadline, not synchronisation
-        pytest.fail(f"no access line with {fields}: {self.access_lines()}")
 
 
 def listener_args(**ports: int) -> list[str]:

@@ -44,7 +44,7 @@ def test_toml_then_env_then_flags_each_override_the_one_before(
         "lumberjack": lumberjack_flag,  # the flag beats the environment
     }
     assert serve.get("/health")[0] == 200
-    assert serve.wait_access(protocol="http")["requests"] == 1  # log_format from the file
+    assert serve.wait_for_access(protocol="http")["requests"] == 1  # log_format from the file
 
 
 def _fails_to_start(

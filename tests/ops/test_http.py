@@ -152,7 +152,7 @@ def test_idle_half_requests_are_closed_after_the_header_timeout(start_serve: Any
     assert all(closed), f"{closed.count(False)} half-sent requests still held open"
     status, body = serve.get("/health")
     assert status == 200, body
-    record = serve.wait_access(protocol="http", reason="header_timeout")
+    record = serve.wait_for_access(protocol="http", reason="header_timeout")
     assert record["requests"] == 0
     assert serve.metric("headrace_errors_total", protocol="http", kind="header_timeout") == (
         HALF_REQUESTS
@@ -208,7 +208,7 @@ def test_half_requests_past_the_waiting_share_evict_the_oldest(start_serve: Any)
     # The oldest were closed to make room (the one waiting longest for /health too),
     # the newest are still held: their header timeout is far off.
     assert closed == [True] * (max_connections - waiting + 1) + [False] * (waiting - 1), closed
-    serve.wait_access(protocol="http", reason="evicted")
+    serve.wait_for_access(protocol="http", reason="evicted")
 
 
 def test_websocket_upgrade_from_a_foreign_origin_is_refused(start_serve: Any) -> None:

@@ -69,7 +69,7 @@ def test_connections_beyond_the_limit_are_closed_at_once(limited: Serve) -> None
             assert sock.recv(64)
         with socket.create_connection(("127.0.0.1", port)) as third:
             assert _closed_by_server(third)  # refused, not idled out: see the access line
-    limited.wait_access(protocol="tank", reason="refused")
+    limited.wait_for_access(protocol="tank", reason="refused")
     assert limited.metric("headrace_errors_total", protocol="tank", kind="refused") == 1
 
 
@@ -77,7 +77,7 @@ def test_a_frame_over_max_frame_bytes_is_refused(limited: Serve) -> None:
     with socket.create_connection(("127.0.0.1", limited.ports["http"])) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nX-Padding: " + b"a" * 2000)  # no end of head
         assert _closed_by_server(sock)
-    limited.wait_access(protocol="http", reason="frame_too_large")
+    limited.wait_for_access(protocol="http", reason="frame_too_large")
     assert limited.metric("headrace_errors_total", protocol="http", kind="frame_too_large") == 1
 
 
@@ -99,7 +99,7 @@ def test_a_client_trickling_a_frame_is_dropped_at_the_partial_frame_deadline(
         elapsed = time.monotonic() - started
     assert closed, "the trickling client was not dropped"
     assert PARTIAL_FRAME_TIMEOUT_S <= elapsed < IDLE_TIMEOUT_S + 1
-    record = limited.wait_access(protocol="http", reason="partial_frame_timeout")
+    record = limited.wait_for_access(protocol="http", reason="partial_frame_timeout")
     assert record["bytes_in"] >= 2
 
 
@@ -108,7 +108,7 @@ def test_an_idle_connection_is_closed(limited: Serve) -> None:
         started = time.monotonic()
         assert _closed_by_server(sock, IDLE_TIMEOUT_S + WAIT_S)
         assert time.monotonic() - started >= IDLE_TIMEOUT_S - 0.1
-    limited.wait_access(protocol="http", reason="idle")
+    limited.wait_for_access(protocol="http", reason="idle")
 
 
 def test_a_peer_that_does_not_read_its_replies_is_dropped(limited: Serve) -> None:
@@ -125,7 +125,7 @@ def test_a_peer_that_does_not_read_its_replies_is_dropped(limited: Serve) -> Non
             pass  # dropped while we were still sending
     finally:
         sock.close()
-    limited.wait_access(protocol="http", reason="not_reading")
+    limited.wait_for_access(protocol="http", reason="not_reading")
     assert limited.metric("headrace_errors_total", protocol="http", kind="not_reading") == 1
 
 
@@ -196,4 +196,4 @@ def test_every_front_door_drops_a_frame_that_never_completes(
         sock.sendall(FIRST_BYTE.get(listener, b"\x00"))  # the first byte of a frame
         assert _closed_by_server(sock)
         assert time.monotonic() - started >= PARTIAL_FRAME_TIMEOUT_S - 0.1
-    every_front_door.wait_access(protocol=listener, reason="partial_frame_timeout")
+    every_front_door.wait_for_access(protocol=listener, reason="partial_frame_timeout")

@@ -59,7 +59,7 @@ def test_metrics_count_real_traffic_and_access_lines_describe_it(start_serve: An
     asyncio.run(asyncio.wait_for(_controller_calls(controller), WAIT_S))
     assert serve.metric("headrace_requests_total", protocol="controller") == 2
 
-    record = serve.wait_access(protocol="tank", reason="eof")
+    record = serve.wait_for_access(protocol="tank", reason="eof")
     assert record["requests"] >= 7  # create, 5 produces, consume
     assert record["bytes_in"] > 0 and record["bytes_out"] > 0
     assert record["peer"].startswith("127.0.0.1:")

@@ -27,14 +27,11 @@ import asyncio
 import json
 import socket
 import ssl
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -48,11 +45,9 @@ from headrace.client.tls import TlsOptions
 from headrace.errors import ConnectionLost
 from headrace.protocols.pravega import PravegaConnection, Role
 from headrace.protocols.tank import BundleMessage
-from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, run_cli, server_env
+from tests._real_pravega import run_scenario
+from tests._server import FREE, ServerProcess, TlsFiles, make_ca, make_signed, run_cli
 
-HERE = Path(__file__).resolve().parent
-SCENARIO = HERE / "tls_scenario.py"
-SCENARIO_TIMEOUT_S = 150.0  # a healthy run takes seconds; a retried failure about a minute per call
 WAIT_S = 15.0
 """Bound on every other wait in these tests."""
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -158,29 +153,6 @@ def errors_metric(srv: ServerProcess, context: ssl.SSLContext, protocol: str) ->
     return 0.0
 
 
-def access_lines(srv: ServerProcess, listener: str, reason: str) -> list[str]:
-    return [
-        line
-        for line in srv.log_text().splitlines()
-        if f"headrace.access: {listener} " in line and f"reason={reason}" in line
-    ]
-
-
-def wait_access_line(srv: ServerProcess, listener: str, reason: str, *, after: int = 0) -> str:
-    """The access line of ``listener`` with ``reason`` after the first ``after``
-    such lines; fails after ``WAIT_S``."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        lines = access_lines(srv, listener, reason)
-        if len(lines) > after:
-            return lines[after]
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"no {listener} access line with reason={reason}:\n{srv.log_tail()}"
-            )
-        time.sleep(0.05)  # polling the log under a deadline
-
-
 # --------------------------------------------------------------------------- the real client
 
 
@@ -196,24 +168,21 @@ def test_real_pravega_client_writes_and_reads_over_tls(
     trust = pki.ca_dir if verify == "verify" else pki.other_ca_dir
     uri = f"{scheme}://localhost:{server.port_of('controller')}"
     scope = f"tls{verify.replace('-', '')}"
-    done = subprocess.run(
-        [sys.executable, str(SCENARIO), uri, scope, verify],
-        capture_output=True,
-        text=True,
-        timeout=SCENARIO_TIMEOUT_S,
-        env=server_env({"pravega_client_tls_cert_path": str(trust)}),
+    result = run_scenario(
+        "tls_write_read",
+        uri,
+        scope,
+        verify,
+        env={"pravega_client_tls_cert_path": str(trust)},
         cwd=tmp_path,  # the client would read ./certs without the variable
     )
-    lines = done.stdout.strip().splitlines()
-    assert done.returncode == 0 and lines, done.stderr[-5000:]
-    result: dict[str, Any] = json.loads(lines[-1])
     assert result == {
         "scope_created": True,
         "stream_created": True,
         "read": ["tls-0", "tls-1", "tls-2"],
     }
     # The events went through the TLS segment-store port (it speaks nothing else).
-    wait_access_line(server, "segment_store", "eof")
+    server.wait_for_access(protocol="segment_store", reason="eof")
 
 
 # --------------------------------------------------------------------------- our clients
@@ -329,7 +298,10 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
         name: await asyncio.to_thread(errors_metric, server, context, name)
         for name in PLAINTEXT_HELLOS
     }
-    seen = {name: len(access_lines(server, name, "tls_failed")) for name in PLAINTEXT_HELLOS}
+    seen = {
+        name: len(server.access_records(protocol=name, reason="tls_failed"))
+        for name in PLAINTEXT_HELLOS
+    }
     # A TLS client already connected must not notice the plaintext ones.
     bystander = await TankClient.connect("localhost", server.port_of("tank"), ssl_context=context)
     async with bystander:
@@ -344,7 +316,7 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
             writer.close()
             # Nothing in plaintext comes back: the server closes (TLS alert bytes at most).
             assert not answer.startswith((b"HTTP", b"\x03\x02", b"\xff\xff\xff\x81", b"2A"))
-            assert wait_access_line(server, name, "tls_failed", after=seen[name])
+            assert server.wait_for_access(protocol=name, reason="tls_failed", after=seen[name])
         await bystander.produce("bystander", 0, [BundleMessage(b"still here", 1, b"")])
         consumed = await bystander.consume("bystander", 0, 0)
         assert [m.content for m in consumed.messages] == [b"still here"]
@@ -365,7 +337,7 @@ async def test_plaintext_client_on_a_tls_port_gets_a_logged_close(
 async def test_a_stalled_handshake_is_closed_after_the_bound(server: ServerProcess) -> None:
     from headrace.server._listen import TLS_HANDSHAKE_TIMEOUT_S
 
-    before = len(access_lines(server, "rsio", "tls_failed"))
+    before = len(server.access_records(protocol="rsio", reason="tls_failed"))
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port_of("rsio"))
     opened = time.monotonic()
     try:  # connect and say nothing: the server must not wait for ever
@@ -373,8 +345,8 @@ async def test_a_stalled_handshake_is_closed_after_the_bound(server: ServerProce
     finally:
         writer.close()
     assert time.monotonic() - opened >= TLS_HANDSHAKE_TIMEOUT_S * 0.9
-    line = wait_access_line(server, "rsio", "tls_failed", after=before)
-    assert "requests=0" in line
+    record = server.wait_for_access(protocol="rsio", reason="tls_failed", after=before)
+    assert record["requests"] == 0
 
 
 def _lumberjack_json(seq: int, payload: bytes) -> bytes:
@@ -405,7 +377,7 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate(
         )
         async with tank:
             await asyncio.wait_for(tank.create_topic("refused", 1), WAIT_S)
-    wait_access_line(mtls_server, "tank", "tls_failed")
+    mtls_server.wait_for_access(protocol="tank", reason="tls_failed")
     assert "tank: TLS handshake with 127.0.0.1" in mtls_server.log_text()
     assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in mtls_server.log_text()
     controller = ControllerClient(

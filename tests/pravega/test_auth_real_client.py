@@ -3,7 +3,7 @@
 
 Credentials go to the client the way its users give them: the environment
 variables ``pravega_client_auth_method`` / ``_username`` / ``_password``.
-Each scenario of ``auth_scenarios.py`` runs in its own child process with a
+Each scenario (``tests/_real_pravega.py``) runs in its own child process with a
 hard timeout (the client blocks, holds the GIL and retries UNAUTHENTICATED
 for about a minute), so bad-password paths are tested with raw gRPC in
 ``tests/ops/test_auth.py`` instead.
@@ -11,20 +11,14 @@ for about a minute), so bad-password paths are tested with raw gRPC in
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests._server import FREE, ServerProcess, add_user, server_env
-from tests.pravega.test_real_client import scenario_result
+from tests._real_pravega import run_scenario
+from tests._server import FREE, ServerProcess, add_user
 
-HERE = Path(__file__).resolve().parent
-SCENARIOS = HERE / "auth_scenarios.py"
-SCENARIO_TIMEOUT_S = 120.0  # a healthy scenario takes a few seconds
 TOKEN_TTL_S = 2  # the expiry scenario waits this plus a second
 
 ADMIN = ("admin", "admin-secret", "prn::/*,READ_UPDATE")
@@ -61,14 +55,7 @@ def _run(server: ServerProcess, user: tuple[str, ...], scenario: str, *args: str
         "pravega_client_auth_username": user[0],
         "pravega_client_auth_password": user[1],
     }
-    done = subprocess.run(
-        [sys.executable, str(SCENARIOS), scenario, server.uri, *args],
-        capture_output=True,
-        timeout=SCENARIO_TIMEOUT_S,
-        text=True,
-        env=server_env(env),
-    )
-    return scenario_result(scenario, done.stdout, done.stderr, done.returncode)
+    return run_scenario(f"auth_{scenario}", server.uri, *args, env=env)
 
 
 @pytest.fixture(scope="module")

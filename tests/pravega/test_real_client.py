@@ -1,10 +1,10 @@
 """Acceptance: the real ``pravega`` 0.3.8 client against a real ``headrace serve``.
 
 The server runs as ``python -m headrace serve`` on free ports (controller and
-segment store; every other listener off), and each scenario of
-``scenarios.py`` runs in its own child process with a hard timeout, because
-the client's blocking calls hold the GIL and retry for about a minute
-against a dead server. The child prints JSON; these tests assert on it.
+segment store; every other listener off), and each scenario
+(``tests/_real_pravega.py``) runs in its own child process with a hard
+timeout, because the client's blocking calls hold the GIL and retry for about
+a minute against a dead server. The child prints JSON; these tests assert on it.
 
 ``HEADRACE_PRAVEGA_EVENTS`` sets the event count of the bulk scenario (the
 issue's full run is 100000; the default keeps CI fast).
@@ -15,22 +15,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests._server import PravegaServer, run_scenario
-from tests._server import scenario_result as scenario_result  # also used by other tests here
-
-HERE = Path(__file__).resolve().parent
-SCENARIOS = HERE / "scenarios.py"
+from tests._real_pravega import (
+    SCENARIO_TIMEOUT_S,
+    result_of,
+    run_scenario,
+    run_scenario_with_stderr,
+    start_scenario,
+)
+from tests._server import PravegaServer
 
 EVENT_COUNT = int(os.environ.get("HEADRACE_PRAVEGA_EVENTS", "20000"))
 STARTUP_TIMEOUT_S = 30.0
-SCENARIO_TIMEOUT_S = 240.0  # a healthy scenario takes seconds; a retried failure ~61 s per call
 STOP_TIMEOUT_S = 20.0
 CLIENT_REQUEST_TIMEOUT_S = 30.0
 """The client's request timeout: how long a stalled request waits before it is retried."""
@@ -57,13 +57,6 @@ class Headrace(PravegaServer):
     def stderr_text(self) -> str:
         return self.log_text()
 
-    def run(self, scenario: str, *args: str) -> dict[str, Any]:
-        return self.run_with_stderr(scenario, *args)[0]
-
-    def run_with_stderr(self, scenario: str, *args: str) -> tuple[dict[str, Any], str]:
-        """The scenario's JSON result and its stderr."""
-        return run_scenario(SCENARIOS, scenario, self.uri, *args, timeout_s=SCENARIO_TIMEOUT_S)
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Headrace]:
@@ -74,7 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Headrace]:
 
 
 def test_many_events_read_exactly_once_in_key_order(server: Headrace) -> None:
-    r = server.run("many_events", str(EVENT_COUNT))
+    r = run_scenario("many_events", server.uri, str(EVENT_COUNT))
     assert r["read"] == EVENT_COUNT
     assert r["distinct"] == EVENT_COUNT
     assert r["duplicates"] == 0
@@ -90,16 +83,16 @@ def test_restart_between_write_and_read_loses_and_duplicates_nothing(
     count = max(EVENT_COUNT // 4, 1000)
     srv = Headrace(tmp_path / "data")
     try:
-        written = srv.run("write_only", str(count), "restart")
+        written = run_scenario("write_only", srv.uri, str(count), "restart")
         assert written["acknowledged"] == count
         code = srv.restart(sig)
         assert code == (0 if sig is signal.SIGTERM else -signal.SIGKILL)
-        first = srv.run("read_all", "restart", str(count))
+        first = run_scenario("read_all", srv.uri, "restart", str(count))
         assert (first["read"], first["distinct"], first["duplicates"]) == (count, count, 0)
         assert first["out_of_order"] == 0 and first["max"] == count - 1
         # The stream takes new writes after the restart and keeps them in order too.
-        srv.run("write_more", str(count), "100", "restart")
-        second = srv.run("read_all", "restart", str(count + 100))
+        run_scenario("write_more", srv.uri, str(count), "100", "restart")
+        second = run_scenario("read_all", srv.uri, "restart", str(count + 100))
         assert (second["read"], second["duplicates"], second["out_of_order"]) == (count + 100, 0, 0)
     finally:
         srv.stop()
@@ -110,8 +103,11 @@ def test_kill_during_writes_loses_and_duplicates_nothing(tmp_path: Path) -> None
     count = max(EVENT_COUNT, 6000)
     srv = Headrace(tmp_path / "data")
     try:
-        writer = subprocess.Popen(
-            [sys.executable, str(SCENARIOS), "write_through_restart", srv.uri, str(count), "kill"],
+        writer = start_scenario(
+            "write_through_restart",
+            srv.uri,
+            str(count),
+            "kill",
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -129,9 +125,9 @@ def test_kill_during_writes_loses_and_duplicates_nothing(tmp_path: Path) -> None
         finally:
             writer.kill()
             writer.wait()
-        result = scenario_result("write_through_restart", out, "", writer.returncode)
+        result = result_of("write_through_restart", out, "", writer.returncode)
         assert result["acknowledged"] == count
-        r = srv.run("read_all", "kill", str(count))
+        r = run_scenario("read_all", srv.uri, "kill", str(count))
         assert (r["read"], r["distinct"], r["duplicates"]) == (count, count, 0)
         assert r["out_of_order"] == 0 and r["max"] == count - 1
     finally:
@@ -140,18 +136,18 @@ def test_kill_during_writes_loses_and_duplicates_nothing(tmp_path: Path) -> None
 
 
 def test_reader_group_from_tail_sees_only_later_events(server: Headrace) -> None:
-    r = server.run("from_tail")
+    r = run_scenario("from_tail", server.uri)
     assert r["events"] == sorted(f"after:{i}" for i in range(20))
 
 
 def test_events_of_one_byte_one_mib_and_nine_mib(server: Headrace) -> None:
-    r = server.run("sizes")
+    r = run_scenario("sizes", server.uri)
     assert r["read"] == r["sent"]
     assert [size for size, _ in r["read"]] == [1, 1 << 20, 9 << 20, 4]
 
 
 def test_byte_stream(server: Headrace) -> None:
-    r = server.run("byte_stream")
+    r = run_scenario("byte_stream", server.uri)
     assert r["tail"] == 16 and r["head"] == 0 and r["seek_end"] == 16
     assert r["read_all"] == "hello byte world" and r["tell"] == 16
     assert r["read_at_6"] == "byte"
@@ -162,14 +158,14 @@ def test_byte_stream(server: Headrace) -> None:
 
 
 def test_sealed_stream_ends_reads_and_refuses_writes(server: Headrace) -> None:
-    r = server.run("sealed")
+    r = run_scenario("sealed", server.uri)
     assert r["before"] == 10 and r["seal"] is True
     assert r["after"] == 0
     assert r["late_write"] == "ValueError"
 
 
 def test_transactions_commit_together_and_abort_vanishes(server: Headrace) -> None:
-    r = server.run("transactions")
+    r = run_scenario("transactions", server.uri)
     assert r["open_before_commit"] is True and r["open_after_commit"] is False
     events = r["events"]
     txn = [f"txn:{i}" for i in range(5)]
@@ -184,16 +180,16 @@ def test_abort_right_after_write_does_not_panic_the_client(server: Headrace) -> 
     """An abort that overtakes the transaction writer's SetupAppend finds the
     transaction segments sealed, not gone: the client handles SegmentIsSealed,
     where NoSuchSegment made a background task panic ("must have connection")."""
-    r, stderr = server.run_with_stderr("abort_right_after_write", "30")
+    r, stderr = run_scenario_with_stderr("abort_right_after_write", server.uri, "30")
     assert r["events"] == [f"kept:{i}" for i in range(4)]
     assert "panicked" not in stderr, stderr[-5000:]
 
 
 def test_reads_between_blocking_calls_never_stall(server: Headrace) -> None:
-    """The scenarios' reads (``tests.pravega_binding.read_slice``) let the
+    """The scenarios' reads (``read_slice`` of ``tests/_real_pravega.py``) let the
     client's threads finish an async read before the next blocking call, so
     no round waits out the client's request timeout."""
-    r = server.run("reads_between_blocking_calls", str(MIXED_ROUNDS))
+    r = run_scenario("reads_between_blocking_calls", server.uri, str(MIXED_ROUNDS))
     assert r["events"] == r["distinct"] == 2 * MIXED_ROUNDS
     assert r["slowest_round_s"] < CLIENT_REQUEST_TIMEOUT_S, r
 
@@ -201,7 +197,7 @@ def test_reads_between_blocking_calls_never_stall(server: Headrace) -> None:
 def test_size_retention_truncates_and_readers_go_on(tmp_path: Path) -> None:
     srv = Headrace(tmp_path / "data", extra=["--retention-interval", "0.2"])
     try:
-        r = srv.run("retention_by_size")
+        r = run_scenario("retention_by_size", srv.uri)
     finally:
         srv.stop()
     assert len(r["heads"]) == 2 and 0 < r["heads"][0] < r["heads"][1]

@@ -26,6 +26,7 @@ from headrace.protocols import pravega as p
 from headrace.server._frames import FRAME_AHEAD_BYTES
 from headrace.server.pravega import LARGE_FRAME_BYTES, PravegaHandler
 from headrace.store.memory import MemoryStore
+from tests._hypothesis import examples
 
 SEG = "sc/st/0.#epoch.0"
 WRITER = uuid.UUID(int=7)
@@ -112,7 +113,7 @@ def test_the_stream_fed_whole_appends_everything() -> None:
     assert replies  # Hello, AppendSetup and the DataAppended acks
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     cuts=st.lists(st.integers(1, len(STREAM) - 1), max_size=14, unique=True),
     direct=st.lists(st.booleans(), min_size=15, max_size=15),

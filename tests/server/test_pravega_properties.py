@@ -21,6 +21,7 @@ from headrace.protocols import pravega as p
 from headrace.server.pravega import PravegaHandler
 from headrace.store.memory import MemoryStore
 from headrace.types import AppendResult, WriterAppend
+from tests._hypothesis import examples
 
 SEGMENTS = ["sc/st/0.#epoch.0", "sc/st/1.#epoch.0"]
 
@@ -55,7 +56,7 @@ appends = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     plan=appends,
     turns=st.lists(st.integers(0, 8), min_size=30, max_size=30),

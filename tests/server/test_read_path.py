@@ -12,7 +12,6 @@ own connection. Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import struct
@@ -225,27 +224,6 @@ def _recv_frame(sock: socket.socket) -> bytes:
     return header + _recv_exactly(sock, size)
 
 
-def _access_lines(server: ServerProcess) -> list[dict[str, Any]]:
-    found = []
-    for line in server.log_text().splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            if record.get("logger") == "headrace.access":
-                found.append(record)
-    return found
-
-
-def _wait_access(server: ServerProcess, port: int) -> dict[str, Any]:
-    """The access line of the connection from local ``port`` (bounded wait)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for record in _access_lines(server):
-            if record.get("peer") == f"127.0.0.1:{port}":
-                return record
-        time.sleep(0.05)  # polling a log file under a deadline, not synchronisation
-    pytest.fail(f"no access line for port {port}: {_access_lines(server)}")
-
-
 def test_bytes_out_counts_every_byte_sent(server: ServerProcess) -> None:
     """The access line's ``bytes_out`` is exactly what the client received, regions
     included."""
@@ -275,7 +253,7 @@ def test_bytes_out_counts_every_byte_sent(server: ServerProcess) -> None:
         port = sock.getsockname()[1]
         sock.shutdown(socket.SHUT_WR)
         assert sock.recv(1) == b""  # the server closed after our EOF: nothing more
-    record = _wait_access(server, port)
+    record = server.wait_for_access(peer=f"127.0.0.1:{port}")
     assert record["bytes_out"] == received
     assert record["reason"] == "eof"
 
@@ -302,7 +280,7 @@ def test_client_vanishing_mid_sendfile_closes_only_its_connection(
     port = sock.getsockname()[1]
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()  # RST with most of the replies unsent
-    record = _wait_access(server, port)
+    record = server.wait_for_access(peer=f"127.0.0.1:{port}")
     assert record["reason"] in ("connection_error", "closed", "eof")
     assert 1000 <= record["bytes_out"] <= 8 * (MAX_READ_REPLY_BYTES + 1024)
     assert "Traceback" not in server.log_text()

@@ -61,6 +61,7 @@ from headrace.store.disk.log import scan_wal
 from headrace.store.disk.segment import Segment
 from headrace.store.disk.verify import verify_data_dir
 from headrace.types import SegmentKind, WriterAppend
+from tests._hypothesis import examples
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -149,7 +150,7 @@ def test_malformed_append_ref_is_corruption(size: int, extra: bytes, reason: str
         decode_record(memoryview(payload), "wal", 28)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     sizes=st.lists(
         st.one_of(
@@ -557,7 +558,7 @@ async def _mixed_run(
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

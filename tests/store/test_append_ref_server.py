@@ -1,6 +1,7 @@
 """Large events survive ``kill -9`` of a real server: written once, logged by reference.
 
-The real ``pravega`` client (child process, ``large_event_child.py``) writes
+The real ``pravega`` client (child process, ``write_large`` of
+``tests/_real_pravega.py``) writes
 events of 10 KiB to 300 KiB to a ``headrace serve`` subprocess (``--fsync
 always``), which is killed with SIGKILL at random moments and restarted on
 the same ports; the client reconnects and goes on (its writer id and event
@@ -23,12 +24,17 @@ import pytest
 from headrace.store.disk.format import AppendRefRecord
 from headrace.store.disk.layout import ContainerPaths
 from headrace.store.disk.log import scan_wal
-from tests.faults import harness
-from tests.faults.harness import FaultServer, PravegaWriters, Progress, check, run_verify
+from tests._real_pravega import event_filler
+from tests.faults.harness import (
+    PRAVEGA_SCOPE,
+    FaultServer,
+    PravegaWriters,
+    Progress,
+    check,
+    run_verify,
+)
 from tests.lumberjack.harness import stored_events
-from tests.store.large_event_child import event_filler
 
-LARGE_CHILD = Path(__file__).resolve().with_name("large_event_child.py")
 STREAM = "large"
 KILLS = 3
 SEED = 20261122
@@ -49,15 +55,12 @@ def _references_in_wal(data_dir: Path) -> int:
 
 
 @pytest.mark.timeout(600)
-def test_large_events_survive_kill_9_exactly_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(harness, "PRAVEGA_CHILD", LARGE_CHILD)
+def test_large_events_survive_kill_9_exactly_once(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     server = FaultServer(tmp_path / "data")
     server.start()
     progress = Progress()
-    writers = PravegaWriters(server, STREAM, progress)
+    writers = PravegaWriters(server, STREAM, progress, scenario="write_large")
     references = 0
     try:
         writers.start()
@@ -82,7 +85,7 @@ def test_large_events_survive_kill_9_exactly_once(
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
     stored: list[str] = []
-    for payloads in stored_events(server.data_dir, f"{harness.PRAVEGA_SCOPE}/{STREAM}").values():
+    for payloads in stored_events(server.data_dir, f"{PRAVEGA_SCOPE}/{STREAM}").values():
         for payload in payloads:
             ident, _, filler = payload.partition(b"|")
             tag, _, n = ident.decode().partition(":")

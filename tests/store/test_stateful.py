@@ -557,7 +557,6 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = pytest.mark.slow(StoreMachine.TestCase)
 TestStoreMachine.settings = settings(
-    max_examples=100,
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

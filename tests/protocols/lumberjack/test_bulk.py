@@ -173,7 +173,7 @@ mangled_documents = st.one_of(
 
 
 @given(mangled_documents)
-@settings(deadline=None, max_examples=1000)
+@settings(deadline=None)
 def test_msgspec_first_accepts_and_refuses_as_json_alone(payload: bytes) -> None:
     """msgspec parses first; the documents accepted and the errors are ``json``'s."""
     assert _parsed(parse_json_object, payload) == _parsed(_parse_with_json, payload)
@@ -208,7 +208,7 @@ def _same(chunks: list[bytes], limits: Limits) -> None:
 
 
 @given(client_streams(), st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None)
 def test_bulk_and_frame_by_frame_agree_on_valid_streams(
     stream: tuple[ProtocolVersion, bytes], cuts: list[int]
 ) -> None:
@@ -226,7 +226,7 @@ def test_bulk_and_frame_by_frame_agree_on_valid_streams(
     st.lists(st.integers(min_value=0, max_value=400), max_size=6),
     limits_choice,
 )
-@settings(deadline=None, max_examples=600)
+@settings(deadline=None)
 def test_bulk_and_frame_by_frame_agree_on_any_stream(
     data: bytes, cuts: list[int], limits: Limits
 ) -> None:
@@ -235,7 +235,7 @@ def test_bulk_and_frame_by_frame_agree_on_any_stream(
 
 
 @given(st.lists(frame_bytes(), min_size=1, max_size=10), limits_choice)
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None)
 def test_bulk_and_frame_by_frame_agree_inside_one_compressed_frame(
     frames: list[bytes], limits: Limits
 ) -> None:
@@ -284,7 +284,7 @@ payloads = st.one_of(
 
 
 @given(payloads, field_sets)
-@settings(deadline=None, max_examples=1000)
+@settings(deadline=None)
 def test_document_parser_keeps_the_fields_of_the_whole_parse(
     payload: bytes, fields: tuple[str, ...]
 ) -> None:
@@ -300,7 +300,7 @@ def test_document_parser_keeps_the_fields_of_the_whole_parse(
     limits_choice,
     field_sets,
 )
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None)
 def test_a_connection_parsing_some_fields_accepts_and_refuses_the_same(
     data: bytes, cuts: list[int], limits: Limits, fields: tuple[str, ...]
 ) -> None:
@@ -318,7 +318,7 @@ def test_a_connection_parsing_some_fields_accepts_and_refuses_the_same(
     field_sets,
     st.booleans(),
 )
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None)
 def test_a_connection_parsing_some_fields_keeps_them_for_each_j_document(
     stream: tuple[ProtocolVersion, bytes], cuts: list[int], fields: tuple[str, ...], bulk: bool
 ) -> None:

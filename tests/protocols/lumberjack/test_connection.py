@@ -28,6 +28,7 @@ from headrace.protocols.lumberjack import (
     encode_frame,
 )
 from headrace.protocols.lumberjack.states import transition_table_markdown
+from tests._sansio import ConnectionPair
 
 V1 = ProtocolVersion.V1
 V2 = ProtocolVersion.V2
@@ -64,23 +65,12 @@ def seqs(batch: ConnectionEvent) -> list[int]:
     return [event.seq for event in batch.events]
 
 
-class Pair:
-    """A client and a server wired back to back in memory (h11's ConnectionPair)."""
+class Pair(ConnectionPair[LumberjackConnection]):
+    """A client speaking ``version`` and a server."""
 
     def __init__(self, version: ProtocolVersion) -> None:
-        self.client = LumberjackConnection(Role.CLIENT, version=version)
-        self.server = LumberjackConnection(Role.SERVER)
-
-    def send(self, *frames: Frame) -> list[ConnectionEvent]:
-        for frame in frames:
-            self.client.send(frame)
-        self.server.receive_data(self.client.data_to_send())
-        return list(self.server.events())
-
-    def ack(self, seq: int) -> list[ConnectionEvent]:
-        self.server.send(Ack(seq))
-        self.client.receive_data(self.server.data_to_send())
-        return list(self.client.events())
+        client = LumberjackConnection(Role.CLIENT, version=version)
+        super().__init__(client, LumberjackConnection(Role.SERVER))
 
 
 # --------------------------------------------------------------------------- happy paths
@@ -88,7 +78,7 @@ class Pair:
 
 def test_v2_window_round_trip() -> None:
     pair = Pair(V2)
-    events = pair.send(WindowSize(2), Compressed((j(1, "hello"), j(2, "world"))))
+    events = pair.to_server(WindowSize(2), Compressed((j(1, "hello"), j(2, "world"))))
     assert events == [
         Batch(
             V2,
@@ -99,18 +89,18 @@ def test_v2_window_round_trip() -> None:
     assert pair.server.version is V2
     assert pair.server.awaiting_ack
     assert pair.client.unacked_windows == 1
-    assert pair.ack(2) == [Ack(2)]
+    assert pair.to_client(Ack(2)) == [Ack(2)]
     assert pair.client.unacked_windows == 0
     assert not pair.server.awaiting_ack
 
 
 def test_v1_window_round_trip_stores_pairs_as_json() -> None:
     pair = Pair(V1)
-    events = pair.send(WindowSize(2), d(1, "hello"), d(2, "world"))
+    events = pair.to_server(WindowSize(2), d(1, "hello"), d(2, "world"))
     assert events == [
         Batch(V1, (Event(1, b'{"line":"hello"}'), Event(2, b'{"line":"world"}')), ack_seq=2)
     ]
-    assert pair.ack(2) == [Ack(2)]
+    assert pair.to_client(Ack(2)) == [Ack(2)]
 
 
 def test_ack_bytes_are_one_six_byte_frame() -> None:
@@ -235,9 +225,9 @@ def test_window_with_no_data_before_the_next_w_is_dropped() -> None:
 def test_empty_window_first_gets_ack_zero() -> None:
     # pylogbeat send([]) on a fresh client: W=0 then an empty C (rule 6).
     pair = Pair(V2)
-    events = pair.send(WindowSize(0), Compressed(()))
+    events = pair.to_server(WindowSize(0), Compressed(()))
     assert events == [Batch(V2, (), ack_seq=0)]
-    assert pair.ack(0) == [Ack(0)]
+    assert pair.to_client(Ack(0)) == [Ack(0)]
     assert pair.client.unacked_windows == 0
 
 
@@ -267,11 +257,11 @@ def test_empty_window_during_an_incomplete_window() -> None:
 
 def test_v2_keepalive_while_a_window_is_pending() -> None:
     pair = Pair(V2)
-    pair.send(WindowSize(2), j(1), j(2))
-    assert pair.ack(0) == [Ack(0)]
-    assert pair.ack(0) == [Ack(0)]
+    pair.to_server(WindowSize(2), j(1), j(2))
+    assert pair.to_client(Ack(0)) == [Ack(0)]
+    assert pair.to_client(Ack(0)) == [Ack(0)]
     assert pair.client.unacked_windows == 1
-    assert pair.ack(2) == [Ack(2)]
+    assert pair.to_client(Ack(2)) == [Ack(2)]
 
 
 def test_v2_keepalive_while_waiting_for_the_window_data() -> None:

@@ -108,7 +108,7 @@ def test_strategies_cover_every_type_code() -> None:
 
 
 @given(commands)
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 def test_encode_decode_round_trip(cmd: Command) -> None:
     encoded = encode_command(cmd)
     assert struct.unpack(">ii", encoded[:8]) == (cmd.type, len(encoded) - 8)
@@ -138,7 +138,6 @@ def test_arbitrary_chunking_gives_the_same_commands(
 
 
 @given(st.binary(max_size=200))
-@settings(max_examples=1000)
 def test_arbitrary_bytes_give_commands_or_remote_error(data: bytes) -> None:
     buffer = ReceiveBuffer(1 << 20)
     buffer.feed(data)
@@ -150,7 +149,6 @@ def test_arbitrary_bytes_give_commands_or_remote_error(data: bytes) -> None:
 
 
 @given(st.sampled_from(sorted(CommandType)), st.binary(max_size=120))
-@settings(max_examples=3000)
 def test_arbitrary_payload_of_known_type_gives_command_or_remote_error(
     type_code: int, payload: bytes
 ) -> None:
@@ -166,7 +164,7 @@ def test_arbitrary_payload_of_known_type_gives_command_or_remote_error(
         st.one_of(commands.map(encode_command), st.binary(min_size=1, max_size=30)), max_size=6
     )
 )
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 def test_server_connection_gives_events_or_remote_error(parts: list[bytes]) -> None:
     server = PravegaConnection(Role.SERVER)
     server.receive_data(encode_command(Hello(15, 5)))
@@ -185,7 +183,7 @@ def test_server_connection_gives_events_or_remote_error(parts: list[bytes]) -> N
         st.one_of(commands.map(encode_command), st.binary(min_size=1, max_size=30)), max_size=6
     )
 )
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 def test_client_connection_gives_events_or_remote_error(parts: list[bytes]) -> None:
     client = PravegaConnection(Role.CLIENT)
     client.receive_data(encode_command(Hello(17, 5)))

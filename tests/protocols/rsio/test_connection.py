@@ -1,6 +1,6 @@
 """ReactiveConnection: subscriber and publisher ends talking in memory, bytes in, events out.
 
-``Pair`` joins a client and a server connection (h11's ConnectionPair idea).
+``Pair`` joins a client and a server connection (``tests/_sansio.py``).
 Misbehaving peers are played by feeding hand-encoded frames to one
 connection with ``feed``; what it answers is read back with ``replies``.
 """
@@ -42,33 +42,26 @@ from headrace.protocols.rsio import (
     encode_frame,
 )
 from headrace.protocols.rsio.codec import encode_varint, read_frame
+from tests._sansio import ConnectionPair
 
 
-class Pair:
+class Pair(ConnectionPair[ReactiveConnection]):
     """A client and a server connection with hellos exchanged."""
 
     def __init__(self, **limits: int) -> None:
-        self.client = ReactiveConnection(Role.CLIENT, **limits)
-        self.server = ReactiveConnection(Role.SERVER, **limits)
+        client = ReactiveConnection(Role.CLIENT, **limits)
+        super().__init__(client, ReactiveConnection(Role.SERVER, **limits))
         assert self.to_server() == [ClientHello(0)]
         assert self.to_client() == [ServerHello(0)]
-
-    def to_server(self) -> list[Event]:
-        self.server.receive_data(self.client.data_to_send())
-        return list(self.server.events())
-
-    def to_client(self) -> list[Event]:
-        self.client.receive_data(self.server.data_to_send())
-        return list(self.client.events())
 
     def subscribe(
         self, subscriber: int = 1, initial_demand: int = 0, element_size: int = 0
     ) -> None:
         """Client subscribes, server answers subscribed."""
-        self.client.send(Subscribe("logs", subscriber, initial_demand))
-        assert self.to_server() == [Subscribe("logs", subscriber, initial_demand)]
-        self.server.send(Subscribed(subscriber, element_size))
-        assert self.to_client() == [Subscribed(subscriber, element_size)]
+        subscribe = Subscribe("logs", subscriber, initial_demand)
+        assert self.to_server(subscribe) == [subscribe]
+        subscribed = Subscribed(subscriber, element_size)
+        assert self.to_client(subscribed) == [subscribed]
 
 
 def feed(conn: ReactiveConnection, *messages: Message, element_size: int = 0) -> list[Event]:

@@ -17,7 +17,7 @@ import contextlib
 import itertools
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
@@ -53,6 +53,7 @@ from headrace.protocols.rsio.codec import (
     encode_varint,
     read_frame,
 )
+from tests._sansio import ConnectionPair
 
 varints = st.integers(min_value=0, max_value=MAX_VARINT)
 small_ids = st.integers(min_value=0, max_value=3)  # collide often, to reach every state
@@ -242,24 +243,16 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=200)
 @given(st.integers(0, 3), operations)
 def test_publisher_never_exceeds_demand(initial_demand: int, ops: list[tuple[str, int]]) -> None:
-    client = ReactiveConnection(Role.CLIENT)
-    server = ReactiveConnection(Role.SERVER)
-    client.send(Subscribe("s", 1, initial_demand))
-    server.receive_data(client.data_to_send())
-    list(server.events())
+    pair = ConnectionPair(ReactiveConnection(Role.CLIENT), ReactiveConnection(Role.SERVER))
+    client, server = pair.client, pair.server
+    pair.to_server(Subscribe("s", 1, initial_demand))
     server.send(Subscribed(1, 1))
     received: list[Event] = []
 
     def pump() -> None:
-        if data := client.data_to_send():  # b"" would mean EOF
-            server.receive_data(data)
-            list(server.events())
-        if data := server.data_to_send():
-            client.receive_data(data)
-            received.extend(client.events())
+        received.extend(pair.pump()[1])
 
     sent = 0
     for op, n in ops:

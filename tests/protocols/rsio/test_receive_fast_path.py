@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from headrace.errors import RemoteProtocolError
@@ -92,7 +92,6 @@ def _outcome(client: ReactiveConnection, demands: list[int]) -> tuple[Any, ...]:
     )
 
 
-@settings(max_examples=300)
 @given(
     st.lists(st.sampled_from([0, 1, 2, 5, MAX_DEMAND]), min_size=1, max_size=3),
     st.lists(frames, max_size=25),
@@ -161,7 +160,6 @@ data_frames = st.one_of(
 )
 
 
-@settings(max_examples=300)
 @given(
     st.lists(st.sampled_from([0, 1, 2, 5, MAX_DEMAND]), min_size=1, max_size=3),
     st.lists(data_frames, max_size=20),

@@ -43,28 +43,16 @@ from headrace.protocols.tank import (
     encode_chunk_entry,
 )
 from headrace.protocols.tank.states import TRANSITIONS, transition_table_markdown
+from tests._sansio import ConnectionPair
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "protocols" / "tank.md"
 
 
-class Pair:
-    """A client and a server connection wired together in memory (h11's ConnectionPair)."""
+class Pair(ConnectionPair[TankConnection]):
+    """A client and a server connection; the server's greeting is still queued."""
 
     def __init__(self) -> None:
-        self.client = TankConnection(Role.CLIENT)
-        self.server = TankConnection(Role.SERVER)
-
-    def to_server(self, *messages: Message) -> list[Event]:
-        for message in messages:
-            self.client.send(message)
-        self.server.receive_data(self.client.data_to_send())
-        return list(self.server.events())
-
-    def to_client(self, *messages: Message) -> list[Event]:
-        for message in messages:
-            self.server.send(message)
-        self.client.receive_data(self.server.data_to_send())
-        return list(self.client.events())
+        super().__init__(TankConnection(Role.CLIENT), TankConnection(Role.SERVER))
 
 
 def state(connection: TankConnection) -> ConnectionState:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.errors import RemoteProtocolError
@@ -61,7 +61,6 @@ def test_valid_bundles_validate(bundle: bytes) -> None:
     assert validates(bundle)
 
 
-@settings(max_examples=500)
 @given(bundles(), st.data())
 def test_mutated_bundles_agree(bundle: bytes, data: st.DataObject) -> None:
     mutated = bytearray(bundle)
@@ -102,7 +101,6 @@ def test_uniform_bundles_validate(bundle: bytes) -> None:
     assert validates(bundle) and decodes(bundle)
 
 
-@settings(max_examples=500)
 @given(uniform_bundles(), st.data())
 def test_mutated_uniform_bundles_agree(bundle: bytes, data: st.DataObject) -> None:
     mutated = bytearray(bundle)
