@@ -33,11 +33,13 @@ from headrace.controller.auth import TOKEN_KEY_FILE
 from headrace.errors import (
     OwnerUnavailable,
     SegmentNotFound,
+    SegmentTypeMismatch,
     StoreClosed,
     StoreError,
 )
 from headrace.protocols import pravega as p
 from headrace.store import MemoryStore
+from headrace.store.api import MAX_NAME_BYTES
 from headrace.types import AppendResult, ReadResult, SegmentKind, TableUpdate, WriterAppend
 from tests._server import FREE, ServerProcess, add_user
 from tests.store.contract import ODD_NAMES, StoreContract
@@ -264,6 +266,25 @@ async def test_the_empty_table_key_is_refused(remote: RemoteStore) -> None:
         with pytest.raises(StoreError, match="empty key"):
             await call
     assert await remote.update_table(table, [TableUpdate(b"k", b"v")]) == [0]
+
+
+async def test_info_of_the_longest_names(remote: RemoteStore) -> None:
+    """The kind of a segment whose name is as long as names go is asked like any
+    other: the owner's answer to the table probe of a stream segment quotes
+    the name cut, so it can be encoded."""
+    suffix = uuid.uuid4().hex
+    stream = "sc/long/" + "s" * (MAX_NAME_BYTES - len("sc/long/") - len(suffix)) + suffix
+    table = "sc/long_kvtable/" + "t" * (MAX_NAME_BYTES - len("sc/long_kvtable/") - 32) + suffix
+    await remote.create_segment(stream)
+    await remote.create_table(table)
+    try:
+        assert (await remote.info(stream)).kind is SegmentKind.STREAM
+        assert (await remote.info(table)).kind is SegmentKind.TABLE
+        with pytest.raises(SegmentTypeMismatch):
+            await remote.update_table(stream, [TableUpdate(b"k", b"v")])
+    finally:
+        await remote.delete(stream)
+        await remote.delete_table(table)
 
 
 async def test_info_reports_every_field_but_attributes(remote: RemoteStore) -> None:

@@ -53,6 +53,7 @@ from headrace.protocols.pravega.auth import (
     segment_resource,
 )
 from headrace.server.config import LISTENER_NAMES
+from headrace.store.api import MAX_NAME_BYTES
 from tests._server import FREE, ServerProcess, add_user, run_cli, server_env
 from tests.server.test_pravega_server import Raw
 
@@ -408,6 +409,30 @@ def test_segment_store_checks_every_token(auth_server: ServerProcess, stream: st
     assert auth_server.alive()
     log = auth_server.log_text()
     assert "refused ReadSegment on S/T/0.#epoch.0: bad delegation token signature" in log
+
+
+def test_a_refusal_naming_the_longest_segment_is_encodable(
+    auth_server: ServerProcess, stream: str
+) -> None:
+    """A token refused for a segment whose name is as long as names go gets
+    ``AuthTokenCheckFailed`` whose text quotes the name cut, within the bound;
+    the connection serves on."""
+    long_name = f"{SCOPE}/U/" + "u" * (MAX_NAME_BYTES - len(f"{SCOPE}/U/"))
+    token = _token(auth_server, ADMIN, SCOPE, "T")
+
+    async def check() -> None:
+        raw = await Raw.connect(auth_server.port_of("segment_store"))
+        try:
+            reply = await raw.request(p.GetStreamSegmentInfo(1, long_name, token))
+            assert isinstance(reply, p.AuthTokenCheckFailed), reply
+            assert len(reply.server_stack_trace.encode()) <= p.MAX_REPLY_TEXT_BYTES
+            assert repr(long_name[: p.QUOTED_NAME_CHARS] + "\u2026") in reply.server_stack_trace
+            info = await raw.request(p.GetStreamSegmentInfo(2, stream, token))
+            assert isinstance(info, p.StreamSegmentInfo) and info.exists, info
+        finally:
+            await raw.aclose()
+
+    asyncio.run(check())
 
 
 @pytest.fixture(scope="module")

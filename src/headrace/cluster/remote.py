@@ -61,13 +61,10 @@ What the wire cannot carry
 * Names holding a lone surrogate cannot be encoded on the wire: every call
   naming one raises ``StoreError``. Names over ``MAX_NAME_BYTES`` raise
   ``LimitExceeded`` on creation and ``SegmentNotFound`` otherwise, as locally.
-* ``info`` of a segment whose name is within a few dozen bytes of
-  ``MAX_NAME_BYTES`` raises ``StoreError``: the kind is asked with a table
-  request, and the owner's refusal of it for a stream segment would quote
-  the name in a text longer than the wire's strings.
 * The empty table key cannot travel (the wire writes an empty key without
-  its version): table calls naming it raise ``StoreError``. Iterating a
-  table that holds it makes the owner close the link.
+  its version; Pravega's tables hold none): table calls naming it raise
+  ``StoreError``, and the owner leaves it out of iterations and deltas of a
+  table that holds it.
 * A conditional append travels in one frame: at most
   ``MAX_CONDITIONAL_APPEND_BYTES``. Other appends up to ``MAX_APPEND_BYTES``
   travel as two frames the owner joins into one append.
@@ -275,10 +272,11 @@ def _illegal(reply: p.ErrorMessage, asked: _Asked) -> StoreError:
     ``LimitExceeded`` and ``AppendRefused`` travel as ``ErrorMessage``)."""
     text = reply.message
     for name in (asked.name, *asked.others):
+        # The owner bounds its texts (a long name is cut): compare with the same cut.
         for kind in SegmentKind:
-            if text == str(SegmentTypeMismatch(name, kind.value)):
+            if text == p.reply_text(str(SegmentTypeMismatch(name, kind.value)), [name]):
                 return SegmentTypeMismatch(name, kind.value)
-        prefix = str(AppendRefused(name, ""))
+        prefix = p.reply_text(str(AppendRefused(name, "")), [name])
         if text.startswith(prefix):
             return AppendRefused(name, text[len(prefix) :])
     limit = _LIMIT.fullmatch(text)
@@ -1216,15 +1214,6 @@ class RemoteStore:
 
     async def _info(self, name: str) -> SegmentInfo:
         self._wire_name(name)
-        if len(str(SegmentTypeMismatch(name, SegmentKind.TABLE.value)).encode()) > (
-            p.MAX_STRING_BYTES
-        ):
-            # The owner's answer to the table probe of a stream segment would
-            # hold the name in a text longer than the wire's strings.
-            raise StoreError(
-                f"segment {name[:64]!r}...: the owner cannot be asked the kind of a segment "
-                "whose name is this long"
-            )
         stat, table = await asyncio.gather(
             self._stat(name),
             self._request(p.GetTableSegmentInfo(next_request_id(), name), _Asked(name)),

@@ -54,6 +54,13 @@ Behaviour the client depends on, and where it is kept:
   a refused one gets ``AuthTokenCheckFailed`` with TOKEN_EXPIRED (the client
   fetches a fresh token and retries) or TOKEN_CHECK_FAILED, and the
   connection stays open.
+* **Reply texts are bounded** (``p.reply_text``): a text quoting a segment
+  name cuts a long one, so a reply about a name near the wire's 64 KiB
+  string limit can still be encoded.
+* **The empty table key** cannot travel (the wire writes it without its
+  version; Pravega's tables hold none): a request naming it gets
+  ``ErrorMessage`` (illegal argument), and iterations and deltas of a table
+  that holds it (written through the store) leave it out.
 * **Appends only after an accepted SetupAppend**: a writer's session opens
   when we send ``AppendSetup`` (the connection's rule), so a refused
   SetupAppend leaves its appends to close the connection; and every append
@@ -112,8 +119,10 @@ from headrace.types import (
     FileRegion,
     ReadResult,
     RegionRead,
+    TableDelta,
     TableEntry,
     TableKey,
+    TablePage,
     TableUpdate,
     WriterAppend,
 )
@@ -135,6 +144,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_Item = TypeVar("_Item", TableKey, TableEntry)
 
 READ_HOLD_S = 10.0
 """How long a read at the tail of an open segment is parked before it gets an
@@ -213,6 +223,9 @@ MAX_TOKENS_PER_CONNECTION = 16
 """Delegation tokens whose signature a connection remembers having checked
 (their expiry is still checked on every command). A client sends one token
 per stream it works on; a connection sending more only costs an HMAC each."""
+
+EMPTY_KEY: Final = "a table key cannot be empty"
+"""The ``ErrorMessage`` text of a table request naming the empty key."""
 
 
 class _AckTurn:
@@ -366,7 +379,9 @@ class PravegaHandler(ConnectionHandler):
                 )
                 self._reply(
                     p.AuthTokenCheckFailed(
-                        event.request_id_or_default, str(refusal), refusal.error_code
+                        event.request_id_or_default,
+                        p.reply_text(str(refusal), _segments_named(event)),
+                        refusal.error_code,
                     )
                 )
                 return
@@ -848,7 +863,26 @@ class PravegaHandler(ConnectionHandler):
         await self._store.delete_table(cmd.segment, must_be_empty=cmd.must_be_empty)
         self._reply(p.SegmentDeleted(cmd.request_id, cmd.segment))
 
+    def _refuse_empty_key(
+        self,
+        cmd: p.UpdateTableEntries | p.RemoveTableKeys | p.ReadTable,
+        keys: Sequence[p.TableKey],
+    ) -> bool:
+        """Refuse a request naming the empty table key (``ErrorMessage``, illegal
+        argument); False if it names none. Pravega's tables hold no empty key
+        (its segment store refuses a key of length 0), and the wire writes an
+        empty key without its version, so no reply could carry one."""
+        if all(key.key for key in keys):
+            return False
+        log.warning("pravega: refused %s on %s: %s", type(cmd).__name__, cmd.segment, EMPTY_KEY)
+        self._reply(
+            p.ErrorMessage(cmd.request_id, cmd.segment, EMPTY_KEY, p.ErrorMessage.ILLEGAL_ARGUMENT)
+        )
+        return True
+
     async def _update_table(self, cmd: p.UpdateTableEntries) -> None:
+        if self._refuse_empty_key(cmd, [key for key, _ in cmd.table_entries.entries]):
+            return
         updates = [
             TableUpdate(key.key, value.value, key.version)
             for key, value in cmd.table_entries.entries
@@ -859,6 +893,8 @@ class PravegaHandler(ConnectionHandler):
         self._reply(p.TableEntriesUpdated(cmd.request_id, tuple(versions)))
 
     async def _remove_keys(self, cmd: p.RemoveTableKeys) -> None:
+        if self._refuse_empty_key(cmd, cmd.keys):
+            return
         keys = [TableKey(key.key, key.version) for key in cmd.keys]
         await self._store.remove_table_keys(
             cmd.segment, keys, expected_length=_table_offset(cmd.table_segment_offset)
@@ -880,6 +916,8 @@ class PravegaHandler(ConnectionHandler):
         return result
 
     async def _read_table(self, cmd: p.ReadTable) -> None:
+        if self._refuse_empty_key(cmd, cmd.keys):
+            return
         try:
             found = await self._with_room(
                 lambda: self._table_entries(cmd),
@@ -889,7 +927,10 @@ class PravegaHandler(ConnectionHandler):
             log.warning("pravega: refused ReadTable on %s: %s", cmd.segment, exc)
             self._reply(
                 p.ErrorMessage(
-                    cmd.request_id, cmd.segment, str(exc), p.ErrorMessage.ILLEGAL_ARGUMENT
+                    cmd.request_id,
+                    cmd.segment,
+                    p.reply_text(str(exc)),
+                    p.ErrorMessage.ILLEGAL_ARGUMENT,
                 )
             )
             return
@@ -930,11 +971,13 @@ class PravegaHandler(ConnectionHandler):
         return found
 
     async def _read_keys(self, cmd: p.ReadTableKeys) -> None:
+        count = _item_count(cmd.suggested_key_count)
         page = await self._with_room(
-            lambda: self._store.iterate_table_keys(
-                cmd.segment,
-                continuation_token=cmd.args.continuation_token,
-                max_count=_item_count(cmd.suggested_key_count),
+            lambda: _wire_page(
+                lambda token: self._store.iterate_table_keys(
+                    cmd.segment, continuation_token=token, max_count=count
+                ),
+                cmd.args.continuation_token,
             ),
             lambda page: sum(len(k.key) for k in page.items),
         )
@@ -942,11 +985,13 @@ class PravegaHandler(ConnectionHandler):
         self._reply(p.TableKeysRead(cmd.request_id, cmd.segment, keys, page.continuation_token))
 
     async def _read_entries(self, cmd: p.ReadTableEntries) -> None:
+        count = _item_count(cmd.suggested_entry_count)
         page = await self._with_room(
-            lambda: self._store.iterate_table_entries(
-                cmd.segment,
-                continuation_token=cmd.args.continuation_token,
-                max_count=_item_count(cmd.suggested_entry_count),
+            lambda: _wire_page(
+                lambda token: self._store.iterate_table_entries(
+                    cmd.segment, continuation_token=token, max_count=count
+                ),
+                cmd.args.continuation_token,
             ),
             lambda page: _size_of(page.items),
         )
@@ -958,7 +1003,7 @@ class PravegaHandler(ConnectionHandler):
 
     async def _read_delta(self, cmd: p.ReadTableEntriesDelta) -> None:
         delta = await self._with_room(
-            lambda: self._store.read_table_delta(
+            lambda: self._wire_delta(
                 cmd.segment, cmd.from_position, _item_count(cmd.suggested_entry_count)
             ),
             lambda delta: _size_of(delta.entries),
@@ -974,6 +1019,27 @@ class PravegaHandler(ConnectionHandler):
             )
         )
 
+    async def _wire_delta(self, name: str, position: int, count: int) -> TableDelta:
+        """The store's delta from ``position`` without the empty key (written by no
+        wire client; the wire cannot carry its version). Where that leaves none
+        of the entries read, the walk goes on from where it stopped, so a delta
+        comes back empty only at the end of the log (each step moves forward)."""
+        delta = await self._store.read_table_delta(name, position, count)
+        clear = delta.should_clear
+        entries = [entry for entry in delta.entries if entry.key]
+        while (
+            delta.entries
+            and not entries
+            and not delta.reached_end
+            and delta.last_position > position
+        ):
+            position = delta.last_position
+            delta = await self._store.read_table_delta(name, position, count)
+            entries = [entry for entry in delta.entries if entry.key]
+        if len(entries) == len(delta.entries) and delta.should_clear == clear:
+            return delta
+        return TableDelta(entries, delta.last_position, delta.reached_end, clear)
+
     async def _table_info(self, cmd: p.GetTableSegmentInfo) -> None:
         info = await self._store.table_info(cmd.segment_name)
         self._reply(
@@ -986,6 +1052,23 @@ class PravegaHandler(ConnectionHandler):
                 0,
             )
         )
+
+
+async def _wire_page(
+    fetch: Callable[[bytes], Awaitable[TablePage[_Item]]], token: bytes
+) -> TablePage[_Item]:
+    """``fetch(token)``'s page without the empty key (the wire cannot carry its
+    version; no wire client writes it). A page that held nothing else is
+    followed by the next one: clients stop at an empty page, so one comes back
+    only at the end. A table holds the empty key once, first in key order."""
+    page = await fetch(token)
+    items = [item for item in page.items if item.key]
+    if len(items) == len(page.items):
+        return page
+    if not items:
+        page = await fetch(page.continuation_token)
+        items = [item for item in page.items if item.key]
+    return TablePage(items, page.continuation_token)
 
 
 def _table_offset(table_segment_offset: int) -> int | None:
@@ -1142,7 +1225,9 @@ def _not_empty(e: TableNotEmpty, req: p.Command | None, rid: int, seg: str) -> p
 
 
 def _illegal(e: StoreError, req: p.Command | None, rid: int, seg: str) -> p.Command:
-    return p.ErrorMessage(rid, seg, str(e), p.ErrorMessage.ILLEGAL_ARGUMENT)
+    # The text quotes the name: bounded, or a long name could not be encoded.
+    text = p.reply_text(str(e), [getattr(e, "name", seg)])
+    return p.ErrorMessage(rid, seg, text, p.ErrorMessage.ILLEGAL_ARGUMENT)
 
 
 STORE_ERROR_REPLIES: dict[type[StoreError], Callable[[Any, p.Command | None, int, str], p.Command]]
@@ -1161,7 +1246,8 @@ STORE_ERROR_REPLIES = {
 }
 """Store error -> the reply command (Pravega's ``handleException``), built from
 the error, the request (None for appends), the request id and the segment name
-exactly as the client sent it. Any other store error (``StoreClosed``,
+exactly as the client sent it. Reply texts are bounded (``p.reply_text``).
+Any other store error (``StoreClosed``,
 ``StorageFull``, ``CorruptionError``) closes the connection, as Java does for
 unknown failures; the client reconnects and retries."""
 
