@@ -68,12 +68,13 @@ What the wire cannot carry
 * A conditional append travels in one frame: at most
   ``MAX_CONDITIONAL_APPEND_BYTES``. Other appends up to ``MAX_APPEND_BYTES``
   travel as two frames the owner joins into one append.
-* With auth on (``token_key``) every request carries a token signed with the
-  shared key (``node_token``). The owner refuses anything its tokens cannot
-  name: internal segments (``_system/…``), names that are not
-  ``scope/stream/…``, and ``flush`` (FlushToStorage names no segment).
-* The owner refuses changes to internal segments over the wire whatever the
-  token (``OperationUnsupported``): ``StoreError``.
+* With ``token_key`` (the cluster secret, or with auth on the shared token
+  key) every request carries a node token signed with it (``node_token``),
+  which lets the owner take anything: internal segments (``_system/…``: the
+  controller's and TANK's tables), names that are not ``scope/stream/…``,
+  and ``flush`` (FlushToStorage names no segment). Without one, the owner
+  refuses changes to internal segments (``OperationUnsupported``) and, with
+  auth on, everything: ``StoreError``.
 """
 
 from __future__ import annotations
@@ -237,13 +238,15 @@ _NULL: Final = NULL_ATTRIBUTE_VALUE
 
 
 def node_token(issuer: TokenIssuer) -> str:
-    """A delegation token for node-to-node calls, signed by ``issuer``'s key.
+    """A node token for node-to-node calls, signed by ``issuer``'s key.
 
-    It names ``prn::/*`` with READ_UPDATE (every stream) and lives
-    ``issuer.ttl_s``. Every node signs its own with the cluster's shared
-    token key, the key every node's segment store checks tokens with.
+    It carries the node claim (``TokenClaims.node``: every request, internal
+    segments included), names ``prn::/*`` with READ_UPDATE (every stream)
+    and lives ``issuer.ttl_s``. Every node signs its own with the key every
+    node's segment store checks node tokens with: the cluster secret, or
+    with auth on the shared token key.
     """
-    return issuer.issue(NODE_TOKEN_SUBJECT, ROOT + "*", Permission.READ_UPDATE)
+    return issuer.issue(NODE_TOKEN_SUBJECT, ROOT + "*", Permission.READ_UPDATE, node=True)
 
 
 # --------------------------------------------------------------------------- errors
@@ -297,14 +300,14 @@ def _token_refused(reply: p.AuthTokenCheckFailed, asked: _Asked) -> StoreError:
     return StoreError(
         f"segment {asked.name!r}: the owner refused this node's token "
         f"({reply.server_stack_trace or 'no reason given'}); the nodes must share "
-        "one token key, and the owner's tokens cannot name internal segments"
+        "one cluster secret (or, with auth on, one token key)"
     )
 
 
 def _unsupported(reply: p.OperationUnsupported, asked: _Asked) -> StoreError:
     return StoreError(
         f"segment {asked.name!r}: the owner refused {reply.operation_name} "
-        "(changes to internal segments cannot be forwarded)"
+        "(changes to internal segments need the cluster secret)"
     )
 
 
@@ -671,8 +674,9 @@ class RemoteStore:
         endpoint: (host, port) of the owner's segment-store listener.
         ssl_context: speak TLS to it (the owner serves TLS when it has a
             certificate), checking its certificate against ``host``.
-        token_key: the cluster's token signing key, when auth is on: every
-            request carries a token signed with it (``node_token``).
+        token_key: the key node tokens are signed with (the cluster secret,
+            or with auth on the shared token key): every request carries one
+            (``node_token``). None: requests carry no token.
         token_ttl_s: life of those tokens.
         forwarder_id: this node's stable id; appends without a writer go as
             a writer derived from it and the segment name (a new random one

@@ -54,6 +54,11 @@ Behaviour the client depends on, and where it is kept:
   a refused one gets ``AuthTokenCheckFailed`` with TOKEN_EXPIRED (the client
   fetches a fresh token and retries) or TOKEN_CHECK_FAILED, and the
   connection stays open.
+* **Internal segments are the nodes' own**: a request changing one
+  (``PROTECTED_REQUESTS``) is carried out only with a node token (another
+  node forwarding its controller's or TANK's tables), signed with the token
+  key, or with auth off with the cluster secret (``node_key``); anyone else
+  gets ``OperationUnsupported``.
 * **Reply texts are bounded** (``p.reply_text``): a text quoting a segment
   name cuts a long one, so a reply about a name near the wire's 64 KiB
   string limit can still be encoded.
@@ -81,7 +86,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
-from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
     AppendRefused,
@@ -269,7 +273,12 @@ class PravegaHandler(ConnectionHandler):
         max_append_bytes_in_flight: ``MAX_APPEND_BYTES_IN_FLIGHT``.
         token_key: the key delegation tokens are signed with; when given
             (auth on) every request must carry a valid token covering its
-            segments (``check_token``); None: tokens are ignored.
+            segments (``check_token``); None: tokens are ignored, but for
+            node tokens.
+        node_key: with auth off, the key node tokens are checked with (the
+            cluster secret): a request changing an internal segment is carried
+            out only with a node token signed with it; None (and auth off):
+            never. With auth on, node tokens are ``token_key``'s.
         on_refused: called with the reason of every refused token
             (``unidentified``, ``bad_credentials``, ``permission_denied``):
             the server's metrics.
@@ -284,10 +293,12 @@ class PravegaHandler(ConnectionHandler):
         read_hold_s: float = READ_HOLD_S,
         max_append_bytes_in_flight: int = MAX_APPEND_BYTES_IN_FLIGHT,
         token_key: bytes | None = None,
+        node_key: bytes | None = None,
         on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
         self._token_key = token_key
+        self._node_key = token_key if token_key is not None else node_key
         self._on_refused = on_refused
         self._tokens: dict[str, TokenClaims] = {}  # signatures checked on this connection
         self._read_hold_s = read_hold_s
@@ -386,9 +397,11 @@ class PravegaHandler(ConnectionHandler):
                 )
                 return
         internal = _internal_target(event)
-        if internal is not None:
+        if internal is not None and not self._from_node(event):
             log.warning(
-                "pravega: refused %s on internal segment %s", type(event).__name__, internal
+                "pravega: refused %s on internal segment %s: no node token",
+                type(event).__name__,
+                internal,
             )
             self._reply(
                 p.OperationUnsupported(
@@ -408,29 +421,58 @@ class PravegaHandler(ConnectionHandler):
         except StoreError as exc:
             self._reply(_error_reply(exc, event, event.segment_or_none or ""))
 
-    def _check_token(self, request: p.Command) -> TokenError | None:
-        """Why ``request``'s delegation token does not allow it; None if it does.
+    def _claims(self, request: p.Command, key: bytes) -> TokenClaims:
+        """The claims of ``request``'s delegation token, checked with ``key``
+        (a signature checked before on this connection is not checked again).
 
-        The token must be well signed, not expired, name a resource covering
-        the stream of every segment the request names, and carry READ for
-        ``READ_REQUESTS`` or READ_UPDATE for anything else. Appends are
-        covered by their SetupAppend. A request naming no segment
-        (FlushToStorage) or an internal one has no stream to be covered by,
-        so no token allows it.
+        Raises:
+            TokenError: no token, a bad one, or an expired one.
         """
-        assert self._token_key is not None
         token = getattr(request, "delegation_token", "")
         claims = self._tokens.get(token)
         now = time.time()
         try:
             if claims is None or claims.expires_at_s <= now:
-                claims = decode_token(self._token_key, token, now_s=now)
+                claims = decode_token(key, token, now_s=now)
                 if len(self._tokens) >= MAX_TOKENS_PER_CONNECTION:
                     self._tokens.clear()
                 self._tokens[token] = claims
-        except TokenError as exc:
+        except TokenError:
             self._tokens.pop(token, None)
+            raise
+        return claims
+
+    def _from_node(self, request: p.Command) -> bool:
+        """Whether ``request`` carries a valid node token (another node of the
+        cluster, signed with the key every node shares)."""
+        if self._node_key is None:
+            return False
+        try:
+            return self._claims(request, self._node_key).node
+        except TokenError:
+            return False
+
+    def _check_token(self, request: p.Command) -> TokenError | None:
+        """Why ``request``'s delegation token does not allow it; None if it does.
+
+        A node token allows every request. Any other token must be well
+        signed, not expired, name a resource covering the stream of every
+        segment the request names, and carry READ for ``READ_REQUESTS`` or
+        READ_UPDATE for anything else. Appends are covered by their
+        SetupAppend. A request naming no segment (FlushToStorage, as Java's
+        is checked against the empty resource only its internal token
+        covers) or an internal one has no stream to be covered by, so only a
+        node token allows it.
+        """
+        assert self._token_key is not None
+        try:
+            claims = self._claims(request, self._token_key)
+        except TokenError as exc:
             return exc
+        if claims.node:
+            return None
+        if type(request) is p.FlushToStorage:
+            return TokenInvalid("FlushToStorage names no segment: only a node token allows it")
         needed = Permission.READ if type(request) in READ_REQUESTS else Permission.READ_UPDATE
         if claims.permission < needed:
             return TokenInvalid(f"{type(request).__name__} needs {needed.name}")
@@ -1143,11 +1185,12 @@ PROTECTED_REQUESTS: frozenset[type[p.Command]] = frozenset(
 )
 """Requests that change a segment. Naming an internal segment
 (``_system/…``: the controller's metadata tables, TANK's sequence-number
-tables) in one of them gets ``OperationUnsupported``: only the server itself
-writes there, with direct store calls, and the model's in-memory mirror
-assumes nobody else does. Reads of internal segments stay allowed with auth
-off (tools may inspect them); with auth on no delegation token covers them,
-so they are out of reach over the wire."""
+tables) in one of them gets ``OperationUnsupported``, unless it carries a
+node token: only the servers of the cluster write there (this one with
+direct store calls, another one forwarding its own over the wire), and the
+model's in-memory mirror assumes nobody else does. Reads of internal
+segments stay allowed with auth off (tools may inspect them); with auth on
+only a node token covers them."""
 
 
 READ_REQUESTS: frozenset[type[p.Command]] = frozenset(
@@ -1276,12 +1319,14 @@ async def serve_segment_store(
     read_hold_s: float = READ_HOLD_S,
     ssl_context: ssl.SSLContext | None = None,
     token_key: bytes | None = None,
+    node_key: bytes | None = None,
     on_refused: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
 
     ``ssl_context``: serve TLS on the port (the Pravega client's ``tls://`` URIs).
     ``token_key``: require delegation tokens signed with it (auth on).
+    ``node_key``: with auth off, let node tokens signed with it change internal segments.
 
     Raises:
         OSError: the address could not be bound.
@@ -1291,7 +1336,11 @@ async def serve_segment_store(
         host,
         port,
         lambda: PravegaHandler(
-            store, read_hold_s=read_hold_s, token_key=token_key, on_refused=on_refused
+            store,
+            read_hold_s=read_hold_s,
+            token_key=token_key,
+            node_key=node_key,
+            on_refused=on_refused,
         ),
         ssl_context=ssl_context,
     )
@@ -1300,13 +1349,14 @@ async def serve_segment_store(
 async def start_segment_store(app: ServerApp, host: str, port: int) -> Listener:
     """The ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
     TLS when a certificate is configured."""
-    auth, doors = app.config.auth, app.door_auth
+    doors = app.door_auth
     return await serve_segment_store(
         app.store,
         host,
         port,
         ssl_context=app.ssl_context(),
-        token_key=None if auth is None else load_or_create_key(app.config.data_dir),
+        token_key=None if doors is None else doors.token_key,
+        node_key=app.node_key,
         on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
     )
 
