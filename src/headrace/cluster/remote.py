@@ -321,7 +321,9 @@ WIRE_ERRORS: dict[type[p.Command], Callable[[Any, _Asked], StoreError]] = {
     p.TableKeyBadVersion: lambda r, a: TableKeyBadVersion(a.name, b"", NO_VERSION, NOT_EXISTS),
     p.TableSegmentNotEmpty: lambda r, a: TableNotEmpty(a.name),
     p.ErrorMessage: _illegal,
-    p.WrongHost: lambda r, a: OwnerUnavailable(a.name, f"it moved to {r.correct_host}"),
+    p.WrongHost: lambda r, a: OwnerUnavailable(
+        a.name, f"it moved to {r.correct_host}" if r.correct_host else "its owner cannot serve it"
+    ),
     p.OperationUnsupported: _unsupported,
     p.AuthTokenCheckFailed: _token_refused,
 }

@@ -91,6 +91,7 @@ from headrace.errors import (
     AppendRefused,
     BadOffset,
     LimitExceeded,
+    OwnerUnavailable,
     RemoteProtocolError,
     SegmentExists,
     SegmentNotFound,
@@ -1273,6 +1274,12 @@ def _illegal(e: StoreError, req: p.Command | None, rid: int, seg: str) -> p.Comm
     return p.ErrorMessage(rid, seg, text, p.ErrorMessage.ILLEGAL_ARGUMENT)
 
 
+def _wrong_host(e: OwnerUnavailable, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    # Java's answer when the segment's container is not on this host: the
+    # client asks the controller again and retries (pravega.md#errors).
+    return p.WrongHost(rid, seg, "", "")
+
+
 STORE_ERROR_REPLIES: dict[type[StoreError], Callable[[Any, p.Command | None, int, str], p.Command]]
 STORE_ERROR_REPLIES = {
     SegmentNotFound: _no_such_segment,
@@ -1286,6 +1293,7 @@ STORE_ERROR_REPLIES = {
     SegmentTypeMismatch: _illegal,
     LimitExceeded: _illegal,
     AppendRefused: _illegal,  # e.g. an event that is not a bundle into a TANK topic
+    OwnerUnavailable: _wrong_host,  # retriable: another node owns it, or nobody right now
 }
 """Store error -> the reply command (Pravega's ``handleException``), built from
 the error, the request (None for appends), the request id and the segment name

@@ -44,7 +44,8 @@ Consume (tank.md#consume): chunks hold whole bundles, start at the bundle contai
 the wanted seq num and grow to at least ``fetch_size``; seq num 0 is the first
 available, 2^64-1 the tail; a consume finding every partition at its end
 parks (woken by appends until ``min_bytes`` arrived, bounded by the request's
-``max_wait_ms``, at most one hour). Only error codes TANK defines are sent.
+``max_wait_ms``, at most one hour). Only error codes TANK defines are sent;
+a store error is an I/O fault, or what ``STORE_ERROR_CODES`` says.
 
 Auth (``server/authz.py``): with auth on, a client is the user its TLS
 certificate names, and each request needs that user's grant on the topic's
@@ -80,7 +81,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from headrace.controller.errors import ControllerError, ScopeExists, StreamExists, TooMany
 from headrace.controller.model import ControllerModel
@@ -89,6 +90,7 @@ from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
 from headrace.errors import (
     BadOffset,
     ConfigError,
+    OwnerUnavailable,
     RemoteProtocolError,
     SegmentExists,
     SegmentTruncated,
@@ -120,6 +122,33 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class _Codes(NamedTuple):
+    """What a produce, a consume and a partition discovery answer a store error with."""
+
+    produce: t.ProduceError
+    consume: t.ConsumeError
+    discover: t.DiscoverPartitionsError
+
+
+STORE_ERROR_CODES: Final[dict[type[StoreError], _Codes]] = {
+    OwnerUnavailable: _Codes(
+        t.ProduceError.NO_LEADER, t.ConsumeError.NO_LEADER, t.DiscoverPartitionsError.NO_LEADER
+    ),
+}
+"""Store error -> its TANK codes: a partition whose owner (another node) cannot be
+reached now has no leader, the cluster code a client retries on. Any other
+store error is an I/O fault (``_FAULT``)."""
+
+_FAULT: Final = _Codes(
+    t.ProduceError.IO_FAULT, t.ConsumeError.SYSTEM_ERROR, t.DiscoverPartitionsError.SYSTEM_ERROR
+)
+
+
+def _codes(exc: StoreError) -> _Codes:
+    return STORE_ERROR_CODES.get(type(exc), _FAULT)
+
 
 DEFAULT_SCOPE = "tank"
 """The scope holding TANK topics (architecture.md#tank-topics); ``--tank-scope`` changes
@@ -701,6 +730,7 @@ class TankBroker:
                         return error
         except StoreError as exc:  # the segment could not be read (or is gone)
             log.warning("tank: producing to %s/%d failed: %s", topic, partition_id, exc)
+            return _codes(exc).produce
         return t.ProduceError.IO_FAULT
 
     async def _append_locked(
@@ -725,9 +755,9 @@ class TankBroker:
         if anchored:
             try:
                 await self._put_anchor(part, offset, first)
-            except StoreError:
+            except StoreError as exc:
                 log.exception("tank: anchoring a bundle of %s failed", part.segment)
-                return t.ProduceError.IO_FAULT
+                return _codes(exc).produce
         frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
         self._own_frames.add(id(frame))  # validated above: the store's check lets it by
         try:
@@ -742,7 +772,7 @@ class TankBroker:
                 log.info("tank: %s was appended to through another protocol", part.segment)
                 return None
             log.warning("tank: appending to %s failed: %s", part.segment, exc)
-            return t.ProduceError.IO_FAULT
+            return _codes(exc).produce
         finally:
             self._own_frames.discard(id(frame))
         # Durable: only now do the numbers move and parked consumes wake.
@@ -1280,7 +1310,7 @@ class TankHandler(ConnectionHandler):
                         part, result = await self._read_partition(topic.name, wanted, budget)
                     except StoreError as exc:
                         log.warning("tank: reading %s/%d failed: %s", topic.name, pid, exc)
-                        result = t.ConsumePartitionResult(pid, t.ConsumeError.SYSTEM_ERROR)
+                        result = t.ConsumePartitionResult(pid, _codes(exc).consume)
                         answer_now = True
                     else:
                         budget -= _chunk_size(result) if result is not None else 0
@@ -1502,7 +1532,7 @@ class TankHandler(ConnectionHandler):
                 part = await broker.partition(request.topic, pid)
             except StoreError as exc:
                 log.warning("tank: loading %s/%d failed: %s", request.topic, pid, exc)
-                entries.append(t.PartitionSeqNums(error=t.DiscoverPartitionsError.SYSTEM_ERROR))
+                entries.append(t.PartitionSeqNums(error=_codes(exc).discover))
                 continue
             entries.append(t.PartitionSeqNums(part.first_seq, part.hwm))
         return t.DiscoverPartitionsResponse(request.request_id, request.topic, tuple(entries))
