@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -33,12 +34,21 @@ from headrace.controller.auth import TOKEN_KEY_FILE
 from headrace.errors import (
     OwnerUnavailable,
     SegmentNotFound,
+    SegmentTypeMismatch,
     StoreClosed,
     StoreError,
 )
 from headrace.protocols import pravega as p
 from headrace.store import MemoryStore
-from headrace.types import AppendResult, ReadResult, SegmentKind, TableUpdate, WriterAppend
+from headrace.store.api import MAX_NAME_BYTES
+from headrace.types import (
+    AppendResult,
+    ReadResult,
+    SegmentKind,
+    TableKey,
+    TableUpdate,
+    WriterAppend,
+)
 from tests._server import FREE, ServerProcess, add_user
 from tests.store.contract import ODD_NAMES, StoreContract
 
@@ -264,6 +274,25 @@ async def test_the_empty_table_key_is_refused(remote: RemoteStore) -> None:
         with pytest.raises(StoreError, match="empty key"):
             await call
     assert await remote.update_table(table, [TableUpdate(b"k", b"v")]) == [0]
+
+
+async def test_info_of_the_longest_names(remote: RemoteStore) -> None:
+    """The kind of a segment whose name is as long as names go is asked like any
+    other: the owner's answer to the table probe of a stream segment quotes
+    the name cut, so it can be encoded."""
+    suffix = uuid.uuid4().hex
+    stream = "sc/long/" + "s" * (MAX_NAME_BYTES - len("sc/long/") - len(suffix)) + suffix
+    table = "sc/long_kvtable/" + "t" * (MAX_NAME_BYTES - len("sc/long_kvtable/") - 32) + suffix
+    await remote.create_segment(stream)
+    await remote.create_table(table)
+    try:
+        assert (await remote.info(stream)).kind is SegmentKind.STREAM
+        assert (await remote.info(table)).kind is SegmentKind.TABLE
+        with pytest.raises(SegmentTypeMismatch):
+            await remote.update_table(stream, [TableUpdate(b"k", b"v")])
+    finally:
+        await remote.delete(stream)
+        await remote.delete_table(table)
 
 
 async def test_info_reports_every_field_but_attributes(remote: RemoteStore) -> None:
@@ -516,8 +545,9 @@ async def test_a_silent_owner_is_unavailable_not_an_endless_wait(
 
 
 async def test_forwarding_with_auth_on_uses_a_node_token(tmp_path: Path) -> None:
-    """With auth on, a node signs its own token with the shared key; without the
-    key (or with another) the owner refuses, clearly and not as retriable."""
+    """With auth on, a node signs its own node token with the shared key, which
+    reaches internal segments and FlushToStorage too; without the key (or with
+    another) the owner refuses, clearly and not as retriable."""
     users = tmp_path / "users"
     add_user(users, "admin", "a long secret", "prn::/*,READ_UPDATE")
     with _serve(tmp_path, "--auth-password-file", str(users)) as owner:
@@ -542,12 +572,101 @@ async def test_forwarding_with_auth_on_uses_a_node_token(tmp_path: Path) -> None
                     with pytest.raises(StoreError, match="refused this node's token") as caught:
                         await call
                     assert not isinstance(caught.value, OwnerUnavailable)
-            with pytest.raises(StoreError, match="token"):
-                await store.create_segment("_system/not-for-forwarding")
+            internal = f"_system/forwarded/{uuid.uuid4().hex}"
+            await store.create_table(internal)
+            assert await store.update_table(internal, [TableUpdate(b"k", b"v")]) == [0]
+            await store.flush()
+            for outsider in outsiders:
+                with pytest.raises(StoreError, match="refused this node's token"):
+                    await outsider.update_table(internal, [TableUpdate(b"k", b"x")])
+            [entry] = await store.get_table_entries(internal, [b"k"])
+            assert entry is not None and entry.value == b"v"
             assert (await store.info(name)).length == 9
         finally:
             for each in (store, *outsiders):
                 await each.close()
+
+
+def _secret(path: Path, data: bytes) -> Path:
+    """A cluster secret file (mode 0600, as the server wants it)."""
+    path.write_bytes(data)
+    path.chmod(0o600)
+    return path
+
+
+async def test_internal_segments_take_forwarded_changes_only_from_nodes(tmp_path: Path) -> None:
+    """Auth off: a node holding the cluster secret (``--cluster-secret-file``)
+    forwards changes to internal segments (the controller's and TANK's tables)
+    with its node token; a client without it, or with another secret, is
+    refused them (``OperationUnsupported``), and may still read them."""
+    secret = secrets.token_bytes(32)
+    path = _secret(tmp_path / "cluster.secret", secret)
+    with _serve(tmp_path, "--cluster-secret-file", str(path)) as owner:
+        endpoint = _endpoint(owner)
+        node = RemoteStore(endpoint, token_key=secret)
+        outsiders = [RemoteStore(endpoint), RemoteStore(endpoint, token_key=b"o" * 32)]
+        try:
+            table = f"_system/controller/{uuid.uuid4().hex}"
+            segment = f"_system/tank/{uuid.uuid4().hex}"
+            await node.create_table(table)
+            assert await node.update_table(table, [TableUpdate(b"k", b"v")]) == [0]
+            await node.create_segment(segment)
+            assert await node.append(segment, b"abc") == AppendResult(0, 3)
+            for outsider in outsiders:
+                for call in (
+                    outsider.update_table(table, [TableUpdate(b"k", b"x")]),
+                    outsider.remove_table_keys(table, [TableKey(b"k")]),
+                    outsider.append(segment, b"x"),
+                    outsider.create_segment(f"_system/new/{uuid.uuid4().hex}"),
+                    outsider.delete(segment),
+                ):
+                    with pytest.raises(StoreError, match="need the cluster secret") as caught:
+                        await call
+                    assert not isinstance(caught.value, OwnerUnavailable)
+                [entry] = await outsider.get_table_entries(table, [b"k"])  # reads stay open
+                assert entry is not None and entry.value == b"v"
+            assert await node.read(segment, 0, 10) == ReadResult(0, b"abc", True, False)
+            await node.delete(segment)
+            await node.delete_table(table)
+        finally:
+            for each in (node, *outsiders):
+                await each.close()
+    assert "no node token" in owner.log_text()
+
+
+async def test_without_a_cluster_secret_no_node_changes_internal_segments(
+    owners: tuple[ServerProcess, ...],
+) -> None:
+    """A server without ``--cluster-secret-file`` (and auth off) has no key to
+    check node tokens with: whatever a client signs, internal segments stay
+    the server's own."""
+    store = RemoteStore(_endpoint(owners[0]), token_key=b"k" * 32)
+    try:
+        with pytest.raises(StoreError, match="need the cluster secret"):
+            await store.create_table(f"_system/controller/{uuid.uuid4().hex}")
+    finally:
+        await store.close()
+
+
+async def test_with_auth_on_the_cluster_secret_signs_every_token(tmp_path: Path) -> None:
+    """With auth on, the cluster secret replaces the data directory's token key:
+    the controller's tokens and the nodes' are signed with it (no key file is
+    made), so every node of a cluster takes the tokens any of them issued."""
+    users = tmp_path / "users"
+    add_user(users, "admin", "a long secret", "prn::/*,READ_UPDATE")
+    secret = secrets.token_bytes(48)
+    path = _secret(tmp_path / "cluster.secret", secret)
+    args = ("--auth-password-file", str(users), "--cluster-secret-file", str(path))
+    with _serve(tmp_path, *args) as owner:
+        node = RemoteStore(_endpoint(owner), token_key=secret)
+        try:
+            await node.create_table(table := f"_system/controller/{uuid.uuid4().hex}")
+            assert await node.update_table(table, [TableUpdate(b"k", b"v")]) == [0]
+            await node.create_segment(name := _name("secret"))
+            assert await node.append(name, b"abc") == AppendResult(0, 3)
+        finally:
+            await node.close()
+    assert not (owner.data_dir / TOKEN_KEY_FILE).exists()
 
 
 async def _appended_by(store: RemoteStore, name: str, data: bytes) -> None:

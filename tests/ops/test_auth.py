@@ -53,6 +53,7 @@ from headrace.protocols.pravega.auth import (
     segment_resource,
 )
 from headrace.server.config import LISTENER_NAMES
+from headrace.store.api import MAX_NAME_BYTES
 from tests._server import FREE, ServerProcess, add_user, run_cli, server_env
 from tests.server.test_pravega_server import Raw
 
@@ -408,6 +409,101 @@ def test_segment_store_checks_every_token(auth_server: ServerProcess, stream: st
     assert auth_server.alive()
     log = auth_server.log_text()
     assert "refused ReadSegment on S/T/0.#epoch.0: bad delegation token signature" in log
+
+
+def test_internal_segments_and_flush_take_only_node_tokens(
+    auth_server: ServerProcess, stream: str
+) -> None:
+    """A node token (the node claim, signed with the server's key) may change
+    internal segments and FlushToStorage, as another node forwarding its
+    controller's or TANK's tables does; a user's token (even an administrator's)
+    or a token naming every stream without the node claim may not, nor a
+    forged or expired node token. Refusals are ``AuthTokenCheckFailed``."""
+    port = auth_server.port_of("segment_store")
+    key = _key(auth_server)
+    now = int(time.time())
+
+    def signed(node: bool, *, with_key: bytes = key, expires: int = now + 600) -> str:
+        claims = TokenClaims("headrace-node", "prn::/*", Permission.READ_UPDATE, expires, now, node)
+        return encode_token(with_key, claims)
+
+    node = signed(True)
+    refused = {
+        "an administrator's": _token(auth_server, ADMIN, SCOPE, "T"),
+        "every stream, no node claim": signed(False),
+        "forged": signed(True, with_key=b"f" * 32),
+        "expired": signed(True, expires=now - 10),
+    }
+    table = f"_system/nodes/{uuid.uuid4().hex}"
+    segment = f"_system/other/{uuid.uuid4().hex}"
+    entries = p.TableEntries(((p.TableKey(b"k"), p.TableValue(b"v")),))
+
+    def flush(rid: int, token: str) -> p.FlushToStorage:
+        return p.FlushToStorage(0, token, rid)
+
+    async def check() -> None:
+        raw = await Raw.connect(port)
+        try:
+            for why, token in refused.items():
+                for cmd in (
+                    flush(1, token),
+                    p.CreateTableSegment(2, table, token),
+                    p.CreateSegment(3, segment, 0, 0, token),
+                    p.ReadTable(4, "_system/containers/0", token, (p.TableKey(b"k"),)),
+                ):
+                    reply = await raw.request(cmd)
+                    assert isinstance(reply, p.AuthTokenCheckFailed), (why, cmd, reply)
+                    assert reply.request_id == cmd.request_id_or_default
+            assert await raw.request(flush(5, node)) == p.StorageFlushed(5)
+            assert await raw.request(p.CreateTableSegment(6, table, node)) == p.SegmentCreated(
+                6, table
+            )
+            updated = await raw.request(p.UpdateTableEntries(7, table, node, entries))
+            assert updated == p.TableEntriesUpdated(7, (0,))
+            read = await raw.request(p.ReadTable(8, table, node, (p.TableKey(b"k"),)))
+            assert isinstance(read, p.TableRead) and read.entries.entries[0][1].value == b"v"
+            created = await raw.request(p.CreateSegment(9, segment, 0, 0, node))
+            assert created == p.SegmentCreated(9, segment)
+            writer = uuid.uuid4()
+            setup = await raw.request(p.SetupAppend(10, writer, segment, node))
+            assert isinstance(setup, p.AppendSetup), setup
+            event = p.encode_event(b"forwarded")
+            appended = await raw.request(p.AppendBlockEnd(writer, len(event), event, 1, 1, 11))
+            assert isinstance(appended, p.DataAppended), appended
+            # The user's token still does what it always did.
+            user = refused["an administrator's"]
+            info = await raw.request(p.GetStreamSegmentInfo(12, stream, user))
+            assert isinstance(info, p.StreamSegmentInfo) and info.exists, info
+        finally:
+            await raw.aclose()
+
+    asyncio.run(check())
+    assert auth_server.alive()
+    assert "FlushToStorage names no segment: only a node token allows it" in auth_server.log_text()
+
+
+def test_a_refusal_naming_the_longest_segment_is_encodable(
+    auth_server: ServerProcess, stream: str
+) -> None:
+    """A token refused for a segment whose name is as long as names go gets
+    ``AuthTokenCheckFailed`` whose text quotes the name cut, within the bound;
+    the connection serves on."""
+    long_name = f"{SCOPE}/U/" + "u" * (MAX_NAME_BYTES - len(f"{SCOPE}/U/"))
+    token = _token(auth_server, ADMIN, SCOPE, "T")
+
+    async def check() -> None:
+        raw = await Raw.connect(auth_server.port_of("segment_store"))
+        try:
+            reply = await raw.request(p.GetStreamSegmentInfo(1, long_name, token))
+            assert isinstance(reply, p.AuthTokenCheckFailed), reply
+            assert len(reply.server_stack_trace.encode()) <= p.MAX_REPLY_TEXT_BYTES
+            assert repr(long_name[: p.QUOTED_NAME_CHARS] + "\u2026") in reply.server_stack_trace
+            info = await raw.request(p.GetStreamSegmentInfo(2, stream, token))
+            assert isinstance(info, p.StreamSegmentInfo) and info.exists, info
+        finally:
+            await raw.aclose()
+
+    asyncio.run(check())
 
 
 @pytest.fixture(scope="module")

@@ -87,3 +87,33 @@ def test_a_bad_cluster_option_stops_serve_with_one_line(
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
     assert named in line
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("secret", "mode", "named"),
+    [
+        (b"s" * 16, 0o600, "must hold 32 to 4096 bytes"),
+        (b"s" * 5000, 0o600, "must hold 32 to 4096 bytes"),
+        (b"s" * 32, 0o640, "is readable by others; chmod 600 it"),
+    ],
+)
+def test_a_bad_cluster_secret_stops_serve_with_one_line(
+    tmp_path: Path, secret: bytes, mode: int, named: str
+) -> None:
+    """``--cluster-secret-file`` is checked at start as the token key is: too short
+    (or too long) to be a key, or readable by others, stops the server."""
+    path = tmp_path / "cluster.secret"
+    path.write_bytes(secret)
+    path.chmod(mode)
+    assert build_config({"cluster_secret_file": str(path)}).cluster_secret_file == path
+    result = subprocess.run(
+        [*serve_command(tmp_path / "data", *listener_args()), "--cluster-secret-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        env=run_env(None),
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert f"cluster secret {path}" in line and named in line

@@ -269,7 +269,9 @@ def render_docs() -> str:
         "`evicted`: closed to make room for a newer connection, and `done`: ended by the",
         "protocol, as by `Connection: close` or a WebSocket closing handshake).",
         "A TANK connection with no request within `--tank-first-request-timeout` closes",
-        "with `first_request_timeout`, as the TANK broker closes it.",
+        "with `first_request_timeout`, as the TANK broker closes it. A Lumberjack",
+        "connection whose window could not reach its stream's owner (another node)",
+        "closes without the window's ack with `unavailable`: the client sends it again.",
         "The controller (gRPC) logs one line per call instead (at debug level, `-vv`).",
         "",
     ]

@@ -61,22 +61,20 @@ What the wire cannot carry
 * Names holding a lone surrogate cannot be encoded on the wire: every call
   naming one raises ``StoreError``. Names over ``MAX_NAME_BYTES`` raise
   ``LimitExceeded`` on creation and ``SegmentNotFound`` otherwise, as locally.
-* ``info`` of a segment whose name is within a few dozen bytes of
-  ``MAX_NAME_BYTES`` raises ``StoreError``: the kind is asked with a table
-  request, and the owner's refusal of it for a stream segment would quote
-  the name in a text longer than the wire's strings.
 * The empty table key cannot travel (the wire writes an empty key without
-  its version): table calls naming it raise ``StoreError``. Iterating a
-  table that holds it makes the owner close the link.
+  its version; Pravega's tables hold none): table calls naming it raise
+  ``StoreError``, and the owner leaves it out of iterations and deltas of a
+  table that holds it.
 * A conditional append travels in one frame: at most
   ``MAX_CONDITIONAL_APPEND_BYTES``. Other appends up to ``MAX_APPEND_BYTES``
   travel as two frames the owner joins into one append.
-* With auth on (``token_key``) every request carries a token signed with the
-  shared key (``node_token``). The owner refuses anything its tokens cannot
-  name: internal segments (``_system/…``), names that are not
-  ``scope/stream/…``, and ``flush`` (FlushToStorage names no segment).
-* The owner refuses changes to internal segments over the wire whatever the
-  token (``OperationUnsupported``): ``StoreError``.
+* With ``token_key`` (the cluster secret, or with auth on the shared token
+  key) every request carries a node token signed with it (``node_token``),
+  which lets the owner take anything: internal segments (``_system/…``: the
+  controller's and TANK's tables), names that are not ``scope/stream/…``,
+  and ``flush`` (FlushToStorage names no segment). Without one, the owner
+  refuses changes to internal segments (``OperationUnsupported``) and, with
+  auth on, everything: ``StoreError``.
 """
 
 from __future__ import annotations
@@ -240,13 +238,15 @@ _NULL: Final = NULL_ATTRIBUTE_VALUE
 
 
 def node_token(issuer: TokenIssuer) -> str:
-    """A delegation token for node-to-node calls, signed by ``issuer``'s key.
+    """A node token for node-to-node calls, signed by ``issuer``'s key.
 
-    It names ``prn::/*`` with READ_UPDATE (every stream) and lives
-    ``issuer.ttl_s``. Every node signs its own with the cluster's shared
-    token key, the key every node's segment store checks tokens with.
+    It carries the node claim (``TokenClaims.node``: every request, internal
+    segments included), names ``prn::/*`` with READ_UPDATE (every stream)
+    and lives ``issuer.ttl_s``. Every node signs its own with the key every
+    node's segment store checks node tokens with: the cluster secret, or
+    with auth on the shared token key.
     """
-    return issuer.issue(NODE_TOKEN_SUBJECT, ROOT + "*", Permission.READ_UPDATE)
+    return issuer.issue(NODE_TOKEN_SUBJECT, ROOT + "*", Permission.READ_UPDATE, node=True)
 
 
 # --------------------------------------------------------------------------- errors
@@ -275,10 +275,11 @@ def _illegal(reply: p.ErrorMessage, asked: _Asked) -> StoreError:
     ``LimitExceeded`` and ``AppendRefused`` travel as ``ErrorMessage``)."""
     text = reply.message
     for name in (asked.name, *asked.others):
+        # The owner bounds its texts (a long name is cut): compare with the same cut.
         for kind in SegmentKind:
-            if text == str(SegmentTypeMismatch(name, kind.value)):
+            if text == p.reply_text(str(SegmentTypeMismatch(name, kind.value)), [name]):
                 return SegmentTypeMismatch(name, kind.value)
-        prefix = str(AppendRefused(name, ""))
+        prefix = p.reply_text(str(AppendRefused(name, "")), [name])
         if text.startswith(prefix):
             return AppendRefused(name, text[len(prefix) :])
     limit = _LIMIT.fullmatch(text)
@@ -299,14 +300,14 @@ def _token_refused(reply: p.AuthTokenCheckFailed, asked: _Asked) -> StoreError:
     return StoreError(
         f"segment {asked.name!r}: the owner refused this node's token "
         f"({reply.server_stack_trace or 'no reason given'}); the nodes must share "
-        "one token key, and the owner's tokens cannot name internal segments"
+        "one cluster secret (or, with auth on, one token key)"
     )
 
 
 def _unsupported(reply: p.OperationUnsupported, asked: _Asked) -> StoreError:
     return StoreError(
         f"segment {asked.name!r}: the owner refused {reply.operation_name} "
-        "(changes to internal segments cannot be forwarded)"
+        "(changes to internal segments need the cluster secret)"
     )
 
 
@@ -320,7 +321,9 @@ WIRE_ERRORS: dict[type[p.Command], Callable[[Any, _Asked], StoreError]] = {
     p.TableKeyBadVersion: lambda r, a: TableKeyBadVersion(a.name, b"", NO_VERSION, NOT_EXISTS),
     p.TableSegmentNotEmpty: lambda r, a: TableNotEmpty(a.name),
     p.ErrorMessage: _illegal,
-    p.WrongHost: lambda r, a: OwnerUnavailable(a.name, f"it moved to {r.correct_host}"),
+    p.WrongHost: lambda r, a: OwnerUnavailable(
+        a.name, f"it moved to {r.correct_host}" if r.correct_host else "its owner cannot serve it"
+    ),
     p.OperationUnsupported: _unsupported,
     p.AuthTokenCheckFailed: _token_refused,
 }
@@ -673,8 +676,9 @@ class RemoteStore:
         endpoint: (host, port) of the owner's segment-store listener.
         ssl_context: speak TLS to it (the owner serves TLS when it has a
             certificate), checking its certificate against ``host``.
-        token_key: the cluster's token signing key, when auth is on: every
-            request carries a token signed with it (``node_token``).
+        token_key: the key node tokens are signed with (the cluster secret,
+            or with auth on the shared token key): every request carries one
+            (``node_token``). None: requests carry no token.
         token_ttl_s: life of those tokens.
         forwarder_id: this node's stable id; appends without a writer go as
             a writer derived from it and the segment name (a new random one
@@ -1216,15 +1220,6 @@ class RemoteStore:
 
     async def _info(self, name: str) -> SegmentInfo:
         self._wire_name(name)
-        if len(str(SegmentTypeMismatch(name, SegmentKind.TABLE.value)).encode()) > (
-            p.MAX_STRING_BYTES
-        ):
-            # The owner's answer to the table probe of a stream segment would
-            # hold the name in a text longer than the wire's strings.
-            raise StoreError(
-                f"segment {name[:64]!r}...: the owner cannot be asked the kind of a segment "
-                "whose name is this long"
-            )
         stat, table = await asyncio.gather(
             self._stat(name),
             self._request(p.GetTableSegmentInfo(next_request_id(), name), _Asked(name)),

@@ -37,7 +37,9 @@ too often is refused without running scrypt until its bucket refills.
 
 ``TokenIssuer`` signs delegation tokens with the server's key
 (``load_or_create_key``: ``<data dir>/auth-token.key``, 32 random bytes,
-mode 0600, created on first start with auth on, so tokens survive restarts).
+mode 0600, created on first start with auth on, so tokens survive restarts),
+or with the cluster secret every node of a cluster shares
+(``load_cluster_secret``, ``--cluster-secret-file``) when there is one.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ __all__ = [
     "LOGIN_FAILURE_INTERVAL_S",
     "MAX_CACHED_CREDENTIALS",
     "MAX_CERT_NAME_CHARS",
+    "MAX_CLUSTER_SECRET_BYTES",
     "MAX_LOGIN_PEERS",
     "MAX_PASSWORD_FILE_BYTES",
     "MAX_USER_CHARS",
@@ -94,6 +97,7 @@ __all__ = [
     "UserEntry",
     "certificate_names",
     "hash_password",
+    "load_cluster_secret",
     "load_or_create_key",
     "parse_cert_name",
     "verify_password",
@@ -109,6 +113,10 @@ TOKEN_KEY_FILE = "auth-token.key"
 
 TOKEN_KEY_BYTES = 32
 """HMAC-SHA256 key size: the hash's block security, from ``secrets``."""
+
+MAX_CLUSTER_SECRET_BYTES: Final = 4096
+"""Longest cluster secret (``--cluster-secret-file``): a key far longer than the
+hash it keys adds nothing, and the file is read whole."""
 
 MAX_CACHED_CREDENTIALS = 1024
 """Good (user, password) pairs remembered so scrypt runs once per pair, not
@@ -625,11 +633,39 @@ class TokenIssuer:
         self.key = key
         self.ttl_s = ttl_s
 
-    def issue(self, user: str, resource: str, permission: Permission) -> str:
+    def issue(self, user: str, resource: str, permission: Permission, *, node: bool = False) -> str:
+        """A token for ``user``; ``node``: a node token (``TokenClaims.node``),
+        for a node's own calls to another node, never for a user."""
         now = int(time.time())
         return encode_token(
-            self.key, TokenClaims(user, resource, permission, now + self.ttl_s, now)
+            self.key, TokenClaims(user, resource, permission, now + self.ttl_s, now, node)
         )
+
+
+def load_cluster_secret(path: Path) -> bytes:
+    """The cluster secret in ``path`` (``--cluster-secret-file``): its bytes, as
+    they are, are the key every node of the cluster signs and checks tokens with.
+
+    Refused, as the token key file is, when readable by group or others.
+
+    Raises:
+        ConfigError: unreadable, too open, shorter than ``TOKEN_KEY_BYTES`` or
+            longer than ``MAX_CLUSTER_SECRET_BYTES``; one line.
+    """
+    try:
+        with path.open("rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            secret = f.read(MAX_CLUSTER_SECRET_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read cluster secret {path}: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"cluster secret {path} is readable by others; chmod 600 it")
+    if not TOKEN_KEY_BYTES <= len(secret) <= MAX_CLUSTER_SECRET_BYTES:
+        raise ConfigError(
+            f"cluster secret {path} must hold {TOKEN_KEY_BYTES} to {MAX_CLUSTER_SECRET_BYTES} "
+            "bytes (e.g. head -c 32 /dev/urandom)"
+        )
+    return secret
 
 
 def load_or_create_key(data_dir: Path) -> bytes:

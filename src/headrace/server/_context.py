@@ -63,6 +63,9 @@ class ListenerContext:
     metrics: ServerMetrics
     door_auth: DoorAuth | None
     """Users, grants and refusal counts; None: auth off."""
+    node_key: bytes | None
+    """The key node tokens are signed with (``--cluster-secret-file``, or the token
+    key with auth on); None: no connection may act as a node."""
     ssl_context: Callable[[], ssl.SSLContext | None]
     """The one server ``SSLContext`` of every TLS listener; None without ``--tls-cert``.
     Built on first call, so a bad certificate stops the start at the first TLS listener."""

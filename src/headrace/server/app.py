@@ -31,6 +31,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Final
 
+from headrace.controller.auth import load_cluster_secret
 from headrace.controller.model import ControllerModel
 from headrace.errors import ConfigError
 from headrace.server._context import Listener, ListenerContext, ListenerSettings
@@ -148,6 +149,9 @@ class ServerApp:
         """Connections of every listener, bounded by the open-file limit at start."""
         self.door_auth: DoorAuth | None = None
         """Users, grants and refusal counts shared by every front door; None: auth off."""
+        self.node_key: bytes | None = None
+        """The key node tokens are checked with: the cluster secret, else with auth
+        on the token key; None: no connection can prove it is another node."""
         self.metrics = ServerMetrics()
         self.metrics.attach(self)
 
@@ -251,11 +255,17 @@ class ServerApp:
                 plan.regions,
                 plan.connections,
             )
+            secret_file = self.config.cluster_secret_file
+            self.node_key = None if secret_file is None else load_cluster_secret(secret_file)
             if self.config.auth is not None:
                 # A bad password file or key stops the start whichever listeners run.
                 self.door_auth = DoorAuth(
-                    self.config.auth, self.config.data_dir, self.metrics.auth_refused
+                    self.config.auth,
+                    self.config.data_dir,
+                    self.metrics.auth_refused,
+                    token_key=self.node_key,
                 )
+                self.node_key = self.door_auth.token_key
             self._controller = await ControllerModel.open(self._store)
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
@@ -265,6 +275,7 @@ class ServerApp:
                 controller=self._controller,
                 metrics=self.metrics,
                 door_auth=self.door_auth,
+                node_key=self.node_key,
                 ssl_context=self.ssl_context,
                 health=self.health,
                 settings=ListenerSettings(

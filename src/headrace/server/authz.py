@@ -118,17 +118,24 @@ class DoorAuth:
         config: the auth options.
         data_dir: where the token signing key is.
         count: called with (protocol, reason) for every refusal (the metrics).
+        token_key: the key to sign and check tokens with instead of the data
+            directory's: the cluster secret, which every node shares.
 
     Raises:
         ConfigError: the password file or the key cannot be used.
     """
 
     def __init__(
-        self, config: AuthConfig, data_dir: Path, count: Callable[[str, str], None]
+        self,
+        config: AuthConfig,
+        data_dir: Path,
+        count: Callable[[str, str], None],
+        *,
+        token_key: bytes | None = None,
     ) -> None:
         limiter = LoginLimiter(config.failed_login_burst, config.failed_login_interval_s)
         self.authenticator = Authenticator(config.password_file, limiter=limiter)
-        self.token_key = load_or_create_key(data_dir)
+        self.token_key = load_or_create_key(data_dir) if token_key is None else token_key
         self.trusted = config.trusted_listeners
         self._count = count
 

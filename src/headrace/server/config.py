@@ -183,6 +183,9 @@ class ServerConfig:
     log_format: str = "text"
     cluster: ClusterConfig | None = None
     """None: a single node, as without ``--cluster``."""
+    cluster_secret_file: Path | None = None
+    """``--cluster-secret-file``: the key every node of a cluster shares, to sign
+    and check node tokens (and, with auth on, every delegation token)."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for any value out of range."""
@@ -639,6 +642,19 @@ OPTIONS: tuple[Option, ...] = (
         "recorded under it): 1 to 64 letters, digits, '.', '_' or '-'. Default: the host name.",
         "Cluster",
     ),
+    Option(
+        "cluster_secret_file",
+        Path,
+        None,
+        "The secret every node of a cluster shares (the same file on each; 32 to 4096 "
+        "bytes, mode 0600, e.g. head -c 32 /dev/urandom): nodes sign the tokens of "
+        "their calls to each other with it, and only such calls may change internal "
+        "segments (_system/...) over the segment-store port. With auth on it also "
+        "signs every delegation token, instead of the data directory's key. "
+        "Default: none (no other node can change internal segments here).",
+        "Cluster",
+        existing_file=True,
+    ),
 )
 """Every setting of ``headrace serve``, in the order ``--help`` and the docs list them."""
 
@@ -768,6 +784,9 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         container_count=count
         or (DEFAULT_CONTAINER_COUNT if cluster is None else DEFAULT_CLUSTER_CONTAINERS),
         cluster=cluster,
+        cluster_secret_file=None
+        if v["cluster_secret_file"] is None
+        else Path(str(v["cluster_secret_file"])),
     )
     config.validate()
     return config

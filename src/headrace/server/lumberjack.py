@@ -35,6 +35,10 @@ Theory of operation
   connection without its ack (the client resends elsewhere).
 * **Bad input** (``RemoteProtocolError`` from the codec, or a limit here)
   closes this connection with a log line; the open window is dropped unacked.
+* **An unreachable owner** (``OwnerUnavailable``: in a cluster, the target
+  segment's owner did not answer, or nobody owns it now) is retriable: the
+  window is not acked, the acks already due go out and the connection
+  closes (``reason=unavailable``); the client sends the window again.
 * **Auth** (``server/authz.py``): with auth on, the client must be a user
   (known by its TLS client certificate) holding READ_UPDATE on the target
   stream, checked at its first bytes and at every window; otherwise the
@@ -61,7 +65,13 @@ from typing import Final
 from headrace.controller.errors import ScopeExists, StreamExists
 from headrace.controller.naming import segment_name
 from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
-from headrace.errors import AccessDenied, RemoteProtocolError, SegmentNotFound, SegmentSealed
+from headrace.errors import (
+    AccessDenied,
+    OwnerUnavailable,
+    RemoteProtocolError,
+    SegmentNotFound,
+    SegmentSealed,
+)
 from headrace.protocols.lumberjack import (
     RECEIVE_SLACK_BYTES,
     Ack,
@@ -80,7 +90,7 @@ from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
-from headrace.server.authz import ConnectionAccess, DoorAuth
+from headrace.server.authz import ConnectionAccess, DoorAuth, peer_address
 from headrace.server.lumberjack_config import (
     MAX_WINDOWS_IN_FLIGHT,
     STREAM_SEGMENT_COUNT,
@@ -111,6 +121,10 @@ was scaled through the controller) before the connection gives up."""
 
 MAX_DOCUMENT_PARSERS: Final = 16
 """Document parsers kept, one per distinct set of routing fields (listeners' configs)."""
+
+UNAVAILABLE: Final = "unavailable"
+"""Access-line reason of a connection closed because a target segment's owner
+(another node) could not be reached: retriable, the client sends again."""
 
 _ROUTING_CACHE_SIZE: Final = 4096
 """Routing keys whose hash position is remembered: shippers' host names repeat."""
@@ -429,6 +443,19 @@ class LumberjackHandler(ConnectionHandler):
                     f"window (ack {window.ack_seq}) not durable after "
                     f"{self._config.max_ack_wait_s:.0f} s; closing without its ack"
                 ) from None
+            except OwnerUnavailable as exc:
+                # Retriable: the acks already due go out, then the connection
+                # closes without this window's (nor any later one's); the
+                # client sends them again, here or to another node.
+                log.warning(
+                    "%s %s: window (ack %s) not acknowledged: %s; closing, the client resends",
+                    self.name,
+                    peer_address(self.peer),
+                    window.ack_seq,
+                    exc,
+                )
+                self.close_connection(UNAVAILABLE)
+                return
         finally:
             if not window.issued.done():
                 window.issued.set_result(None)

@@ -54,6 +54,18 @@ Behaviour the client depends on, and where it is kept:
   a refused one gets ``AuthTokenCheckFailed`` with TOKEN_EXPIRED (the client
   fetches a fresh token and retries) or TOKEN_CHECK_FAILED, and the
   connection stays open.
+* **Internal segments are the nodes' own**: a request changing one
+  (``PROTECTED_REQUESTS``) is carried out only with a node token (another
+  node forwarding its controller's or TANK's tables), signed with the token
+  key, or with auth off with the cluster secret (``node_key``); anyone else
+  gets ``OperationUnsupported``.
+* **Reply texts are bounded** (``p.reply_text``): a text quoting a segment
+  name cuts a long one, so a reply about a name near the wire's 64 KiB
+  string limit can still be encoded.
+* **The empty table key** cannot travel (the wire writes it without its
+  version; Pravega's tables hold none): a request naming it gets
+  ``ErrorMessage`` (illegal argument), and iterations and deltas of a table
+  that holds it (written through the store) leave it out.
 * **Appends only after an accepted SetupAppend**: a writer's session opens
   when we send ``AppendSetup`` (the connection's rule), so a refused
   SetupAppend leaves its appends to close the connection; and every append
@@ -74,12 +86,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
-from headrace.controller.auth import load_or_create_key
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
     AppendRefused,
     BadOffset,
     LimitExceeded,
+    OwnerUnavailable,
     RemoteProtocolError,
     SegmentExists,
     SegmentNotFound,
@@ -112,8 +124,10 @@ from headrace.types import (
     FileRegion,
     ReadResult,
     RegionRead,
+    TableDelta,
     TableEntry,
     TableKey,
+    TablePage,
     TableUpdate,
     WriterAppend,
 )
@@ -135,6 +149,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_Item = TypeVar("_Item", TableKey, TableEntry)
 
 READ_HOLD_S = 10.0
 """How long a read at the tail of an open segment is parked before it gets an
@@ -214,6 +229,9 @@ MAX_TOKENS_PER_CONNECTION = 16
 (their expiry is still checked on every command). A client sends one token
 per stream it works on; a connection sending more only costs an HMAC each."""
 
+EMPTY_KEY: Final = "a table key cannot be empty"
+"""The ``ErrorMessage`` text of a table request naming the empty key."""
+
 
 class _AckTurn:
     """One append's place in its writer's acknowledgement order.
@@ -256,7 +274,12 @@ class PravegaHandler(ConnectionHandler):
         max_append_bytes_in_flight: ``MAX_APPEND_BYTES_IN_FLIGHT``.
         token_key: the key delegation tokens are signed with; when given
             (auth on) every request must carry a valid token covering its
-            segments (``check_token``); None: tokens are ignored.
+            segments (``check_token``); None: tokens are ignored, but for
+            node tokens.
+        node_key: with auth off, the key node tokens are checked with (the
+            cluster secret): a request changing an internal segment is carried
+            out only with a node token signed with it; None (and auth off):
+            never. With auth on, node tokens are ``token_key``'s.
         on_refused: called with the reason of every refused token
             (``unidentified``, ``bad_credentials``, ``permission_denied``):
             the server's metrics.
@@ -271,10 +294,12 @@ class PravegaHandler(ConnectionHandler):
         read_hold_s: float = READ_HOLD_S,
         max_append_bytes_in_flight: int = MAX_APPEND_BYTES_IN_FLIGHT,
         token_key: bytes | None = None,
+        node_key: bytes | None = None,
         on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
         self._token_key = token_key
+        self._node_key = token_key if token_key is not None else node_key
         self._on_refused = on_refused
         self._tokens: dict[str, TokenClaims] = {}  # signatures checked on this connection
         self._read_hold_s = read_hold_s
@@ -366,14 +391,18 @@ class PravegaHandler(ConnectionHandler):
                 )
                 self._reply(
                     p.AuthTokenCheckFailed(
-                        event.request_id_or_default, str(refusal), refusal.error_code
+                        event.request_id_or_default,
+                        p.reply_text(str(refusal), _segments_named(event)),
+                        refusal.error_code,
                     )
                 )
                 return
         internal = _internal_target(event)
-        if internal is not None:
+        if internal is not None and not self._from_node(event):
             log.warning(
-                "pravega: refused %s on internal segment %s", type(event).__name__, internal
+                "pravega: refused %s on internal segment %s: no node token",
+                type(event).__name__,
+                internal,
             )
             self._reply(
                 p.OperationUnsupported(
@@ -393,29 +422,58 @@ class PravegaHandler(ConnectionHandler):
         except StoreError as exc:
             self._reply(_error_reply(exc, event, event.segment_or_none or ""))
 
-    def _check_token(self, request: p.Command) -> TokenError | None:
-        """Why ``request``'s delegation token does not allow it; None if it does.
+    def _claims(self, request: p.Command, key: bytes) -> TokenClaims:
+        """The claims of ``request``'s delegation token, checked with ``key``
+        (a signature checked before on this connection is not checked again).
 
-        The token must be well signed, not expired, name a resource covering
-        the stream of every segment the request names, and carry READ for
-        ``READ_REQUESTS`` or READ_UPDATE for anything else. Appends are
-        covered by their SetupAppend. A request naming no segment
-        (FlushToStorage) or an internal one has no stream to be covered by,
-        so no token allows it.
+        Raises:
+            TokenError: no token, a bad one, or an expired one.
         """
-        assert self._token_key is not None
         token = getattr(request, "delegation_token", "")
         claims = self._tokens.get(token)
         now = time.time()
         try:
             if claims is None or claims.expires_at_s <= now:
-                claims = decode_token(self._token_key, token, now_s=now)
+                claims = decode_token(key, token, now_s=now)
                 if len(self._tokens) >= MAX_TOKENS_PER_CONNECTION:
                     self._tokens.clear()
                 self._tokens[token] = claims
-        except TokenError as exc:
+        except TokenError:
             self._tokens.pop(token, None)
+            raise
+        return claims
+
+    def _from_node(self, request: p.Command) -> bool:
+        """Whether ``request`` carries a valid node token (another node of the
+        cluster, signed with the key every node shares)."""
+        if self._node_key is None:
+            return False
+        try:
+            return self._claims(request, self._node_key).node
+        except TokenError:
+            return False
+
+    def _check_token(self, request: p.Command) -> TokenError | None:
+        """Why ``request``'s delegation token does not allow it; None if it does.
+
+        A node token allows every request. Any other token must be well
+        signed, not expired, name a resource covering the stream of every
+        segment the request names, and carry READ for ``READ_REQUESTS`` or
+        READ_UPDATE for anything else. Appends are covered by their
+        SetupAppend. A request naming no segment (FlushToStorage, as Java's
+        is checked against the empty resource only its internal token
+        covers) or an internal one has no stream to be covered by, so only a
+        node token allows it.
+        """
+        assert self._token_key is not None
+        try:
+            claims = self._claims(request, self._token_key)
+        except TokenError as exc:
             return exc
+        if claims.node:
+            return None
+        if type(request) is p.FlushToStorage:
+            return TokenInvalid("FlushToStorage names no segment: only a node token allows it")
         needed = Permission.READ if type(request) in READ_REQUESTS else Permission.READ_UPDATE
         if claims.permission < needed:
             return TokenInvalid(f"{type(request).__name__} needs {needed.name}")
@@ -848,7 +906,26 @@ class PravegaHandler(ConnectionHandler):
         await self._store.delete_table(cmd.segment, must_be_empty=cmd.must_be_empty)
         self._reply(p.SegmentDeleted(cmd.request_id, cmd.segment))
 
+    def _refuse_empty_key(
+        self,
+        cmd: p.UpdateTableEntries | p.RemoveTableKeys | p.ReadTable,
+        keys: Sequence[p.TableKey],
+    ) -> bool:
+        """Refuse a request naming the empty table key (``ErrorMessage``, illegal
+        argument); False if it names none. Pravega's tables hold no empty key
+        (its segment store refuses a key of length 0), and the wire writes an
+        empty key without its version, so no reply could carry one."""
+        if all(key.key for key in keys):
+            return False
+        log.warning("pravega: refused %s on %s: %s", type(cmd).__name__, cmd.segment, EMPTY_KEY)
+        self._reply(
+            p.ErrorMessage(cmd.request_id, cmd.segment, EMPTY_KEY, p.ErrorMessage.ILLEGAL_ARGUMENT)
+        )
+        return True
+
     async def _update_table(self, cmd: p.UpdateTableEntries) -> None:
+        if self._refuse_empty_key(cmd, [key for key, _ in cmd.table_entries.entries]):
+            return
         updates = [
             TableUpdate(key.key, value.value, key.version)
             for key, value in cmd.table_entries.entries
@@ -859,6 +936,8 @@ class PravegaHandler(ConnectionHandler):
         self._reply(p.TableEntriesUpdated(cmd.request_id, tuple(versions)))
 
     async def _remove_keys(self, cmd: p.RemoveTableKeys) -> None:
+        if self._refuse_empty_key(cmd, cmd.keys):
+            return
         keys = [TableKey(key.key, key.version) for key in cmd.keys]
         await self._store.remove_table_keys(
             cmd.segment, keys, expected_length=_table_offset(cmd.table_segment_offset)
@@ -880,6 +959,8 @@ class PravegaHandler(ConnectionHandler):
         return result
 
     async def _read_table(self, cmd: p.ReadTable) -> None:
+        if self._refuse_empty_key(cmd, cmd.keys):
+            return
         try:
             found = await self._with_room(
                 lambda: self._table_entries(cmd),
@@ -889,7 +970,10 @@ class PravegaHandler(ConnectionHandler):
             log.warning("pravega: refused ReadTable on %s: %s", cmd.segment, exc)
             self._reply(
                 p.ErrorMessage(
-                    cmd.request_id, cmd.segment, str(exc), p.ErrorMessage.ILLEGAL_ARGUMENT
+                    cmd.request_id,
+                    cmd.segment,
+                    p.reply_text(str(exc)),
+                    p.ErrorMessage.ILLEGAL_ARGUMENT,
                 )
             )
             return
@@ -930,11 +1014,13 @@ class PravegaHandler(ConnectionHandler):
         return found
 
     async def _read_keys(self, cmd: p.ReadTableKeys) -> None:
+        count = _item_count(cmd.suggested_key_count)
         page = await self._with_room(
-            lambda: self._store.iterate_table_keys(
-                cmd.segment,
-                continuation_token=cmd.args.continuation_token,
-                max_count=_item_count(cmd.suggested_key_count),
+            lambda: _wire_page(
+                lambda token: self._store.iterate_table_keys(
+                    cmd.segment, continuation_token=token, max_count=count
+                ),
+                cmd.args.continuation_token,
             ),
             lambda page: sum(len(k.key) for k in page.items),
         )
@@ -942,11 +1028,13 @@ class PravegaHandler(ConnectionHandler):
         self._reply(p.TableKeysRead(cmd.request_id, cmd.segment, keys, page.continuation_token))
 
     async def _read_entries(self, cmd: p.ReadTableEntries) -> None:
+        count = _item_count(cmd.suggested_entry_count)
         page = await self._with_room(
-            lambda: self._store.iterate_table_entries(
-                cmd.segment,
-                continuation_token=cmd.args.continuation_token,
-                max_count=_item_count(cmd.suggested_entry_count),
+            lambda: _wire_page(
+                lambda token: self._store.iterate_table_entries(
+                    cmd.segment, continuation_token=token, max_count=count
+                ),
+                cmd.args.continuation_token,
             ),
             lambda page: _size_of(page.items),
         )
@@ -958,7 +1046,7 @@ class PravegaHandler(ConnectionHandler):
 
     async def _read_delta(self, cmd: p.ReadTableEntriesDelta) -> None:
         delta = await self._with_room(
-            lambda: self._store.read_table_delta(
+            lambda: self._wire_delta(
                 cmd.segment, cmd.from_position, _item_count(cmd.suggested_entry_count)
             ),
             lambda delta: _size_of(delta.entries),
@@ -974,6 +1062,27 @@ class PravegaHandler(ConnectionHandler):
             )
         )
 
+    async def _wire_delta(self, name: str, position: int, count: int) -> TableDelta:
+        """The store's delta from ``position`` without the empty key (written by no
+        wire client; the wire cannot carry its version). Where that leaves none
+        of the entries read, the walk goes on from where it stopped, so a delta
+        comes back empty only at the end of the log (each step moves forward)."""
+        delta = await self._store.read_table_delta(name, position, count)
+        clear = delta.should_clear
+        entries = [entry for entry in delta.entries if entry.key]
+        while (
+            delta.entries
+            and not entries
+            and not delta.reached_end
+            and delta.last_position > position
+        ):
+            position = delta.last_position
+            delta = await self._store.read_table_delta(name, position, count)
+            entries = [entry for entry in delta.entries if entry.key]
+        if len(entries) == len(delta.entries) and delta.should_clear == clear:
+            return delta
+        return TableDelta(entries, delta.last_position, delta.reached_end, clear)
+
     async def _table_info(self, cmd: p.GetTableSegmentInfo) -> None:
         info = await self._store.table_info(cmd.segment_name)
         self._reply(
@@ -986,6 +1095,23 @@ class PravegaHandler(ConnectionHandler):
                 0,
             )
         )
+
+
+async def _wire_page(
+    fetch: Callable[[bytes], Awaitable[TablePage[_Item]]], token: bytes
+) -> TablePage[_Item]:
+    """``fetch(token)``'s page without the empty key (the wire cannot carry its
+    version; no wire client writes it). A page that held nothing else is
+    followed by the next one: clients stop at an empty page, so one comes back
+    only at the end. A table holds the empty key once, first in key order."""
+    page = await fetch(token)
+    items = [item for item in page.items if item.key]
+    if len(items) == len(page.items):
+        return page
+    if not items:
+        page = await fetch(page.continuation_token)
+        items = [item for item in page.items if item.key]
+    return TablePage(items, page.continuation_token)
 
 
 def _table_offset(table_segment_offset: int) -> int | None:
@@ -1060,11 +1186,12 @@ PROTECTED_REQUESTS: frozenset[type[p.Command]] = frozenset(
 )
 """Requests that change a segment. Naming an internal segment
 (``_system/…``: the controller's metadata tables, TANK's sequence-number
-tables) in one of them gets ``OperationUnsupported``: only the server itself
-writes there, with direct store calls, and the model's in-memory mirror
-assumes nobody else does. Reads of internal segments stay allowed with auth
-off (tools may inspect them); with auth on no delegation token covers them,
-so they are out of reach over the wire."""
+tables) in one of them gets ``OperationUnsupported``, unless it carries a
+node token: only the servers of the cluster write there (this one with
+direct store calls, another one forwarding its own over the wire), and the
+model's in-memory mirror assumes nobody else does. Reads of internal
+segments stay allowed with auth off (tools may inspect them); with auth on
+only a node token covers them."""
 
 
 READ_REQUESTS: frozenset[type[p.Command]] = frozenset(
@@ -1142,7 +1269,15 @@ def _not_empty(e: TableNotEmpty, req: p.Command | None, rid: int, seg: str) -> p
 
 
 def _illegal(e: StoreError, req: p.Command | None, rid: int, seg: str) -> p.Command:
-    return p.ErrorMessage(rid, seg, str(e), p.ErrorMessage.ILLEGAL_ARGUMENT)
+    # The text quotes the name: bounded, or a long name could not be encoded.
+    text = p.reply_text(str(e), [getattr(e, "name", seg)])
+    return p.ErrorMessage(rid, seg, text, p.ErrorMessage.ILLEGAL_ARGUMENT)
+
+
+def _wrong_host(e: OwnerUnavailable, req: p.Command | None, rid: int, seg: str) -> p.Command:
+    # Java's answer when the segment's container is not on this host: the
+    # client asks the controller again and retries (pravega.md#errors).
+    return p.WrongHost(rid, seg, "", "")
 
 
 STORE_ERROR_REPLIES: dict[type[StoreError], Callable[[Any, p.Command | None, int, str], p.Command]]
@@ -1158,10 +1293,12 @@ STORE_ERROR_REPLIES = {
     SegmentTypeMismatch: _illegal,
     LimitExceeded: _illegal,
     AppendRefused: _illegal,  # e.g. an event that is not a bundle into a TANK topic
+    OwnerUnavailable: _wrong_host,  # retriable: another node owns it, or nobody right now
 }
 """Store error -> the reply command (Pravega's ``handleException``), built from
 the error, the request (None for appends), the request id and the segment name
-exactly as the client sent it. Any other store error (``StoreClosed``,
+exactly as the client sent it. Reply texts are bounded (``p.reply_text``).
+Any other store error (``StoreClosed``,
 ``StorageFull``, ``CorruptionError``) closes the connection, as Java does for
 unknown failures; the client reconnects and retries."""
 
@@ -1191,6 +1328,7 @@ async def serve_segment_store(
     settings: ListenerSettings = NO_SETTINGS,
     ssl_context: ssl.SSLContext | None = None,
     token_key: bytes | None = None,
+    node_key: bytes | None = None,
     on_refused: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
@@ -1198,6 +1336,7 @@ async def serve_segment_store(
     ``settings``: limits and metrics (``start_tcp_listener``).
     ``ssl_context``: serve TLS on the port (the Pravega client's ``tls://`` URIs).
     ``token_key``: require delegation tokens signed with it (auth on).
+    ``node_key``: with auth off, let node tokens signed with it change internal segments.
 
     Raises:
         OSError: the address could not be bound.
@@ -1207,7 +1346,11 @@ async def serve_segment_store(
         host,
         port,
         lambda: PravegaHandler(
-            store, read_hold_s=read_hold_s, token_key=token_key, on_refused=on_refused
+            store,
+            read_hold_s=read_hold_s,
+            token_key=token_key,
+            node_key=node_key,
+            on_refused=on_refused,
         ),
         settings=settings,
         ssl_context=ssl_context,
@@ -1217,13 +1360,14 @@ async def serve_segment_store(
 async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Listener:
     """The ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
     TLS when a certificate is configured."""
-    auth, doors = ctx.config.auth, ctx.door_auth
+    doors = ctx.door_auth
     return await serve_segment_store(
         ctx.store,
         host,
         port,
         settings=ctx.settings,
         ssl_context=ctx.ssl_context(),
-        token_key=None if auth is None else load_or_create_key(ctx.config.data_dir),
+        token_key=None if doors is None else doors.token_key,
+        node_key=ctx.node_key,
         on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
     )

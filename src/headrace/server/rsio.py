@@ -51,6 +51,7 @@ from headrace.controller.naming import segment_name
 from headrace.errors import (
     HeadraceError,
     LocalProtocolError,
+    OwnerUnavailable,
     RemoteProtocolError,
     SegmentNotFound,
     SegmentSealed,
@@ -172,6 +173,7 @@ assert MAX_OFFER_BATCH_BYTES <= MAX_APPEND_BYTES
 STORE_ERROR_REASONS: dict[type[HeadraceError], str] = {
     SegmentNotFound: "stream segment not found (stream deleted?)",
     SegmentSealed: "stream is sealed",
+    OwnerUnavailable: "unavailable, try again",  # another node owns it, or nobody right now
     StoreError: "store error",
 }
 """The onError reason for a store error (the error's text is appended)."""

@@ -44,7 +44,13 @@ from typing import Final, TypeVar
 
 from headrace.controller.errors import ControllerError, StreamExists, TooMany
 from headrace.controller.naming import is_valid_name
-from headrace.errors import ConfigError, HeadraceError, RemoteProtocolError, StoreError
+from headrace.errors import (
+    ConfigError,
+    HeadraceError,
+    OwnerUnavailable,
+    RemoteProtocolError,
+    StoreError,
+)
 from headrace.protocols import tank as t
 from headrace.protocols.pravega.auth import Permission, scope_resource, stream_resource
 from headrace.server._context import Listener, ListenerContext
@@ -674,6 +680,11 @@ ERROR_CODES: Final[tuple[tuple[type[HeadraceError], _WireCode], ...]] = (
     (StreamExists, t.CreateTopicResult.ALREADY_EXISTS),
     (TooMany, t.CreateTopicResult.SYSTEM_ERROR),
     (ControllerError, t.CreateTopicResult.INVALID_REQUEST),  # InvalidArgument: partitions
+    # a partition whose owner (another node) cannot be reached now has no leader:
+    # the cluster code a client retries on
+    (OwnerUnavailable, t.ProduceError.NO_LEADER),
+    (OwnerUnavailable, t.ConsumeError.NO_LEADER),
+    (OwnerUnavailable, t.DiscoverPartitionsError.NO_LEADER),
     # what the store fails with (logged; the client may try again)
     (StoreError, t.ProduceError.IO_FAULT),
     (StoreError, t.ConsumeError.SYSTEM_ERROR),

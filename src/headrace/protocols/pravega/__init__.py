@@ -14,7 +14,9 @@ from .codec import (
     EVENT_HEADER,
     HEADER_SIZE_BYTES,
     MAX_FRAME_BYTES,
+    MAX_REPLY_TEXT_BYTES,
     MAX_STRING_BYTES,
+    QUOTED_NAME_CHARS,
     decode_command,
     decode_events,
     decode_frame,
@@ -23,6 +25,7 @@ from .codec import (
     encode_event,
     encode_split,
     iter_events,
+    reply_text,
 )
 from .commands import *  # noqa: F403 - the command vocabulary is public by design
 from .commands import __all__ as _commands_all
@@ -44,9 +47,11 @@ __all__ = [
     "HEADER_SIZE_BYTES",
     "MAX_BUFFERED_BYTES",
     "MAX_FRAME_BYTES",
+    "MAX_REPLY_TEXT_BYTES",
     "MAX_STRING_BYTES",
     "MAX_WRITERS_PER_CONNECTION",
     "OLDEST_COMPATIBLE_VERSION",
+    "QUOTED_NAME_CHARS",
     "WIRE_VERSION",
     "AppendData",
     "ConnectionClosed",
@@ -63,5 +68,6 @@ __all__ = [
     "encode_event",
     "encode_split",
     "iter_events",
+    "reply_text",
     *_commands_all,
 ]

@@ -33,8 +33,8 @@ Segment names map to resources by their first two components: the segment
 tables (``S/G_kvtable/0.#epoch.0``) belong to the pseudo-stream the client
 asked a token for (``G_kvtable``); user stream names cannot contain ``_``, so
 such a name never collides with a real stream. Internal segments
-(``_system/…``) have no resource: with auth on they are out of reach over the
-wire.
+(``_system/…``) have no resource: with auth on only a node token (claim
+``node``, signed for a node's own calls, never for a user) reaches them.
 
 Only the standard library: ``hmac``, ``hashlib``, ``base64``, ``json``.
 """
@@ -223,13 +223,20 @@ class TokenExpired(TokenError):
 
 @dataclass(frozen=True, slots=True)
 class TokenClaims:
-    """What a delegation token says: who, on what, what may be done, until when."""
+    """What a delegation token says: who, on what, what may be done, until when.
+
+    ``node``: a node token, which another node of the cluster signs for its
+    own calls (claim ``node``: true): it allows every request, internal
+    segments and requests naming no segment included. The controller never
+    signs one for a user.
+    """
 
     subject: str
     resource: str
     permission: Permission
     expires_at_s: int
     issued_at_s: int
+    node: bool = False
 
 
 def _b64(data: bytes) -> str:
@@ -254,6 +261,8 @@ def encode_token(key: bytes, claims: TokenClaims) -> str:
         "iat": claims.issued_at_s,
         "exp": claims.expires_at_s,
     }
+    if claims.node:
+        payload["node"] = True
     head = _b64(json.dumps(_HEADER, separators=(",", ":")).encode())
     body = _b64(json.dumps(payload, separators=(",", ":")).encode())
     signing_input = f"{head}.{body}"
@@ -298,6 +307,7 @@ def decode_token(key: bytes, token: str, *, now_s: float) -> TokenClaims:
             permission=Permission[str(payload["perm"])],
             expires_at_s=int(payload["exp"]),
             issued_at_s=int(payload["iat"]),
+            node=payload.get("node") is True,
         )
     except (KeyError, TypeError, ValueError):
         raise TokenInvalid("delegation token lacks a claim") from None

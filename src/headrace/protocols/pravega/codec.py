@@ -47,9 +47,9 @@ from __future__ import annotations
 import enum
 import itertools
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
@@ -62,7 +62,9 @@ __all__ = [
     "FRAME_HEADER",
     "HEADER_SIZE_BYTES",
     "MAX_FRAME_BYTES",
+    "MAX_REPLY_TEXT_BYTES",
     "MAX_STRING_BYTES",
+    "QUOTED_NAME_CHARS",
     "decode_command",
     "decode_events",
     "decode_frame",
@@ -71,6 +73,7 @@ __all__ = [
     "encode_event",
     "encode_split",
     "iter_events",
+    "reply_text",
     "take_frame",
 ]
 
@@ -98,6 +101,19 @@ legitimate frame is a Rust append batch of 8 MiB + 8 bytes of data.
 
 MAX_STRING_BYTES = 0xFFFF
 """Longest encoded string: the length prefix is a u16 (pravega.md#field-encodings)."""
+
+MAX_REPLY_TEXT_BYTES: Final = 4096
+"""Longest text a server writes into a reply's free-text field (``ErrorMessage``'s
+message, ``AuthTokenCheckFailed``'s trace, ``OperationUnsupported``'s operation):
+such a text may quote segment names, each up to ``MAX_STRING_BYTES`` itself, so
+without a bound a reply about a long name could not be encoded (``reply_text``)."""
+
+QUOTED_NAME_CHARS: Final = 128
+"""Characters of a segment name that a reply's text quotes; a longer name is cut
+there, with an ellipsis (the reply's own segment field carries the whole name)."""
+
+ELLIPSIS: Final = "\u2026"
+"""What marks a cut name or text."""
 
 
 UUID_CACHE_SIZE = 4096
@@ -151,6 +167,25 @@ def _decode_str(raw: bytes) -> str:
         raise RemoteProtocolError(
             f"string is neither UTF-8 nor modified UTF-8: {raw[:64]!r}"
         ) from exc
+
+
+def reply_text(text: str, names: Iterable[str] = ()) -> str:
+    """``text`` made fit for a reply's free-text field: always encodable.
+
+    Each of ``names`` quoted in it (as ``repr`` quotes it) longer than
+    ``QUOTED_NAME_CHARS`` is cut there with an ellipsis; a text still over
+    ``MAX_REPLY_TEXT_BYTES`` of UTF-8 is cut to fit, ending in an ellipsis;
+    a lone surrogate becomes ``?``. The same text always gives the same
+    result, so a peer can compare a reply's text with what it expects.
+    """
+    for name in names:
+        if len(name) > QUOTED_NAME_CHARS:
+            text = text.replace(repr(name), repr(name[:QUOTED_NAME_CHARS] + ELLIPSIS))
+    raw = text.encode("utf-8", "replace")
+    if len(raw) > MAX_REPLY_TEXT_BYTES:
+        cut = raw[: MAX_REPLY_TEXT_BYTES - len(ELLIPSIS.encode())]
+        return cut.decode("utf-8", "ignore") + ELLIPSIS
+    return raw.decode("utf-8")
 
 
 # --------------------------------------------------------------------------- reader
