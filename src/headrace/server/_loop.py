@@ -92,9 +92,10 @@ import os
 import ssl
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Final, Protocol, cast
+from typing import Protocol, cast
 
 from headrace.errors import HeadraceError, RemoteProtocolError
+from headrace.server._budget import MemoryBudget
 from headrace.types import FileRegion
 
 __all__ = [
@@ -104,7 +105,6 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_FRAME_BYTES",
     "MAX_PENDING_EVENTS",
-    "MAX_TOTAL_BUFFERED_BYTES",
     "PARTIAL_FRAME_TIMEOUT_S",
     "READ_CHUNK_BYTES",
     "TLS_HANDSHAKE_TIMEOUT_S",
@@ -149,21 +149,6 @@ MAX_BUFFERED_BYTES = 128 * 1024 * 1024
 """Reply bytes handed to the socket that the peer has not taken. Front doors bound
 what they queue themselves (Pravega 8 MiB of read replies, TANK 64 MiB of chunks);
 a peer that stops reading beyond this is dropped instead of holding the memory."""
-
-MAX_TOTAL_BUFFERED_BYTES: Final = 256 * 1024 * 1024
-"""Bytes all connections of a server may hold together (frames still arriving,
-replies not taken) before reading pauses. Every per-connection limit holds on
-its own, but a thousand connections each within them add up to gigabytes; one
-bound on the sum (Kafka's ``queued.max.request.bytes``) keeps the server under
-1 GiB however many peers announce large frames or stop reading. Four frames
-of ``MAX_FRAME_BYTES`` (sixteen of Pravega's largest), so large appends from
-many writers still flow; it must be at least ``MAX_FRAME_BYTES``, or a frame
-that large could never be received whole."""
-
-BUDGET_RECHECK_S: Final = 0.1
-"""How often a spent ``MemoryBudget`` looks again at what each connection holds
-while connections wait for it: a transport's buffer drains into the socket
-without a callback, so what a connection last reported can be stale."""
 
 PARTIAL_FRAME_TIMEOUT_S = 60.0
 """Longest a frame may take to arrive once its first byte is in: a real client
@@ -239,101 +224,6 @@ class ConnectionObserver(Protocol):
     def bytes_sent(self, count: int) -> None: ...
 
     def request_received(self) -> None: ...
-
-
-class MemoryBudget:
-    """Bytes held by every connection of a server, against one bound.
-
-    Connections report what they ``hold`` as it changes. A connection that
-    holds bytes and receives more while the budget is ``spent`` stops
-    reading and ``wait``s: every waiting connection is resumed, in the order
-    they stopped, as soon as the total is back under the bound. While some
-    wait, what every holder holds is looked at again each
-    ``BUDGET_RECHECK_S`` (a transport's buffer drains without telling the
-    loop). Pauses are counted for the metrics (``headrace_read_pauses_total``).
-
-    Args:
-        capacity_bytes: the bound (``MAX_TOTAL_BUFFERED_BYTES``).
-    """
-
-    __slots__ = (
-        "_holders",
-        "_recheck",
-        "_resume_scheduled",
-        "_waiting",
-        "capacity_bytes",
-        "in_use_bytes",
-        "pauses",
-    )
-
-    def __init__(self, capacity_bytes: int = MAX_TOTAL_BUFFERED_BYTES) -> None:
-        self.capacity_bytes = capacity_bytes
-        self.in_use_bytes = 0
-        self.pauses = 0
-        self._holders: dict[object, tuple[int, Callable[[], None]]] = {}
-        self._waiting: dict[object, Callable[[], None]] = {}
-        self._resume_scheduled = False
-        self._recheck: asyncio.TimerHandle | None = None
-
-    @property
-    def spent(self) -> bool:
-        return self.in_use_bytes > self.capacity_bytes
-
-    def hold(self, key: object, held_bytes: int, recheck: Callable[[], None]) -> None:
-        """``key`` holds ``held_bytes`` now; ``recheck()`` makes it say so again."""
-        entry = self._holders.pop(key, None)
-        before = 0 if entry is None else entry[0]
-        if held_bytes:
-            self._holders[key] = (held_bytes, recheck)
-        self.in_use_bytes += held_bytes - before
-        if held_bytes < before and self._waiting and not self.spent:
-            self._schedule_resume()
-
-    def wait(self, key: object, resume: Callable[[], None]) -> None:
-        """``key`` stopped reading; ``resume()`` once the budget is under its bound."""
-        if key in self._waiting:
-            return
-        self.pauses += 1
-        self._waiting[key] = resume
-        if self._recheck is None:
-            self._recheck = asyncio.get_running_loop().call_later(
-                BUDGET_RECHECK_S, self._look_again
-            )
-
-    def forget(self, key: object) -> None:
-        """``key`` went away: it holds nothing and is never resumed."""
-        self._waiting.pop(key, None)
-        self.hold(key, 0, _nothing)
-
-    def _schedule_resume(self) -> None:
-        if not self._resume_scheduled:
-            self._resume_scheduled = True
-            asyncio.get_running_loop().call_soon(self._resume)
-
-    def _look_again(self) -> None:
-        self._recheck = None
-        if not self._waiting:
-            return
-        for _, recheck in list(self._holders.values()):
-            recheck()
-        if self.spent:
-            self._recheck = asyncio.get_running_loop().call_later(
-                BUDGET_RECHECK_S, self._look_again
-            )
-        else:
-            self._schedule_resume()
-
-    def _resume(self) -> None:
-        self._resume_scheduled = False
-        if self.spent:
-            return  # spent again meanwhile: a later release (or look) resumes them
-        waiting, self._waiting = self._waiting, {}
-        for resume in waiting.values():
-            resume()
-
-
-def _nothing() -> None:
-    return None
 
 
 class ConnectionSlots:
