@@ -30,7 +30,7 @@ replies inside the sans-I/O object; the loop writes whatever
   ``sequential`` and are run one at a time, in order. An event its handler
   marks ``inline`` (a Pravega append) skips the task: its first step runs
   in the receive callback at once, and only if it suspends is the rest
-  handed to a task (``_start_inline``), so an append the store acknowledges
+  handed to a task (``_inline.start_inline``), so an append the store acknowledges
   without waiting is read, handled and answered in one callback.
 * **Writing** happens in a writer task woken by ``wake_writer``; it drains
   the transport, so a peer that does not read is slowed too, and ``close``
@@ -90,12 +90,13 @@ import dataclasses
 import logging
 import os
 import ssl
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from headrace.errors import HeadraceError, RemoteProtocolError
 from headrace.server._budget import MemoryBudget
+from headrace.server._inline import start_inline
 from headrace.types import FileRegion
 
 __all__ = [
@@ -403,62 +404,6 @@ class ConnectionHandler(abc.ABC):
 
 def _finished(task: asyncio.Task[None] | None) -> bool:
     return task is None or task.done()
-
-
-def _start_inline(coro: Coroutine[object, None, None]) -> asyncio.Task[None] | None:
-    """Run ``coro``'s first step now; None if it finished, else a task that runs the rest.
-
-    What a Task does with a coroutine, minus the round it waits before the
-    first step. The first step runs in the caller's task and context.
-    """
-    try:
-        yielded = coro.send(None)
-    except StopIteration:
-        return None
-    _taken(yielded)
-    return asyncio.create_task(_finish(coro, yielded))
-
-
-def _taken(yielded: object) -> None:
-    """Mark a future a coroutine yielded as taken by its driver, as a Task does at once:
-    a future still marked refuses the next coroutine that awaits it."""
-    if isinstance(yielded, asyncio.Future):
-        yielded._asyncio_future_blocking = False
-
-
-async def _finish(coro: Coroutine[object, None, None], yielded: object) -> None:
-    """Drive ``coro`` on from what its last step yielded, as its Task would.
-
-    A future it yielded is awaited here (its outcome stays in it: the
-    coroutine reads it when resumed), so this task wakes in the same round
-    the coroutine's own task would, and cancelling this task cancels that
-    future, as a Task does. A bare ``yield`` (``sleep(0)``) is one round.
-    """
-    while True:
-        thrown: BaseException | None = None
-        if yielded is None:
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError as exc:
-                thrown = exc
-        elif isinstance(yielded, asyncio.Future):
-            try:
-                await yielded
-            except asyncio.CancelledError as exc:
-                # The future itself cancelled (by this task's cancel or another
-                # waiter's): the coroutine sees it when resumed. Cancelled with the
-                # future already done: throw it in, as a Task does.
-                if not yielded.cancelled():
-                    thrown = exc
-            except Exception:  # the coroutine reads it from the future
-                pass
-        else:  # what a Task does with a stray yield
-            thrown = RuntimeError(f"a coroutine run inline yielded {yielded!r}")
-        try:
-            yielded = coro.send(None) if thrown is None else coro.throw(thrown)
-        except StopIteration:
-            return
-        _taken(yielded)
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -856,7 +801,7 @@ class Connection(asyncio.BufferedProtocol):
         task: asyncio.Task[None] | None
         if after is None and not self._unstarted and self._handler.inline(event):
             # Nothing it must follow is left undone: start it here, in order.
-            task = _start_inline(self._run_event(event, None))
+            task = start_inline(self._run_event(event, None))
         else:
             task = self._loop.create_task(self._run_event(event, after))
             if not self._unstarted:
