@@ -1,11 +1,13 @@
-"""The server-wide budget of buffered bytes.
+"""The server-wide budget of buffered bytes, and one connection's account with it.
 
 Every connection charges what it holds (a frame still arriving, replies its
 handler holds, reply bytes its transport holds for the peer) to one
 ``MemoryBudget`` shared by every listener (``--max-total-buffered-bytes``).
 Once the total is over the bound, a connection that holds bytes and receives
 more stops reading until the total is back under it; one that holds nothing
-never waits.
+never waits. A connection keeps its charge in a ``BudgetAccount``: it
+measures what it holds after each receive and each write, and tells the
+budget only when that changed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["BUDGET_RECHECK_S", "MAX_TOTAL_BUFFERED_BYTES", "MemoryBudget"]
+__all__ = ["BUDGET_RECHECK_S", "MAX_TOTAL_BUFFERED_BYTES", "BudgetAccount", "MemoryBudget"]
 
 MAX_TOTAL_BUFFERED_BYTES: Final = 256 * 1024 * 1024
 """Bytes all connections of a server may hold together (frames still arriving,
@@ -125,3 +127,52 @@ class MemoryBudget:
 
 def _nothing() -> None:
     return None
+
+
+class BudgetAccount:
+    """What one connection holds, as it last told its ``MemoryBudget``.
+
+    ``update`` measures again (``measure()``) and tells the budget if the
+    figure changed; the budget calls it too when it looks again at every
+    holder. ``close`` takes the connection off the budget for good.
+
+    Args:
+        budget: the server's budget; None: no bound on the sum (nothing is told).
+        measure: the bytes the connection holds now.
+    """
+
+    __slots__ = ("_closed", "_measure", "budget", "held_bytes")
+
+    def __init__(self, budget: MemoryBudget | None, measure: Callable[[], int]) -> None:
+        self.budget = budget
+        self.held_bytes = 0  # what the budget was last told
+        self._measure = measure
+        self._closed = False  # it told the budget its end: it tells nothing more
+
+    def update(self) -> None:
+        """Tell the budget what the connection holds now, if that changed."""
+        budget = self.budget
+        if budget is None or self._closed:
+            return
+        held = self._measure()
+        if held != self.held_bytes:
+            self.held_bytes = held
+            budget.hold(self, held, self.update)
+
+    def must_wait(self) -> bool:
+        """Whether the connection holds bytes while the budget is spent: it
+        should stop reading (and ``wait``)."""
+        budget = self.budget
+        return budget is not None and bool(self.held_bytes) and budget.spent
+
+    def wait(self, resume: Callable[[], None]) -> None:
+        """The connection stopped reading; ``resume()`` once the budget is under its bound."""
+        assert self.budget is not None
+        self.budget.wait(self, resume)
+
+    def close(self) -> None:
+        """The connection is done: it holds nothing more and waits for nothing."""
+        if self.budget is not None and not self._closed:
+            self._closed = True
+            self.held_bytes = 0
+            self.budget.forget(self)
