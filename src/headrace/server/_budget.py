@@ -159,12 +159,6 @@ class BudgetAccount:
             self.held_bytes = held
             budget.hold(self, held, self.update)
 
-    def must_wait(self) -> bool:
-        """Whether the connection holds bytes while the budget is spent: it
-        should stop reading (and ``wait``)."""
-        budget = self.budget
-        return budget is not None and bool(self.held_bytes) and budget.spent
-
     def wait(self, resume: Callable[[], None]) -> None:
         """The connection stopped reading; ``resume()`` once the budget is under its bound."""
         assert self.budget is not None

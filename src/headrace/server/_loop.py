@@ -616,10 +616,12 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._watchdog.received()
         account = self._account
-        account.update()
-        if account.must_wait() and reader.receiving:
-            reader.pause("budget")
-            account.wait(self._budget_resume)
+        budget = account.budget
+        if budget is not None:
+            account.update()
+            if account.held_bytes and budget.spent and reader.receiving:
+                reader.pause("budget")  # holding bytes while the budget is spent
+                account.wait(self._budget_resume)
 
     def _budget_resume(self) -> None:
         self._watchdog.last_received = self._clock()  # the wait was ours, not the peer's idleness

@@ -66,6 +66,8 @@ class Reader:
         self._handler = handler
         self._transport = transport
         self.receiving = True
+        if not self._early:
+            return b""
         early, self._early = bytes(self._early), bytearray()
         return early
 
