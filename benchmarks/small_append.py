@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.protocols import pravega as p
-from headrace.server._loop import _start_inline
+from headrace.server._inline import start_inline
 from headrace.server.pravega import PravegaHandler
 from headrace.store import DiskStore, MemoryStore
 from headrace.store._base import BaseStore
@@ -85,7 +85,7 @@ def _frames(writer: uuid.UUID, count: int) -> list[bytes]:
 
 def _start(coro: Coroutine[Any, Any, None], tasks: set[asyncio.Task[None]]) -> None:
     """Run ``coro``'s first step now, as the connection loop runs an inline event."""
-    task = _start_inline(coro)
+    task = start_inline(coro)
     if task is not None:
         tasks.add(task)
         task.add_done_callback(tasks.discard)

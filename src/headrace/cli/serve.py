@@ -168,7 +168,8 @@ def render_docs() -> str:
         "Limits": [
             "Every TCP front door runs under these (the gRPC controller has gRPC's own).",
             "Each is a named constant with its reason in `headrace/server/_loop.py`",
-            "(`ConnectionLimits`). A connection past a limit is closed and logged; its",
+            "(`ConnectionLimits`; the server-wide budget in `headrace/server/_budget.py`).",
+            "A connection past a limit is closed and logged; its",
             "access line and `headrace_errors_total` say which limit. Protocols keep",
             "their own, tighter frame limits (see `docs/protocols/`).",
             "",

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from headrace.controller.model import ControllerModel
+from headrace.server._budget import MemoryBudget
 from headrace.server._loop import (
     ConnectionLimits,
     ConnectionObserver,
     ConnectionSlots,
-    MemoryBudget,
 )
 from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig

@@ -1,99 +1,79 @@
 """The one connection loop every front door runs: socket <-> sans-I/O <-> store.
 
-Theory of operation. A protocol adapter is a ``ConnectionHandler``: it owns
-the protocol's sans-I/O connection object, turns received bytes into events
-(``feed``), carries out one event against the store (``handle``), and queues
-replies inside the sans-I/O object; the loop writes whatever
-``data_to_send`` returns. The loop is written once (``docs/architecture.md#front-doors``), as an
-``asyncio.BufferedProtocol`` (``Connection``) and one supervising task:
+Theory of operation. A protocol adapter is a ``ConnectionHandler``. It owns
+the protocol's sans-I/O connection object. It turns received bytes into
+events (``feed``), carries out one event against the store (``handle``) and
+queues the replies; the loop writes what ``output`` hands it. The loop is
+written once (``docs/architecture.md#front-doors``). A ``Connection`` is the
+``asyncio.BufferedProtocol`` of one socket; it hands each transport callback
+to the part it concerns:
 
-* **Receiving**: the kernel copies received bytes into the listener's one
-  receive buffer (``READ_CHUNK_BYTES``, shared by its connections), and
-  the same callback feeds them to the handler, whose sans-I/O buffer takes
-  its only copy, and starts the events that come out. No task wakes to
-  read, and an idle connection holds no receive buffer. A handler must not
-  keep the ``memoryview`` it is fed once ``feed``'s iteration ends. A
-  handler holding a large frame received in part may offer a buffer of its
-  own (``frame_buffer``): the kernel then writes the rest of the frame there
-  and the loop reports it with ``frame_received``, so those bytes are copied
-  only by the kernel.
-* **Reading** pauses while ``MAX_PENDING_EVENTS`` events of this connection
-  are being handled, so a client that sends faster than the store answers
-  is slowed by TCP, not buffered without bound (the events of the read that
-  reached the limit wait in a backlog).
-* **Handling** runs each event in its own task, so one parked read (a
-  long-poll at the tail) never stalls appends on the same connection. Tasks
-  are started in arrival order and a handler's first step runs before any
-  later task's, so a handler that issues its store call before its first
-  ``await`` keeps the wire order (the store fixes an append's offset when
-  it is issued). Handlers whose events must be serialised say so with
-  ``sequential`` and are run one at a time, in order. An event its handler
-  marks ``inline`` (a Pravega append) skips the task: its first step runs
-  in the receive callback at once, and only if it suspends is the rest
-  handed to a task (``_start_inline``), so an append the store acknowledges
-  without waiting is read, handled and answered in one callback.
-* **Writing** happens in a writer task woken by ``wake_writer``; it drains
-  the transport, so a peer that does not read is slowed too, and ``close``
-  flushes what is queued before closing. When an event finishes while that
-  task is idle and the replies are plain bytes, they are written to the
-  transport at once (``write_now``), or at the end of the receive callback
-  for events that finished inside it, or after the callbacks ready at the
-  time when other events of the connection are still being handled
-  (``write_soon``), so replies that are due together go out in one write
-  (one syscall); the writer is woken only if the peer has not taken them all
-  (to drain and check the limit). A handler's ``output`` is a list of
-  pieces written in order: bytes (large ones written as they are, never
-  joined or copied) and ``FileRegion``s, which go out with ``sendfile``
-  from the store's data file (zero-copy) on a plain TCP connection
-  (``sendfile_ok``) and are read and written on a TLS one. Every region is
-  closed once sent or when the connection ends before it could be.
-* **Limits** (``ConnectionLimits``, ``--max-*`` options): a frame still
-  arriving may hold at most ``max_frame_bytes`` and must be complete within
-  ``partial_frame_timeout_s`` of its first byte (the handler says how many
-  bytes of a frame it holds: ``partial_frame_bytes``); reply bytes the peer
-  has not taken are bounded by ``max_buffered_bytes``; a connection that
-  sends nothing for ``idle_timeout_s`` is closed, and so is one that has
-  not sent a whole request within ``first_request_timeout_s`` of opening,
-  where its front door sets one (TANK, as the TANK broker does).
-* **Server-wide budget** (``MemoryBudget``, ``--max-total-buffered-bytes``):
-  every connection charges what it holds (the bytes of a frame still
-  arriving, as ``partial_frame_bytes`` reports them, replies its handler
-  holds, ``queued_bytes``, and reply bytes the transport holds for the peer)
-  to one budget shared by every listener.
-  Once the total is over it, a connection that holds bytes and receives
-  more stops reading until the total is back under it; one that holds
-  nothing (a ``/health`` probe, a small request answered at once) never
-  waits. A connection paused with a frame half received keeps its
-  ``partial_frame_timeout_s``, so the budget cannot stay spent by frames
-  that never finish.
-* **Accounting**: bytes each way and requests (events) are reported to the
-  listener's ``ConnectionObserver`` (metrics), and one ``headrace.access``
-  line is logged when the connection closes, with why it closed.
-* **TLS**: the supervising task does the server handshake (``loop.start_tls``,
-  bounded), then the handler is made; a failed handshake is a logged close.
-* **Errors**: a ``RemoteProtocolError`` from ``feed`` gets the handler's
-  reply (``on_protocol_error``) written, then the connection is closed and
-  logged. An exception in a handler closes this connection only, with one
-  log line naming the event's type and size, never its bytes (a traceback
-  only for what is not a ``HeadraceError`` or ``OSError``: a bug); other
-  connections and the store are untouched.
+* **Reading** (``_reader.Reader``): the kernel copies received bytes into the
+  listener's one receive buffer. The same callback feeds them to the
+  handler, whose sans-I/O buffer takes the only copy. No task wakes to read,
+  and an idle connection holds no receive buffer. A handler must not keep
+  the ``memoryview`` it is fed once ``feed``'s iteration ends. A handler
+  holding a large frame received in part may offer a buffer of its own
+  (``frame_buffer``); the kernel then writes the rest of the frame there.
+* **Handling** (``_pipeline.Pipeline``): each event runs in its own task, so
+  a parked read never stalls appends. Tasks start in arrival order, and each
+  handler's first step runs before the next one's, so store calls issued
+  before the first ``await`` keep the wire order. Events a handler marks
+  ``sequential`` run one at a time. An ``inline`` event (a Pravega
+  append) runs its first step in the receive callback itself
+  (``_inline.start_inline``): an append the store acknowledges at once is
+  read, handled and answered in one callback. At most
+  ``MAX_PENDING_EVENTS`` events of a connection run at once; beyond that,
+  reading pauses, so a client that outpaces the store is slowed by TCP.
+* **Writing** (``_writer.Writer``): one path. Replies due together go out in
+  one write (one syscall), at once when nothing is in the way. File regions
+  go out with ``sendfile`` on plain TCP. A writer task does what may wait:
+  regions, and draining, so a peer that does not read is slowed too.
+  ``close`` flushes what is queued before closing.
+* **Limits** (``ConnectionLimits``, ``--max-*`` options; ``_reader.Watchdog``
+  and the writer): a frame still arriving may hold ``max_frame_bytes`` and
+  must be complete within ``partial_frame_timeout_s``. Reply bytes the peer
+  has not taken are bounded by ``max_buffered_bytes``. A connection that
+  sends nothing for ``idle_timeout_s`` is closed, and so is one that sent no
+  whole request within ``first_request_timeout_s``, where its front door
+  sets one (TANK).
+* **Server-wide budget** (``_budget.MemoryBudget``,
+  ``--max-total-buffered-bytes``): every connection charges what it holds
+  (a frame still arriving, replies not yet taken) to one budget. Once it is
+  spent, a connection that holds bytes and receives more stops reading until
+  it frees. One that holds nothing never waits. A paused half-received frame
+  keeps its ``partial_frame_timeout_s``, so frames that never finish cannot
+  keep the budget spent.
+* **Accounting**: bytes each way and requests go to the listener's
+  ``ConnectionObserver`` (metrics). One ``headrace.access`` line is logged
+  when the connection closes, with why it closed.
+* **TLS**: the supervising task does the server handshake
+  (``loop.start_tls``, bounded), then the handler is made. A failed
+  handshake is a logged close.
+* **Errors**: a ``RemoteProtocolError`` from ``feed`` gets the handler's reply
+  (``on_protocol_error``) written, then the connection is closed and logged.
+  An exception in a handler closes this connection only, with one log line
+  naming the event's type and size, never its bytes (a traceback only for
+  what is not a ``HeadraceError`` or ``OSError``: a bug). Other connections
+  and the store are untouched.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import collections
-import contextlib
 import dataclasses
 import logging
-import os
 import ssl
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol, cast
+from typing import Protocol
 
 from headrace.errors import HeadraceError, RemoteProtocolError
+from headrace.server._budget import BudgetAccount, MemoryBudget
+from headrace.server._pipeline import Pipeline
+from headrace.server._reader import Reader, Watchdog
+from headrace.server._writer import CLOSE_FLUSH_TIMEOUT_S, Writer
 from headrace.types import FileRegion
 
 __all__ = [
@@ -102,7 +82,6 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_FRAME_BYTES",
     "MAX_PENDING_EVENTS",
-    "MAX_TOTAL_BUFFERED_BYTES",
     "PARTIAL_FRAME_TIMEOUT_S",
     "READ_CHUNK_BYTES",
     "TLS_HANDSHAKE_TIMEOUT_S",
@@ -111,7 +90,6 @@ __all__ = [
     "ConnectionLimits",
     "ConnectionObserver",
     "ConnectionSlots",
-    "MemoryBudget",
     "OutputPiece",
 ]
 
@@ -147,21 +125,6 @@ MAX_BUFFERED_BYTES = 128 * 1024 * 1024
 what they queue themselves (Pravega 8 MiB of read replies, TANK 64 MiB of chunks);
 a peer that stops reading beyond this is dropped instead of holding the memory."""
 
-MAX_TOTAL_BUFFERED_BYTES: Final = 256 * 1024 * 1024
-"""Bytes all connections of a server may hold together (frames still arriving,
-replies not taken) before reading pauses. Every per-connection limit holds on
-its own, but a thousand connections each within them add up to gigabytes; one
-bound on the sum (Kafka's ``queued.max.request.bytes``) keeps the server under
-1 GiB however many peers announce large frames or stop reading. Four frames
-of ``MAX_FRAME_BYTES`` (sixteen of Pravega's largest), so large appends from
-many writers still flow; it must be at least ``MAX_FRAME_BYTES``, or a frame
-that large could never be received whole."""
-
-BUDGET_RECHECK_S: Final = 0.1
-"""How often a spent ``MemoryBudget`` looks again at what each connection holds
-while connections wait for it: a transport's buffer drains into the socket
-without a callback, so what a connection last reported can be stale."""
-
 PARTIAL_FRAME_TIMEOUT_S = 60.0
 """Longest a frame may take to arrive once its first byte is in: a real client
 sends a frame in one go (a 64 MiB frame at 10 Mbit/s takes under a minute), while
@@ -173,16 +136,8 @@ across continents; a peer that connects and stalls would otherwise hold a
 connection slot (asyncio's own default is 60 s)."""
 
 
-JOIN_BELOW_BYTES = 64 * 1024
-"""Adjacent output pieces smaller than this are joined into one write (one
-syscall); larger ones are written as they are, so a megabyte of read data is
-never copied to be framed."""
-
 OutputPiece = bytes | bytearray | memoryview | FileRegion
 """What a handler's ``output`` hands the writer: bytes, or a region of a file."""
-
-CLOSE_FLUSH_TIMEOUT_S = 10.0
-"""How long closing waits for queued replies to reach a peer that is not reading."""
 
 ERROR_REASONS = frozenset(
     {
@@ -236,101 +191,6 @@ class ConnectionObserver(Protocol):
     def bytes_sent(self, count: int) -> None: ...
 
     def request_received(self) -> None: ...
-
-
-class MemoryBudget:
-    """Bytes held by every connection of a server, against one bound.
-
-    Connections report what they ``hold`` as it changes. A connection that
-    holds bytes and receives more while the budget is ``spent`` stops
-    reading and ``wait``s: every waiting connection is resumed, in the order
-    they stopped, as soon as the total is back under the bound. While some
-    wait, what every holder holds is looked at again each
-    ``BUDGET_RECHECK_S`` (a transport's buffer drains without telling the
-    loop). Pauses are counted for the metrics (``headrace_read_pauses_total``).
-
-    Args:
-        capacity_bytes: the bound (``MAX_TOTAL_BUFFERED_BYTES``).
-    """
-
-    __slots__ = (
-        "_holders",
-        "_recheck",
-        "_resume_scheduled",
-        "_waiting",
-        "capacity_bytes",
-        "in_use_bytes",
-        "pauses",
-    )
-
-    def __init__(self, capacity_bytes: int = MAX_TOTAL_BUFFERED_BYTES) -> None:
-        self.capacity_bytes = capacity_bytes
-        self.in_use_bytes = 0
-        self.pauses = 0
-        self._holders: dict[object, tuple[int, Callable[[], None]]] = {}
-        self._waiting: dict[object, Callable[[], None]] = {}
-        self._resume_scheduled = False
-        self._recheck: asyncio.TimerHandle | None = None
-
-    @property
-    def spent(self) -> bool:
-        return self.in_use_bytes > self.capacity_bytes
-
-    def hold(self, key: object, held_bytes: int, recheck: Callable[[], None]) -> None:
-        """``key`` holds ``held_bytes`` now; ``recheck()`` makes it say so again."""
-        entry = self._holders.pop(key, None)
-        before = 0 if entry is None else entry[0]
-        if held_bytes:
-            self._holders[key] = (held_bytes, recheck)
-        self.in_use_bytes += held_bytes - before
-        if held_bytes < before and self._waiting and not self.spent:
-            self._schedule_resume()
-
-    def wait(self, key: object, resume: Callable[[], None]) -> None:
-        """``key`` stopped reading; ``resume()`` once the budget is under its bound."""
-        if key in self._waiting:
-            return
-        self.pauses += 1
-        self._waiting[key] = resume
-        if self._recheck is None:
-            self._recheck = asyncio.get_running_loop().call_later(
-                BUDGET_RECHECK_S, self._look_again
-            )
-
-    def forget(self, key: object) -> None:
-        """``key`` went away: it holds nothing and is never resumed."""
-        self._waiting.pop(key, None)
-        self.hold(key, 0, _nothing)
-
-    def _schedule_resume(self) -> None:
-        if not self._resume_scheduled:
-            self._resume_scheduled = True
-            asyncio.get_running_loop().call_soon(self._resume)
-
-    def _look_again(self) -> None:
-        self._recheck = None
-        if not self._waiting:
-            return
-        for _, recheck in list(self._holders.values()):
-            recheck()
-        if self.spent:
-            self._recheck = asyncio.get_running_loop().call_later(
-                BUDGET_RECHECK_S, self._look_again
-            )
-        else:
-            self._schedule_resume()
-
-    def _resume(self) -> None:
-        self._resume_scheduled = False
-        if self.spent:
-            return  # spent again meanwhile: a later release (or look) resumes them
-        waiting, self._waiting = self._waiting, {}
-        for resume in waiting.values():
-            resume()
-
-
-def _nothing() -> None:
-    return None
 
 
 class ConnectionSlots:
@@ -487,83 +347,24 @@ class ConnectionHandler(abc.ABC):
         return None
 
 
-def _finished(task: asyncio.Task[None] | None) -> bool:
-    return task is None or task.done()
-
-
-def _start_inline(coro: Coroutine[object, None, None]) -> asyncio.Task[None] | None:
-    """Run ``coro``'s first step now; None if it finished, else a task that runs the rest.
-
-    What a Task does with a coroutine, minus the round it waits before the
-    first step. The first step runs in the caller's task and context.
-    """
-    try:
-        yielded = coro.send(None)
-    except StopIteration:
-        return None
-    _taken(yielded)
-    return asyncio.create_task(_finish(coro, yielded))
-
-
-def _taken(yielded: object) -> None:
-    """Mark a future a coroutine yielded as taken by its driver, as a Task does at once:
-    a future still marked refuses the next coroutine that awaits it."""
-    if isinstance(yielded, asyncio.Future):
-        yielded._asyncio_future_blocking = False
-
-
-async def _finish(coro: Coroutine[object, None, None], yielded: object) -> None:
-    """Drive ``coro`` on from what its last step yielded, as its Task would.
-
-    A future it yielded is awaited here (its outcome stays in it: the
-    coroutine reads it when resumed), so this task wakes in the same round
-    the coroutine's own task would, and cancelling this task cancels that
-    future, as a Task does. A bare ``yield`` (``sleep(0)``) is one round.
-    """
-    while True:
-        thrown: BaseException | None = None
-        if yielded is None:
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError as exc:
-                thrown = exc
-        elif isinstance(yielded, asyncio.Future):
-            try:
-                await yielded
-            except asyncio.CancelledError as exc:
-                # The future itself cancelled (by this task's cancel or another
-                # waiter's): the coroutine sees it when resumed. Cancelled with the
-                # future already done: throw it in, as a Task does.
-                if not yielded.cancelled():
-                    thrown = exc
-            except Exception:  # the coroutine reads it from the future
-                pass
-        else:  # what a Task does with a stray yield
-            thrown = RuntimeError(f"a coroutine run inline yielded {yielded!r}")
-        try:
-            yielded = coro.send(None) if thrown is None else coro.throw(thrown)
-        except StopIteration:
-            return
-        _taken(yielded)
-
-
 class Connection(asyncio.BufferedProtocol):
-    """One accepted connection: the transport's callbacks and a supervising task.
+    """One accepted connection: the transport's callbacks, its parts, and a supervising task.
 
-    Received bytes land in the listener's receive buffer (``get_buffer``) and
-    are fed to the handler in the same callback (``buffer_updated``); the
-    events that come out are started there too, an ``inline`` one's first
-    step included. A small request is thus read, handled and answered in one
-    event-loop callback, with no task woken to read it and no copy of the
-    bytes before the handler's own buffer. The receive buffer is shared by
-    every connection of the listener, so nothing may hold a view of it once
-    ``buffer_updated`` returns: a feed still yielding events when the
-    pending-event limit is reached is drained into a backlog at once, and
-    reading pauses until the backlog is handled.
+    The transport calls this object; it hands each call to the part it
+    concerns (``Reader``, ``Watchdog``, ``Pipeline``, ``Writer``, the
+    ``BudgetAccount``) and holds what they share: the handler, the
+    transport, the close reason and the counts of the access line.
+
+    The receive path runs in one transport callback (``buffer_updated``):
+    the bytes land (``Reader``), their events start (``Pipeline``) while
+    their replies are held for one write at the end (``Writer.hold``), then
+    the frame still arriving is checked (``Watchdog``) and the budget is
+    told what the connection holds (it may pause reading). Nothing may keep
+    a view of the shared receive buffer once the callback returns.
 
     The supervising task (``serve``) does what may wait: the TLS handshake,
-    the idle, partial-frame and first-request timers, letting handlers finish,
-    flushing replies and closing. The listener cancels it to shut down.
+    letting handlers finish, flushing replies and closing. The listener
+    cancels it to shut down.
 
     Args:
         make_handler: builds the connection's ``ConnectionHandler`` (after the
@@ -584,6 +385,33 @@ class Connection(asyncio.BufferedProtocol):
             (None: only ``limits.max_connections`` per listener).
     """
 
+    __slots__ = (
+        "_account",
+        "_clock",
+        "_closed",
+        "_counts",
+        "_ended",
+        "_handler",
+        "_listener",
+        "_loop",
+        "_lost",
+        "_make_handler",
+        "_max_connections",
+        "_observer",
+        "_opened_at",
+        "_peer",
+        "_pipeline",
+        "_reader",
+        "_reason",
+        "_registry",
+        "_slots",
+        "_ssl_context",
+        "_tls_handshake_timeout_s",
+        "_transport",
+        "_watchdog",
+        "_writer",
+    )
+
     def __init__(
         self,
         make_handler: Callable[[], ConnectionHandler],
@@ -602,62 +430,55 @@ class Connection(asyncio.BufferedProtocol):
         slots: ConnectionSlots | None = None,
     ) -> None:
         self._make_handler = make_handler
-        self._budget = budget
-        self._charged = 0  # bytes this connection last reported to the budget
-        self._released = False  # it reported its end: it reports nothing more
-        self._slots = slots
-        self._paused_for: set[str] = set()  # why reading is paused: "backlog", "budget"
-        self._receive_buffer = receive_buffer
-        self._limits = limits
         self._registry = registry
-        self._idle_s = limits.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
-        self._pending_max = (
-            limits.max_pending_requests if max_pending_events is None else max_pending_events
-        )
+        self._slots = slots
+        self._max_connections = limits.max_connections
         self._observer = observer
         self._listener = listener
-        self._first_request_timeout_s = first_request_timeout_s
         self._ssl_context = ssl_context
         self._tls_handshake_timeout_s = tls_handshake_timeout_s
-        self._loop = asyncio.get_running_loop()
-        self._clock = self._loop.time
+        loop = self._loop = asyncio.get_running_loop()
+        self._clock = loop.time
         self._opened_at = self._clock()
-        self._last_received = self._opened_at
-        self._first_request_by = (
-            None if first_request_timeout_s is None else self._opened_at + first_request_timeout_s
-        )
-        self._partial_timer: asyncio.TimerHandle | None = None  # runs while a frame arrives
-        self._idle_timer: asyncio.TimerHandle | None = None
-        self._first_request_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
         self._handler: ConnectionHandler | None = None
         self._peer: object = None
-        self._ended: asyncio.Future[None] = self._loop.create_future()
-        self._early = bytearray()  # bytes received before the handler started (TLS)
-        self._early_eof = False
-        self._direct = False  # the last get_buffer gave the handler's frame_buffer
-        self._receiving = False  # the handler is set up and takes bytes
+        self._ended: asyncio.Future[None] = loop.create_future()  # receiving stopped
+        self._closed: asyncio.Future[None] = loop.create_future()  # the transport closed
         self._lost = False
         self._reason = ""
         self._counts = {"requests": 0, "bytes_in": 0, "bytes_out": 0}
-        self._pending = 0  # events being handled
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._previous: asyncio.Task[None] | None = None  # the last sequential event's task
-        self._unstarted = False  # a task made for an event has not run its first step yet
-        self._backlog: collections.deque[object] = collections.deque()
-        self._backlog_error: RemoteProtocolError | None = None
-        self._backlog_scheduled = False
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._writing = False  # the writer task is sending or draining
-        self._carry: list[OutputPiece] = []  # output taken by write_now that the writer must send
-        self._writer_task: asyncio.Task[None] | None = None
-        self._feeding = False  # in _feed: replies wait for the end of the read
-        self._reply_waiting = False  # a reply is queued for the end of the read
-        self._flush_scheduled = False  # _flush_soon is scheduled
-        self._write_paused = False
-        self._drain_waiter: asyncio.Future[None] | None = None
-        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._account = BudgetAccount(budget, self._held_bytes)
+        self._reader = Reader(receive_buffer)
+        self._watchdog = Watchdog(
+            loop,
+            self._reader,
+            limits,
+            idle_timeout_s=limits.idle_timeout_s if idle_timeout_s is None else idle_timeout_s,
+            opened_at=self._opened_at,
+            first_request_timeout_s=first_request_timeout_s,
+            counts=self._counts,
+            end=self._end,
+        )
+        self._writer = Writer(
+            loop,
+            max_buffered_bytes=limits.max_buffered_bytes,
+            sent=self._sent,
+            recharge=self._account.update,
+            end=self._abort,
+        )
+        self._pipeline = Pipeline(
+            loop,
+            self._reader,
+            self._writer,
+            max_pending=(
+                limits.max_pending_requests if max_pending_events is None else max_pending_events
+            ),
+            counts=self._counts,
+            observer=observer,
+            protocol_error=self._protocol_error,
+            handler_failed=self._handler_failed,
+        )
 
     # ------------------------------------------------------------ transport callbacks
 
@@ -666,7 +487,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = transport
         self._peer = transport.get_extra_info("peername")
         slots = self._slots
-        if len(self._registry) >= self._limits.max_connections:
+        if len(self._registry) >= self._max_connections:
             why = f"{len(self._registry)} connections open"
         elif slots is not None and not slots.take():
             why = f"{slots.open} connections open in all, what the open-file limit allows"
@@ -690,114 +511,48 @@ class Connection(asyncio.BufferedProtocol):
             task.add_done_callback(lambda _: slots.release())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        handler = self._handler
-        if handler is not None and self._receiving:
-            direct = handler.frame_buffer()
-            if direct is not None:
-                self._direct = True
-                return direct
-        self._direct = False
-        return self._receive_buffer
+        return self._reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._handler is None:
-            # TLS: the peer's first bytes can arrive in the round between the end of
-            # the handshake and the handler's start; they are kept for it.
-            self._early += self._receive_buffer[:nbytes]
-            return
-        if self._receiving:
-            if self._direct:
-                self._direct = False
-                self._received(nbytes, None)
-            else:
-                self._received(nbytes, self._receive_buffer[:nbytes])
-
-    def _received(self, nbytes: int, data: bytes | memoryview | None) -> None:
-        """``nbytes`` received: ``data``, or (None) into the handler's ``frame_buffer``."""
-        self._last_received = self._clock()
-        self._counts["bytes_in"] += nbytes
-        if self._observer is not None:
-            self._observer.bytes_received(nbytes)
-        self._feeding = True
-        try:
-            self._feed(data, nbytes)
-        finally:
-            self._feeding = False
-            if self._reply_waiting:
-                self._reply_waiting = False
-                self._write_now()
-        if not self._receiving:
-            return
-        if self._first_request_timer is not None and self._counts["requests"]:
-            self._first_request_timer.cancel()
-            self._first_request_timer = None
-        assert self._handler is not None
-        partial = self._handler.partial_frame_bytes()
-        if partial > self._limits.max_frame_bytes:
-            self._close_reason("frame_too_large")
-            log.warning(
-                "%s %s: a frame over %d bytes; closing",
-                self._handler.name,
-                self._peer,
-                self._limits.max_frame_bytes,
-            )
-            self._stop_receiving()
-        elif partial == 0:
-            if self._partial_timer is not None:
-                self._partial_timer.cancel()
-                self._partial_timer = None
-        elif self._partial_timer is None:
-            self._partial_timer = self._loop.call_later(
-                self._limits.partial_frame_timeout_s, self._partial_frame_timeout
-            )
-        budget = self._budget
-        if budget is not None:
-            self._recharge()
-            if self._charged and budget.spent and self._receiving:
-                self._pause("budget")
-                budget.wait(self, self._budget_resume)
+        reader = self._reader
+        if reader.receiving:
+            self._received(nbytes, reader.landed(nbytes))
+        elif self._handler is None:
+            reader.keep_early(nbytes)
 
     def eof_received(self) -> bool:
         if self._handler is None:
-            self._early_eof = True  # TLS, before the handler's start (see buffer_updated)
+            self._reader.early_eof = True  # TLS, before the handler's start (see keep_early)
             return False
-        if self._receiving:
-            self._feed(b"")
-            self._close_reason("eof")
-            self._stop_receiving()
+        if self._reader.receiving:
+            self._pipeline.feed(b"")
+            self._end("eof")
         # Plain TCP: keep the write side open, so a client that half-closes after
         # its last request still gets its replies (TLS cannot keep it open).
         return self._ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
-        self._close_reason("connection_error" if exc is not None else "closed")
-        self._stop_receiving()
-        waiter, self._drain_waiter = self._drain_waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(ConnectionResetError("the connection was lost"))
+        self._end("connection_error" if exc is not None else "closed")
+        self._writer.lost()
         if not self._closed.done():
             self._closed.set_result(None)
-        self._wake.set()
+        self._writer.wake()
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self._writer.pause()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
-        self._recharge()
-        waiter, self._drain_waiter = self._drain_waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._writer.resume()
 
-    # ------------------------------------------------------------ receiving and dispatch
+    # ------------------------------------------------------------ receiving
 
     def _start(self, transport: asyncio.Transport) -> None:
         """Set the handler up on ``transport`` (plain, or TLS after the handshake)."""
         self._transport = transport
         handler = self._handler = self._make_handler()
-        handler.wake_writer = self._wake.set
-        handler.budget = self._budget
+        handler.wake_writer = self._writer.wake
+        handler.budget = self._account.budget
         handler.close_connection = self._close_by_handler
         sock = transport.get_extra_info("socket")
         handler.sendfile_ok = (
@@ -809,119 +564,95 @@ class Connection(asyncio.BufferedProtocol):
         handler.peer_cert = transport.get_extra_info("peercert")
         if self._observer is not None:
             self._observer.connection_opened()
-        self._receiving = True
-        self._idle_timer = self._loop.call_at(self._last_received + self._idle_s, self._idle)
-        if self._first_request_by is not None:
-            self._first_request_timer = self._loop.call_at(
-                self._first_request_by, self._no_first_request
-            )
+        early = self._reader.start(handler, transport)
+        self._watchdog.start(handler, self._peer)
+        self._pipeline.start(handler)
         handler.on_start()
-        self._wake.set()
-        self._writer_task = self._loop.create_task(
-            self._write_loop(), name=f"{handler.name}-writer"
-        )
-        if self._early:
-            early, self._early = bytes(self._early), bytearray()
+        self._writer.start(handler, transport, self._peer)
+        if early:
             self._received(len(early), early)
-        if self._early_eof and self._receiving:
+        if self._reader.early_eof and self._reader.receiving:
             self.eof_received()
 
-    # ------------------------------------------------------------ pausing and the budget
-
-    def _pause(self, why: str) -> None:
-        """Stop reading for ``why`` (until ``_resume(why)``; reasons add up)."""
-        if not self._paused_for and self._transport is not None:
-            self._transport.pause_reading()
-        self._paused_for.add(why)
-
-    def _resume(self, why: str) -> None:
-        """``why`` no longer holds reading back; read again if nothing else does."""
-        if why not in self._paused_for:
+    def _received(self, nbytes: int, data: bytes | memoryview | None) -> None:
+        """``nbytes`` received: ``data``, or (None) into the handler's ``frame_buffer``."""
+        self._watchdog.last_received = self._clock()
+        self._counts["bytes_in"] += nbytes
+        if self._observer is not None:
+            self._observer.bytes_received(nbytes)
+        writer = self._writer
+        writer.hold()
+        try:
+            self._pipeline.feed(data, nbytes)
+        finally:
+            writer.release()
+        reader = self._reader
+        if not reader.receiving:
             return
-        self._paused_for.discard(why)
-        if not self._paused_for and self._receiving and self._transport is not None:
-            self._transport.resume_reading()
+        self._watchdog.received()
+        account = self._account
+        budget = account.budget
+        if budget is not None:
+            account.update()
+            if account.held_bytes and budget.spent and reader.receiving:
+                reader.pause("budget")  # holding bytes while the budget is spent
+                account.wait(self._budget_resume)
 
     def _budget_resume(self) -> None:
-        self._last_received = self._clock()  # the wait was ours, not the peer's idleness
-        self._resume("budget")
+        self._watchdog.last_received = self._clock()  # the wait was ours, not the peer's idleness
+        self._reader.resume("budget")
 
-    def _recharge(self) -> None:
-        """Tell the budget what this connection holds now: the frame still arriving,
+    def _held_bytes(self) -> int:
+        """What the connection holds, for the budget: the frame still arriving,
         the replies its handler holds and the bytes the transport holds for the peer."""
-        budget = self._budget
-        if budget is None or self._released:
-            return
         held = 0
         handler = self._handler
         if handler is not None:
             held = handler.queued_bytes()
-            if self._receiving:
+            if self._reader.receiving:
                 held += handler.partial_frame_bytes()
         transport = self._transport
         if transport is not None and not self._lost:
             held += transport.get_write_buffer_size()
-        if held != self._charged:
-            self._charged = held
-            budget.hold(self, held, self._recharge)
+        return held
 
-    def _release(self) -> None:
-        """The connection is done: it holds nothing more and waits for nothing."""
-        if self._budget is not None and not self._released:
-            self._released = True
-            self._charged = 0
-            self._budget.forget(self)
+    def _sent(self, count: int) -> None:
+        self._counts["bytes_out"] += count
+        if self._observer is not None and count:
+            self._observer.bytes_sent(count)
 
-    def _close_by_handler(self, reason: str) -> None:
-        """The handler's ``close_connection``: stop receiving; ``serve`` flushes and closes."""
-        if self._receiving:
-            self._close_reason(reason)
-            self._stop_receiving()
+    # ------------------------------------------------------------ ending
 
     def _close_reason(self, why: str) -> None:
         if not self._reason:
             self._reason = why
 
+    def _end(self, reason: str) -> None:
+        """Take no more bytes, for ``reason`` (the first one given is logged);
+        the supervising task winds the connection up."""
+        self._close_reason(reason)
+        self._stop_receiving()
+
+    def _abort(self, reason: str) -> None:
+        """``_end``, and drop what the transport still holds for the peer."""
+        self._end(reason)
+        if self._transport is not None:
+            self._transport.abort()
+
     def _stop_receiving(self) -> None:
-        """Take no more bytes; the supervising task winds the connection up."""
-        self._receiving = False
-        for timer in (self._idle_timer, self._partial_timer, self._first_request_timer):
-            if timer is not None:
-                timer.cancel()
+        self._reader.stop()
+        self._watchdog.stop()
+        self._pipeline.stop(at_eof=self._reason == "eof")
         if not self._ended.done():
             self._ended.set_result(None)
 
-    def _feed(self, data: bytes | memoryview | None, nbytes: int = 0) -> None:
-        """Feed received bytes (``b""``: EOF; None: ``nbytes`` into the handler's
-        ``frame_buffer``) to the handler and start the events."""
-        handler = self._handler
-        assert handler is not None
-        try:
-            if data is None:
-                events = iter(handler.frame_received(nbytes))
-            else:
-                # A view, typed as the handlers' ``bytes`` (they only copy it into
-                # their sans-I/O buffers; see "Receiving" above).
-                events = iter(handler.feed(cast("bytes", data)))
-            for event in events:
-                self._counts["requests"] += 1
-                if self._observer is not None:
-                    self._observer.request_received()
-                if self._pending >= self._pending_max or self._backlog:
-                    # The limit is reached: take every event of these bytes now (the
-                    # receive buffer is shared) and read nothing more until they ran.
-                    self._backlog.append(event)
-                    if data != b"":  # not at EOF
-                        self._pause("backlog")
-                    continue
-                self._dispatch(event)
-        except RemoteProtocolError as exc:
-            if self._backlog:
-                self._backlog_error = exc  # after the events before it
-            else:
-                self._protocol_error(exc)
+    def _close_by_handler(self, reason: str) -> None:
+        """The handler's ``close_connection``: stop receiving; ``serve`` flushes and closes."""
+        if self._reader.receiving:
+            self._end(reason)
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
+        """The peer broke the protocol: write the handler's reply, then close."""
         assert self._handler is not None
         reason = exc.close_reason
         self._close_reason(reason)
@@ -930,87 +661,30 @@ class Connection(asyncio.BufferedProtocol):
         )
         self._handler.on_protocol_error(exc)
         self._stop_receiving()
-        self._write_now()
+        self._writer.flush()
 
-    def _dispatch(self, event: object) -> None:
-        """Start handling ``event``: inline when allowed, else in a task of its own."""
+    def _handler_failed(self, event: object, exc: Exception) -> None:
+        """Handling ``event`` raised: close this connection only, with one line
+        that never holds the event's bytes (a traceback only for a bug)."""
         assert self._handler is not None
-        self._pending += 1
-        sequential = self._handler.sequential(event)
-        previous = self._previous
-        after = previous if sequential and not _finished(previous) else None
-        task: asyncio.Task[None] | None
-        if after is None and not self._unstarted and self._handler.inline(event):
-            # Nothing it must follow is left undone: start it here, in order.
-            task = _start_inline(self._run_event(event, None))
-        else:
-            task = self._loop.create_task(self._run_event(event, after))
-            if not self._unstarted:
-                # Scheduled after the task's first step: until it runs, later
-                # events must not start inline ahead of that step.
-                self._unstarted = True
-                self._loop.call_soon(self._all_started)
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        if sequential:
-            self._previous = task
-
-    def _all_started(self) -> None:
-        self._unstarted = False
-
-    async def _run_event(self, event: object, after: asyncio.Task[None] | None) -> None:
-        handler = self._handler
-        assert handler is not None
-        try:
-            if after is not None:
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.shield(after)
-            await handler.handle(event)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._close_reason("handler_error")
-            # One line, never the event's bytes; a traceback only for a bug.
-            log.error(
-                "%s %s: handling %s failed; closing: %s: %s",
-                handler.name,
-                _address(self._peer),
-                describe_event(event),
-                type(exc).__name__,
-                exc,
-                exc_info=not isinstance(exc, HeadraceError | OSError),
-            )
-            self._stop_receiving()
-            if self._transport is not None:
-                self._transport.abort()
-        finally:
-            self._pending -= 1
-            if self._backlog and not self._backlog_scheduled:
-                self._backlog_scheduled = True
-                self._loop.call_soon(self._run_backlog)
-            self._write_soon()
-
-    def _run_backlog(self) -> None:
-        """Start backlogged events while there is room; read again once none is left."""
-        self._backlog_scheduled = False
-        if not self._receiving and self._reason != "eof":
-            self._backlog.clear()
-            return
-        while self._backlog and self._pending < self._pending_max:
-            self._dispatch(self._backlog.popleft())
-        if self._backlog:
-            return  # the next event to finish calls again
-        if self._backlog_error is not None:
-            exc, self._backlog_error = self._backlog_error, None
-            self._protocol_error(exc)
-        elif self._receiving:
-            self._resume("backlog")
+        self._close_reason("handler_error")
+        log.error(
+            "%s %s: handling %s failed; closing: %s: %s",
+            self._handler.name,
+            _address(self._peer),
+            describe_event(event),
+            type(exc).__name__,
+            exc,
+            exc_info=not isinstance(exc, HeadraceError | OSError),
+        )
+        self._stop_receiving()
+        if self._transport is not None:
+            self._transport.abort()
 
     # ------------------------------------------------------------ the supervising task
 
     async def serve(self) -> None:
-        """Handshake, timers, and the orderly end of the connection."""
+        """Handshake, and the orderly end of the connection."""
         try:
             if self._ssl_context is not None and not await self._handshake(self._ssl_context):
                 return
@@ -1018,11 +692,9 @@ class Connection(asyncio.BufferedProtocol):
                 await self._watch()
                 # Let handlers of what was received finish (a client that half-closes
                 # after its last request still gets its replies), unless the peer is gone.
-                while (self._tasks or self._backlog) and not self._lost:
-                    if self._tasks:
-                        await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
-                    elif self._backlog:
-                        await asyncio.sleep(0)  # _run_backlog is scheduled
+                pipeline = self._pipeline
+                while pipeline.running and not self._lost:
+                    await pipeline.progress()
             except asyncio.CancelledError:
                 self._close_reason("shutdown")
                 raise
@@ -1075,52 +747,6 @@ class Connection(asyncio.BufferedProtocol):
         if self._transport is not None and not self._lost:
             self._transport.pause_reading()
 
-    # Timers: one handle each, not one per read. The idle timer is not moved by
-    # every read: when it fires early it looks at the last read and sets itself again.
-
-    def _idle(self) -> None:
-        handler = self._handler
-        if not self._receiving or handler is None:
-            return
-        now = self._clock()
-        idle_at = self._last_received + self._idle_s
-        if now < idle_at:
-            self._idle_timer = self._loop.call_at(idle_at, self._idle)
-            return
-        if handler.busy():
-            self._last_received = now
-            self._idle_timer = self._loop.call_at(now + self._idle_s, self._idle)
-            return
-        self._close_reason("idle")
-        log.info("%s %s: idle for %.0f s; closing", handler.name, self._peer, self._idle_s)
-        self._stop_receiving()
-
-    def _partial_frame_timeout(self) -> None:
-        handler = self._handler
-        if not self._receiving or handler is None:
-            return
-        self._close_reason("partial_frame_timeout")
-        log.info(
-            "%s %s: a frame took over %.0f s to arrive; closing",
-            handler.name,
-            self._peer,
-            self._limits.partial_frame_timeout_s,
-        )
-        self._stop_receiving()
-
-    def _no_first_request(self) -> None:
-        handler = self._handler
-        if not self._receiving or handler is None or self._counts["requests"]:
-            return
-        self._close_reason("first_request_timeout")
-        log.info(
-            "%s %s: no request within %.1f s; closing",
-            handler.name,
-            self._peer,
-            self._first_request_timeout_s,
-        )
-        self._stop_receiving()
-
     async def _wind_up(self) -> None:
         """Cancel what still runs, flush replies, close, and log the access line.
 
@@ -1128,27 +754,8 @@ class Connection(asyncio.BufferedProtocol):
         shutting down): the handler's ``on_close`` releases its sessions and
         the transport is closed; the cancellation is raised again at the end.
         """
-        cancelled = False
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            try:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
-            except asyncio.CancelledError:
-                cancelled = True
-        self._backlog.clear()
-        self._closing = True
-        self._wake.set()
-        writer_task = self._writer_task
-        if writer_task is not None:
-            if not cancelled:
-                try:
-                    await asyncio.wait_for(asyncio.shield(writer_task), CLOSE_FLUSH_TIMEOUT_S)
-                except asyncio.CancelledError:
-                    cancelled = True
-                except Exception:  # the writer logged it; a timeout: give up the flush
-                    pass
-            writer_task.cancel()
+        cancelled = await self._pipeline.cancel()
+        cancelled = await self._writer.close(cancelled)
         self._close_reason("closed")  # the writer stopped: the peer went away
         handler = self._handler
         try:
@@ -1170,7 +777,7 @@ class Connection(asyncio.BufferedProtocol):
                         transport.abort()
                     except TimeoutError:  # the peer takes nothing: give up on the flush
                         transport.abort()
-            self._release()
+            self._account.close()
             if self._observer is not None:
                 self._observer.connection_closed(self._reason)
             log_access(
@@ -1182,195 +789,6 @@ class Connection(asyncio.BufferedProtocol):
             )
         if cancelled:
             raise asyncio.CancelledError
-
-    # ------------------------------------------------------------ writing
-
-    def _sent(self, count: int) -> None:
-        self._counts["bytes_out"] += count
-        if self._observer is not None and count:
-            self._observer.bytes_sent(count)
-
-    def _write_small(self, pieces: Iterable[bytes | bytearray | memoryview]) -> None:
-        """Write pieces, joining runs of small ones into one write (one syscall)."""
-        transport = self._transport
-        assert transport is not None
-        small: list[bytes | bytearray | memoryview] = []
-        for piece in pieces:
-            if len(piece) < JOIN_BELOW_BYTES:
-                small.append(piece)
-                continue
-            if small:
-                data = small[0] if len(small) == 1 else b"".join(small)
-                transport.write(data)
-                self._sent(len(data))
-                small = []
-            transport.write(piece)
-            self._sent(len(piece))
-        if small:
-            data = small[0] if len(small) == 1 else b"".join(small)
-            transport.write(data)
-            self._sent(len(data))
-
-    async def _send_region(self, region: FileRegion) -> None:
-        """Write a file region: ``sendfile`` at once if the transport's buffer is
-        empty, then ``loop.sendfile`` (which waits for it to empty) for the rest.
-
-        Raises:
-            ConnectionError: the peer went away (also in the middle).
-        """
-        transport = self._transport
-        handler = self._handler
-        assert transport is not None and handler is not None
-        if not handler.sendfile_ok:
-            data = region.read()  # TLS: the bytes must pass through the cipher
-            transport.write(data)
-            self._sent(len(data))
-            return
-        if transport.is_closing():
-            raise ConnectionResetError("the connection closed before a region was sent")
-        sock = transport.get_extra_info("socket")
-        position, left = region.position, region.size_bytes
-        if transport.get_write_buffer_size() == 0:
-            try:
-                count = os.sendfile(sock.fileno(), region.fd, position, left)
-            except BlockingIOError:
-                count = 0
-            except OSError as exc:
-                raise ConnectionResetError(f"sendfile failed: {exc}") from exc
-            position += count
-            left -= count
-            self._sent(count)
-        if not left:
-            return
-        # A file object over the region's own fd (no I/O here): loop.sendfile wants one.
-        with open(region.fd, "rb", buffering=0, closefd=False) as file:  # noqa: ASYNC230
-            file.seek(position)
-            try:
-                count = await self._loop.sendfile(transport, file, position, left, fallback=False)
-            except (OSError, RuntimeError) as exc:  # RuntimeError: the transport closed
-                self._sent(max(file.tell() - position, 0))  # what went out before the error
-                raise ConnectionResetError(f"sendfile stopped: {exc}") from exc
-        self._sent(count)
-
-    async def _send(self, pieces: list[OutputPiece]) -> None:
-        """Write the pieces in order; close every region among them, sent or not."""
-        try:
-            run: list[bytes | bytearray | memoryview] = []
-            for piece in pieces:
-                if not isinstance(piece, FileRegion):
-                    run.append(piece)
-                    continue
-                self._write_small(run)
-                run = []
-                await self._send_region(piece)
-                piece.close()
-            self._write_small(run)
-        finally:
-            for piece in pieces:
-                if isinstance(piece, FileRegion):
-                    piece.close()
-
-    def _write_soon(self) -> None:
-        """Write an event's replies: at once if no other event of the connection is
-        being handled, else once the callbacks ready now have run, so that events
-        finishing together (appends acknowledged by one sync) share one write."""
-        if self._feeding or self._pending == 0:
-            self._write_now()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush_soon)
-
-    def _flush_soon(self) -> None:
-        self._flush_scheduled = False
-        self._write_now()
-
-    def _write_now(self) -> None:
-        """Write queued replies straight to the transport when the writer is idle.
-
-        Saves the round in which the writer task would wake for a small reply.
-        The writer still does everything that may wait or fail: file regions,
-        draining, and the ``max_buffered_bytes`` check (woken whenever the
-        transport holds bytes the peer has not taken).
-        """
-        if self._feeding:
-            # The replies to every request of one read go out in one write (one
-            # syscall), at the end of the receive callback that read them.
-            self._reply_waiting = True
-            return
-        transport = self._transport
-        handler = self._handler
-        if transport is None or handler is None:
-            return
-        if self._writing or self._closing or self._carry:
-            self._wake.set()
-            return
-        pieces = handler.output()
-        if not pieces:
-            return
-        if transport.is_closing() or any(isinstance(piece, FileRegion) for piece in pieces):
-            self._carry.extend(pieces)
-            self._wake.set()
-            return
-        self._write_small(pieces)  # type: ignore[arg-type]  # no FileRegion: checked above
-        if transport.get_write_buffer_size():
-            self._wake.set()
-        self._recharge()
-
-    async def _drain(self) -> None:
-        """Wait until the transport's buffer is below its high-water mark.
-
-        Raises:
-            ConnectionResetError: the connection was lost.
-        """
-        if self._lost:
-            raise ConnectionResetError("the connection was lost")
-        if not self._write_paused:
-            return
-        waiter = self._drain_waiter = self._loop.create_future()
-        await waiter
-
-    async def _write_loop(self) -> None:
-        transport = self._transport
-        handler = self._handler
-        assert transport is not None and handler is not None
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            self._writing = True
-            data = handler.output()
-            if self._carry:
-                data = self._carry + data
-                self._carry.clear()
-            if data or transport.get_write_buffer_size():
-                try:
-                    await self._send(data)
-                    self._recharge()
-                    if transport.get_write_buffer_size() > self._limits.max_buffered_bytes:
-                        self._close_reason("not_reading")
-                        log.warning(
-                            "%s %s: more than %d reply bytes not taken; closing",
-                            handler.name,
-                            self._peer,
-                            self._limits.max_buffered_bytes,
-                        )
-                        self._stop_receiving()
-                        transport.abort()
-                        return
-                    await self._drain()
-                    self._recharge()
-                except ConnectionError as exc:
-                    self._close_reason("connection_error")
-                    log.info(
-                        "%s %s: the peer went away while sending: %s", handler.name, self._peer, exc
-                    )
-                    self._stop_receiving()
-                    transport.abort()
-                    return
-            self._writing = False
-            if self._closing:
-                if not data:
-                    return
-                self._wake.set()  # look again: writing may have let more replies in
 
 
 def describe_event(event: object) -> str:

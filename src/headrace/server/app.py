@@ -34,8 +34,9 @@ from typing import Final
 from headrace.controller.auth import load_cluster_secret
 from headrace.controller.model import ControllerModel
 from headrace.errors import ConfigError
+from headrace.server._budget import MemoryBudget
 from headrace.server._context import Listener, ListenerContext, ListenerSettings
-from headrace.server._loop import ConnectionSlots, MemoryBudget
+from headrace.server._loop import ConnectionSlots
 from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig
 from headrace.server.listeners import STARTERS

@@ -42,12 +42,12 @@ from headrace.protocols.lumberjack import (
     MAX_WINDOW_COUNT,
 )
 from headrace.protocols.tank import FIRST_REQUEST_TIMEOUT_S as TANK_FIRST_REQUEST_TIMEOUT_S
+from headrace.server._budget import MAX_TOTAL_BUFFERED_BYTES
 from headrace.server._loop import (
     IDLE_TIMEOUT_S,
     MAX_BUFFERED_BYTES,
     MAX_CONNECTIONS,
     MAX_PENDING_EVENTS,
-    MAX_TOTAL_BUFFERED_BYTES,
     PARTIAL_FRAME_TIMEOUT_S,
     ConnectionLimits,
 )
