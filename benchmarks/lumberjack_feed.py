@@ -51,9 +51,11 @@ async def _feed_round(reads: list[bytes], routing: bool) -> float:
     """Seconds to feed ``reads`` through one fresh handler."""
     from headrace.server.lumberjack import LumberjackHandler
     from headrace.server.lumberjack_config import LumberjackConfig
+    from headrace.server.lumberjack_target import LumberjackTarget
 
     config = LumberjackConfig() if routing else LumberjackConfig(routing_key_fields=())
-    handler = LumberjackHandler(None, config, "bench")  # type: ignore[arg-type]  # never stores
+    target = LumberjackTarget(None, config, "bench")  # type: ignore[arg-type]  # never stores
+    handler = LumberjackHandler(target, config, "bench")
     windows = 0
     started = time.perf_counter()
     for data in reads:

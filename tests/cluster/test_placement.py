@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from headrace.cluster.layout import UNOWNED, ContainerRecord, ContainerState
 from headrace.cluster.placement import Action, Assign, CancelMove, Move, apply, plan
+from tests._hypothesis import examples
 
 OWNED, MOVING, RELEASED = ContainerState.OWNED, ContainerState.MOVING, ContainerState.RELEASED
 NODES = ("n0", "n1", "n2", "n3", "n4", "n5")
@@ -135,7 +136,7 @@ def _check_plan(
     assert plan(shuffled, sorted(live, reverse=True), list(draining)) == actions
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     records=records_strategy(),
     live=st.sets(st.sampled_from(NODES)),

@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from headrace.cli import main
 from headrace.errors import ConfigError
 from headrace.protocols.lumberjack import parse_json_object
-from headrace.server.lumberjack import _routing_key
 from headrace.server.lumberjack_config import (
     DEFAULT_ROUTING_KEY_FIELDS,
     LumberjackConfig,
     parse_field_path,
 )
+from headrace.server.lumberjack_target import _routing_key
 
 PATHS = tuple(parse_field_path(f) for f in DEFAULT_ROUTING_KEY_FIELDS)
 

@@ -14,7 +14,7 @@ from headrace.protocols.rsio.codec import decode_varint
 from headrace.protocols.tank import BundleMessage, encode_bundle
 from headrace.server.app import ServerApp
 from headrace.server.config import DEFAULT_PORTS, build_config
-from headrace.server.rsio import PublisherQuery, StreamCursor
+from headrace.server.rsio_cursor import PublisherQuery, StreamCursor
 from headrace.store.memory import MemoryStore
 
 

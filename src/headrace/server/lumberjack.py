@@ -4,9 +4,9 @@ Registers two listeners: ``lumberjack`` (plain, default port 5044) and
 ``lumberjack_tls`` (default 5045, started only when ``--tls-cert/--tls-key``
 are configured; ``--tls-ca`` asks clients for a certificate). Both speak v1
 and v2; the sans-I/O ``LumberjackConnection`` does the protocol, the generic
-``run_connection`` loop does the I/O, and this module only decides where
-events go and when acks leave (``docs/architecture.md#front-doors``,
-``architecture.md#invariant-durable-acks``).
+``run_connection`` loop does the I/O, ``server/lumberjack_target.py`` decides
+where events go, and this module when windows are stored and acks leave
+(``docs/architecture.md#front-doors``, ``architecture.md#invariant-durable-acks``).
 
 Theory of operation
 -------------------
@@ -17,12 +17,9 @@ Theory of operation
   The one exception is the *window linger*: an open window that receives
   nothing for ``window_linger_s`` has its events so far stored (unacked), for
   "W once" clients that trickle events and never resend (``_linger``).
-* **One append per target segment.** ``handle`` routes each event of the
-  window (routing key from the configured fields, Pravega's key hash; events
-  without a key go together to one segment chosen round-robin per window),
-  frames each as a Pravega event (``int32 0, int32 length, payload``) and
-  writes each segment's part with **one** append, so that part is atomic and
-  in order. Parts over ``MAX_APPEND_BYTES`` are split at event boundaries.
+* **Where events go** is the listener's ``LumberjackTarget``
+  (``server/lumberjack_target.py``): the target stream, the routing key of
+  each event, and one append per target segment for each window.
 * **Acks in order, only when durable.** Windows are stored concurrently (up to
   ``MAX_WINDOWS_IN_FLIGHT``; reading pauses beyond it), but each window issues
   its appends only after the previous window issued its own, so per segment
@@ -53,25 +50,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import itertools
-import json
 import logging
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from headrace.controller.errors import ScopeExists, StreamExists
-from headrace.controller.naming import segment_name
-from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
-from headrace.errors import (
-    AccessDenied,
-    OwnerUnavailable,
-    RemoteProtocolError,
-    SegmentNotFound,
-    SegmentSealed,
-)
+from headrace.errors import AccessDenied, OwnerUnavailable, RemoteProtocolError
 from headrace.protocols.lumberjack import (
     RECEIVE_SLACK_BYTES,
     Ack,
@@ -80,123 +65,34 @@ from headrace.protocols.lumberjack import (
     LumberjackConnection,
     ProtocolVersion,
     Role,
-    document_parser,
     encode_frame,
 )
-from headrace.protocols.lumberjack.codec import DocumentParser
 from headrace.protocols.pravega.auth import Permission, stream_resource
-from headrace.protocols.pravega.codec import EVENT_HEADER
-from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.authz import ConnectionAccess, DoorAuth, peer_address
-from headrace.server.lumberjack_config import (
-    MAX_WINDOWS_IN_FLIGHT,
-    STREAM_SEGMENT_COUNT,
-    LumberjackConfig,
-    parse_field_path,
-)
-from headrace.store.api import MAX_APPEND_BYTES, SegmentStore
+from headrace.server.lumberjack_config import MAX_WINDOWS_IN_FLIGHT, LumberjackConfig
+from headrace.server.lumberjack_target import LumberjackTarget
 
 __all__ = [
     "MAX_EVENT_BYTES",
     "LumberjackHandler",
-    "LumberjackTarget",
     "start_lumberjack",
     "start_lumberjack_tls",
 ]
 
 log = logging.getLogger(__name__)
 
+UNAVAILABLE: Final = "unavailable"
+"""Access-line reason of a connection closed because a target segment's owner
+(another node) could not be reached: retriable, the client sends again."""
+
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 """Largest event payload stored: Pravega's own event size limit, so that every
 stored event is readable by Pravega readers. Filebeat cuts lines at 10 MiB by
 default, but its events are rarely above a few KiB; a larger one closes the
 connection (logged) rather than writing what a reader would refuse."""
-
-ROUTE_REFRESH_ATTEMPTS: Final = 3
-"""Times a window is re-routed when a segment was sealed under it (the stream
-was scaled through the controller) before the connection gives up."""
-
-MAX_DOCUMENT_PARSERS: Final = 16
-"""Document parsers kept, one per distinct set of routing fields (listeners' configs)."""
-
-UNAVAILABLE: Final = "unavailable"
-"""Access-line reason of a connection closed because a target segment's owner
-(another node) could not be reached: retriable, the client sends again."""
-
-_ROUTING_CACHE_SIZE: Final = 4096
-"""Routing keys whose hash position is remembered: shippers' host names repeat."""
-
-
-@functools.lru_cache(maxsize=_ROUTING_CACHE_SIZE)
-def _key_position(key: str) -> float:
-    """Where ``key`` falls in the key space, as every Pravega client computes it."""
-    return routing_key_position(key)
-
-
-# --------------------------------------------------------------------------- target
-
-
-class LumberjackTarget:
-    """The target stream of one listener: created on first use, routed by key range.
-
-    Args:
-        app: the running server (its store and shared controller model).
-        config: the Lumberjack configuration.
-    """
-
-    def __init__(self, app: ListenerContext, config: LumberjackConfig) -> None:
-        self._app = app
-        self.scope, self.stream = config.scope_and_stream
-        self._ranges: KeyRanges[str] | None = None
-        self._lock = asyncio.Lock()
-        self._keyless = itertools.count()
-
-    @property
-    def store(self) -> SegmentStore:
-        return self._app.store
-
-    @property
-    def ranges(self) -> KeyRanges[str] | None:
-        """The open segments as key ranges, or None until ``refresh`` has run."""
-        return self._ranges
-
-    async def refresh(self) -> KeyRanges[str]:
-        """Create the stream if needed (fixed scaling, ``STREAM_SEGMENT_COUNT``
-        segments) and load its open segments.
-
-        Raises:
-            ControllerError: the stream cannot be created or is sealed.
-        """
-        async with self._lock:
-            controller = self._app.controller
-            if not controller.stream_exists(self.scope, self.stream):
-                if not controller.scope_exists(self.scope):
-                    with contextlib.suppress(ScopeExists):  # another listener won the race
-                        await controller.create_scope(self.scope)
-                policy = ScalingPolicy(ScalingType.FIXED_NUM_SEGMENTS, 0, 0, STREAM_SEGMENT_COUNT)
-                try:
-                    await controller.create_stream(
-                        self.scope, self.stream, StreamConfig(scaling=policy)
-                    )
-                    log.info("lumberjack: created stream %s/%s", self.scope, self.stream)
-                except StreamExists:
-                    pass
-            segments = controller.current_segments(self.scope, self.stream)
-            if not segments:
-                raise RuntimeError(f"stream {self.scope}/{self.stream} is sealed")
-            self._ranges = KeyRanges.from_ranges(
-                (segment_name(self.scope, self.stream, seg.id), seg.min_key, seg.max_key)
-                for seg in segments
-            )
-            return self._ranges
-
-    def keyless_index(self, segment_count: int) -> int:
-        """The segment for a window's events that have no routing key (round-robin)."""
-        return next(self._keyless) % segment_count
-
 
 # --------------------------------------------------------------------------- windows
 
@@ -218,67 +114,6 @@ class _Window:
     durable: bool = False
 
 
-@functools.lru_cache(maxsize=MAX_DOCUMENT_PARSERS)
-def _document_parser(fields: tuple[str, ...]) -> DocumentParser:
-    """The ``J`` document parser of a listener routing on ``fields`` (top-level keys):
-    only they are built as objects (``document_parser``). One per set of fields, not
-    per connection: each is a msgspec struct type and its decoder."""
-    return document_parser(fields)
-
-
-def _routing_key(
-    document: Mapping[str, object], payload: bytes, paths: tuple[tuple[str, ...], ...]
-) -> str | None:
-    """The event's routing key: the first configured field present, as text.
-
-    A string is the key as is. An object with a string ``name`` (the ECS
-    ``host`` object of Beats 6.3 and later) gives that name. Any other value
-    gives its compact JSON text with sorted keys. ``null`` counts as absent.
-
-    ``document`` is the payload's top level as the codec parsed it (its one
-    parse, ``Batch.documents``); numbers there are unconverted, so the rare
-    key that is neither a string nor a named object is taken from a second
-    parse of ``payload`` (``_value_key``).
-    """
-    for path in paths:
-        value: object = document
-        for part in path:
-            if not isinstance(value, dict) or part not in value:
-                break
-            value = value[part]
-        else:
-            if value is None:
-                continue
-            if type(value) is str:
-                return value
-            if isinstance(value, dict) and type(value.get("name")) is str:
-                return str(value["name"])
-            return _value_key(payload, path)
-    return None
-
-
-def _value_key(payload: bytes, path: tuple[str, ...]) -> str | None:
-    """The key for a field whose value is not a string: its JSON text, sorted keys."""
-    try:
-        value = json.loads(payload)
-    except ValueError:  # over Python's digit limit for int: no key (only the segment changes)
-        return None
-    for part in path:
-        value = value[part]
-    if isinstance(value, dict) and isinstance(value.get("name"), str):
-        return str(value["name"])
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _frame(payloads: list[bytes], indices: list[int]) -> bytes:
-    """The events ``indices`` of ``payloads`` in Pravega event framing, concatenated."""
-    parts: list[bytes] = []
-    for i in indices:
-        parts.append(EVENT_HEADER.pack(0, len(payloads[i])))
-        parts.append(payloads[i])
-    return b"".join(parts)
-
-
 # --------------------------------------------------------------------------- handler
 
 
@@ -286,8 +121,8 @@ class LumberjackHandler(ConnectionHandler):
     """One Lumberjack connection: collects windows, stores them, acks in order.
 
     Args:
-        target: the listener's target stream.
-        config: limits and routing fields.
+        target: where the listener's events go (stream, routing, appends).
+        config: the limits.
         name: the listener name, for log lines.
         auth: who may write (``server/authz.py``); None: auth off.
     """
@@ -305,7 +140,6 @@ class LumberjackHandler(ConnectionHandler):
         self._config = config
         self._auth = auth
         self._access: ConnectionAccess | None = None
-        self._paths = tuple(parse_field_path(spec) for spec in config.routing_key_fields)
         self._conn = LumberjackConnection(
             Role.SERVER,
             limits=Limits(
@@ -313,7 +147,7 @@ class LumberjackHandler(ConnectionHandler):
                 max_decompressed_bytes=config.max_decompressed_bytes,
                 max_window_count=config.max_window_count,
             ),
-            parse=_document_parser(tuple(path[0] for path in self._paths)),
+            parse=target.parse,
         )
         self._open_payloads: list[bytes] = []
         self._open_keys: list[str | None] = []
@@ -378,16 +212,7 @@ class LumberjackHandler(ConnectionHandler):
         self._pending_bytes += size
         self._open_bytes += size
         self._open_payloads += payloads
-        paths = self._paths
-        if not paths:
-            self._open_keys += [None] * len(payloads)
-        else:
-            documents = batch.documents
-            assert len(documents) == len(payloads)
-            self._open_keys += [
-                _routing_key(document, payload, paths)
-                for document, payload in zip(documents, payloads, strict=True)
-            ]
+        self._open_keys += self._target.routing_keys(batch)
         if batch.ack_seq is None:
             return None
         self._check_access()  # the grants may have changed since the last window
@@ -465,73 +290,7 @@ class LumberjackHandler(ConnectionHandler):
     async def _store(self, window: _Window) -> None:
         if window.after is not None:
             await window.after
-        pending = list(range(len(window.payloads)))
-        attempt = 0
-        while pending:
-            ranges = self._target.ranges
-            if ranges is None:
-                ranges = await self._target.refresh()
-            runs = self._runs(window, pending, ranges)
-            store = self._target.store
-            appends = [asyncio.ensure_future(store.append(name, data)) for name, _, data in runs]
-            if not window.issued.done():
-                window.issued.set_result(None)
-            results = await asyncio.gather(*appends, return_exceptions=True)
-            pending = []
-            for (name, indices, _), result in zip(runs, results, strict=True):
-                if isinstance(result, SegmentSealed | SegmentNotFound):
-                    # Nothing of this run was written: the stream was scaled or
-                    # deleted under us. Route its events again.
-                    log.info(
-                        "%s: target segment %s is gone (%s); re-routing", self.name, name, result
-                    )
-                    pending.extend(indices)
-                elif isinstance(result, BaseException):
-                    raise result
-            if pending:
-                attempt += 1
-                if attempt > ROUTE_REFRESH_ATTEMPTS:
-                    raise RuntimeError(
-                        f"target segments of {self._target.scope}/{self._target.stream} "
-                        "keep being sealed or deleted"
-                    )
-                pending.sort()
-                await self._target.refresh()
-
-    def _runs(
-        self, window: _Window, indices: list[int], ranges: KeyRanges[str]
-    ) -> list[tuple[str, list[int], bytes]]:
-        """Events ``indices`` of the window grouped per target segment, framed.
-
-        Each segment gets one run (more only past ``MAX_APPEND_BYTES``), its
-        events in wire order. Events without a key share one segment, chosen
-        round-robin per window.
-        """
-        segments = ranges.segments
-        keyless = segments[self._target.keyless_index(len(segments))]
-        per_segment: dict[str, list[int]] = {}
-        segment_of: dict[str | None, str] = {None: keyless}  # shippers' host names repeat
-        keys = window.keys
-        for i in indices:
-            key = keys[i]
-            name = segment_of.get(key)
-            if name is None:
-                assert key is not None
-                name = segment_of[key] = ranges.segment_for_position(_key_position(key))
-            per_segment.setdefault(name, []).append(i)
-        runs: list[tuple[str, list[int], bytes]] = []
-        for name, members in per_segment.items():
-            run: list[int] = []
-            run_bytes = 0
-            for i in members:
-                size = EVENT_HEADER.size + len(window.payloads[i])
-                if run and run_bytes + size > MAX_APPEND_BYTES:
-                    runs.append((name, run, _frame(window.payloads, run)))
-                    run, run_bytes = [], 0
-                run.append(i)
-                run_bytes += size
-            runs.append((name, run, _frame(window.payloads, run)))
-        return runs
+        await self._target.write(window.payloads, window.keys, window.issued)
 
     # ------------------------------------------------------------------ acking
 
@@ -657,7 +416,7 @@ async def _start(ctx: ListenerContext, name: str, host: str, port: int, *, tls: 
         ssl_context = ctx.ssl_context()
         if ssl_context is None:
             raise RuntimeError("the lumberjack_tls listener needs --tls-cert and --tls-key")
-    target = LumberjackTarget(ctx, config)
+    target = LumberjackTarget(ctx, config, name)
     return await start_tcp_listener(
         name,
         host,

@@ -33,6 +33,7 @@ from headrace.protocols.lumberjack import (
     decode_frame,
     decode_frames,
     encode_frame,
+    parse_json_object,
 )
 
 V1 = ProtocolVersion.V1
@@ -248,6 +249,7 @@ def test_json_data_v2_golden_pylogbeat_element() -> None:
         (b'{"a": -Infinity}', "invalid JSON"),
         (b'{"a": 1} x', "invalid JSON"),
         (b'{"a": "\xff"}', "not UTF-8"),
+        (b'\xef\xbb\xbf{"a": 1}', "byte-order mark"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply|not an object"),
     ],
 )
@@ -261,6 +263,18 @@ def test_json_data_with_any_valid_number_is_accepted() -> None:
     document = b'{"big": ' + b"9" * 10_000 + b', "f": 1e400, "g": -0.5e-3}'
     wire = b"2J" + u32(1) + u32(len(document)) + document
     assert one(wire) == (V2, JsonData(1, document))
+
+
+def test_json_data_with_a_lone_surrogate_escape_is_accepted() -> None:
+    # Python's json.dumps writes one for a str holding a lone surrogate (pylogbeat).
+    document = b'{"message": "\\udcff", "pair": "\\ud83d\\ude00", "text": "\\\\ud800"}'
+    wire = b"2J" + u32(1) + u32(len(document)) + document
+    assert one(wire) == (V2, JsonData(1, document))
+    assert parse_json_object(document) == {
+        "message": "\ufffd",
+        "pair": "\U0001f600",
+        "text": "\\ud800",
+    }
 
 
 def test_json_data_deeply_nested_object_is_refused_cleanly() -> None:

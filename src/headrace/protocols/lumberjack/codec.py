@@ -41,8 +41,7 @@ forbids raises ``LocalProtocolError``.
 
 from __future__ import annotations
 
-import json
-import json.scanner
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -468,15 +467,11 @@ def _check_frame_bytes(frame_bytes: int, limits: Limits) -> None:
         raise FrameTooLarge(limits.max_frame_bytes, frame_bytes)
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
-
-
 class _Number:
-    """A JSON number left unconverted: numbers are only validated, never used
-    here, so they are not converted (which would also run into Python's
-    4300-digit limit on ``int`` and refuse valid JSON). ``text`` is the number
-    as written."""
+    """A JSON number that Python will not convert (an integer over its 4300-digit
+    limit, a float out of range), kept as written: numbers are only validated,
+    never used here, and valid JSON is not refused for them. ``text`` is the
+    number as written."""
 
     __slots__ = ("text",)
 
@@ -487,49 +482,102 @@ class _Number:
         return f"_Number({self.text})"
 
 
-_JSON_DECODER: Final = json.JSONDecoder(
-    parse_constant=_reject_constant, parse_int=_Number, parse_float=_Number
+_DECODE: Final = msgspec.json.Decoder().decode
+"""The one JSON parser of ``J`` documents (msgspec: fast, strict, in C)."""
+
+_DECODE_OBJECT: Final = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+"""The same parser over an object whose values stay raw JSON, for ``_value``."""
+
+_DECODE_ARRAY: Final = msgspec.json.Decoder(list[msgspec.Raw]).decode
+"""The same parser over an array whose items stay raw JSON, for ``_value``."""
+
+_DECODE_RAW: Final = msgspec.json.Decoder(msgspec.Raw).decode
+"""The same parser checking one value and building nothing, for ``_value``."""
+
+_JSON_WHITESPACE: Final = b" \t\r\n"
+
+_BOM: Final = b"\xef\xbb\xbf"
+"""The UTF-8 byte-order mark: JSON text must not begin with one (RFC 8259); refused
+in words of its own."""
+
+_SURROGATE_ESCAPES: Final = re.compile(
+    rb"\\\\|(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
 )
-"""One decoder for every ``J`` document: ``json.loads`` with hooks builds a new
-``JSONDecoder`` (and its C scanner) per call, which cost as much as the parse."""
-
-_SCAN_ONCE: Final[Callable[[str, int], tuple[object, int]]] = json.scanner.make_scanner(
-    _JSON_DECODER  # type: ignore[arg-type]  # typeshed names the C class; a decoder is its context
-)
-"""The decoder's C scanner: one JSON value at an index, no surrounding whitespace."""
-
-_BOM: Final = "\ufeff"
-
-_MSGSPEC_DECODE: Final = msgspec.json.Decoder().decode
-"""The fast first parse of a ``J`` document (msgspec: a fast, strict parser)."""
+"""An escaped backslash (kept), a surrogate pair's escapes (kept, group 1), or
+the escape of a lone surrogate (replaced by ``_unpaired``)."""
 
 
-def _parse_with_json(payload: bytes) -> dict[str, object]:
-    """The reference parse of a whole ``J`` document: the standard library's
-    parser alone, its acceptance and its words (see ``document_parser``)."""
+def _unpaired(match: re.Match[bytes]) -> bytes:
+    """A lone surrogate's escape read as U+FFFD; anything else as it was."""
+    text = match[0]
+    if match[1] is None and text != b"\\\\":
+        return b"\\ufffd"
+    return text
+
+
+def _value(raw: bytes | msgspec.Raw) -> object:
+    """The JSON value ``raw`` as msgspec builds it, a number Python will not
+    convert (msgspec's ``ValidationError``) kept as a ``_Number``, and the
+    arrays and objects around it built item by item.
+
+    Raises:
+        msgspec.DecodeError, UnicodeDecodeError, RecursionError: ``raw`` is
+            not JSON, not UTF-8, or nested too deeply (``_refusal`` words them).
+    """
     try:
-        text = payload.decode("utf-8")
-        if text[:1] == "{":
-            # The usual document: the C scanner straight away, without
-            # ``decode``'s two whitespace regexes. Whatever it raises is what
-            # ``decode`` would raise, as it would start at the same index.
-            try:
-                document, end = _SCAN_ONCE(text, 0)
-            except StopIteration:  # a missing value inside: decode() words the error
-                end = -1
-            if end == len(text):
-                return document  # type: ignore[return-value]  # a "{" value is a dict
-        if text.startswith(_BOM):  # what json.loads refuses before parsing
-            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-        document = _JSON_DECODER.decode(text)
-    except UnicodeDecodeError as exc:
-        raise RemoteProtocolError(f"JSON is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    except RecursionError:
-        raise RemoteProtocolError("JSON is nested too deeply") from None
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
-        raise RemoteProtocolError(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        kind = "number" if isinstance(document, _Number) else type(document).__name__
+        return _DECODE(raw)
+    except msgspec.ValidationError:
+        pass
+    text = bytes(_DECODE_RAW(raw)).strip(_JSON_WHITESPACE)
+    if text[:1] == b"{":
+        return {key: _value(item) for key, item in _DECODE_OBJECT(text).items()}
+    if text[:1] == b"[":
+        return [_value(item) for item in _DECODE_ARRAY(text)]
+    return _Number(text.decode("ascii"))
+
+
+def _refusal(payload: bytes, exc: BaseException) -> RemoteProtocolError:
+    """Why the parser refused ``payload``, in the codec's words: not UTF-8
+    (checked first, over the whole document), a byte-order mark, nested too
+    deeply, or msgspec's reason."""
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return RemoteProtocolError(f"JSON is not UTF-8: {bad.reason} at byte {bad.start}")
+    if payload.startswith(_BOM):
+        return RemoteProtocolError("invalid JSON: a byte-order mark before the document")
+    if isinstance(exc, RecursionError):
+        return RemoteProtocolError("JSON is nested too deeply")
+    reason = str(exc).removeprefix("JSON is malformed: ")
+    return RemoteProtocolError(f"invalid JSON: {reason}")
+
+
+def _parse_object(payload: bytes) -> dict[str, object]:
+    """The whole of a ``J`` document, which must be a UTF-8 JSON object.
+
+    msgspec refuses the escape of a lone surrogate (``"\\ud800"``), which
+    JSON's grammar allows and Python's ``json`` reads: a document refused
+    that holds one is parsed again with it read as U+FFFD (``_unpaired``),
+    so it is accepted whatever else its strings hold.
+
+    Raises:
+        RemoteProtocolError: not UTF-8, not JSON (``NaN``, a byte-order mark,
+            bytes after the value), nested too deeply, or not an object.
+    """
+    try:
+        document = _value(payload)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        fixed = _SURROGATE_ESCAPES.sub(_unpaired, payload) if b"\\" in payload else payload
+        if fixed == payload:
+            raise _refusal(payload, exc) from None
+        try:
+            document = _value(fixed)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as again:
+            raise _refusal(payload, again) from None
+    if type(document) is not dict:
+        number = type(document) in (int, float) or isinstance(document, _Number)
+        kind = "number" if number else type(document).__name__
         raise RemoteProtocolError(f"JSON is a {kind}, not an object")
     return document
 
@@ -544,52 +592,24 @@ _RAW_OR_UNSET = msgspec.Raw | msgspec.UnsetType
 def document_parser(fields: Iterable[str] | None = None) -> DocumentParser:
     """The one parse of ``J`` documents: all of each object, or its top-level keys ``fields``.
 
-    It accepts the UTF-8 JSON objects the standard library's ``json`` accepts
-    and refuses the rest with ``json``'s words (``_parse_with_json``, the
-    reference); it returns the whole object (``fields`` None) or the keys of
-    ``fields`` present, with the values the whole parse gives them. msgspec
-    parses first, several times faster than ``json`` and stricter: the whole
-    object, or, for some keys, a struct of those keys held as raw JSON, which
-    checks the whole document's syntax while building only their values (two
-    to three times faster than the whole object for a Beats event). Whatever
-    msgspec refuses goes to the reference, which words the error and still
-    accepts what msgspec does not (a number too large for a float,
-    ``\\ud800``-style escapes). Numbers in the result are unconverted
-    placeholders when the reference parsed it; a caller that needs a number's
-    value parses the payload itself.
+    One parser, msgspec's, accepts the UTF-8 JSON objects (``_parse_object``)
+    and refuses the rest with a ``RemoteProtocolError``. It returns the whole
+    object (``fields`` None) or the keys of ``fields`` present, with the
+    values the whole parse gives them. For some keys it decodes a struct of
+    those keys held as raw JSON, which checks the whole document's syntax
+    while building only their values (two to three times faster than the
+    whole object for a Beats event); a document that struct refuses is
+    judged by the whole parse, which words the error or reads what the
+    struct cannot (a lone surrogate's escape). Numbers too large for Python
+    are unconverted placeholders (``_Number``); a caller that needs a
+    number's value parses the payload itself.
     """
-    names = None if fields is None else tuple(dict.fromkeys(fields))
-    first = _msgspec_parser(names)
-
-    def parse(payload: bytes) -> Mapping[str, object]:
-        try:
-            document = first(payload)
-        except Exception:  # any refusal is judged again, and worded, by json
-            document = None
-        if document is not None:
-            return document
-        whole = _parse_with_json(payload)
-        return whole if names is None else _only(whole, names)
-
-    return parse
-
-
-def _msgspec_parser(names: tuple[str, ...] | None) -> Callable[[bytes], dict[str, object] | None]:
-    """msgspec's parse of a document: all of it (``names`` None) or the keys
-    ``names``; None for a top level that is not an object. Raises whatever
-    msgspec raises for a document it refuses."""
-    decode = _MSGSPEC_DECODE
-    if names is None or any(char in '\\"' or char < " " for name in names for char in name):
+    if fields is None:
+        return _parse_object
+    names = tuple(dict.fromkeys(fields))
+    if any(char in '\\"' or char < " " for name in names for char in name):
         # msgspec cannot name a field so (its raw names are written unescaped).
-        keep = names
-
-        def whole(payload: bytes) -> dict[str, object] | None:
-            document = decode(payload)
-            if type(document) is not dict:
-                return None
-            return document if keep is None else _only(document, keep)
-
-        return whole
+        return lambda payload: _only(_parse_object(payload), names)
     attrs = tuple(f"f{i}" for i in range(len(names)))
     struct = msgspec.defstruct(
         "Fields",
@@ -601,16 +621,23 @@ def _msgspec_parser(names: tuple[str, ...] | None) -> Callable[[bytes], dict[str
     typed = msgspec.json.Decoder(struct).decode
     pairs = tuple(zip(attrs, names, strict=True))
     unset = msgspec.UNSET
+    decode = _DECODE
 
-    def some(payload: bytes) -> dict[str, object] | None:
-        if not payload.isascii():
-            payload.decode("utf-8")  # msgspec does not check the UTF-8 of what it skips
-        found = typed(payload)
+    def some(payload: bytes) -> dict[str, object]:
+        try:
+            if not payload.isascii():
+                payload.decode("utf-8")  # msgspec does not check the UTF-8 of what it skips
+            found = typed(payload)
+        except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+            return _only(_parse_object(payload), names)  # words the refusal, or reads it
         document: dict[str, object] = {}
         for attr, name in pairs:
             raw = getattr(found, attr)
             if raw is not unset:
-                document[name] = decode(raw)
+                try:
+                    document[name] = decode(raw)
+                except msgspec.ValidationError:  # a number Python will not convert
+                    document[name] = _value(raw)
         return document
 
     return some

@@ -57,7 +57,7 @@ _U16 = struct.Struct(">H")
 # --------------------------------------------------------------------------- encode
 
 
-def encode_command(cmd: c.Command, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
+def encode_command(cmd: c.Command, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """:func:`codec.encode_command`, with the replies to appends and reads packed directly.
 
     Raises:

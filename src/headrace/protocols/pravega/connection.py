@@ -29,10 +29,10 @@ durability) and request/reply matching; those belong to the server and client.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 from uuid import UUID
 
 from headrace.errors import LocalProtocolError, RemoteProtocolError
@@ -80,6 +80,20 @@ multiplexes its writers for one server on one connection (pravega.md#java-append
 segment it writes to. Sixteen thousand covers any real client while bounding
 the per-connection table (about 2 MiB) against a peer inventing writer ids.
 """
+
+
+_Frame = TypeVar("_Frame", bytes, tuple[bytes, bytes])
+"""An encoding ``PravegaConnection._send`` is given: a whole frame, or one in two parts."""
+
+
+_SEND_INPUTS: dict[type[c.Command], Input] = {}
+"""``classify`` of each command class sent so far (a few dozen at most), so that
+a send costs one lookup for it."""
+
+
+def _encode_split(cmd: c.Command, size_bytes: int, max_frame_bytes: int) -> tuple[bytes, bytes]:
+    """``encode_split`` with its arguments in order, for ``PravegaConnection._send``."""
+    return encode_split(cmd, size_bytes, max_frame_bytes=max_frame_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,9 +492,11 @@ class PravegaConnection:
                 out-of-order DataAppended), it cannot be encoded, or the
                 connection has failed. Nothing is queued or changed then.
         """
-        ack = (cmd.writer_id, cmd.event_number) if isinstance(cmd, c.DataAppended) else None
-        step = self._admit(type(cmd), classify(cmd), ack)
-        self._sent(step, encode_command(cmd, max_frame_bytes=self._max_frame_bytes))
+        if isinstance(cmd, c.DataAppended):
+            writer_id, event_number = cmd.writer_id, cmd.event_number
+        else:
+            writer_id, event_number = None, 0
+        self._send(type(cmd), writer_id, event_number, encode_command, cmd, self._max_frame_bytes)
         if self._role is Role.SERVER and isinstance(cmd, c.AppendSetup):
             self._writers[cmd.writer_id] = WriterSession(cmd.segment)
 
@@ -498,16 +514,17 @@ class PravegaConnection:
         Raises:
             LocalProtocolError: as :meth:`send`.
         """
-        ack = (writer_id, event_number)
-        step = self._admit(c.DataAppended, Input.REPLY, ack)
-        frame = encode_data_appended(
+        self._send(
+            c.DataAppended,
+            writer_id,
+            event_number,
+            encode_data_appended,
             writer_id,
             event_number,
             previous_event_number,
             request_id,
             current_segment_write_offset,
         )
-        self._sent(step, frame)
 
     def send_split(self, cmd: c.Command, size_bytes: int) -> tuple[bytes, bytes]:
         """Send a reply whose large bytes field the caller writes itself (zero-copy).
@@ -521,63 +538,66 @@ class PravegaConnection:
         Raises:
             LocalProtocolError: as :meth:`send`.
         """
-        step = self._admit(type(cmd), classify(cmd), None)
-        parts = encode_split(cmd, size_bytes, max_frame_bytes=self._max_frame_bytes)
-        self._sent(step, b"")
-        return parts
+        return self._send(type(cmd), None, 0, _encode_split, cmd, size_bytes, self._max_frame_bytes)
 
-    def _admit(
-        self, kind: type[c.Command], inp: Input, ack: tuple[UUID, int] | None
-    ) -> tuple[StreamState, WriterSession | None, int]:
-        """Every check of sending a command of class ``kind`` now, changing nothing:
-        our stream's next state, and the writer session a DataAppended ``ack``
-        (writer, event number) moves forward (None if it has none).
+    def _send(
+        self,
+        kind: type[c.Command],
+        writer_id: UUID | None,
+        event_number: int,
+        encode: Callable[..., _Frame],
+        *args: object,
+        own: bool = False,
+    ) -> _Frame:
+        """The one way out: every check of sending a command of class ``kind``
+        now, then its encoding ``encode(*args)``, then the change of state.
+
+        The encoding is a whole frame (bytes), which is queued, or a frame in
+        two parts (prefix, suffix) around bytes the caller writes itself,
+        which is returned. ``writer_id`` and ``event_number`` are a
+        ``DataAppended``'s (``writer_id`` None for any other command): a
+        server acknowledges each writer's events in order. ``own``: a
+        command the connection sends itself (Hello, KeepAlive), which the
+        caller may not.
 
         Raises:
             LocalProtocolError: the connection failed, the command is one the
                 connection sends itself, our stream's table does not allow it
-                now, or an ack would go back in event numbers.
+                now, an ack would go back in event numbers, or the command
+                cannot be encoded. Nothing is queued or changed then.
         """
         if self._error is not None:
             raise LocalProtocolError(f"connection failed earlier: {self._error}")
         server = self._role is Role.SERVER
-        if kind is c.Hello or (kind is c.KeepAlive and server):
+        if not own and (kind is c.Hello or (kind is c.KeepAlive and server)):
             raise LocalProtocolError(f"{kind.__name__} is sent by the connection itself")
+        inp = _SEND_INPUTS.get(kind)
+        if inp is None:
+            inp = _SEND_INPUTS[kind] = classify(kind)
         step = self._our_table.get((self._our_state, inp))
         if step is None:
             raise LocalProtocolError(
                 f"cannot send {kind.__name__} in state {self._our_state.value}"
             )
         session = None
-        event_number = 0
-        if ack is not None and server:
-            writer_id, event_number = ack
+        if writer_id is not None and server:
             session = self._writers.get(writer_id)
             if session is not None and event_number < session.last_acked:
                 raise LocalProtocolError(
                     f"DataAppended {event_number} after {session.last_acked}: "
                     "acks go out in event-number order"
                 )
-        return step[1], session, event_number
-
-    def _sent(self, step: tuple[StreamState, WriterSession | None, int], frame: bytes) -> None:
-        """Apply what :meth:`_admit` allowed, once the frame is encoded."""
-        next_state, session, event_number = step
-        self._outbound += frame
-        self._our_state = next_state
+        frame = encode(*args)
+        if isinstance(frame, bytes):
+            self._outbound += frame
+        self._our_state = step[1]
         if session is not None:
             session.last_acked = event_number
+        return frame
 
     def _queue(self, cmd: c.Command) -> None:
-        """Queue a command of the connection's own (Hello, KeepAlive): our table only."""
-        key = (self._our_state, classify(cmd))
-        if key not in self._our_table:
-            raise LocalProtocolError(
-                f"cannot send {type(cmd).__name__} in state {self._our_state.value}"
-            )
-        frame = encode_command(cmd, max_frame_bytes=self._max_frame_bytes)
-        self._our_state = self._our_table[key][1]
-        self._outbound += frame
+        """Queue a command of the connection's own (Hello, KeepAlive)."""
+        self._send(type(cmd), None, 0, encode_command, cmd, self._max_frame_bytes, own=True)
 
     @property
     def buffered_bytes(self) -> int:

@@ -176,8 +176,8 @@ _DIRECTION_INPUTS: dict[c.Direction, Input] = {
 }
 
 
-def classify(cmd: c.Command) -> Input:
-    """The state-machine input a command is."""
+def classify(cmd: c.Command | type[c.Command]) -> Input:
+    """The state-machine input a command (or a class of them) is."""
     special = _SPECIAL_INPUTS.get(cmd.type)
     if special is not None:
         return special

@@ -72,7 +72,6 @@ from headrace.protocols.rsio.commands import (
     IllegalDemand,
     Message,
     MessageType,
-    OnComplete,
     OnError,
     OnNext,
     OnNextLastPart,
@@ -579,13 +578,13 @@ class ReactiveConnection:
             # Our goodbye ends every subscription; the application knows, no events.
             self._subscriptions.clear()
             self._publications.clear()
-        else:
+            self._state = next_state
+        elif isinstance(message, Subscribe | Request | Cancel):
             next_state = self._connection_step(ConnectionInput.SEND_MESSAGE, message.TYPE)
-            if isinstance(message, Subscribe | Request | Cancel):
-                self._send_subscriber_side(message)
-            else:
-                self._send_publisher_side(message)
-        self._state = next_state
+            self._send_subscriber_side(message)
+            self._state = next_state
+        else:
+            self._publish(message.TYPE, message, message.subscriber, ())
 
     def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
         """Queue one ``onNext`` per element on the peer's subscription, in order.
@@ -602,17 +601,8 @@ class ReactiveConnection:
                 demand, a fixed-size element of the wrong size, a frame over
                 ``max_send_frame_bytes``). Nothing is queued or changed.
         """
-        if not elements:
-            return
-        next_state = self._connection_step(ConnectionInput.SEND_MESSAGE, MessageType.ON_NEXT)
-        pub, pub_state = self._publisher_step(subscriber, MessageType.ON_NEXT)
-        self._check_demand(pub, subscriber, MessageType.ON_NEXT, len(elements))
-        self._outgoing += encode_on_next_frames(
-            subscriber, elements, pub.element_size, self._max_send_frame_bytes
-        )
-        pub.demand.consume(len(elements))
-        pub.state = pub_state  # active stays active: onNext ends nothing
-        self._state = next_state
+        if elements:
+            self._publish(MessageType.ON_NEXT, None, subscriber, elements)
 
     def _connection_step(
         self, connection_input: ConnectionInput, what: MessageType
@@ -714,18 +704,28 @@ class ReactiveConnection:
 
     # -- we are publisher
 
-    def _send_publisher_side(self, message: Message) -> None:
-        assert isinstance(
-            message,
-            Subscribed | OnNext | OnNextPacked | OnNextPart | OnNextLastPart | OnComplete | OnError,
-        )
-        subscriber = message.subscriber
-        pub, next_state = self._publisher_step(subscriber, message.TYPE)
-        state = pub.state
-        # Check everything, then encode (which checks sizes), then change state.
+    def _publish(
+        self,
+        what: MessageType,
+        message: Message | None,
+        subscriber: int,
+        elements: Sequence[bytes],
+    ) -> None:
+        """The one way out for what we publish on the peer's subscription
+        ``subscriber``: the connection's table, the subscription's, the demand
+        and the split rules, then the encoding (which checks sizes), then the
+        change of state; nothing changes if a check fails.
+
+        ``message`` is the message of type ``what``, or None for a run of
+        ``onNext`` s, one per element of ``elements`` (``send_elements``).
+        """
+        next_state = self._connection_step(ConnectionInput.SEND_MESSAGE, what)
+        pub, pub_state = self._publisher_step(subscriber, what)
         consume = 0
         part_bytes = pub.part_bytes
         match message:
+            case None:  # a run of onNext
+                consume = len(elements)
             case OnNext():
                 consume = 1
             case OnNextPacked(_, count, _):
@@ -735,7 +735,7 @@ class ReactiveConnection:
                     )
                 consume = count
             case OnNextPart(_, element, data) | OnNextLastPart(_, element, data):
-                if state is PublisherState.ACTIVE:
+                if pub.state is PublisherState.ACTIVE:
                     consume = 1
                     part_bytes = 0
                 elif element != pub.part_element:
@@ -753,16 +753,26 @@ class ReactiveConnection:
                         f"elementSize {pub.element_size}"
                     )
         if consume:
-            self._check_demand(pub, subscriber, message.TYPE, consume)
-        element_size = message.element_size if isinstance(message, Subscribed) else pub.element_size
-        self._outgoing += self._encode(message, element_size)
+            self._check_demand(pub, subscriber, what, consume)
+        if message is None:
+            self._outgoing += encode_on_next_frames(
+                subscriber, elements, pub.element_size, self._max_send_frame_bytes
+            )
+        else:
+            element_size = (
+                message.element_size if isinstance(message, Subscribed) else pub.element_size
+            )
+            self._outgoing += self._encode(message, element_size)
         if consume:
             pub.demand.consume(consume)
-        if isinstance(message, Subscribed):
+        if message is None:
+            pass  # onNext changes nothing else
+        elif isinstance(message, Subscribed):
             pub.element_size = message.element_size
-        if isinstance(message, OnNextPart | OnNextLastPart):
+        elif isinstance(message, OnNextPart | OnNextLastPart):
             pub.part_element = message.element
             pub.part_bytes = part_bytes
-        pub.state = next_state
-        if next_state is PublisherState.CLOSED:
+        pub.state = pub_state
+        if pub_state is PublisherState.CLOSED:
             del self._publications[subscriber]
+        self._state = next_state

@@ -17,7 +17,8 @@ topic names nor partition ids) and reject responses to requests it never made.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 from headrace.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 from headrace.protocols._buffer import ReceiveBuffer
@@ -57,6 +58,9 @@ from headrace.protocols.tank.states import (
 )
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT_REQUESTS", "TankConnection"]
+
+_Encoded = TypeVar("_Encoded", bytes, list[bytes | bytearray | memoryview])
+"""An encoding ``TankConnection._send`` is given: a whole frame, or its pieces."""
 
 DEFAULT_MAX_IN_FLIGHT_REQUESTS = 16384
 """Requests one connection may have unanswered. TANK has no such limit, but a broker
@@ -262,18 +266,7 @@ class TankConnection:
                 in flight, exceeds the in-flight limit, or has a field the wire
                 cannot carry. Nothing is queued then.
         """
-        if isinstance(message, Ping):
-            event = Input.SEND_PING
-        elif is_request(message):
-            event = Input.SEND_REQUEST
-        elif is_response(message):
-            event = Input.SEND_RESPONSE
-        else:
-            raise LocalProtocolError(f"not a TANK message: {message!r}")
-        step = self._admit(event, message)
-        frame = encode(message)
-        self._sent(step, message)
-        self._outgoing += frame
+        self._send(message, encode, message)
 
     def send_split(
         self, response: ConsumeResponse, chunks: Mapping[tuple[int, int], ChunkParts]
@@ -287,21 +280,32 @@ class TankConnection:
         Raises:
             LocalProtocolError: as :meth:`send`.
         """
-        step = self._admit(Input.SEND_RESPONSE, response)
-        pieces = encode_consume_split(response, chunks)
-        self._sent(step, response)
-        return pieces
+        return self._send(response, encode_consume_split, response, chunks)
 
-    def _admit(self, event: Input, message: Message) -> tuple[Action, ConnectionState]:
-        """Every check of sending ``message`` now, changing nothing: what it does.
+    def _send(self, message: Message, encode: Callable[..., _Encoded], *args: object) -> _Encoded:
+        """The one way out: every check of sending ``message`` now, then its
+        encoding ``encode(*args)``, then the change of state (the request
+        tracked, or the request it answers settled).
+
+        The encoding is a whole frame (bytes), which is queued, or the pieces
+        of one that the caller writes itself, which are returned.
 
         Raises:
-            LocalProtocolError: not allowed in this role or state, a request id
-                still in flight or one request over the limit, or a response
-                that answers no pending request.
+            LocalProtocolError: not a TANK message, not allowed in this role or
+                state, a request id still in flight or one request over the
+                limit, a response that answers no pending request, or a field
+                the wire cannot carry. Nothing is queued or changed then.
         """
-        step = self._step(event)
-        if step[0] is Action.TRACK:
+        if isinstance(message, Ping):
+            event = Input.SEND_PING
+        elif is_request(message):
+            event = Input.SEND_REQUEST
+        elif is_response(message):
+            event = Input.SEND_RESPONSE
+        else:
+            raise LocalProtocolError(f"not a TANK message: {message!r}")
+        action, next_state = self._step(event)
+        if action is Action.TRACK:
             assert is_request(message)
             if message.request_id in self._client_in_flight:
                 raise LocalProtocolError(f"request id {message.request_id} is already in flight")
@@ -309,27 +313,25 @@ class TankConnection:
                 raise LocalProtocolError(
                     f"more than {self._max_in_flight_requests} requests in flight"
                 )
-        elif step[0] is Action.SETTLE:
+        elif action is Action.SETTLE:
             assert is_response(message)
             key = (message.request_id, message_type(message))
             if not self._server_in_flight[key]:  # a Counter reads 0 for a missing key
                 raise LocalProtocolError(
                     f"no {key[1].name} request with id {message.request_id} awaits a response"
                 )
-        return step
-
-    def _sent(self, step: tuple[Action, ConnectionState], message: Message) -> None:
-        """Apply what :meth:`_admit` allowed, once the message is encoded."""
-        action, self._state = step
+        encoded = encode(*args)
+        self._state = next_state
         if action is Action.TRACK:
             assert is_request(message)
             self._client_in_flight[message.request_id] = message
         elif action is Action.SETTLE:
-            assert is_response(message)
-            key = (message.request_id, message_type(message))
             self._server_in_flight[key] -= 1
             if not self._server_in_flight[key]:
                 del self._server_in_flight[key]
+        if isinstance(encoded, bytes):
+            self._outgoing += encoded
+        return encoded
 
     def abandon(self, request_id: int) -> None:
         """Give up on a request (a client-side timeout); its response will be dropped.
