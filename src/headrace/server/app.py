@@ -29,7 +29,7 @@ import logging
 import resource
 import ssl
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from headrace.controller.model import ControllerModel
 from headrace.errors import ConfigError
@@ -44,6 +44,9 @@ from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore
 from headrace.store.disk.container import MAX_OPEN_DATA_FILES, MIN_OPEN_DATA_FILES
 from headrace.store.disk.store import MAX_OPEN_REGIONS
+
+if TYPE_CHECKING:  # the cluster modules load kazoo: only with --cluster
+    from headrace.server.cluster_node import ClusterNode
 
 __all__ = [
     "FD_RESERVE",
@@ -139,6 +142,7 @@ class ServerApp:
         self._controller: ControllerModel | None = None
         self._context: ListenerContext | None = None
         self._listeners: list[Listener] = []
+        self._cluster: ClusterNode | None = None
         self._stopping = asyncio.Event()
         self._closed = False
         self._ssl_context: ssl.SSLContext | None = None
@@ -182,6 +186,11 @@ class ServerApp:
     def controller_or_none(self) -> ControllerModel | None:
         return self._controller
 
+    @property
+    def cluster(self) -> ClusterNode | None:
+        """This node's membership with ``--cluster`` (None without, or before start)."""
+        return self._cluster
+
     def health(self) -> tuple[bool, dict[str, object]]:
         """Whether every configured listener is up and the store takes writes, and
         a JSON-able report: each listener, and the store (``ok`` or why it stopped)."""
@@ -201,6 +210,8 @@ class ServerApp:
             "listeners": listeners,
             "store": failure or "ok",
         }
+        if self._cluster is not None:
+            report["cluster"] = self._cluster.report()
         return ok, report
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -257,6 +268,14 @@ class ServerApp:
                     self.config.auth, self.config.data_dir, self.metrics.auth_refused
                 )
             self._controller = await ControllerModel.open(self._store)
+            if self.config.cluster is not None:
+                from headrace.server.cluster_node import ClusterNode  # loads kazoo
+
+                self._cluster = ClusterNode(
+                    self.config.cluster,
+                    self._store,
+                    self.config.advertise_host or self.config.host,
+                )
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
             self._context = context = ListenerContext(
@@ -270,11 +289,15 @@ class ServerApp:
                 settings=ListenerSettings(
                     self.config.limits, self.metrics.listener, self.budget, self.slots
                 ),
+                cluster=self._cluster,
             )
             for name in order:
                 listener = await STARTERS[name](context, self.config.host, enabled[name])
                 self._listeners.append(listener)
                 log.info("%s listening on %s:%d", name, self.config.host, listener.port)
+            if self._cluster is not None:
+                # Announced once every door is bound, with the ports it got.
+                await self._cluster.start(self.ports)
         except BaseException:
             await self.aclose()
             raise
@@ -292,6 +315,12 @@ class ServerApp:
             return
         self._closed = True
         self.metrics.unwatch_gc()
+        if self._cluster is not None:
+            # Leave first: other nodes stop sending clients here.
+            try:
+                await self._cluster.aclose()
+            except Exception:
+                log.exception("leaving the cluster failed")
         listeners, self._listeners = self._listeners, []
         for listener in reversed(listeners):
             try:
