@@ -46,6 +46,14 @@ def health(node: ServerProcess) -> dict[str, Any]:
     return report
 
 
+def metrics(node: ServerProcess) -> dict[str, float]:
+    url = f"http://127.0.0.1:{node.port_of('http')}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    found = (line.split() for line in text.splitlines() if line.startswith("headrace_cluster"))
+    return {name: float(value) for name, value in found}
+
+
 def views(nodes: dict[str, ServerProcess]) -> dict[str, dict[str, Any]]:
     return {name: health(node)["cluster"] for name, node in nodes.items()}
 
@@ -104,6 +112,12 @@ async def test_nodes_route_segments_to_their_owners(
     assert all(v["containers"] == CONTAINERS for v in seen.values())
     assert [v["is_leader"] for v in seen.values()].count(True) == 1
     owner_of = owners(nodes)
+    for name, node in nodes.items():
+        assert metrics(node) == {
+            "headrace_cluster_containers_owned": len(seen[name]["owned"]),
+            "headrace_cluster_leader": 1.0 if seen[name]["is_leader"] else 0.0,
+            "headrace_cluster_nodes": 3.0,
+        }
     store_port = {name: node.port_of("segment_store") for name, node in nodes.items()}
 
     async with ControllerClient(nodes["n1"].uri) as controller:
