@@ -23,6 +23,7 @@ from typing import Any, Final
 import pytest
 
 from headrace.client.controller import ControllerClient
+from headrace.client.pravega import PravegaClient
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.controller import Segment
@@ -155,3 +156,21 @@ async def test_nodes_route_segments_to_their_owners(
         assert not reply.exists  # not created yet
     finally:
         raw.writer.close()
+
+
+async def test_our_client_reaches_each_segment_at_its_owner(
+    serve_cluster: dict[str, ServerProcess],
+) -> None:
+    """The segments of one stream live on different nodes: the client asks
+    ``getURI`` per segment, not once per stream."""
+    nodes = serve_cluster
+    owner_of = owners(nodes)
+    segments = [Segment("sc", "st", number) for number in range(6)]
+    assert len({owner_of[container_of(s.name, CONTAINERS)] for s in segments}) > 1
+    client = PravegaClient(nodes["n2"].uri)
+    try:
+        for segment in segments:
+            stat = await client.segments.stat(segment)
+            assert not stat.exists  # answered by its owner, not WrongHost
+    finally:
+        await client.aclose()
