@@ -16,7 +16,7 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -80,16 +80,7 @@ def serve_cluster(
     nodes: dict[str, ServerProcess] = {}
     try:
         for name in NODES:
-            nodes[name] = ServerProcess(
-                tmp_path / name,
-                ports={"controller": FREE, "segment_store": FREE, "http": FREE},
-                args=[
-                    f"--cluster={url}",
-                    f"--node-id={name}",
-                    "--advertise-host=127.0.0.1",
-                    f"--container-count={CONTAINERS}",
-                ],
-            ).start()
+            nodes[name] = start_node(url, tmp_path / name, name)
         deadline = time.monotonic() + WAIT_S
         while not settled(views(nodes)):
             assert time.monotonic() < deadline, views(nodes)
@@ -98,6 +89,26 @@ def serve_cluster(
     finally:
         for node in nodes.values():
             node.stop()
+
+
+def start_node(url: str, data_dir: Path, name: str) -> ServerProcess:
+    return ServerProcess(
+        data_dir,
+        ports={"controller": FREE, "segment_store": FREE, "http": FREE},
+        args=[
+            f"--cluster={url}",
+            f"--node-id={name}",
+            "--advertise-host=127.0.0.1",
+            f"--container-count={CONTAINERS}",
+        ],
+    ).start()
+
+
+def wait_for_view(node: ServerProcess, check: Callable[[dict[str, Any]], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check(health(node)["cluster"]):
+        assert time.monotonic() < deadline, health(node)
+        time.sleep(POLL_INTERVAL_S)
 
 
 def owners(nodes: dict[str, ServerProcess]) -> dict[int, str]:
@@ -174,3 +185,34 @@ async def test_our_client_reaches_each_segment_at_its_owner(
             assert not stat.exists  # answered by its owner, not WrongHost
     finally:
         await client.aclose()
+
+
+async def test_a_node_without_zookeeper_serves_nothing_until_it_reclaims(
+    zookeeper: ZooKeeper, tmp_path: Path
+) -> None:
+    """Fencing: the moment the ZooKeeper connection is lost the node owns
+    nothing and answers WrongHost with no host; once ZooKeeper is back it
+    re-claims its containers and serves them again."""
+    node = start_node(zookeeper.url("/fence"), tmp_path / "n1", "n1")
+    try:
+        everything = list(range(CONTAINERS))
+        wait_for_view(node, lambda v: v["owned"] == everything)
+        name = "sc/st/0.#epoch.0"
+        raw = await Raw.connect(node.port_of("segment_store"))
+        try:
+            assert isinstance(
+                await raw.request(p.GetStreamSegmentInfo(1, name, "")), p.StreamSegmentInfo
+            )
+            zookeeper.kill()
+            wait_for_view(node, lambda v: v["owned"] == [])
+            reply = await raw.request(p.GetStreamSegmentInfo(2, name, ""))
+            assert reply == p.WrongHost(2, name, "", "")
+            zookeeper.restart()
+            wait_for_view(node, lambda v: v["owned"] == everything)
+            assert isinstance(
+                await raw.request(p.GetStreamSegmentInfo(3, name, "")), p.StreamSegmentInfo
+            )
+        finally:
+            raw.writer.close()
+    finally:
+        node.stop()
