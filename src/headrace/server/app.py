@@ -13,6 +13,11 @@ starter gets the same ``ListenerContext``: the store, the controller model,
 the configuration, TLS, auth, the metrics, and the configured limits and
 shared bounds (``ListenerSettings``).
 
+Cluster. With ``--cluster`` the app builds a ``ClusterNode``
+(``cluster_node.py``) before the listeners, so each gets it in the context,
+starts it once every listener is bound (announcing the bound ports), and
+leaves the cluster first when it stops (``docs/cluster.md#serving``).
+
 Shared bounds. Every listener's connections charge one ``MemoryBudget``
 (``--max-total-buffered-bytes``). Descriptors: at start the soft open-file
 limit is raised to the hard one, and the limit is shared out
