@@ -248,7 +248,7 @@ async def test_the_read_ahead_goes_out_when_the_reply_header_arrives(server: Ser
         store = await client.controller.get_uri(segment)
         # The first read is not sequential: nothing is read ahead after it.
         relay = _HoldingRelay(store, hold_from=2)
-        client.segments._endpoints[(SCOPE, "early")] = await relay.start()
+        client.segments._endpoints[segment] = await relay.start()
         try:
             offset = 0
             parts = []

@@ -20,6 +20,12 @@ at the tail, so reads at the tail behave as without it. At most
 is dropped after ``READ_AHEAD_MAX_AGE_S`` unclaimed, a ``truncate`` through
 this client drops the segment's, and a read-ahead that failed in any way is
 simply read again, so its errors are the same as an ordinary read's.
+
+Routing. Each segment's store is asked of the controller once and kept (at
+most ``MAX_CACHED_ENDPOINTS``): in a cluster the segments of one stream live
+on different nodes. A ``WrongHost`` reply (the segment moved, or nobody
+serves it right now) forgets it: the request is sent again, after the retry
+policy's delay, to wherever ``getURI`` then names.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from .controller import ControllerClient, Segment
 from .errors import error_for_reply
 
 __all__ = [
+    "MAX_CACHED_ENDPOINTS",
     "MAX_READ_AHEADS",
     "READ_AHEAD_MAX_AGE_S",
     "READ_SUGGESTED_BYTES",
@@ -54,6 +61,10 @@ __all__ = [
     "SegmentStat",
     "SegmentView",
 ]
+
+MAX_CACHED_ENDPOINTS = 4096
+"""Segments whose store endpoint one client keeps; past it the least recently
+used is forgotten (and asked of the controller again when needed)."""
 
 READ_SUGGESTED_BYTES = 2 * 1024 * 1024
 """Bytes asked for per ``ReadSegment``: the server's cap on one reply (Java's
@@ -148,17 +159,21 @@ class SegmentClient:
     def __init__(self, controller: ControllerClient, pool: ConnectionPool) -> None:
         self._controller = controller
         self._pool = pool
-        self._endpoints: dict[tuple[str, str], tuple[str, int]] = {}
+        self._endpoints: OrderedDict[Segment, tuple[str, int]] = OrderedDict()
         self._ahead: dict[_ReadKey, _ReadAhead] = {}
         self._sequences: OrderedDict[tuple[str, int], _Sequence] = OrderedDict()  # (name, size)
 
     async def connection(self, segment: Segment) -> SegmentStoreConnection:
-        """The pool's connection to the store serving ``segment`` (endpoint cached per stream)."""
-        key = (segment.scope, segment.stream)
-        endpoint = self._endpoints.get(key)
+        """The pool's connection to the store serving ``segment`` (endpoint cached per segment)."""
+        endpoints = self._endpoints
+        endpoint = endpoints.get(segment)
         if endpoint is None:
             endpoint = await self._controller.get_uri(segment)
-            self._endpoints[key] = endpoint
+            endpoints[segment] = endpoint
+            if len(endpoints) > MAX_CACHED_ENDPOINTS:
+                endpoints.popitem(last=False)
+        else:
+            endpoints.move_to_end(segment)
         return await self._pool.get(endpoint)
 
     async def _call(
@@ -214,6 +229,15 @@ class SegmentClient:
                 self._controller.forget_token(segment.scope, segment.stream)
                 cmd = replace(cmd, request_id=next_request_id())  # type: ignore[type-var]
                 continue
+            if isinstance(reply, p.WrongHost):
+                # Not served there (any more): ask the controller again, as the
+                # retry policy allows. Nothing was done with the request.
+                self._endpoints.pop(segment, None)
+                delay = next(delays, None)
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    cmd = replace(cmd, request_id=next_request_id())  # type: ignore[type-var]
+                    continue
             break
         if not isinstance(reply, expect):
             raise error_for_reply(reply)

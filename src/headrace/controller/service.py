@@ -74,6 +74,7 @@ from headrace.protocols.pravega.controller import (
     TxnState,
     config_from_proto,
     config_to_proto,
+    segment_name,
     txn_id_from_proto,
     txn_id_to_proto,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "RPC_ACCESS",
     "STATUS_REPLIES",
     "TXN_SWEEP_INTERVAL_S",
+    "ClusterRoutes",
     "ControllerAuth",
     "ControllerServer",
     "ControllerService",
@@ -383,6 +385,16 @@ async def _check_access(auth: ControllerAuth, name: str, request: Message, conte
 # --------------------------------------------------------------------------- service
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRoutes:
+    """Where things are in a cluster, as this node sees it (``server/cluster_node.py``)."""
+
+    locate: Callable[[str], tuple[str, int] | None]
+    """Segment name -> the owner's segment-store ``(host, port)``; None: nobody now."""
+    controllers: Callable[[], list[tuple[str, int]]]
+    """Every live node's controller ``(host, port)``."""
+
+
 class ControllerService:
     """One coroutine per implemented RPC, named as in the proto.
 
@@ -391,6 +403,8 @@ class ControllerService:
         segment_store: ``(host, port)`` that ``getURI`` hands out for every segment.
         controller: ``(host, port)`` of this controller (``getControllerServerList``).
         auth: credential checks and token signing; None: auth is off.
+        routes: in a cluster, where each segment and every controller is; None:
+            everything is here.
     """
 
     def __init__(
@@ -400,20 +414,34 @@ class ControllerService:
         segment_store: tuple[str, int],
         controller: tuple[str, int],
         auth: ControllerAuth | None = None,
+        routes: ClusterRoutes | None = None,
     ) -> None:
         self.model = model
         self.auth = auth
+        self.routes = routes
         self._segment_store = pb.NodeUri(endpoint=segment_store[0], port=segment_store[1])
         self._controller = pb.NodeUri(endpoint=controller[0], port=controller[1])
 
     # -- cluster
 
     async def getControllerServerList(self, req: pb.ServerRequest) -> pb.ServerResponse:
+        if self.routes is not None:
+            nodes = [pb.NodeUri(endpoint=h, port=p) for h, p in self.routes.controllers()]
+            if nodes:
+                return pb.ServerResponse(nodeURI=nodes)
         return pb.ServerResponse(nodeURI=[self._controller])
 
     async def getURI(self, req: pb.SegmentId) -> pb.NodeUri:
-        # Every segment of every stream (and pseudo-streams such as
-        # "<readergroup>_kvtable") lives in the one segment store.
+        # Single node: every segment of every stream (and pseudo-streams such
+        # as "<readergroup>_kvtable") lives in the one segment store. In a
+        # cluster, the owner of the segment's container; while nobody owns
+        # it, this node's own, which answers WrongHost until someone does.
+        if self.routes is not None:
+            info = req.streamInfo
+            name = segment_name(info.scope, info.stream, req.segmentId)
+            found = self.routes.locate(name)
+            if found is not None:
+                return pb.NodeUri(endpoint=found[0], port=found[1])
         return self._segment_store
 
     async def getDelegationToken(self, req: pb.StreamInfo) -> pb.DelegationToken:
@@ -765,6 +793,7 @@ class ControllerServer:
         auth: ControllerAuth | None = None,
         credentials: Any = None,
         advertise_host: str | None = None,
+        routes: ClusterRoutes | None = None,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -786,6 +815,8 @@ class ControllerServer:
                 server layer builds them from ``--tls-*``); None: plaintext.
             advertise_host: the host ``getControllerServerList`` names for this
                 controller (default: ``host``); under TLS, a name on the certificate.
+            routes: in a cluster, each segment's owner and the live controllers
+                (``getURI``, ``getControllerServerList``); None: all here.
 
         Raises:
             OSError: the address could not be bound.
@@ -817,6 +848,7 @@ class ControllerServer:
             segment_store=(_advertised_host(segment_store[0]), segment_store[1]),
             controller=(_advertised_host(advertise_host or host), bound),
             auth=auth,
+            routes=routes,
         )
         server.add_generic_rpc_handlers((build_handler(service),))
         await server.start()

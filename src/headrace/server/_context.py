@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from headrace.controller.model import ControllerModel
 from headrace.server._budget import MemoryBudget
@@ -23,6 +24,9 @@ from headrace.server.authz import DoorAuth
 from headrace.server.config import ServerConfig
 from headrace.server.metrics import ServerMetrics
 from headrace.store.api import SegmentStore
+
+if TYPE_CHECKING:  # the cluster modules load kazoo: only with --cluster
+    from headrace.server.cluster_node import ClusterNode
 
 __all__ = ["Listener", "ListenerContext", "ListenerSettings", "ListenerStarter"]
 
@@ -73,6 +77,8 @@ class ListenerContext:
     """Whether every listener is up and the store takes writes, and the report (``/health``)."""
     settings: ListenerSettings
     """The configured limits, the metrics, and the bounds shared by every listener."""
+    cluster: ClusterNode | None = None
+    """This node's membership (``--cluster``); None: a single node serving every segment."""
 
 
 ListenerStarter = Callable[[ListenerContext, str, int], Awaitable[Listener]]

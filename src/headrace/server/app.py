@@ -13,6 +13,11 @@ starter gets the same ``ListenerContext``: the store, the controller model,
 the configuration, TLS, auth, the metrics, and the configured limits and
 shared bounds (``ListenerSettings``).
 
+Cluster. With ``--cluster`` the app builds a ``ClusterNode``
+(``cluster_node.py``) before the listeners, so each gets it in the context,
+starts it once every listener is bound (announcing the bound ports), and
+leaves the cluster first when it stops (``docs/cluster.md#serving``).
+
 Shared bounds. Every listener's connections charge one ``MemoryBudget``
 (``--max-total-buffered-bytes``). Descriptors: at start the soft open-file
 limit is raised to the hard one, and the limit is shared out
@@ -29,7 +34,7 @@ import logging
 import resource
 import ssl
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from headrace.controller.auth import load_cluster_secret
 from headrace.controller.model import ControllerModel
@@ -46,6 +51,9 @@ from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore
 from headrace.store.disk.container import MAX_OPEN_DATA_FILES, MIN_OPEN_DATA_FILES
 from headrace.store.disk.store import MAX_OPEN_REGIONS
+
+if TYPE_CHECKING:  # the cluster modules load kazoo: only with --cluster
+    from headrace.server.cluster_node import ClusterNode
 
 __all__ = [
     "FD_RESERVE",
@@ -141,6 +149,7 @@ class ServerApp:
         self._controller: ControllerModel | None = None
         self._context: ListenerContext | None = None
         self._listeners: list[Listener] = []
+        self._cluster: ClusterNode | None = None
         self._stopping = asyncio.Event()
         self._closed = False
         self._ssl_context: ssl.SSLContext | None = None
@@ -187,6 +196,11 @@ class ServerApp:
     def controller_or_none(self) -> ControllerModel | None:
         return self._controller
 
+    @property
+    def cluster(self) -> ClusterNode | None:
+        """This node's membership with ``--cluster`` (None without, or before start)."""
+        return self._cluster
+
     def health(self) -> tuple[bool, dict[str, object]]:
         """Whether every configured listener is up and the store takes writes, and
         a JSON-able report: each listener, and the store (``ok`` or why it stopped)."""
@@ -206,6 +220,8 @@ class ServerApp:
             "listeners": listeners,
             "store": failure or "ok",
         }
+        if self._cluster is not None:
+            report["cluster"] = self._cluster.report()
         return ok, report
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -268,6 +284,14 @@ class ServerApp:
                 )
                 self.node_key = self.door_auth.token_key
             self._controller = await ControllerModel.open(self._store)
+            if self.config.cluster is not None:
+                from headrace.server.cluster_node import ClusterNode  # loads kazoo
+
+                self._cluster = ClusterNode(
+                    self.config.cluster,
+                    self._store,
+                    self.config.advertise_host or self.config.host,
+                )
             enabled = self.config.enabled_listeners()
             order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
             self._context = context = ListenerContext(
@@ -282,11 +306,15 @@ class ServerApp:
                 settings=ListenerSettings(
                     self.config.limits, self.metrics.listener, self.budget, self.slots
                 ),
+                cluster=self._cluster,
             )
             for name in order:
                 listener = await STARTERS[name](context, self.config.host, enabled[name])
                 self._listeners.append(listener)
                 log.info("%s listening on %s:%d", name, self.config.host, listener.port)
+            if self._cluster is not None:
+                # Announced once every door is bound, with the ports it got.
+                await self._cluster.start(self.ports)
         except BaseException:
             await self.aclose()
             raise
@@ -304,6 +332,12 @@ class ServerApp:
             return
         self._closed = True
         self.metrics.unwatch_gc()
+        if self._cluster is not None:
+            # Leave first: other nodes stop sending clients here.
+            try:
+                await self._cluster.aclose()
+            except Exception:
+                log.exception("leaving the cluster failed")
         listeners, self._listeners = self._listeners, []
         for listener in reversed(listeners):
             try:

@@ -7,6 +7,9 @@ listener (``config.advertise_host``, else ``config.host``, and
 store. With ``--tls-cert/--tls-key`` the controller serves gRPC over TLS on the
 same port; the Pravega client then uses the ``getURI`` host as the TLS server
 name, so it must be a DNS name on the certificate (``--advertise-host``).
+With ``--cluster``, ``getURI`` answers the segment store of the node owning
+the segment's container, and ``getControllerServerList`` every live node's
+controller (``ClusterNode``).
 
 gRPC owns the controller's connections, so the connection loop's counters do
 not see them; an interceptor counts its calls as ``controller`` requests.
@@ -20,7 +23,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from headrace.controller.auth import TokenIssuer
-from headrace.controller.service import ControllerAuth, ControllerServer
+from headrace.controller.service import ClusterRoutes, ControllerAuth, ControllerServer
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._loop import ConnectionObserver
 from headrace.server.tls import grpc_server_credentials
@@ -88,5 +91,8 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         credentials=credentials,
         advertise_host=config.advertise_host,
         auth=_auth(ctx),
+        routes=None
+        if ctx.cluster is None
+        else ClusterRoutes(ctx.cluster.locate, ctx.cluster.controllers),
     )
     return Listener("controller", server.port, server.aclose)

@@ -145,6 +145,14 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "Connections that stopped reading because the budget of buffered bytes was spent.",
     ),
     (
+        "headrace_cluster_containers_owned",
+        "gauge",
+        "—",
+        "With --cluster: containers this node serves now (0 while fenced).",
+    ),
+    ("headrace_cluster_leader", "gauge", "—", "With --cluster: 1 while this node leads."),
+    ("headrace_cluster_nodes", "gauge", "—", "With --cluster: live nodes this node sees."),
+    (
         "headrace_auth_refusals_total",
         "counter",
         "protocol, reason",
@@ -336,6 +344,22 @@ class _StateCollector(Collector):
             "Connections that stopped reading because the budget of buffered bytes was spent.",
             value=budget.pauses,
         )
+        cluster = app.cluster
+        member = None if cluster is None else cluster.member
+        if member is not None:
+            yield GaugeMetricFamily(
+                "headrace_cluster_containers_owned",
+                "Containers this node serves now (0 while fenced).",
+                value=len(member.owned()),
+            )
+            yield GaugeMetricFamily(
+                "headrace_cluster_leader",
+                "1 while this node is the cluster leader.",
+                value=1.0 if member.is_leader else 0.0,
+            )
+            yield GaugeMetricFamily(
+                "headrace_cluster_nodes", "Live nodes this node sees.", value=len(member.nodes())
+            )
 
 
 class GcPauses(Collector):

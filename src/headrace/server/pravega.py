@@ -84,7 +84,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from headrace.controller.naming import TRANSIENT_INFIX, is_internal_segment
 from headrace.errors import (
@@ -119,6 +119,9 @@ from headrace.server._frames import LargeFrames
 from headrace.server._listen import NO_SETTINGS, start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.store.api import SegmentStore
+
+if TYPE_CHECKING:  # the cluster modules load kazoo: only with --cluster
+    from headrace.server.cluster_node import Owner
 from headrace.types import (
     AppendResult,
     FileRegion,
@@ -283,6 +286,10 @@ class PravegaHandler(ConnectionHandler):
         on_refused: called with the reason of every refused token
             (``unidentified``, ``bad_credentials``, ``permission_denied``):
             the server's metrics.
+        owner_of: in a cluster, who serves a segment now
+            (``ClusterNode.owner_of``); a request naming a segment this node
+            does not serve gets ``WrongHost`` (``_wrong_host``). None: every
+            segment is served here.
     """
 
     name = "pravega"
@@ -296,8 +303,10 @@ class PravegaHandler(ConnectionHandler):
         token_key: bytes | None = None,
         node_key: bytes | None = None,
         on_refused: Callable[[str], None] | None = None,
+        owner_of: Callable[[str], Owner] | None = None,
     ) -> None:
         self._store = store
+        self._owner_of = owner_of
         self._token_key = token_key
         self._node_key = token_key if token_key is not None else node_key
         self._on_refused = on_refused
@@ -411,6 +420,8 @@ class PravegaHandler(ConnectionHandler):
                 )
             )
             return
+        if self._owner_of is not None and self._wrong_host(event):
+            return
         action = DISPATCH.get(type(event))
         try:
             if action is None:
@@ -421,6 +432,24 @@ class PravegaHandler(ConnectionHandler):
                 await action(self, event)
         except StoreError as exc:
             self._reply(_error_reply(exc, event, event.segment_or_none or ""))
+
+    def _wrong_host(self, request: p.Command) -> bool:
+        """Answer ``WrongHost`` if a segment ``request`` names is not served here.
+
+        As Pravega's segment store does: the reply names the owner's
+        segment-store endpoint, or no host when nobody serves the segment
+        right now (a move in course, a dead owner, this node fenced); either
+        way the client asks the controller again (``getURI``) and retries.
+        """
+        assert self._owner_of is not None
+        for name in _segments_named(request):
+            if not name:
+                continue
+            owner = self._owner_of(name)
+            if not owner.local:
+                self._reply(p.WrongHost(request.request_id_or_default, name, _host_of(owner), ""))
+                return True
+        return False
 
     def _claims(self, request: p.Command, key: bytes) -> TokenClaims:
         """The claims of ``request``'s delegation token, checked with ``key``
@@ -610,6 +639,11 @@ class PravegaHandler(ConnectionHandler):
         if self._setups.get(key) != ev.segment:
             self._refuse_append(ev)
             return
+        if self._owner_of is not None:
+            owner = self._owner_of(ev.segment)
+            if not owner.local:  # moved or fenced since the SetupAppend
+                self._reply(p.WrongHost(ev.request_id, ev.segment, _host_of(owner), ""))
+                return
         tail = self._ack_tail
         before = tail.get(key)
         mine = tail[key] = _AckTurn()
@@ -1221,6 +1255,12 @@ def _segments_named(request: p.Command) -> list[str]:
     return names
 
 
+def _host_of(owner: Owner) -> str:
+    """``host:port`` of the owner's segment store for ``WrongHost``; empty if unknown."""
+    address = owner.address("segment_store")
+    return "" if address is None else f"{address[0]}:{address[1]}"
+
+
 def _internal_target(request: p.Command) -> str | None:
     """The internal segment a changing request names, if any."""
     if type(request) not in PROTECTED_REQUESTS:
@@ -1274,7 +1314,7 @@ def _illegal(e: StoreError, req: p.Command | None, rid: int, seg: str) -> p.Comm
     return p.ErrorMessage(rid, seg, text, p.ErrorMessage.ILLEGAL_ARGUMENT)
 
 
-def _wrong_host(e: OwnerUnavailable, req: p.Command | None, rid: int, seg: str) -> p.Command:
+def _wrong_host_reply(e: OwnerUnavailable, req: p.Command | None, rid: int, seg: str) -> p.Command:
     # Java's answer when the segment's container is not on this host: the
     # client asks the controller again and retries (pravega.md#errors).
     return p.WrongHost(rid, seg, "", "")
@@ -1293,7 +1333,7 @@ STORE_ERROR_REPLIES = {
     SegmentTypeMismatch: _illegal,
     LimitExceeded: _illegal,
     AppendRefused: _illegal,  # e.g. an event that is not a bundle into a TANK topic
-    OwnerUnavailable: _wrong_host,  # retriable: another node owns it, or nobody right now
+    OwnerUnavailable: _wrong_host_reply,  # retriable: another node owns it, or nobody right now
 }
 """Store error -> the reply command (Pravega's ``handleException``), built from
 the error, the request (None for appends), the request id and the segment name
@@ -1330,6 +1370,7 @@ async def serve_segment_store(
     token_key: bytes | None = None,
     node_key: bytes | None = None,
     on_refused: Callable[[str], None] | None = None,
+    owner_of: Callable[[str], Owner] | None = None,
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
 
@@ -1337,6 +1378,7 @@ async def serve_segment_store(
     ``ssl_context``: serve TLS on the port (the Pravega client's ``tls://`` URIs).
     ``token_key``: require delegation tokens signed with it (auth on).
     ``node_key``: with auth off, let node tokens signed with it change internal segments.
+    ``owner_of``: in a cluster, who serves a segment (``PravegaHandler``).
 
     Raises:
         OSError: the address could not be bound.
@@ -1351,6 +1393,7 @@ async def serve_segment_store(
             token_key=token_key,
             node_key=node_key,
             on_refused=on_refused,
+            owner_of=owner_of,
         ),
         settings=settings,
         ssl_context=ssl_context,
@@ -1370,4 +1413,5 @@ async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Lis
         token_key=None if doors is None else doors.token_key,
         node_key=ctx.node_key,
         on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
+        owner_of=None if ctx.cluster is None else ctx.cluster.owner_of,
     )

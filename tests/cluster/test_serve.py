@@ -1,0 +1,218 @@
+"""``headrace serve --cluster``: real server processes as nodes of one cluster.
+
+One real ZooKeeper (the shared one, a chroot per test) and three
+``headrace serve --cluster`` processes on free ports with their own data
+directories. Each node announces its doors, the containers are placed over
+the three, and each node's ``/health`` reports its view. The controller's
+``getURI`` names the segment store of the node owning a segment's container,
+``getControllerServerList`` every node's controller, and a segment store
+answers ``WrongHost`` (naming the owner) for a segment it does not serve.
+Every wait is bounded; polls of ``/health`` stop at a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from headrace.client.controller import ControllerClient
+from headrace.client.pravega import PravegaClient
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega import controller_pb2 as pb
+from headrace.protocols.pravega.controller import Segment
+from headrace.store.disk.layout import container_of
+from tests._server import FREE, POLL_INTERVAL_S, ServerProcess
+from tests._zookeeper import ZooKeeper
+from tests.server.test_pravega_server import Raw
+
+NODES: Final = ("n1", "n2", "n3")
+CONTAINERS: Final = 8
+"""Containers of the test cluster: enough to place some on every node."""
+WAIT_S: Final = 60.0
+"""Bound on the cluster settling: three JVM-free server starts and placement
+over ZooKeeper on two busy cores."""
+
+
+def health(node: ServerProcess) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{node.port_of('http')}/health"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        report: dict[str, Any] = json.loads(response.read())
+    return report
+
+
+def metrics(node: ServerProcess) -> dict[str, float]:
+    url = f"http://127.0.0.1:{node.port_of('http')}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    found = (line.split() for line in text.splitlines() if line.startswith("headrace_cluster"))
+    return {name: float(value) for name, value in found}
+
+
+def views(nodes: dict[str, ServerProcess]) -> dict[str, dict[str, Any]]:
+    return {name: health(node)["cluster"] for name, node in nodes.items()}
+
+
+def settled(seen: dict[str, dict[str, Any]]) -> bool:
+    """Every node joined, sees all three and one leader, and the containers are
+    all owned, each by exactly one node, balanced (so the leader moves no more)."""
+    if not all(v["joined"] and v["nodes"] == sorted(NODES) for v in seen.values()):
+        return False
+    if len({v["leader"] for v in seen.values()}) != 1:
+        return False
+    owned = [c for v in seen.values() for c in v["owned"]]
+    counts = [len(v["owned"]) for v in seen.values()]
+    return sorted(owned) == list(range(CONTAINERS)) and max(counts) - min(counts) <= 1
+
+
+@pytest.fixture
+def serve_cluster(
+    shared_zookeeper: ZooKeeper, tmp_path: Path
+) -> Iterator[dict[str, ServerProcess]]:
+    """Three ``headrace serve --cluster`` nodes, settled: every container owned."""
+    url = shared_zookeeper.url(f"/serve-{uuid.uuid4().hex[:12]}")
+    nodes: dict[str, ServerProcess] = {}
+    try:
+        for name in NODES:
+            nodes[name] = start_node(url, tmp_path / name, name)
+        deadline = time.monotonic() + WAIT_S
+        while not settled(views(nodes)):
+            assert time.monotonic() < deadline, views(nodes)
+            time.sleep(POLL_INTERVAL_S)
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.stop()
+
+
+def start_node(url: str, data_dir: Path, name: str) -> ServerProcess:
+    return ServerProcess(
+        data_dir,
+        ports={"controller": FREE, "segment_store": FREE, "http": FREE},
+        args=[
+            f"--cluster={url}",
+            f"--node-id={name}",
+            "--advertise-host=127.0.0.1",
+            f"--container-count={CONTAINERS}",
+        ],
+    ).start()
+
+
+def wait_for_view(node: ServerProcess, check: Callable[[dict[str, Any]], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check(health(node)["cluster"]):
+        assert time.monotonic() < deadline, health(node)
+        time.sleep(POLL_INTERVAL_S)
+
+
+def owners(nodes: dict[str, ServerProcess]) -> dict[int, str]:
+    """Container -> the node owning it."""
+    return {c: name for name, v in views(nodes).items() for c in v["owned"]}
+
+
+async def test_nodes_route_segments_to_their_owners(
+    serve_cluster: dict[str, ServerProcess],
+) -> None:
+    nodes = serve_cluster
+    seen = views(nodes)
+    assert all(v["containers"] == CONTAINERS for v in seen.values())
+    assert [v["is_leader"] for v in seen.values()].count(True) == 1
+    owner_of = owners(nodes)
+    for name, node in nodes.items():
+        assert metrics(node) == {
+            "headrace_cluster_containers_owned": len(seen[name]["owned"]),
+            "headrace_cluster_leader": 1.0 if seen[name]["is_leader"] else 0.0,
+            "headrace_cluster_nodes": 3.0,
+        }
+    store_port = {name: node.port_of("segment_store") for name, node in nodes.items()}
+
+    async with ControllerClient(nodes["n1"].uri) as controller:
+        uris = {}
+        for number in range(6):
+            segment = Segment("sc", "st", number)
+            name = segment.name
+            uris[name] = await controller.get_uri(segment)
+            owner = owner_of[container_of(name, CONTAINERS)]
+            assert uris[name] == ("127.0.0.1", store_port[owner]), (name, store_port, owner_of)
+        assert len(set(uris.values())) > 1  # the segments' owners span several nodes
+        listed = await controller._rpc(
+            "getControllerServerList", pb.ServerRequest(), pb.ServerResponse
+        )
+        assert sorted((u.endpoint, u.port) for u in listed.nodeURI) == sorted(
+            ("127.0.0.1", node.port_of("controller")) for node in nodes.values()
+        )
+
+    name = "sc/st/0.#epoch.0"
+    owner = owner_of[container_of(name, CONTAINERS)]
+    other = next(n for n in NODES if n != owner)
+    raw = await Raw.connect(store_port[other])
+    try:
+        reply = await raw.request(p.GetStreamSegmentInfo(1, name, ""))
+        assert reply == p.WrongHost(1, name, f"127.0.0.1:{store_port[owner]}", "")
+        writer = uuid.uuid4()
+        reply = await raw.request(p.SetupAppend(2, writer, name, ""))
+        assert reply == p.WrongHost(2, name, f"127.0.0.1:{store_port[owner]}", "")
+    finally:
+        raw.writer.close()
+    raw = await Raw.connect(store_port[owner])
+    try:
+        reply = await raw.request(p.GetStreamSegmentInfo(3, name, ""))
+        assert isinstance(reply, p.StreamSegmentInfo)  # served here
+        assert not reply.exists  # not created yet
+    finally:
+        raw.writer.close()
+
+
+async def test_our_client_reaches_each_segment_at_its_owner(
+    serve_cluster: dict[str, ServerProcess],
+) -> None:
+    """The segments of one stream live on different nodes: the client asks
+    ``getURI`` per segment, not once per stream."""
+    nodes = serve_cluster
+    owner_of = owners(nodes)
+    segments = [Segment("sc", "st", number) for number in range(6)]
+    assert len({owner_of[container_of(s.name, CONTAINERS)] for s in segments}) > 1
+    client = PravegaClient(nodes["n2"].uri)
+    try:
+        for segment in segments:
+            stat = await client.segments.stat(segment)
+            assert not stat.exists  # answered by its owner, not WrongHost
+    finally:
+        await client.aclose()
+
+
+async def test_a_node_without_zookeeper_serves_nothing_until_it_reclaims(
+    zookeeper: ZooKeeper, tmp_path: Path
+) -> None:
+    """Fencing: the moment the ZooKeeper connection is lost the node owns
+    nothing and answers WrongHost with no host; once ZooKeeper is back it
+    re-claims its containers and serves them again."""
+    node = start_node(zookeeper.url("/fence"), tmp_path / "n1", "n1")
+    try:
+        everything = list(range(CONTAINERS))
+        wait_for_view(node, lambda v: v["owned"] == everything)
+        name = "sc/st/0.#epoch.0"
+        raw = await Raw.connect(node.port_of("segment_store"))
+        try:
+            assert isinstance(
+                await raw.request(p.GetStreamSegmentInfo(1, name, "")), p.StreamSegmentInfo
+            )
+            zookeeper.kill()
+            wait_for_view(node, lambda v: v["owned"] == [])
+            reply = await raw.request(p.GetStreamSegmentInfo(2, name, ""))
+            assert reply == p.WrongHost(2, name, "", "")
+            zookeeper.restart()
+            wait_for_view(node, lambda v: v["owned"] == everything)
+            assert isinstance(
+                await raw.request(p.GetStreamSegmentInfo(3, name, "")), p.StreamSegmentInfo
+            )
+        finally:
+            raw.writer.close()
+    finally:
+        node.stop()
