@@ -770,6 +770,19 @@ def read_all(uri: str, scope: str, count: str) -> dict[str, Any]:
     return {**_sequence_check(events), "max": max(int(e.split(b":")[1]) for e in events)}
 
 
+def round_trip(uri: str, scope: str, count: str, segments: str) -> dict[str, Any]:
+    """``count`` events over ``segments`` segments (100 keys), then a group of two
+    readers reads everything back."""
+    m = _manager(uri)
+    m.create_scope(scope)
+    m.create_stream(scope, "st", int(segments))
+    write_s = _write_keyed(m, scope, "st", int(count), 100)
+    rg = m.create_reader_group("rg", scope, "st")
+    readers = [rg.create_reader("r1"), rg.create_reader("r2")]
+    events = run_reads(_drain(readers, int(count), extra=True))
+    return {**_sequence_check(events), "write_s": write_s}
+
+
 def write_keyed(uri: str, scope: str, stream: str, segments: str, keys_json: str) -> dict[str, Any]:
     """Create ``scope/stream`` with ``segments`` segments (if needed); write each key as an
     event whose payload is the key itself, routed by that key."""
@@ -1192,6 +1205,7 @@ SCENARIOS: Final[dict[str, Callable[..., dict[str, Any]]]] = {
         write_through_restart,
         write_more,
         read_all,
+        round_trip,
         write_keyed,
         read_group,
         from_tail,

@@ -794,6 +794,7 @@ class ControllerServer:
         credentials: Any = None,
         advertise_host: str | None = None,
         routes: ClusterRoutes | None = None,
+        wrap_handler: Callable[[Any], Any] | None = None,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -817,6 +818,9 @@ class ControllerServer:
                 controller (default: ``host``); under TLS, a name on the certificate.
             routes: in a cluster, each segment's owner and the live controllers
                 (``getURI``, ``getControllerServerList``); None: all here.
+            wrap_handler: given the grpc generic handler of the controller
+                service, returns the handler to serve instead (in a cluster,
+                one that forwards calls to the leader while this node follows).
 
         Raises:
             OSError: the address could not be bound.
@@ -850,7 +854,10 @@ class ControllerServer:
             auth=auth,
             routes=routes,
         )
-        server.add_generic_rpc_handlers((build_handler(service),))
+        handler = build_handler(service)
+        if wrap_handler is not None:
+            handler = wrap_handler(handler)
+        server.add_generic_rpc_handlers((handler,))
         await server.start()
         self = cls(server, model, bound)
         self._jobs = [

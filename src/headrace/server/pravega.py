@@ -1405,7 +1405,7 @@ async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Lis
     TLS when a certificate is configured."""
     doors = ctx.door_auth
     return await serve_segment_store(
-        ctx.store,
+        ctx.own_store,
         host,
         port,
         settings=ctx.settings,

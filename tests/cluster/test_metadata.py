@@ -1,0 +1,100 @@
+"""One controller for the whole cluster: metadata written by the leader, seen by every node.
+
+Three real ``headrace serve --cluster`` nodes and a real ZooKeeper. Scopes
+and streams created through any node's controller (our client, and the real
+``pravega`` client in a child process) are seen through every other node's;
+the TANK door of a follower creates its topic's stream at the leader;
+after the leader restarts, the new leader loads the same metadata.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.client.controller import ControllerClient
+from headrace.protocols.pravega.controller import Segment
+from headrace.store.disk.layout import container_of
+from tests._real_pravega import run_scenario
+from tests._server import POLL_INTERVAL_S, ServerProcess
+from tests._zookeeper import ZooKeeper
+from tests.cluster._nodes import CONTAINERS, SETTLE_S, leader, owners, settle, start_node, views
+
+NODES = ("n1", "n2", "n3")
+
+
+@pytest.fixture
+def nodes(shared_zookeeper: ZooKeeper, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
+    url = shared_zookeeper.url(f"/meta-{uuid.uuid4().hex[:12]}")
+    started: dict[str, ServerProcess] = {}
+    try:
+        for name in NODES:
+            started[name] = start_node(url, tmp_path / name, name)
+        settle(started)
+        yield started
+    finally:
+        for node in started.values():
+            node.stop()
+
+
+async def test_what_one_node_creates_every_node_sees(nodes: dict[str, ServerProcess]) -> None:
+    boss = leader(nodes)
+    follower, other = (n for n in NODES if n != boss)
+    async with ControllerClient(nodes[follower].uri) as controller:
+        assert await controller.create_scope("shared")
+        assert not await controller.create_scope("shared")  # the leader knows it now
+        assert await controller.create_stream("shared", "st")
+    async with ControllerClient(nodes[other].uri) as controller:
+        assert await controller.stream_exists("shared", "st")
+        assert not await controller.create_stream("shared", "st")
+        assert await controller.create_stream("shared", "second")
+    for name in NODES:
+        async with ControllerClient(nodes[name].uri) as controller:
+            streams = [s async for s in controller.list_streams("shared")]
+            assert sorted(streams) == ["second", "st"], name
+            segments = await controller.get_current_segments("shared", "st")
+            assert len(segments) == 1
+
+
+@pytest.mark.slow
+def test_the_real_client_writes_and_reads_through_any_node(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """20,000 events over 6 segments whose containers span the three nodes,
+    given a follower's controller; a reader group reads each exactly once,
+    in order per key."""
+    by_container = owners(nodes)
+    names = [Segment("big", "st", number).name for number in range(6)]
+    assert len({by_container[container_of(n, CONTAINERS)] for n in names}) > (CONTAINERS > 1)
+    follower = next(n for n in NODES if n != leader(nodes))
+    result = run_scenario("round_trip", nodes[follower].uri, "big", "20000", "6")
+    assert result["read"] == 20000, result
+    assert result["distinct"] == 20000
+    assert result["duplicates"] == 0
+    assert result["out_of_order"] == 0
+    assert result["keys"] == 100
+
+
+async def test_a_new_leader_loads_the_same_metadata(nodes: dict[str, ServerProcess]) -> None:
+    boss = leader(nodes)
+    async with ControllerClient(nodes[boss].uri) as controller:
+        assert await controller.create_scope("kept")
+        assert await controller.create_stream("kept", "st")
+    nodes[boss].restart()
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        seen = views(nodes)
+        leaders = [name for name, v in seen.items() if v.get("metadata") == "leading"]
+        if leaders and all(v.get("metadata") in ("leading", "following") for v in seen.values()):
+            break
+        assert time.monotonic() < deadline, seen
+        time.sleep(POLL_INTERVAL_S)
+    for name in NODES:
+        async with ControllerClient(nodes[name].uri) as controller:
+            assert await controller.stream_exists("kept", "st"), name
+    async with ControllerClient(nodes[boss].uri) as controller:
+        assert await controller.create_stream("kept", "after")
