@@ -127,6 +127,7 @@ class ClusterModel(ControllerModel):
         self._client: ControllerClient | None = None
         self._client_target: tuple[str, int] | None = None
         self._failure: str | None = None
+        self._refreshing: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ mode
 
@@ -190,6 +191,24 @@ class ClusterModel(ControllerModel):
             len(self._scopes),
             len(self._streams),
         )
+
+    async def refresh(self) -> None:
+        """A follower reloads now if the tables grew (concurrent callers share
+        one reload); the leader's mirror is current. Failures are the next
+        periodic reload's to report."""
+        if self._leading:
+            return
+        pending = self._refreshing
+        if pending is None:
+            pending = self._refreshing = asyncio.ensure_future(self._follow())
+            pending.add_done_callback(self._refreshed)
+        with contextlib.suppress(StoreError):
+            await asyncio.shield(pending)
+
+    def _refreshed(self, done: asyncio.Future[None]) -> None:
+        self._refreshing = None
+        if not done.cancelled():
+            done.exception()  # retrieved: the caller saw it, or did not need it
 
     async def _follow(self) -> None:
         """Reload the mirror if the tables grew since it was loaded."""

@@ -271,6 +271,11 @@ class ControllerModel:
         await model._repair()
         return model
 
+    async def refresh(self) -> None:
+        """Bring the mirror up to date with the tables. The only writer's mirror
+        always is; a cluster follower's reloads (``cluster/metadata.py``). A door
+        calls it before it answers that something does not exist."""
+
     # ------------------------------------------------------------------ scopes
 
     async def create_scope(self, scope: str) -> None:
