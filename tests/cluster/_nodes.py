@@ -91,3 +91,14 @@ def leader(nodes: Mapping[str, ServerProcess]) -> str:
     assert len(found) == 1, found
     name: str = found.pop()
     return name
+
+
+def wait_for_metadata(nodes: Mapping[str, ServerProcess], timeout_s: float = SETTLE_S) -> None:
+    """Until one node leads the metadata and every other follows it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        modes = sorted(str(v.get("metadata")) for v in views(nodes).values())
+        if modes == ["following"] * (len(nodes) - 1) + ["leading"]:
+            return
+        assert time.monotonic() < deadline, views(nodes)
+        time.sleep(POLL_INTERVAL_S)

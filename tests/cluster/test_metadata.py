@@ -9,7 +9,6 @@ after the leader restarts, the new leader loads the same metadata.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +19,16 @@ from headrace.client.controller import ControllerClient
 from headrace.protocols.pravega.controller import Segment
 from headrace.store.disk.layout import container_of
 from tests._real_pravega import run_scenario
-from tests._server import POLL_INTERVAL_S, ServerProcess
+from tests._server import ServerProcess
 from tests._zookeeper import ZooKeeper
-from tests.cluster._nodes import CONTAINERS, SETTLE_S, leader, owners, settle, start_node, views
+from tests.cluster._nodes import (
+    CONTAINERS,
+    leader,
+    owners,
+    settle,
+    start_node,
+    wait_for_metadata,
+)
 
 NODES = ("n1", "n2", "n3")
 
@@ -85,14 +91,7 @@ async def test_a_new_leader_loads_the_same_metadata(nodes: dict[str, ServerProce
         assert await controller.create_scope("kept")
         assert await controller.create_stream("kept", "st")
     nodes[boss].restart()
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        seen = views(nodes)
-        leaders = [name for name, v in seen.items() if v.get("metadata") == "leading"]
-        if leaders and all(v.get("metadata") in ("leading", "following") for v in seen.values()):
-            break
-        assert time.monotonic() < deadline, seen
-        time.sleep(POLL_INTERVAL_S)
+    wait_for_metadata(nodes)
     for name in NODES:
         async with ControllerClient(nodes[name].uri) as controller:
             assert await controller.stream_exists("kept", "st"), name
