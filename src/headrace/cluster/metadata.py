@@ -104,7 +104,8 @@ class ClusterModel(ControllerModel):
         store: the node's ``RoutedStore`` (the tables live at their owner).
         leader_controller: where the leader's controller is, for a follower's changes.
         tls: how to reach the leader's controller; None: plaintext.
-        credentials: how this node authenticates to the leader's controller.
+        authorization: the ``authorization`` value of each call to the leader's
+            controller (a node token, with auth on); None: no credentials.
     """
 
     def __init__(
@@ -113,13 +114,13 @@ class ClusterModel(ControllerModel):
         *,
         leader_controller: LeaderAddress,
         tls: TlsOptions | None = None,
-        credentials: tuple[str, str] | None = None,
+        authorization: Callable[[], str] | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         super().__init__(store, clock_ms=clock_ms)
         self._leader_controller = leader_controller
         self._tls = tls
-        self._credentials = credentials
+        self._authorization = authorization
         self._leading = False
         self._loaded = False
         self._seen: tuple[int, ...] | None = None
@@ -252,7 +253,7 @@ class ClusterModel(ControllerModel):
                 timeout_s=LEADER_CALL_TIMEOUT_S,
                 retry=LEADER_CALL_RETRY,
                 tls=self._tls,
-                credentials=self._credentials,
+                authorization=self._authorization,
             )
             self._client_target = target
         try:

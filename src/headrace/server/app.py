@@ -35,12 +35,15 @@ import logging
 import resource
 import ssl
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, cast
 
-from headrace.controller.auth import load_cluster_secret
+from headrace.controller.auth import TokenIssuer, load_cluster_secret
 from headrace.controller.model import ControllerModel
+from headrace.controller.service import NODE_AUTH_PREFIX
 from headrace.errors import ConfigError
+from headrace.protocols.pravega.auth import ROOT, Permission
 from headrace.server._budget import MemoryBudget
 from headrace.server._context import Listener, ListenerContext, ListenerSettings
 from headrace.server._loop import ConnectionSlots
@@ -352,8 +355,22 @@ class ServerApp:
         )
         # RoutedStore.append hands back the owner's own coroutine: a SegmentStore.
         routed = cast(SegmentStore, self._routed)
-        self._controller = ClusterModel(routed, leader_controller=node.leader_controller)
+        self._controller = ClusterModel(
+            routed, leader_controller=node.leader_controller, authorization=self._node_bearer()
+        )
         return routed
+
+    def _node_bearer(self) -> Callable[[], str] | None:
+        """With auth on, the ``authorization`` of this node's own calls to the
+        leader's controller: a fresh node token each time; None with auth off."""
+        doors, node = self.door_auth, self._cluster
+        if doors is None or node is None:
+            return None
+        issuer = TokenIssuer(doors.token_key)
+        name = node.node_id
+        return lambda: (
+            NODE_AUTH_PREFIX + issuer.issue(name, ROOT, Permission.READ_UPDATE, node=True)
+        )
 
     def _follow_leader(self) -> None:
         """Start keeping the metadata model's mode as the election says."""
