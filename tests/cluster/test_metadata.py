@@ -1,6 +1,6 @@
 """One controller for the whole cluster: metadata written by the leader, seen by every node.
 
-Three real ``headrace serve --cluster`` nodes and a real ZooKeeper. Scopes
+Real ``headrace serve --cluster`` nodes and a real ZooKeeper. Scopes
 and streams created through any node's controller (our client, and the real
 ``pravega`` client in a child process) are seen through every other node's;
 the TANK door of a follower creates its topic's stream at the leader;
@@ -9,13 +9,18 @@ after the leader restarts, the new leader loads the same metadata.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from headrace.client.controller import ControllerClient
+from headrace.controller.records import SCOPES_TABLE
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega.auth import Permission, TokenClaims, encode_token
 from headrace.protocols.pravega.controller import Segment
 from headrace.store.disk.layout import container_of
 from tests._real_pravega import run_scenario
@@ -29,8 +34,11 @@ from tests.cluster._nodes import (
     start_node,
     wait_for_metadata,
 )
+from tests.server.test_pravega_server import Raw
 
 NODES = ("n1", "n2", "n3")
+WAIT_S = 30.0
+"""Bound on reaching ZooKeeper from the test."""
 
 
 @pytest.fixture
@@ -97,3 +105,43 @@ async def test_a_new_leader_loads_the_same_metadata(nodes: dict[str, ServerProce
             assert await controller.stream_exists("kept", "st"), name
     async with ControllerClient(nodes[boss].uri) as controller:
         assert await controller.create_stream("kept", "after")
+
+
+async def test_only_the_clusters_secret_changes_its_tables(
+    shared_zookeeper: ZooKeeper, tmp_path: Path
+) -> None:
+    """Without a secret file the first node keeps a random secret in ZooKeeper;
+    the owner of the controller's tables takes a change to them only with a
+    node token signed with it."""
+    chroot = f"/secret-{uuid.uuid4().hex[:12]}"
+    node = start_node(shared_zookeeper.url(chroot), tmp_path / "n1", "n1")
+    try:
+        settle({"n1": node})
+        zk = KazooClient(hosts=shared_zookeeper.hosts)
+        zk.start(timeout=WAIT_S)
+        try:
+            secret, _ = zk.get(f"{chroot}/secret")
+        finally:
+            zk.stop()
+            zk.close()
+        assert len(secret) >= 32
+        now = int(time.time())
+
+        def token(key: bytes) -> str:
+            claims = TokenClaims("n9", "prn::/*", Permission.READ_UPDATE, now + 600, now, True)
+            return encode_token(key, claims)
+
+        entries = p.TableEntries(((p.TableKey(b"forged"), p.TableValue(b"scope")),))
+        raw = await Raw.connect(node.port_of("segment_store"))
+        try:
+            for rid, credential in ((1, ""), (2, token(b"k" * 32))):
+                reply = await raw.request(
+                    p.UpdateTableEntries(rid, SCOPES_TABLE, credential, entries)
+                )
+                assert not isinstance(reply, p.TableEntriesUpdated), reply
+            reply = await raw.request(p.UpdateTableEntries(3, SCOPES_TABLE, token(secret), entries))
+            assert isinstance(reply, p.TableEntriesUpdated), reply
+        finally:
+            await raw.aclose()
+    finally:
+        node.stop()
