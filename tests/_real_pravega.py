@@ -734,13 +734,14 @@ def write_only(uri: str, count: str, scope: str) -> dict[str, Any]:
     return {"acknowledged": int(count), "write_s": write_s}
 
 
-def write_through_restart(uri: str, count: str, scope: str) -> dict[str, Any]:
-    """Write while the parent kills and restarts the server: prints
-    ``progress <n>`` lines so the parent knows when to strike; the writer
-    reconnects, SetupAppend tells it what was stored, and it resends the rest."""
+def write_through_restart(uri: str, count: str, scope: str, segments: str = "4") -> dict[str, Any]:
+    """Write while the parent kills and restarts the server (or moves the
+    segments' containers): prints ``progress <n>`` lines so the parent knows
+    when to strike; the writer reconnects, SetupAppend tells it what was
+    stored, and it resends the rest."""
     m = _manager(uri)
     m.create_scope(scope)
-    m.create_stream(scope, "st", 4)
+    m.create_stream(scope, "st", int(segments))
     writer = m.create_writer(scope, "st", INFLIGHT)
     start = time.monotonic()
     for i in range(int(count)):

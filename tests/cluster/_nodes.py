@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -101,4 +101,14 @@ def wait_for_metadata(nodes: Mapping[str, ServerProcess], timeout_s: float = SET
         if modes == ["following"] * (len(nodes) - 1) + ["leading"]:
             return
         assert time.monotonic() < deadline, views(nodes)
+        time.sleep(POLL_INTERVAL_S)
+
+
+def wait_for_view(
+    node: ServerProcess, check: Callable[[dict[str, Any]], bool], timeout_s: float = SETTLE_S
+) -> None:
+    """Until ``check`` holds for ``node``'s view of the cluster."""
+    deadline = time.monotonic() + timeout_s
+    while not check(health(node)["cluster"]):
+        assert time.monotonic() < deadline, health(node)
         time.sleep(POLL_INTERVAL_S)

@@ -9,8 +9,10 @@ after the leader restarts, the new leader loads the same metadata.
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,12 +20,13 @@ import pytest
 from kazoo.client import KazooClient
 
 from headrace.client.controller import ControllerClient
+from headrace.cluster.layout import encode
 from headrace.controller.records import SCOPES_TABLE
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.auth import Permission, TokenClaims, encode_token
 from headrace.protocols.pravega.controller import Segment
 from headrace.store.disk.layout import container_of
-from tests._real_pravega import run_scenario
+from tests._real_pravega import SCENARIO_TIMEOUT_S, result_of, run_scenario, start_scenario
 from tests._server import ServerProcess
 from tests._zookeeper import ZooKeeper
 from tests.cluster._nodes import (
@@ -33,6 +36,7 @@ from tests.cluster._nodes import (
     settle,
     start_node,
     wait_for_metadata,
+    wait_for_view,
 )
 from tests.server.test_pravega_server import Raw
 
@@ -145,3 +149,63 @@ async def test_only_the_clusters_secret_changes_its_tables(
             await raw.aclose()
     finally:
         node.stop()
+
+
+@pytest.mark.slow
+def test_the_real_client_follows_its_segments_through_a_drain(
+    shared_zookeeper: ZooKeeper, tmp_path: Path
+) -> None:
+    """20,000 events over 6 segments through a follower's controller while the
+    node holding most of them is drained: its containers move (with their
+    data) and the client, answered ``WrongHost``, follows them. A reader group
+    then reads each event once, in order per key."""
+    chroot = f"/drain-{uuid.uuid4().hex[:12]}"
+    nodes: dict[str, ServerProcess] = {}
+    try:
+        for name in NODES:
+            nodes[name] = start_node(shared_zookeeper.url(chroot), tmp_path / name, name)
+        settle(nodes)
+        by_container = owners(nodes)
+        held = Counter(
+            by_container[container_of(Segment("moved", "st", n).name, CONTAINERS)] for n in range(6)
+        )
+        drained = held.most_common(1)[0][0]
+        entry = next(n for n in NODES if n != drained)
+        count = 20000
+        writer = start_scenario(
+            "write_through_restart",
+            nodes[entry].uri,
+            str(count),
+            "moved",
+            "6",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert writer.stdout is not None
+            for line in writer.stdout:
+                if line.startswith("progress") and int(line.split()[1]) >= count // 3:
+                    break
+            assert writer.poll() is None  # the drain starts before the writer's flush
+            zk = KazooClient(hosts=shared_zookeeper.hosts)
+            zk.start(timeout=WAIT_S)
+            try:
+                zk.create(f"{chroot}/drain/{drained}", encode(None))
+            finally:
+                zk.stop()
+                zk.close()
+            out, _ = writer.communicate(timeout=SCENARIO_TIMEOUT_S)
+        finally:
+            writer.kill()
+            writer.wait()
+        result = result_of("write_through_restart", out, "", writer.returncode)
+        assert result["acknowledged"] == count
+        wait_for_view(nodes[drained], lambda view: view["owned"] == [])
+        r = run_scenario("read_all", nodes[drained].uri, "moved", str(count))
+        assert (r["read"], r["distinct"], r["duplicates"]) == (count, count, 0)
+        assert r["out_of_order"] == 0 and r["max"] == count - 1
+        assert "WrongHost for moved/st/" in nodes[drained].log_text()
+    finally:
+        for node in nodes.values():
+            node.stop()
