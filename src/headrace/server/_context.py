@@ -79,6 +79,14 @@ class ListenerContext:
     """The configured limits, the metrics, and the bounds shared by every listener."""
     cluster: ClusterNode | None = None
     """This node's membership (``--cluster``); None: a single node serving every segment."""
+    local_store: SegmentStore | None = None
+    """In a cluster, this node's own store, which its segment store serves (``store``
+    then reaches every segment at its owner); None: ``store`` is the node's own."""
+
+    @property
+    def own_store(self) -> SegmentStore:
+        """The store holding this node's own segments (the segment store's)."""
+        return self.store if self.local_store is None else self.local_store
 
 
 ListenerStarter = Callable[[ListenerContext, str, int], Awaitable[Listener]]

@@ -22,13 +22,42 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from headrace.cluster.metadata import ClusterModel
 from headrace.controller.auth import TokenIssuer
 from headrace.controller.service import ClusterRoutes, ControllerAuth, ControllerServer
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._loop import ConnectionObserver
+from headrace.server.controller_proxy import ControllerProxy, LeaderSwitch
 from headrace.server.tls import grpc_server_credentials
 
 __all__ = ["start_controller"]
+
+
+class _LeaderChannel:
+    """The gRPC channel to the leader's controller, opened again when the leader moves."""
+
+    def __init__(self, address: Callable[[], tuple[str, int] | None]) -> None:
+        self._address = address
+        self._channel: Any = None
+        self._target: tuple[str, int] | None = None
+        self._old: list[Any] = []
+
+    def __call__(self) -> Any:
+        target = self._address()
+        if target is None:
+            return None
+        if target != self._target:
+            if self._channel is not None:
+                self._old.append(self._channel)  # calls in flight on it finish
+            self._channel = grpc.aio.insecure_channel(f"{target[0]}:{target[1]}")
+            self._target = target
+        return self._channel
+
+    async def aclose(self) -> None:
+        channels = [*self._old, *([] if self._channel is None else [self._channel])]
+        self._old, self._channel, self._target = [], None, None
+        for channel in channels:
+            await channel.close()
 
 
 class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -79,6 +108,14 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
     retention_interval_s = config.retention_interval_s
     settings = ctx.settings
     observer = settings.observer_for("controller") if settings.observer_for else None
+    leader = None
+    model = ctx.controller
+    if ctx.cluster is not None and isinstance(model, ClusterModel):
+        # Metadata has one writer, the leader: a follower forwards every call.
+        channel = _LeaderChannel(ctx.cluster.leader_controller)
+        proxy = ControllerProxy(channel)
+        leading = lambda: model.leading  # noqa: E731
+        leader = (lambda handler: LeaderSwitch(handler, proxy, leading), channel)
     server = await ControllerServer.start(
         ctx.store,
         host=host,
@@ -94,5 +131,14 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         routes=None
         if ctx.cluster is None
         else ClusterRoutes(ctx.cluster.locate, ctx.cluster.controllers),
+        wrap_handler=None if leader is None else leader[0],
     )
-    return Listener("controller", server.port, server.aclose)
+    if leader is None:
+        return Listener("controller", server.port, server.aclose)
+    channel = leader[1]
+
+    async def aclose() -> None:
+        await server.aclose()
+        await channel.aclose()
+
+    return Listener("controller", server.port, aclose)

@@ -110,6 +110,10 @@ not read holds at most this (plus one bundle) however many consumes it
 pipelines. Eight times the usual fetch (4 MiB) keeps a pipelining consumer
 busy; a larger fetch is answered in steps of at most this."""
 
+CLUSTER_START_RETRY_S: Final = 0.5
+"""Wait between attempts at creating the TANK scope and reading its seq-num
+table when the cluster cannot answer yet (no leader, its owner moving)."""
+
 MIN_CONSUME_ROOM_BYTES: Final = 1024 * 1024
 """Least room a consume response gets when the server's budget of buffered
 bytes (``--max-total-buffered-bytes``) is nearly spent: many consumers then
@@ -750,8 +754,14 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
     broker = TankBroker(ctx.store, ctx.controller, scope)
     broker.skipped = ctx.metrics.skipped_events.labels("tank").inc
-    await broker.start()
-    return await start_tcp_listener(
+    starting: asyncio.Task[None] | None = None
+    if ctx.cluster is None:
+        await broker.start()
+    else:
+        # The scope and the seq-num table are reachable once this node joined
+        # and a leader serves the metadata, after every door is bound.
+        starting = asyncio.create_task(_start_in_cluster(broker), name="tank broker start")
+    listener = await start_tcp_listener(
         "tank",
         host,
         port,
@@ -760,3 +770,28 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
         first_request_timeout_s=ctx.config.tank_first_request_timeout_s,
         ssl_context=ctx.ssl_context(),
     )
+    if starting is None:
+        return listener
+
+    async def aclose() -> None:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await listener.aclose()
+
+    return Listener(listener.name, listener.port, aclose)
+
+
+async def _start_in_cluster(broker: TankBroker) -> None:
+    """``broker.start`` retried until the cluster answers (its first failure logged)."""
+    failure = ""
+    while True:
+        try:
+            await broker.start()
+        except (OwnerUnavailable, ControllerError) as exc:
+            if str(exc) != failure:
+                log.info("tank: waiting for the cluster to create scope %s: %s", broker.scope, exc)
+                failure = str(exc)
+            await asyncio.sleep(CLUSTER_START_RETRY_S)
+        else:
+            return
