@@ -794,6 +794,7 @@ class ControllerServer:
         credentials: Any = None,
         advertise_host: str | None = None,
         routes: ClusterRoutes | None = None,
+        handlers: Sequence[Any] = (),
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -817,6 +818,8 @@ class ControllerServer:
                 controller (default: ``host``); under TLS, a name on the certificate.
             routes: in a cluster, each segment's owner and the live controllers
                 (``getURI``, ``getControllerServerList``); None: all here.
+            handlers: more grpc generic handlers served on the same port
+                (the server's cluster administration service).
 
         Raises:
             OSError: the address could not be bound.
@@ -850,7 +853,7 @@ class ControllerServer:
             auth=auth,
             routes=routes,
         )
-        server.add_generic_rpc_handlers((build_handler(service),))
+        server.add_generic_rpc_handlers((build_handler(service), *handlers))
         await server.start()
         self = cls(server, model, bound)
         self._jobs = [
