@@ -9,13 +9,22 @@ auth, show the one-line refusals. Every wait is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from headrace.protocols.cluster_admin import NOT_A_CLUSTER_NODE
+import grpc  # type: ignore[import-untyped]
+
+from headrace.protocols.cluster_admin import (
+    DRAIN,
+    NOT_A_CLUSTER_NODE,
+    STATUS,
+    UNDRAIN,
+    method_path,
+)
 from tests._server import FREE, POLL_INTERVAL_S, ServerProcess, add_user, free_port, run_cli
 from tests.cluster.test_serve import (
     CONTAINERS,
@@ -126,6 +135,83 @@ def test_an_unknown_node_is_one_line(serve_cluster: dict[str, ServerProcess]) ->
         line = one_error_line(cli(command, "n9", "--controller", uri))
         assert line == "Error: no node 'n9' in the cluster (known nodes: n1, n2, n3)"
     assert not any(n["draining"] for n in status_json(serve_cluster["n1"])["nodes"])
+
+
+def test_a_stopped_node_keeps_its_containers_and_cannot_be_drained(
+    serve_cluster: dict[str, ServerProcess],
+) -> None:
+    """A node that left shows as not alive, still owning its containers (their
+    only copy is on its disk): ``drain`` records the drain and says so, and
+    ``--wait`` refuses at once instead of waiting for moves that cannot happen."""
+    nodes = serve_cluster
+    held = health(nodes["n3"])["cluster"]["owned"]
+    assert held
+    nodes["n3"].stop()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        report = status_json(nodes["n1"])
+        if not next(n for n in report["nodes"] if n["id"] == "n3")["alive"]:
+            break
+        assert time.monotonic() < deadline, report
+        time.sleep(POLL_INTERVAL_S)
+    assert next(n for n in report["nodes"] if n["id"] == "n3") == {
+        "id": "n3",
+        "host": None,
+        "ports": {},
+        "alive": False,
+        "draining": False,
+        "leader": False,
+    }
+    assert owned_in(report, "n3") == held
+
+    done = cli("status", "--controller", nodes["n1"].uri)
+    assert done.returncode == 0, done.stderr
+    assert any(line.split()[:2] == ["n3", "NO"] for line in done.stdout.splitlines())
+
+    line = one_error_line(cli("drain", "n3", "--wait", "--controller", nodes["n2"].uri))
+    assert line == "Error: n3 is not alive: its containers stay with it until it comes back"
+    done = cli("drain", "n3", "--controller", nodes["n2"].uri)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"n3 was already draining: {len(held)} containers to move ({', '.join(map(str, held))})",
+        "n3 is not alive: its containers stay with it until it comes back",
+    ]
+    assert owned_in(status_json(nodes["n1"]), "n3") == held
+
+
+def test_malformed_requests_are_refused_and_change_nothing(
+    serve_cluster: dict[str, ServerProcess],
+) -> None:
+    """Bytes that are not a request of the service get ``INVALID_ARGUMENT``; a
+    node id that is no znode name is an unknown node; nothing is written."""
+    node = serve_cluster["n1"]
+
+    async def call(method: str, request: bytes) -> tuple[Any, str]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port_of('controller')}") as channel:
+            try:
+                await channel.unary_unary(method_path(method))(request, timeout=WAIT_S)
+            except grpc.aio.AioRpcError as exc:
+                return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    async def run() -> None:
+        for method, request in [
+            (DRAIN, b"not json"),
+            (DRAIN, b"[]"),
+            (DRAIN, b'{"node": 5}'),
+            (UNDRAIN, b"{}"),
+            (UNDRAIN, b"\xff\xfe"),
+            (STATUS, b"[1]"),
+        ]:
+            code, details = await call(method, request)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (method, request, code, details)
+        code, details = await call(DRAIN, b'{"node": "../n1"}')
+        assert code == grpc.StatusCode.NOT_FOUND, details
+        assert details.startswith("no node '../n1' in the cluster")
+
+    asyncio.run(run())
+    assert not any(n["draining"] for n in status_json(node)["nodes"])
+    assert "Traceback" not in node.log_text(), node.log_text()
 
 
 def test_a_server_without_cluster_says_so_in_one_line(tmp_path: Path) -> None:
