@@ -5,7 +5,8 @@ Talks to the cluster administration service on any node's controller port
 ``status --json`` prints one JSON object (``nodes``, ``containers``,
 ``leader``) for scripts. ``drain NODE`` writes the drain record, and the
 leader moves NODE's containers to the other nodes one at a time;
-``--wait`` polls the status until NODE holds none, within ``--timeout``.
+``--wait`` polls the status until no container record names NODE (each
+of its containers is owned by another node), within ``--timeout``.
 Every failure is one ``Error:`` line and exit status 1.
 """
 
@@ -59,11 +60,13 @@ def _run(controller: str, job: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def held_by(status: dict[str, Any], node_id: str) -> list[int]:
-    """Containers ``node_id`` owns or is being handed, in a status reply."""
+    """Containers ``node_id`` owns, hands over or is being handed, in a status reply.
+
+    A container released by ``node_id`` still names it until its new owner
+    claimed it, so a drain is over once this is empty.
+    """
     return [
-        c["container"]
-        for c in status["containers"]
-        if c.get("target") == node_id or (c.get("owner") == node_id and c["state"] != "RELEASED")
+        c["container"] for c in status["containers"] if node_id in (c.get("owner"), c.get("target"))
     ]
 
 
@@ -132,7 +135,9 @@ def _print_status(controller: str, report: dict[str, Any]) -> None:
 @cluster.command()
 @controller_option
 @click.argument("node")
-@click.option("--wait", is_flag=True, help="Wait until NODE holds no container.")
+@click.option(
+    "--wait", is_flag=True, help="Wait until every container of NODE is owned by another node."
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),

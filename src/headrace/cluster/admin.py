@@ -57,12 +57,13 @@ def known_nodes(member: ClusterMember) -> set[str]:
 
 
 def held_by(member: ClusterMember, node_id: str) -> list[int]:
-    """Containers ``node_id`` owns or is being handed, as the view has it."""
+    """Containers ``node_id`` owns, hands over or is being handed, as the view has it.
+
+    A released container names its last owner until the next one claims it,
+    so a drain is over once this is empty (``docs/cluster.md#moves``).
+    """
     return sorted(
-        c
-        for c, record in member.records().items()
-        if record.target == node_id
-        or (record.owner == node_id and record.state is not ContainerState.RELEASED)
+        c for c, record in member.records().items() if node_id in (record.owner, record.target)
     )
 
 
