@@ -215,6 +215,9 @@ def test_malformed_requests_are_refused_and_change_nothing(
         code, details = await call(DRAIN, b'{"node": "../n1"}')
         assert code == grpc.StatusCode.NOT_FOUND, details
         assert details.startswith("no node '../n1' in the cluster")
+        code, details = await call(DRAIN, b'{"node": "%s"}' % (b"x" * 1_000_000))
+        assert code == grpc.StatusCode.NOT_FOUND, details
+        assert details == f"no node '{'x' * 64}...' in the cluster (known nodes: n1, n2, n3)"
 
     asyncio.run(run())
     assert not any(n["draining"] for n in status_json(node)["nodes"])

@@ -25,6 +25,8 @@ from headrace.cluster.member import ClusterMember
 from headrace.errors import ConfigError
 
 __all__ = [
+    "MAX_LISTED_NODES",
+    "MAX_NODE_ID_CHARS",
     "ZOOKEEPER_CALL_TIMEOUT_S",
     "UnknownNode",
     "drain",
@@ -39,12 +41,25 @@ ZOOKEEPER_CALL_TIMEOUT_S: Final = 10.0
 node without its session would otherwise hold the caller until it is back."""
 
 
+MAX_LISTED_NODES: Final = 32
+"""Known node ids an ``UnknownNode`` message lists: enough to spot a typo,
+and the message stays one short line whatever the cluster's size."""
+
+
+MAX_NODE_ID_CHARS: Final = 64
+"""A node id is at most 64 characters (``layout.check_node_id``): a longer one
+asked for is quoted that far, not whole, in the refusal."""
+
+
 class UnknownNode(ClusterError):
     """A node id that is neither live, nor draining, nor named by any container."""
 
     def __init__(self, node_id: str, known: list[str]) -> None:
-        listed = ", ".join(known) or "none"
-        super().__init__(f"no node {node_id!r} in the cluster (known nodes: {listed})")
+        listed = ", ".join(known[:MAX_LISTED_NODES]) or "none"
+        if len(known) > MAX_LISTED_NODES:
+            listed += f" and {len(known) - MAX_LISTED_NODES} more"
+        shown = node_id[:MAX_NODE_ID_CHARS] + ("..." if len(node_id) > MAX_NODE_ID_CHARS else "")
+        super().__init__(f"no node {shown!r} in the cluster (known nodes: {listed})")
         self.node_id = node_id
 
 
