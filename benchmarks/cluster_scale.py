@@ -8,7 +8,8 @@ Starts one ZooKeeper (the Debian ``zookeeper`` package, ``_zookeeper.py``),
 then, in the same run:
 
 * **1 node, then 3 nodes**: ``headrace serve --cluster ... --fsync always``
-  nodes (a fresh chroot each), settled (every container owned, balanced).
+  nodes (``always`` is serve's default: an ack means on disk; a fresh chroot
+  each), settled (every container owned, balanced).
   ``--lanes`` writer processes start together; each writes its events to a
   1-segment stream of its own with the project's ``EventWriter``, then
   flushes. A lane's stream is created through the controller of the node
