@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tail": ("headrace.cli.events", "tail"),
     "status": ("headrace.cli.status", "status"),
     "user": ("headrace.cli.user", "user"),
+    "cluster": ("headrace.cli.cluster", "cluster"),
 }
 """Command name -> (module, attribute) of its click command."""
 

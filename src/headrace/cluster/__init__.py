@@ -16,6 +16,8 @@ Module map (``docs/cluster.md``):
 * ``metadata.py``: ``ClusterModel``, the controller metadata written by the
   leader alone, followed by every other node (``docs/cluster.md#metadata``).
 * ``secret.py``: the cluster secret kept in ZooKeeper (``docs/cluster.md#secret``).
+* ``admin.py``: what ``headrace cluster status|drain|undrain`` ask of a node,
+  answered from its member's view (``docs/cluster.md#cli``).
 
 Only ``server`` and ``cli`` import this package (``tests/test_architecture.py``).
 Nothing is imported here, so reading the configuration does not load kazoo.

@@ -820,6 +820,7 @@ class ControllerServer:
         advertise_host: str | None = None,
         routes: ClusterRoutes | None = None,
         wrap_handler: Callable[[Any], Any] | None = None,
+        handlers: Sequence[Any] = (),
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -846,6 +847,8 @@ class ControllerServer:
             wrap_handler: given the grpc generic handler of the controller
                 service, returns the handler to serve instead (in a cluster,
                 one that forwards calls to the leader while this node follows).
+            handlers: more grpc generic handlers served on the same port
+                (the server's cluster administration service).
 
         Raises:
             OSError: the address could not be bound.
@@ -882,7 +885,7 @@ class ControllerServer:
         handler = build_handler(service)
         if wrap_handler is not None:
             handler = wrap_handler(handler)
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((handler, *handlers))
         await server.start()
         self = cls(server, model, bound)
         self._jobs = [

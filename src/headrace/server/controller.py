@@ -9,7 +9,8 @@ same port; the Pravega client then uses the ``getURI`` host as the TLS server
 name, so it must be a DNS name on the certificate (``--advertise-host``).
 With ``--cluster``, ``getURI`` answers the segment store of the node owning
 the segment's container, and ``getControllerServerList`` every live node's
-controller (``ClusterNode``).
+controller (``ClusterNode``). The same port serves ``headrace cluster``'s
+service (``cluster_admin.py``), with or without ``--cluster``.
 
 gRPC owns the controller's connections, so the connection loop's counters do
 not see them; an interceptor counts its calls as ``controller`` requests.
@@ -27,6 +28,7 @@ from headrace.controller.auth import TokenIssuer
 from headrace.controller.service import ClusterRoutes, ControllerAuth, ControllerServer
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._loop import ConnectionObserver
+from headrace.server.cluster_admin import ClusterAdminService
 from headrace.server.controller_proxy import ControllerProxy, LeaderSwitch
 from headrace.server.tls import grpc_server_credentials
 
@@ -107,6 +109,7 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
     segment_store = (advertised, config.ports.get("segment_store", 0))
     retention_interval_s = config.retention_interval_s
     settings = ctx.settings
+    auth = _auth(ctx)
     observer = settings.observer_for("controller") if settings.observer_for else None
     leader = None
     model = ctx.controller
@@ -127,11 +130,12 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         interceptors=[] if observer is None else [_CountCalls(observer)],
         credentials=credentials,
         advertise_host=config.advertise_host,
-        auth=_auth(ctx),
+        auth=auth,
         routes=None
         if ctx.cluster is None
         else ClusterRoutes(ctx.cluster.locate, ctx.cluster.controllers),
         wrap_handler=None if leader is None else leader[0],
+        handlers=[ClusterAdminService(ctx.cluster, auth).handler],
     )
     if leader is None:
         return Listener("controller", server.port, server.aclose)
