@@ -26,6 +26,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tail": ("headrace.cli.events", "tail"),
     "status": ("headrace.cli.status", "status"),
     "user": ("headrace.cli.user", "user"),
+    "scope": ("headrace.cli.scope", "scope"),
+    "group": ("headrace.cli.group", "group"),
+    "kv": ("headrace.cli.kv", "kv"),
+    "bench": ("headrace.cli.bench", "bench"),
+    "context": ("headrace.cli.context", "context"),
 }
 """Command name -> (module, attribute) of its click command."""
 
