@@ -12,12 +12,16 @@ from headrace.protocols.records import EventBuffer
 if TYPE_CHECKING:
     from headrace.client import PravegaClient
 
-__all__ = ["COUNT_MAX_BYTES", "count_events"]
+__all__ = ["COUNT_MAX_BYTES", "MAX_LISTED_SEGMENTS", "all_segments", "count_events"]
 
 COUNT_MAX_BYTES: Final = 64 * 1024 * 1024
 """Most bytes one listing reads to count events (``stream list``, ``group
 describe``): past it the count is left out (shown as ``-``, JSON null) rather
 than a listing reading a large stream in full."""
+
+MAX_LISTED_SEGMENTS: Final = 10_000
+"""Segments of one stream ``stream list`` walks (head to tail through successors)
+before it stops adding up: a stream scaled that often is listed in part."""
 
 
 async def count_events(client: PravegaClient, segment: Segment, start: int, end: int) -> int:
@@ -39,3 +43,16 @@ async def count_events(client: PravegaClient, segment: Segment, start: int, end:
         if got.end_of_segment:
             break
     return count
+
+
+async def all_segments(client: PravegaClient, scope: str, st: str) -> list[Segment]:
+    """Every readable segment of the stream: the head ones and their successors."""
+    todo = list(await client.controller.get_head_segments(scope, st))
+    seen: dict[int, Segment] = {}
+    while todo:
+        segment = todo.pop()
+        if segment.segment_id in seen or len(seen) >= MAX_LISTED_SEGMENTS:
+            continue
+        seen[segment.segment_id] = segment
+        todo.extend(r.segment for r in await client.controller.get_successors(segment))
+    return sorted(seen.values(), key=lambda s: s.segment_id)

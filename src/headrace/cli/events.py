@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import json
 import os
+import socket
 import sys
 import time
 from collections import deque
@@ -413,6 +414,41 @@ async def _stream_records(
         click.echo(f"skipped {skipped} events of {scope}/{st} that are not TANK bundles", err=True)
 
 
+GROUP_IDLE_S: Final = 1.0
+"""``read --group --until now`` ends once no event came for this long: a group
+reader cannot see a tail, only that nothing more arrives."""
+
+
+async def _group_records(
+    controller: str, scope: str, st: str, group: str, reader_name: str, follow: bool,
+    limit: int | None, fmt: RecordFormat,
+) -> None:  # fmt: skip
+    """Read as reader ``reader_name`` of group ``group`` (created over the stream
+    if new): each event once across the group's readers, positions kept."""
+    out = sys.stdout.buffer
+    async with pravega_client(controller) as client:
+        rg = await client.reader_group(scope, group, [f"{scope}/{st}"])
+        reader = await rg.create_reader(reader_name)
+        try:
+            count = 0
+            while limit is None or count < limit:
+                event = await reader.read_next(timeout_s=GROUP_IDLE_S)
+                if event is None:
+                    if follow:
+                        continue
+                    break
+                record = Record(
+                    f"{scope}/{st}", event.segment, event.offset, None, event.data, None
+                )
+                out.write(fmt(record))
+                if follow:
+                    out.flush()
+                count += 1
+        finally:
+            await reader.aclose()
+    out.flush()
+
+
 _FORMAT_HELP: Final = (
     "raw (the value), json (one object a line, fields: " + ", ".join(JSON_FIELDS) + "), "
     "or a format string: "
@@ -442,10 +478,16 @@ _FORMAT_HELP: Final = (
     "--until", default="now", show_default=True,
     help="now (stop at the tail), never (keep following), or a number of records.",
 )  # fmt: skip
+@click.option(
+    "-G", "--group", metavar="GROUP",
+    help="Read as a reader of reader group GROUP (created if new): each event once "
+    "across its readers, and the group remembers where it stopped.",
+)  # fmt: skip
+@click.option("--reader", help="Reader name within --group (default: HOST-PID).")
 @click.option("-f", "--format", "fmt", default="raw", show_default=True, help=_FORMAT_HELP)
 def read(
     controller: str, name: str, from_: str, since: str | None, last: int | None, until: str,
-    fmt: str,
+    group: str | None, reader: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Print the records of SCOPE/STREAM (one line each; any stream, TANK topics unpacked).
 
@@ -454,6 +496,7 @@ def read(
       headrace read sc/st -f '%s %o %k %v'
       headrace read sc/st --last 10 --until never
       headrace read sc/st --since 15m -f json
+      headrace read sc/st --group g1 --until 100
     """
     scope, st = split_stream(name)
     formatter = RecordFormat(fmt)
@@ -466,9 +509,15 @@ def read(
             raise click.BadParameter("now, never, or a number", param_hint="--until") from exc
         follow = True
     chosen = [flag for flag, given in (("--from", from_ != "head"), ("--since", since),
-                                       ("--last", last)) if given]  # fmt: skip
+                                       ("--last", last), ("--group", group)) if given]  # fmt: skip
     if len(chosen) > 1:
         raise click.UsageError(f"{' and '.join(chosen)} exclude each other")
+    if reader is not None and group is None:
+        raise click.UsageError("--reader needs --group")
+    if group is not None:
+        reader_name = reader or f"{socket.gethostname()}-{os.getpid()}"
+        run(_group_records(controller, scope, st, group, reader_name, follow, limit, formatter))
+        return
     start: _Start
     if since is not None:
         start = _Start("since", since_ms=parse_time_ms(since))

@@ -13,17 +13,13 @@ from headrace.client import ReaderGroup, RetentionPolicy, ScalingPolicy, Segment
 from headrace.client.controller import RetentionType, ScalingType
 
 from ._client import controller_option, pravega_client, run, split_stream
-from ._count import COUNT_MAX_BYTES, count_events
+from ._count import COUNT_MAX_BYTES, all_segments, count_events
 from ._output import echo_json, echo_table, human_bytes, json_option
 
 if TYPE_CHECKING:
     from headrace.client import PravegaClient
 
-__all__ = ["MAX_LISTED_SEGMENTS", "MAX_SCALE_SEGMENTS", "stream"]
-
-MAX_LISTED_SEGMENTS: Final = 10_000
-"""Segments of one stream ``stream list`` walks (head to tail through successors)
-before it stops adding up: a stream scaled that often is listed in part."""
+__all__ = ["MAX_SCALE_SEGMENTS", "stream"]
 
 MAX_SCALE_SEGMENTS: Final = 1024
 """Most segments ``stream scale`` asks for; more would be a typo, not a plan."""
@@ -77,23 +73,10 @@ class _Usage:
     events: int | None
 
 
-async def _all_segments(client: PravegaClient, scope: str, st: str) -> list[Segment]:
-    """Every readable segment of the stream: the head ones and their successors."""
-    todo = list(await client.controller.get_head_segments(scope, st))
-    seen: dict[int, Segment] = {}
-    while todo:
-        segment = todo.pop()
-        if segment.segment_id in seen or len(seen) >= MAX_LISTED_SEGMENTS:
-            continue
-        seen[segment.segment_id] = segment
-        todo.extend(r.segment for r in await client.controller.get_successors(segment))
-    return sorted(seen.values(), key=lambda s: s.segment_id)
-
-
 async def _usage(client: PravegaClient, scope: str, st: str) -> _Usage:
     open_segments = len(await client.controller.get_current_segments(scope, st))
     ranges: list[tuple[Segment, int, int]] = []
-    for segment in await _all_segments(client, scope, st):
+    for segment in await all_segments(client, scope, st):
         stat = await client.segments.stat(segment)
         if stat.exists:
             ranges.append((segment, stat.start_offset, stat.length))
