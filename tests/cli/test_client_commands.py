@@ -325,13 +325,46 @@ def test_a_saved_context_is_used_by_later_commands(hr: Cli, server: ServerProces
     assert "ctx" in hr("scope", "list", "-q", controller=False).stdout.splitlines()
 
     hr("context", "add", "nowhere", "--controller", "tcp://127.0.0.1:1", controller=False)
-    refused = hr("--context", "nowhere", "scope", "list", controller=False, ok=False)
-    assert "127.0.0.1:1" in one_line_error(refused)
+    junk = hr.config_home / "junk.pem"
+    junk.write_text("not a certificate\n")
+    hr("context", "add", "badca", "--controller", server.uri, "--ca", str(junk), controller=False)
+    refused = hr("--context", "badca", "scope", "list", controller=False, ok=False)
+    assert "TLS client files" in one_line_error(refused)  # the context's CA was used
+    bad_uri = hr("context", "add", "x", "--controller", "http://h:1", controller=False, ok=False)
+    assert "scheme 'http'" in one_line_error(bad_uri, 2)
     hr("context", "use", "nowhere", controller=False)
     assert "ctx" in hr("scope", "list", "-q").stdout.splitlines()  # the variable wins
     listing = hr("context", "list", controller=False).stdout.splitlines()
-    assert listing[2].split()[:2] == ["*", "nowhere"]
+    assert [line.split()[:2] for line in listing if "*" in line] == [["*", "nowhere"]]
     unknown = hr("--context", "nope", "scope", "list", controller=False, ok=False)
     assert "no context 'nope'" in one_line_error(unknown, 2)
     hr("context", "remove", "nowhere", controller=False)
     assert json.loads(path.read_text())["current"] is None
+
+
+def test_the_lag_metric_reports_a_bounded_number_of_groups(server: ServerProcess) -> None:
+    from headrace.client import PravegaClient
+    from headrace.server.metrics import MAX_LAG_GROUPS
+
+    count = MAX_LAG_GROUPS + 5
+
+    async def make_groups() -> None:
+        async with PravegaClient(server.uri) as client:
+            await client.controller.create_scope("zz-many")
+            await client.controller.create_stream("zz-many", "st")
+            for i in range(count):
+                await client.reader_group("zz-many", f"g{i:03d}", ["st"])
+
+    asyncio.run(make_groups())
+    url = f"http://127.0.0.1:{server.port_of('http')}/metrics"
+    deadline = time.monotonic() + METRIC_WAIT_S
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            lines = response.read().decode().splitlines()
+        groups = [float(x.split()[1]) for x in lines if x.startswith("headrace_reader_groups ")]
+        if groups and groups[0] >= count:
+            break
+        assert time.monotonic() < deadline, "the walk never found the groups"
+        time.sleep(0.2)
+    series = [x for x in lines if x.startswith("headrace_reader_group_lag_bytes{")]
+    assert len(series) == MAX_LAG_GROUPS

@@ -156,6 +156,12 @@ def add(
         raise click.BadParameter("1-64 letters, digits, '.', '_' or '-'", param_hint="NAME")
     if (user is None) != (password_file is None):
         raise click.UsageError("--user and --password-file go together")
+    from headrace.client.controller import parse_controller_uri
+
+    try:
+        parse_controller_uri(controller)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--controller") from exc
     data = _load()
     contexts = _contexts(data)
     values = {
