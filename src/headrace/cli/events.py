@@ -427,6 +427,8 @@ async def _group_records(
     if new): each event once across the group's readers, positions kept."""
     out = sys.stdout.buffer
     async with pravega_client(controller) as client:
+        if not await client.controller.stream_exists(scope, st):
+            raise click.ClickException(f"no stream {scope}/{st}")
         rg = await client.reader_group(scope, group, [f"{scope}/{st}"])
         reader = await rg.create_reader(reader_name)
         try:

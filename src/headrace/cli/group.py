@@ -29,7 +29,15 @@ from ._output import echo_json, echo_table, json_option
 if TYPE_CHECKING:
     from headrace.client import PravegaClient
 
-__all__ = ["group"]
+__all__ = ["describe_group", "group", "split_group"]
+
+
+def split_group(value: str) -> tuple[str, str]:
+    """``scope/group`` -> ``(scope, group)``."""
+    try:
+        return split_stream(value)
+    except click.BadParameter as exc:
+        raise click.BadParameter(f"expected SCOPE/GROUP, got {value!r}") from exc
 
 
 @dataclass(slots=True)
@@ -178,7 +186,7 @@ def describe(controller: str, name: str, as_json: bool) -> None:
     LAG is events behind the segment's tail now (and bytes): counted by reading
     them, and left out (-) when more than 64 MiB are behind.
     """
-    scope, gname = split_stream(name)
+    scope, gname = split_group(name)
 
     async def go() -> GroupLag | None:
         async with pravega_client(controller) as client:
@@ -219,7 +227,7 @@ def describe(controller: str, name: str, as_json: bool) -> None:
 @click.argument("name", metavar="SCOPE/GROUP")
 def delete(controller: str, name: str) -> None:
     """Delete reader group SCOPE/GROUP (its positions are lost; its streams stay)."""
-    scope, gname = split_stream(name)
+    scope, gname = split_group(name)
 
     async def go() -> bool:
         async with pravega_client(controller) as client:

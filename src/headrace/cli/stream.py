@@ -11,6 +11,7 @@ import click
 
 from headrace.client import ReaderGroup, RetentionPolicy, ScalingPolicy, Segment, StreamConfig
 from headrace.client.controller import RetentionType, ScalingType
+from headrace.client.errors import NoSuchSegmentError
 
 from ._client import controller_option, pravega_client, run, split_stream
 from ._count import COUNT_MAX_BYTES, all_segments, count_events
@@ -236,8 +237,10 @@ def truncate(controller: str, name: str, cut: str | None, group: str | None) -> 
     async def go() -> dict[int, int]:
         async with pravega_client(controller) as client:
             if group is not None:
-                rg = ReaderGroup(client, scope, group)
-                state = await rg.state()
+                try:
+                    state = await ReaderGroup(client, scope, group).state()
+                except NoSuchSegmentError:
+                    state = {}
                 if not state:
                     raise click.ClickException(f"no reader group {scope}/{group}")
                 points = {
