@@ -78,8 +78,9 @@ ENVIRONMENT: dict[str, str] = {
 }
 """The environment variables of every command, listed in ``headrace --help``."""
 
-_CLIENT_FREE = frozenset({"serve", "verify", "repair", "user", "context"})
-"""Commands that take no client flags: a saved context does not apply to them."""
+_CLIENT_FREE = frozenset({"serve", "verify", "repair", "user", "context", "demo", "status"})
+"""Commands a saved context does not apply to: they take no controller (``status``
+reads an HTTP port, where a context's CA would turn HTTPS on)."""
 
 
 def _epilog() -> str:
