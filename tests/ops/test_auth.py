@@ -361,6 +361,7 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
         (SCOPE, ""),
         (SCOPE, "_system"),
         (SCOPE, "_kvtable"),
+        (SCOPE, "_hrgroupsx"),
         (SCOPE, "T_other"),
         ("*", "T"),
         ("S/stream:T", "T"),
@@ -368,7 +369,7 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
     ]:
         request = pb.StreamInfo(scope=scope, stream=stream)
         assert _code(auth_server, "getDelegationToken", request, ADMIN) == invalid, (scope, stream)
-    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup"]:
+    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup", "_hrgroups"]:
         token = _token(auth_server, ADMIN, SCOPE, stream)
         claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         assert claims["res"] == f"prn::/scope:{SCOPE}/stream:{stream}"
