@@ -268,6 +268,9 @@ class ListenerMetrics:
         """Connections accepted (as ``headrace_connections_total``), for the console."""
         self.open_now = 0
         """Connections open now (as ``headrace_connections_open``), for the console."""
+        self.requests = 0
+        self.received = 0
+        self.sent = 0
 
     def connection_opened(self) -> None:
         self._opened.inc()
@@ -286,12 +289,15 @@ class ListenerMetrics:
 
     def bytes_received(self, count: int) -> None:
         self._received.inc(count)
+        self.received += count
 
     def bytes_sent(self, count: int) -> None:
         self._sent.inc(count)
+        self.sent += count
 
     def request_received(self) -> None:
         self._requests.inc()
+        self.requests += 1
 
 
 class ServerMetrics:
@@ -356,6 +362,8 @@ class ServerMetrics:
             "Which headrace and Python the server runs.",
             registry=r,
         ).info({"version": __version__, "python": platform.python_version()})
+        self.started_s = time.time()
+        """When the server's metrics began: its start, for the console's uptime."""
         self.streams = StreamTally()
         """Events and bytes appended per stream (``MeteredDiskStore`` adds to it)."""
         self.labelled_streams = METRICS_STREAMS
@@ -688,6 +696,13 @@ class MeteredDiskStore(DiskStore):
         except SegmentNotFound:
             return None
         return state.length - state.start_offset, state.sealed
+
+    def segment_length(self, name: str) -> int | None:
+        """Segment ``name``'s length (its end offset) from memory; None if there is none."""
+        try:
+            return self._state(name).length
+        except SegmentNotFound:
+            return None
 
     def table_names(self, suffix: str, limit: int) -> list[str]:
         """Up to ``limit`` table segments whose names contain ``suffix``, in name order."""
