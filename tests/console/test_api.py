@@ -186,5 +186,5 @@ def test_console_page_and_files_are_served_with_their_types(start_serve: Any) ->
     for path in ("/console/console.js", "/console/console.css"):
         assert serve.get(path)[0] == 200
     assert serve.get("/console/nothing.js")[0] == 404
-    status, body, _ = api(f"http://127.0.0.1:{http}", "/api/health", method="DELETE")
+    status, _, _ = api(f"http://127.0.0.1:{http}", "/api/health", method="DELETE")
     assert status == 405
