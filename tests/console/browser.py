@@ -25,7 +25,9 @@ from tests._server import ROOT
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 CHROMEDRIVER: Final = Path("/usr/bin/chromedriver")
-ARTIFACTS: Final = Path(os.environ.get("HEADRACE_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "console"
+ARTIFACTS: Final = (
+    Path(os.environ.get("HEADRACE_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "console"
+)
 
 PAGE_TIMEOUT_S: Final = 30.0
 """Bound on loading a page or running a script (a cold browser on two busy cores)."""

@@ -10,12 +10,14 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
+from headrace.client.reader import ReaderGroup
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage
 from tests.ops.conftest import WAIT_S
 from tests.ops.conftest import start_serve as start_serve  # the fixture, for these tests too
 
-__all__ = ["api", "produce", "start_serve"]
+__all__ = ["api", "group_scenario", "produce", "start_serve"]
 
 
 def api(
@@ -50,3 +52,20 @@ async def produce(
             await client.create_topic(topic, 1)
             for n in range(bundles):
                 await client.produce(topic, 0, [BundleMessage(f"{prefix} {topic} {n}".encode())])
+
+
+async def group_scenario(controller: str, events: int, read: int) -> int:
+    """Write ``events`` to g/s, make reader group g/grp, read ``read`` of them; the
+    bytes the events take in the stream."""
+    async with PravegaClient(controller) as client:
+        await client.controller.create_scope("g")
+        await client.controller.create_stream("g", "s", StreamConfig(ScalingPolicy.fixed(1)))
+        async with await client.create_writer("g", "s") as writer:
+            for n in range(events):
+                await writer.write(f"event {n:04}".encode())
+            await writer.flush()
+        group = await ReaderGroup.create(client, "g", "grp", ["s"])
+        async with await group.create_reader("r1") as reader:
+            for _ in range(read):
+                assert await reader.read_next(timeout_s=WAIT_S) is not None
+    return events * (8 + len(b"event 0000"))

@@ -9,10 +9,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
-from headrace.client.reader import ReaderGroup
 from tests._server import add_user
-from tests.console.conftest import api, produce
+from tests.console.conftest import api, group_scenario, produce
 from tests.ops.conftest import WAIT_S, free_port, listener_args
 
 
@@ -52,28 +50,11 @@ def test_streams_and_connections_match_what_was_written(start_serve: Any) -> Non
     assert health["listeners"]["tank"] == {"port": tank, "up": True}
 
 
-async def _group_scenario(controller: str, events: int, read: int) -> int:
-    """Write ``events`` to g/s, make reader group g/grp, read ``read`` of them; the
-    bytes the events take in the stream."""
-    async with PravegaClient(controller) as client:
-        await client.controller.create_scope("g")
-        await client.controller.create_stream("g", "s", StreamConfig(ScalingPolicy.fixed(1)))
-        async with await client.create_writer("g", "s") as writer:
-            for n in range(events):
-                await writer.write(f"event {n:04}".encode())
-            await writer.flush()
-        group = await ReaderGroup.create(client, "g", "grp", ["s"])
-        async with await group.create_reader("r1") as reader:
-            for _ in range(read):
-                assert await reader.read_next(timeout_s=WAIT_S) is not None
-    return events * (8 + len(b"event 0000"))
-
-
 def test_groups_report_the_lag_of_each_segment(start_serve: Any) -> None:
     http, controller, segments = free_port(), free_port(), free_port()
     start_serve(*listener_args(http=http, controller=controller, segment_store=segments))
     size = asyncio.run(
-        asyncio.wait_for(_group_scenario(f"tcp://127.0.0.1:{controller}", 10, 4), 3 * WAIT_S)
+        asyncio.wait_for(group_scenario(f"tcp://127.0.0.1:{controller}", 10, 4), 3 * WAIT_S)
     )
     status, body, _ = api(f"http://127.0.0.1:{http}", "/api/groups")
     assert status == 200

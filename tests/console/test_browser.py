@@ -18,8 +18,7 @@ from selenium.webdriver.support.select import Select
 
 from tests._server import add_user, make_certificate
 from tests.console.browser import browser, screenshot, wait_until
-from tests.console.conftest import api, produce
-from tests.console.test_api import _group_scenario
+from tests.console.conftest import api, group_scenario, produce
 from tests.ops.conftest import WAIT_S, free_port, listener_args
 
 pytestmark = pytest.mark.slow
@@ -59,8 +58,7 @@ def _streams_match(driver: WebDriver, api_streams: list[dict[str, Any]]) -> bool
         for s in api_streams
     }
     return set(shown) == set(expected) and all(
-        {field: shown[name][field] for field in cells} == cells
-        for name, cells in expected.items()
+        {field: shown[name][field] for field in cells} == cells for name, cells in expected.items()
     )
 
 
@@ -97,13 +95,11 @@ def test_console_shows_the_apis_numbers_and_a_live_tail(
 ) -> None:
     test = request.node.name
     http, tank, controller, segments = (free_port() for _ in range(4))
-    start_serve(
-        *listener_args(http=http, tank=tank, controller=controller, segment_store=segments)
-    )
+    start_serve(*listener_args(http=http, tank=tank, controller=controller, segment_store=segments))
     base = f"http://127.0.0.1:{http}"
     asyncio.run(asyncio.wait_for(produce(tank, {"alpha": 3, "beta": 5}), WAIT_S))
     asyncio.run(
-        asyncio.wait_for(_group_scenario(f"tcp://127.0.0.1:{controller}", 10, 4), 3 * WAIT_S)
+        asyncio.wait_for(group_scenario(f"tcp://127.0.0.1:{controller}", 10, 4), 3 * WAIT_S)
     )
     _, streams, _ = api(base, "/api/streams")
     _, groups, _ = api(base, "/api/groups")
@@ -111,7 +107,9 @@ def test_console_shows_the_apis_numbers_and_a_live_tail(
 
     with browser(tmp_path / "chromium") as driver:
         driver.get(base + "/")
-        wait_until(driver, lambda d: d.execute_script("return document.body.dataset.loaded"), "data")
+        wait_until(
+            driver, lambda d: d.execute_script("return document.body.dataset.loaded"), "data"
+        )
         assert driver.title == "headrace console"
         wait_until(driver, lambda d: _streams_match(d, streams["streams"]), "the API's streams")
         assert driver.find_element(By.ID, "status").text == "ok"
@@ -122,14 +120,16 @@ def test_console_shows_the_apis_numbers_and_a_live_tail(
         (group,) = groups["groups"]
         wait_until(
             driver,
-            lambda d: _shown(d, "#groups", "group").get("g/grp")
-            == {
-                "name": "g/grp",
-                "streams": "g/s",
-                "readers": str(len(group["readers"])),
-                "segments": "1",
-                "lag": str(group["lag"]),
-            },
+            lambda d: (
+                _shown(d, "#groups", "group").get("g/grp")
+                == {
+                    "name": "g/grp",
+                    "streams": "g/s",
+                    "readers": str(len(group["readers"])),
+                    "segments": "1",
+                    "lag": str(group["lag"]),
+                }
+            ),
             "the group's lag",
         )
 

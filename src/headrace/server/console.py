@@ -268,8 +268,11 @@ class Console:
                 if len(streams) >= MAX_API_STREAMS:
                     truncated = True
                     break
-                segments = model.segments_between(scope, stream, {}, {})
-                active = len(model.current_segments(scope, stream))
+                try:
+                    segments = model.segments_between(scope, stream, {}, {})
+                    active = len(model.current_segments(scope, stream))
+                except HeadraceError:  # a bad head cut: list the stream, without sizes
+                    segments, active = [], 0
                 held: int | None = None
                 if sized is not None and lookups + len(segments) <= MAX_SIZED_SEGMENTS:
                     lookups += len(segments)
