@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from headrace.server.console import MAX_QUERY_FIELDS
 from tests._server import add_user
 from tests.console.conftest import api, group_scenario, produce
 from tests.ops.conftest import WAIT_S, free_port, listener_args
@@ -58,6 +59,9 @@ def test_groups_report_the_lag_of_each_segment(start_serve: Any) -> None:
     )
     status, body, _ = api(f"http://127.0.0.1:{http}", "/api/groups")
     assert status == 200
+    _, streams, _ = api(f"http://127.0.0.1:{http}", "/api/streams")
+    (stream,) = streams["streams"]
+    assert (stream["name"], stream["events"], stream["bytes"]) == ("g/s", 10, size)
     (group,) = body["groups"]
     assert group["name"] == "g/grp" and group["known"] is True
     assert group["streams"] == ["g/s"]
@@ -169,3 +173,7 @@ def test_console_page_and_files_are_served_with_their_types(start_serve: Any) ->
     assert serve.get("/console/nothing.js")[0] == 404
     status, _, _ = api(f"http://127.0.0.1:{http}", "/api/health", method="DELETE")
     assert status == 405
+    query = "&".join(f"f{n}=1" for n in range(MAX_QUERY_FIELDS + 1))
+    status, body, _ = api(f"http://127.0.0.1:{http}", f"/api/streams?{query}")
+    assert status == 400 and "at most" in body["error"]
+    assert serve.get("/api/health")[0] == 200  # the server goes on

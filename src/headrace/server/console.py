@@ -61,6 +61,7 @@ __all__ = [
     "MAX_API_GROUPS",
     "MAX_API_STREAMS",
     "MAX_GROUP_ENTRIES",
+    "MAX_QUERY_FIELDS",
     "MAX_SIZED_SEGMENTS",
     "ApiAnswer",
     "Console",
@@ -82,6 +83,9 @@ MAX_GROUP_ENTRIES: Final = 1000
 MAX_SIZED_SEGMENTS: Final = 10_000
 """Segments whose sizes one ``/api/streams`` answer looks up; past it the
 remaining streams' ``bytes`` are null (each look-up is a dictionary read)."""
+
+MAX_QUERY_FIELDS: Final = 8
+"""Fields of an API request's query string parsed (the API takes one at most)."""
 
 GROUP_TABLE_SUFFIX: Final = "_hrgroup/"
 """What names a reader group's table segment (``client/reader.py``):
@@ -206,7 +210,10 @@ class Console:
     ) -> ApiAnswer:
         """The answer to an API request (never raises for what a client sends)."""
         split = urlsplit(target)
-        path, query = split.path, parse_qs(split.query, max_num_fields=8)
+        try:
+            path, query = split.path, parse_qs(split.query, max_num_fields=MAX_QUERY_FIELDS)
+        except ValueError:
+            return _error(400, f"a query has at most {MAX_QUERY_FIELDS} fields")
         action = path in self.ACTION_PATHS
         if method != ("POST" if action else "GET") and not (method == "HEAD" and not action):
             return _error(
