@@ -32,6 +32,7 @@ def test_streams_and_connections_match_what_was_written(start_serve: Any) -> Non
         "headrace_stream_appended_bytes_total", stream="tank/beta"
     )
     assert beta["bytes"] == beta["appended_bytes"]  # nothing truncated: all still held
+    assert beta["tail"] == f"0:{beta['bytes']}"  # where a tail of the stream starts
     assert sum(s["bytes"] for s in streams.values()) <= serve.metric("headrace_stored_bytes")
 
     serve.wait_for_access(protocol="tank", reason="eof")

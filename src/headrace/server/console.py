@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from headrace import __version__
 from headrace.controller.auth import AuthFailed
-from headrace.controller.model import MAX_SCOPES
+from headrace.controller.model import MAX_SCOPES, ControllerModel
 from headrace.controller.naming import segment_name
 from headrace.errors import HeadraceError
 from headrace.protocols.pravega.auth import (
@@ -289,6 +289,7 @@ class Console:
                         if state is not None:
                             held += state[0]
                 counts = tally.get(f"{scope}/{stream}")
+                tail = None if sized is None else _tail_cut(sized, scope, stream, model)
                 streams.append(
                     {
                         "name": f"{scope}/{stream}",
@@ -300,6 +301,7 @@ class Console:
                         "bytes": held,
                         "events": None if counts is None else counts[0],
                         "appended_bytes": None if counts is None else counts[1],
+                        "tail": tail,
                     }
                 )
             if truncated:
@@ -411,3 +413,19 @@ class Console:
             return _error(409, f"sealing {scope}/{stream} failed: {exc}")
         log.info("console: %s sealed stream %s/%s", caller.user, scope, stream)
         return _json(200, {"sealed": f"{scope}/{stream}"})
+
+
+def _tail_cut(
+    store: MeteredDiskStore, scope: str, stream: str, model: ControllerModel
+) -> str | None:
+    """The stream cut at the end of the stream's active segments, in RS-IO's
+    publisher string form (``<segment id>:<offset>,...``); None when sealed, or
+    when a segment's length is not known here. The live tail subscribes from it,
+    so an event appended after the page read it is never missed."""
+    cut: list[str] = []
+    for segment in model.current_segments(scope, stream):
+        length = store.segment_length(segment_name(scope, stream, segment.id))
+        if length is None:
+            return None
+        cut.append(f"{segment.id}:{length}")
+    return ",".join(cut) or None

@@ -214,8 +214,17 @@ class Reader {
 
 const LOGIN_ID = 1, TAIL_ID = 2;
 
-function startTail(stream) {
+async function startTail(stream) {
   stopTail();
+  // From the stream's tail as of now (its cut), so nothing appended after the
+  // click is missed; a sealed stream, or one whose cut is not known, from "latest".
+  let from = "latest";
+  try {
+    const found = (await api("/api/streams")).streams.find((s) => s.name === stream);
+    if (found && found.tail) from = found.tail;
+  } catch (error) {
+    show(error.message, true);
+  }
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const ws = new WebSocket(scheme + "//" + location.host + "/rsio");
   ws.binaryType = "arraybuffer";
@@ -227,7 +236,7 @@ function startTail(stream) {
   ws.onopen = () => {
     send([1, 0, ...varint(authorization ? 1 : 0), ...(authorization ? [AUTH_EXTENSION] : [])]);
     if (authorization) send([4, ...text("auth:" + authorization), LOGIN_ID, 0]);
-    send([4, ...text(stream + "?from=latest"), TAIL_ID, ...varint(TAIL_DEMAND)]);
+    send([4, ...text(stream + "?from=" + from), TAIL_ID, ...varint(TAIL_DEMAND)]);
   };
   ws.onmessage = (message) => {
     const r = new Reader(message.data);
