@@ -178,3 +178,24 @@ def test_console_page_and_files_are_served_with_their_types(start_serve: Any) ->
     status, body, _ = api(f"http://127.0.0.1:{http}", f"/api/streams?{query}")
     assert status == 400 and "at most" in body["error"]
     assert serve.get("/api/health")[0] == 200  # the server goes on
+
+
+def test_a_websocket_upgrade_pipelined_behind_an_api_request_is_answered(
+    start_serve: Any,
+) -> None:
+    http = free_port()
+    start_serve(*listener_args(http=http))
+    upgrade = (
+        f"GET /rsio HTTP/1.1\r\nHost: 127.0.0.1:{http}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", http), timeout=WAIT_S) as sock:
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n" + upgrade)
+        received = b""
+        while received.count(b"HTTP/1.1 ") < 2 or not received.endswith(b"\r\n\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+    answers = re.split(rb"HTTP/1\.1 ", received)[1:]
+    assert [answer[:3] for answer in answers] == [b"200", b"101"]

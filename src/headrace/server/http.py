@@ -280,8 +280,7 @@ class HttpHandler(ConnectionHandler):
         the next API request (returned, for its answer), or until more data is needed."""
         try:
             for event in self._conn.events():
-                if not isinstance(event, Request) or self._rsio is not None:
-                    return None  # an upgrade was answered: the WebSocket reads the rest
+                assert isinstance(event, Request)  # no WebSocket before an upgrade's answer
                 if Console.is_api(event.path):
                     self._api = event
                     self._cancel_timer()
@@ -290,6 +289,8 @@ class HttpHandler(ConnectionHandler):
                 if self._conn.must_close:
                     self._end()
                     return None
+                if self._rsio is not None:
+                    return None  # upgraded: the next bytes in are the WebSocket's
         except RemoteProtocolError as exc:
             log.info("http: a pipelined request broke HTTP: %s", exc)
             self.on_protocol_error(exc)
