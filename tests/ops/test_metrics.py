@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from typing import Any
 
 from headrace import __version__
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage
-from headrace.server.metrics import OTHER_STREAMS
+from headrace.server.metrics import OTHER_STREAMS, StreamTally, count_events
 from tests.ops.conftest import START_TIMEOUT_S, WAIT_S, free_port, listener_args
 
 
@@ -69,3 +70,21 @@ def test_no_per_stream_labels_with_metrics_streams_0(start_serve: Any) -> None:
     asyncio.run(asyncio.wait_for(_produce(tank, {"solo": 2}), WAIT_S))
     assert serve.metric("headrace_stream_events_total", stream=OTHER_STREAMS) == 2
     assert serve.metric("headrace_stream_events_total", stream="tank/solo") == 0
+
+
+def test_events_are_whole_frames_of_the_event_framing_and_streams_are_capped() -> None:
+    def frame(payload: bytes) -> bytes:
+        return struct.pack(">ii", 0, len(payload)) + payload
+
+    assert count_events(frame(b"a") + frame(b"") + frame(b"bcd")) == 3
+    assert count_events(b"") == 0
+    assert count_events(b"raw bytes of a byte stream") == 0
+    assert count_events(frame(b"abc")[:-1]) == 0  # a part of an event
+    assert count_events(struct.pack(">ii", 7, 0)) == 0  # not an event's header
+
+    tally = StreamTally(limit=2)
+    for segment in ("s/a/0.#epoch.0", "s/b/1.#epoch.1", "s/c/0.#epoch.0", "s/a/2.#epoch.1"):
+        tally.add(segment, frame(b"x"))
+    tally.add("_system/containers/metadata", frame(b"x"))  # the server's own: not a stream
+    assert tally.get("s/a") == (2, 18) and tally.get("s/c") is None
+    assert tally.labelled(1) == [("s/a", (2, 18)), (OTHER_STREAMS, (2, 18))]
