@@ -4,10 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The cluster tests run Debian's ZooKeeper (tests/_zookeeper.py); `make test` installs it.
+# The cluster tests run Debian's ZooKeeper (tests/_zookeeper.py), the console's tests
+# a headless chromium through chromedriver (tests/console/browser.py); `make test`
+# installs them.
 ZOOKEEPER := /usr/share/zookeeper/bin/zkServer.sh
+CHROMEDRIVER := /usr/bin/chromedriver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper
+APT_INSTALL_BROWSER := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	chromium chromium-driver
 
 .PHONY: demo test lint typecheck unit bench faults clean
 
@@ -22,6 +27,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 $(ZOOKEEPER):
 	$(APT_INSTALL) || { $(SUDO) apt-get update -q && $(APT_INSTALL); }
 
+$(CHROMEDRIVER):
+	$(APT_INSTALL_BROWSER) || { $(SUDO) apt-get update -q && $(APT_INSTALL_BROWSER); }
+
 demo: $(STAMP)
 	$(BIN)/python -m headrace demo
 
@@ -34,7 +42,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/
 
-unit: $(STAMP) $(ZOOKEEPER)
+unit: $(STAMP) $(ZOOKEEPER) $(CHROMEDRIVER)
 	$(BIN)/python -m pytest -q
 
 # The fault suite at full size (docs/faults.md); `make test` runs it with bounded sizes.
@@ -47,4 +55,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) headrace-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) headrace-data test-artifacts .pytest_cache .mypy_cache .ruff_cache
