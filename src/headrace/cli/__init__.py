@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 
 import click
 
 from headrace import __version__
 
 __all__ = ["main"]
+
+# gRPC's C core logs every failed TLS handshake or connect attempt to stderr
+# on its own; a command reports what went wrong in one line instead. Set
+# GRPC_VERBOSITY yourself to see them. Must happen before grpc is imported.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("headrace.cli.serve", "serve"),
