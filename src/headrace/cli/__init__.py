@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tail": ("headrace.cli.events", "tail"),
     "status": ("headrace.cli.status", "status"),
     "user": ("headrace.cli.user", "user"),
+    "cert": ("headrace.cli.cert", "cert"),
 }
 """Command name -> (module, attribute) of its click command."""
 
