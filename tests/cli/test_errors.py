@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,11 @@ from tests._server import (
 
 CLI_TIMEOUT_S = 60.0
 """Bound on one command run here."""
+RETRY_NOTICE_S = 20.0
+"""Bound on a retry notice appearing (the first wait of 0.5 s comes after about
+1 s of retries) and on a reader's first record, on a busy machine."""
+POLL_S = 0.05
+"""Pause between two looks at a command's output file, under a deadline."""
 UNREACHABLE_REPORT_S = 7.0
 """Bound on a command against a controller it cannot talk to: about 2 s of
 waiting plus a Python start and imports on a busy machine (the client's own
@@ -118,6 +124,41 @@ def test_an_unreachable_controller_is_reported_within_seconds(host: str) -> None
     took = time.monotonic() - began
     one_error(result, 1, "cannot reach the controller", "is headrace serve running", "--controller")
     assert took < UNREACHABLE_REPORT_S, took
+
+
+def _wait_for_text(path: Path, text: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        content = path.read_text(errors="replace")
+        if text in content:
+            return content
+        assert time.monotonic() < deadline, (text, content[-2000:])
+        time.sleep(POLL_S)
+
+
+def test_a_long_retry_says_it_is_retrying(tmp_path: Path) -> None:
+    """A reader whose server went away says it is retrying while it waits."""
+    out, err = tmp_path / "read.out", tmp_path / "read.err"
+    with ServerProcess(tmp_path / "data", ports={"controller": FREE, "segment_store": FREE}) as srv:
+        controller = ["--controller", srv.uri]
+        assert run_cli("stream", "create", *controller, "demo/r").returncode == 0
+        assert run_cli("write", *controller, "demo/r", stdin="first\n").returncode == 0
+        command = [sys.executable, "-m", "headrace", "read", *controller, "demo/r"]
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            reader = subprocess.Popen(
+                [*command, "--until", "never"], stdout=stdout, stderr=stderr, env=server_env()
+            )
+        try:
+            _wait_for_text(out, "first", RETRY_NOTICE_S)  # reading: connected to both
+            srv.stop()
+            log = _wait_for_text(err, "retrying", RETRY_NOTICE_S)
+        finally:
+            reader.kill()
+            reader.wait(CLI_TIMEOUT_S)
+    assert "Traceback" not in log, log
+    notices = [line for line in log.splitlines() if "retrying" in line]
+    assert notices[0].startswith("headrace: "), log
+    assert "unreachable" in notices[0] or "unavailable" in notices[0], log
 
 
 # --------------------------------------------------------------------------- a plain server

@@ -45,6 +45,9 @@ _AUTH_META = "headrace.auth"
 _TLS_META = "headrace.tls"
 """Key of the TLS flags' values in the click context's ``meta``."""
 
+_CREDENTIALS_META = "headrace.credentials"
+"""Key of whether the running command sends credentials (flags or environment)."""
+
 CONTROLLER_DEFAULT = "tcp://127.0.0.1:9090"
 """``headrace serve``'s default controller port."""
 
@@ -198,9 +201,24 @@ def pravega_client(controller: str) -> PravegaClient:
     """
     from ._reach import CliPravegaClient
 
-    return CliPravegaClient(
-        controller, tls=client_tls(controller), credentials=client_credentials()
-    )
+    _show_retries()
+    credentials = client_credentials()
+    click.get_current_context().meta[_CREDENTIALS_META] = credentials is not None
+    return CliPravegaClient(controller, tls=client_tls(controller), credentials=credentials)
+
+
+def _show_retries() -> None:
+    """Print the client's retry notices (``headrace.client.retry``) as plain
+    ``headrace: ...`` lines: a person waiting sees that the command is retrying."""
+    import logging
+    import sys
+
+    retry_log = logging.getLogger("headrace.client.retry")
+    if not retry_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("headrace: %(message)s"))
+        retry_log.addHandler(handler)
+        retry_log.propagate = False
 
 
 NAME_RULE = "letters, digits, '.' and '-' (at most 255; not starting with '_')"
@@ -253,14 +271,14 @@ def user_message(exc: HeadraceError) -> str:
     if isinstance(exc, ReplyError) and isinstance(exc.reply, p.AuthTokenCheckFailed):
         return _not_allowed(exc.reply.server_stack_trace)
     if isinstance(exc, ServerError) and exc.code == "UNAUTHENTICATED":
-        given = click.get_current_context().meta.get(_AUTH_META, {}).get("user")
-        if given is None:
+        if not click.get_current_context().meta.get(_CREDENTIALS_META):
             return (
                 f"the server wants credentials ({exc.detail}): pass --user and "
                 "--password-file (or HEADRACE_USER / HEADRACE_PASSWORD_FILE)"
             )
         return (
-            f"the server refused the credentials ({exc.detail}): check --user and --password-file"
+            f"the server refused the credentials ({exc.detail}): check --user and "
+            "--password-file (or pravega_client_auth_username / _password)"
         )
     if isinstance(exc, ServerError) and exc.code == "PERMISSION_DENIED":
         return _not_allowed(exc.detail)

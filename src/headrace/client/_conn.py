@@ -733,6 +733,9 @@ async def connect_with_retry(
             log.info("connecting to %s:%d failed (%s); retrying in %.2fs", *endpoint, exc, delay)
             if delay >= RETRY_NOTICE_DELAY_S:
                 retry_log.warning(
-                    "segment store %s:%d: %s; retrying in %.1f s", *endpoint, exc, delay
+                    "segment store %s:%d unreachable (%s); retrying in %.1f s",
+                    *endpoint,
+                    exc,
+                    delay,
                 )
             await asyncio.sleep(delay)
