@@ -109,6 +109,27 @@ def test_serve_refuses_a_data_dir_it_cannot_write(tmp_path: Path) -> None:
     assert not (locked / "data").exists()
 
 
+def test_serve_says_a_data_dir_is_in_use(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path / "data", ports={}):
+        result = serve(tmp_path / "data", *every_port_off())
+    one_error(result, 1, "in use by another store", "headrace serve", "another data dir")
+
+
+def test_serve_says_which_tls_file_is_wrong(tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        assert run_cli("cert", str(tmp_path / name)).returncode == 0
+    one, two = tmp_path / "one", tmp_path / "two"
+    cases = [
+        (one / "ca.pem", one / "server.pem", "is not a PEM private key"),
+        (one / "server-key.pem", one / "server-key.pem", "is not a PEM certificate"),
+        (one / "server.pem", two / "server-key.pem", "is not the key of --tls-cert"),
+    ]
+    for cert, key, says in cases:
+        flags = ["--tls-cert", str(cert), "--tls-key", str(key)]
+        result = serve(tmp_path / "data", *every_port_off(tank=free_port()), *flags)
+        one_error(result, 1, says)
+
+
 # --------------------------------------------------------------------------- no server
 
 
