@@ -390,3 +390,23 @@ def test_the_real_pravega_client_trusts_the_ca_of_headrace_cert(
         "stream_created": True,
         "read": ["tls-0", "tls-1", "tls-2"],
     }
+
+
+def test_a_certificate_for_another_name_says_so(tmp_path: Path) -> None:
+    assert run_cli("cert", str(tmp_path / "tls"), "--dns", "other.test").returncode == 0
+    tls = TlsFiles(tmp_path / "tls" / "server.pem", tmp_path / "tls" / "server-key.pem")
+    with ServerProcess(tmp_path / "data", ports={"controller": FREE}, tls=tls) as srv:
+        port = srv.port_of("controller")
+        ca = ["--ca", str(tmp_path / "tls" / "ca.pem")]
+        result = run_cli("stream", "list", "--controller", f"tls://localhost:{port}", *ca)
+    one_error(result, 1, "does not name localhost", "a name on the certificate")
+
+
+def test_a_server_wanting_a_client_certificate_says_so(tmp_path: Path, certs: Path) -> None:
+    tls = TlsFiles(certs / "server.pem", certs / "server-key.pem")
+    with ServerProcess(
+        tmp_path / "data", ports={"controller": FREE}, tls=tls, tls_ca=certs / "ca.pem"
+    ) as srv:
+        uri = f"tls://localhost:{srv.port_of('controller')}"
+        result = run_cli("stream", "list", "--controller", uri, "--ca", str(certs / "ca.pem"))
+    one_error(result, 1, "client certificate", "--client-cert")
