@@ -138,6 +138,17 @@ def test_a_bad_controller_value_is_refused_in_one_line(uri: str) -> None:
     one_error(run_cli("stream", "list", "--controller", uri), 2, "--controller", "tcp://HOST:PORT")
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--from", "garbage:12"), ("--from", "sc/st/0.#epoch.0:abc"), ("--until", "-3")],
+)
+def test_a_bad_read_position_is_refused_in_one_line(option: str, value: str) -> None:
+    result = run_cli(
+        "read", "--controller", f"tcp://127.0.0.1:{free_port()}", "sc/st", option, value
+    )
+    one_error(result, 2, option)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
 def test_an_unreachable_controller_is_reported_within_seconds(host: str) -> None:
     began = time.monotonic()
