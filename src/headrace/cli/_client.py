@@ -1,6 +1,18 @@
 """What the client commands share: the controller option, ``SCOPE/STREAM``
 arguments, running a coroutine with client errors shown as CLI errors.
 
+Errors: a mistake ends in one ``Error:`` line naming the cause and the fix,
+never a traceback. Flags and arguments are checked when parsed (a
+``--controller`` that is not a URI, a scope or stream name the controller
+would refuse: ``click.BadParameter``, exit 2). ``pravega_client`` gives a
+client that, on entry, waits at most 2 s for the controller and otherwise
+says why it cannot reach it (``_reach.py``). ``run`` turns every headrace
+error into one line through ``user_message``, the one table from client
+errors to the words a person reads (exit 1). A command that meets a refusal
+of its own raises ``click.ClickException`` with the same kind of line.
+Retries that take a while print ``headrace: ... retrying`` lines
+(``_show_retries``).
+
 TLS: ``tls_options`` adds ``--ca``, ``--client-cert``, ``--client-key`` and
 ``--insecure`` to a command (``controller_option`` adds them with
 ``--controller``); ``client_tls`` turns them into ``TlsOptions``. TLS is on
@@ -271,7 +283,8 @@ def user_message(exc: HeadraceError) -> str:
     if isinstance(exc, ReplyError) and isinstance(exc.reply, p.AuthTokenCheckFailed):
         return _not_allowed(exc.reply.server_stack_trace)
     if isinstance(exc, ServerError) and exc.code == "UNAUTHENTICATED":
-        if not click.get_current_context().meta.get(_CREDENTIALS_META):
+        context = click.get_current_context(silent=True)
+        if context is None or not context.meta.get(_CREDENTIALS_META):
             return (
                 f"the server wants credentials ({exc.detail}): pass --user and "
                 "--password-file (or HEADRACE_USER / HEADRACE_PASSWORD_FILE)"
@@ -292,6 +305,6 @@ def user_message(exc: HeadraceError) -> str:
 def _not_allowed(detail: str) -> str:
     return (
         f"not allowed: {detail}; ask for that grant in the server's password file "
-        "(headrace user add NAME --permission RESOURCE,READ_UPDATE --replace), "
+        "(headrace user add NAME --permission RESOURCE,PERMISSION --replace), "
         "or use another --user"
     )

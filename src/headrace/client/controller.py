@@ -10,8 +10,11 @@ with our controller) and are importable from here too.
 
 gRPC failures are translated in one place (:func:`_rpc`): ``UNAVAILABLE``
 becomes :class:`~headrace.errors.ConnectionLost`, ``DEADLINE_EXCEEDED``
-:class:`~headrace.errors.RequestTimeout`, anything else
-:class:`~headrace.errors.ServerError`. Status enums other than success become
+:class:`~headrace.errors.RequestTimeout`, ``NOT_FOUND`` for a call about a
+stream :class:`~headrace.client.errors.StreamNotFoundError` (its scope and
+stream as data), anything else :class:`~headrace.errors.ServerError`. A retry
+that waits ``RETRY_NOTICE_DELAY_S`` or more is logged as a warning on
+``headrace.client.retry``. Status enums other than success become
 :class:`~headrace.errors.ControllerError` unless the method's
 docstring says it returns ``False`` for them (the ``StreamManager`` results
 of the Python binding: "already exists" and "not found" are answers, not
