@@ -6,6 +6,7 @@ against real ``headrace serve`` processes where a server is needed.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,9 @@ from tests._server import (
 
 CLI_TIMEOUT_S = 60.0
 """Bound on one command run here."""
+STOPPED_REPORT_S = 10.0
+"""Bound on reporting a server that takes connections and says nothing: the 2 s
+wait, then a look at the port bounded by 1 s per step, plus a Python start."""
 RETRY_NOTICE_S = 20.0
 """Bound on a retry notice appearing (the first wait of 0.5 s comes after about
 1 s of retries) and on a reader's first record, on a busy machine."""
@@ -245,6 +249,23 @@ def test_a_port_that_is_not_the_controller_says_so(plain: ServerProcess, listene
     result = run_cli("stream", "list", "--controller", uri)
     assert time.monotonic() - began < UNREACHABLE_REPORT_S
     one_error(result, 1, "does not answer as a controller", "--controller")
+
+
+def test_a_stopped_server_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """A server that takes connections but answers nothing (SIGSTOP) is reported
+    in seconds; once it runs again, the same command works."""
+    with ServerProcess(tmp_path / "data", ports={"controller": FREE}) as srv:
+        assert srv.process is not None
+        srv.process.send_signal(signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            result = run_cli("stream", "list", "--controller", srv.uri)
+            took = time.monotonic() - began
+        finally:
+            srv.process.send_signal(signal.SIGCONT)
+        one_error(result, 1, "does not answer", "--controller")
+        assert took < STOPPED_REPORT_S, took
+        assert run_cli("stream", "list", "--controller", srv.uri).returncode == 0
 
 
 def test_tls_to_a_plain_controller_says_to_use_tcp(plain: ServerProcess) -> None:

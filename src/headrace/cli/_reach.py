@@ -21,7 +21,7 @@ import click
 from headrace.client import PravegaClient
 from headrace.client.controller import parse_controller_uri
 
-from ._probe import DIAGNOSE_TIMEOUT_S, handshake, speaks_tls
+from ._probe import DIAGNOSE_TIMEOUT_S, answer_to_http2, handshake, speaks_tls
 
 if TYPE_CHECKING:
     from headrace.client.tls import TlsOptions
@@ -48,8 +48,9 @@ class CliPravegaClient(PravegaClient):
     async def __aenter__(self) -> CliPravegaClient:
         if not await self.controller.wait_ready(CONTROLLER_PROBE_TIMEOUT_S):
             message = await why_unreachable(self.controller.uri, self.controller.tls)
-            await self.aclose()
-            raise click.ClickException(message)
+            if message is not None:
+                await self.aclose()
+                raise click.ClickException(message)
         return self
 
 
@@ -58,8 +59,9 @@ def _host_port(uri: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def why_unreachable(uri: str, tls: TlsOptions | None) -> str:
-    """One line: why the controller at ``uri`` did not answer, and what to do."""
+async def why_unreachable(uri: str, tls: TlsOptions | None) -> str | None:
+    """One line: why the controller at ``uri`` did not answer, and what to do;
+    None if it answers as a gRPC server after all (slow: the client goes on)."""
     host, port = _host_port(uri)
     where = f"{host}:{port}"
     try:
@@ -71,12 +73,13 @@ async def why_unreachable(uri: str, tls: TlsOptions | None) -> str:
         return f"cannot reach the controller at {where} ({reason}): {_HINT}"
     writer.close()
     if tls is None:
-        if await speaks_tls(host, port):
+        answer = await answer_to_http2(host, port, None)
+        if answer == "other" and await speaks_tls(host, port):
             return (
                 f"the server at {where} speaks TLS: use --controller tls://{where} "
                 "and --ca with the CA that signed its certificate"
             )
-        return f"{where} does not answer as a controller (gRPC): {_HINT}"
+        return _not_grpc(where, answer)
     try:
         await handshake(host, port, tls.ssl_context())
     except ssl.SSLCertVerificationError as exc:
@@ -95,9 +98,22 @@ async def why_unreachable(uri: str, tls: TlsOptions | None) -> str:
         return f"TLS with {where} failed ({exc.reason or exc})"
     except (OSError, TimeoutError):
         return f"the server at {where} does not speak TLS: use --controller tcp://{where}"
-    if tls.cert_file is None:
+    answer = await answer_to_http2(host, port, tls.ssl_context())
+    if answer == "other" and tls.cert_file is None:
         return (
             f"{where} does not answer as a controller (gRPC over TLS): if the server "
             "wants a client certificate, pass --client-cert and --client-key; else " + _HINT
         )
-    return f"{where} does not answer as a controller (gRPC over TLS): {_HINT}"
+    return _not_grpc(where, answer)
+
+
+def _not_grpc(where: str, answer: str) -> str | None:
+    """The line for a port that took a connection, by its answer to HTTP/2."""
+    if answer == "http2":
+        return None
+    if answer == "silent":
+        return (
+            f"{where} takes connections but does not answer (a stopped or overloaded "
+            f"server?): {_HINT}"
+        )
+    return f"{where} does not answer as a controller (gRPC): {_HINT}"
