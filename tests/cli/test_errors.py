@@ -172,6 +172,7 @@ def _wait_for_text(path: Path, text: str, timeout_s: float) -> str:
         time.sleep(POLL_S)
 
 
+@pytest.mark.slow
 def test_a_long_retry_says_it_is_retrying(tmp_path: Path) -> None:
     """A reader whose server went away says it is retrying while it waits."""
     out, err = tmp_path / "read.out", tmp_path / "read.err"
