@@ -16,11 +16,6 @@ from headrace import __version__
 
 __all__ = ["main"]
 
-# gRPC's C core logs every failed TLS handshake or connect attempt to stderr
-# on its own; a command reports what went wrong in one line instead. Set
-# GRPC_VERBOSITY yourself to see them. Must happen before grpc is imported.
-os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("headrace.cli.serve", "serve"),
     "verify": ("headrace.cli.verify", "verify"),
@@ -48,6 +43,11 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attribute = target
+        if cmd_name != "serve":
+            # gRPC's C core logs every failed TLS handshake or connect attempt to
+            # stderr on its own; a client command says what went wrong in one
+            # line instead (set GRPC_VERBOSITY to see them). Before grpc loads.
+            os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command), (module, attribute)
         return command
