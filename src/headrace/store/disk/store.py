@@ -108,7 +108,10 @@ def _lock_data_dir(root: Path) -> int:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock_fd)
-        raise StoreError(f"data dir {root} is in use by another store") from None
+        raise StoreError(
+            f"data dir {root} is in use by another store (a running headrace serve, "
+            "verify or repair holds its lock): stop it, or use another data dir"
+        ) from None
     return lock_fd
 
 
