@@ -23,6 +23,7 @@ from headrace.cluster.layout import NodeInfo
 from headrace.cluster.member import ClusterMember
 from headrace.server.config import ClusterConfig
 from headrace.store.api import SegmentStore
+from headrace.store.disk import DiskStore
 
 __all__ = ["ClusterNode", "Owner", "StoreHooks"]
 
@@ -100,6 +101,7 @@ class ClusterNode:
             NodeInfo(self.node_id, self._advertise_host, dict(ports)),
             container_count=self.config.container_count,
             hooks=StoreHooks(self._store),
+            segment_mapping=self._store.mapping if isinstance(self._store, DiskStore) else None,
         )
         await member.start()
         self._member = member
