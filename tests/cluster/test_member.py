@@ -204,6 +204,29 @@ async def test_session_expiry_fences_then_reclaims_at_a_new_epoch(
     assert set(b.nodes()) == {"a", "b"}
 
 
+async def test_a_member_owns_nothing_while_its_proof_of_life_is_older_than_the_lease(
+    cluster: Cluster,
+) -> None:
+    """What a process resumed after a pause sees before kazoo's thread noticed
+    anything: the connection still looks up, but the last proof that the
+    session lives is older than the lease, so the session may be gone. It
+    serves nothing until a heartbeat renews the proof; the paused process
+    itself is in ``test_faults.py``."""
+    a = await cluster.add("a", container_count=2)
+    await cluster.until(lambda: cluster.settled(2))
+    zk = a._zk
+    assert zk is not None and zk.live and a.owned() == {0, 1}
+    assert 0 < zk._lease_s < SESSION_TIMEOUT_S  # a part of the negotiated timeout
+    zk._proof -= zk._lease_s  # as if the process had stood still for a lease
+    assert zk.connected and not zk.live
+    assert not a.owns(0) and a.owned() == frozenset()
+    deadline = time.monotonic() + WAIT_S
+    while not a.owns(0):  # the next heartbeat renews it
+        assert time.monotonic() < deadline, "the lease was not renewed"
+        await asyncio.sleep(0.05)
+    assert a.owned() == {0, 1}
+
+
 async def test_zookeeper_restart_keeps_members_and_their_containers(
     own_cluster: tuple[Cluster, ZooKeeper],
 ) -> None:

@@ -276,15 +276,24 @@ class ClusterMember:
         """True while this node serves ``container``: confirmed in the current session.
 
         Safe to call from any thread; False from the moment the session is
-        suspended or lost.
+        suspended or lost, and while its proof of life is older than the lease
+        (a process resumed after a pause, ``_zk.py``).
         """
         zk = self._zk
         return (
             zk is not None
-            and zk.connected
+            and zk.live
             and zk.generation == self._owned_generation
             and container in self._owned
         )
+
+    @property
+    def live(self) -> bool:
+        """Whether this node's view can be trusted now: its session is connected
+        with a fresh proof of life. False while fenced (``owns`` answers False
+        for every container then, and what it last read of the others may be stale)."""
+        zk = self._zk
+        return zk is not None and zk.live
 
     def owned(self) -> frozenset[int]:
         return frozenset(c for c in self._owned if self.owns(c))

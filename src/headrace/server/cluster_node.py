@@ -127,6 +127,8 @@ class ClusterNode:
         container = member.container_of(segment)
         if member.owns(container):
             return _LOCAL
+        if not member.live:
+            return _NOBODY  # fenced: the owner it last read may be fenced or gone too
         node = member.owner(container)
         if node is None or node.node_id == self.node_id:
             return _NOBODY  # moving, its node dead, or this node fenced
