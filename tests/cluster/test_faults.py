@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
@@ -58,9 +58,9 @@ PAUSED_APPENDS: Final = 40
 """Appends sent to the paused node before its session expired, and as many after:
 each is a chance for a resumed node to act on its stale view."""
 UNLIMITED: Final = RetryPolicy(max_attempts=0)
+"""The writer retries until the node is back; each test bounds the whole."""
 CLOSE_S: Final = 10.0
 """Bound on closing the writer after a failed test (its events may never be stored)."""
-"""The writer retries until the node is back; each test bounds the whole."""
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -80,12 +80,8 @@ async def wait_until_async(check: Callable[[], bool], what: str, timeout_s: floa
 
 def others_see(nodes: dict[str, ServerProcess], gone: str, present: bool) -> bool:
     """Whether every node but ``gone`` lists ``gone`` as live (``present``) or not."""
-    seen = {name: v for name, v in _views_of(nodes, skip=gone).items()}
+    seen = views({name: node for name, node in nodes.items() if name != gone})
     return all((gone in v["nodes"]) is present for v in seen.values())
-
-
-def _views_of(nodes: dict[str, ServerProcess], skip: str) -> dict[str, dict[str, Any]]:
-    return views({name: node for name, node in nodes.items() if name != skip})
 
 
 @pytest.fixture
@@ -289,7 +285,9 @@ async def test_a_paused_node_acknowledges_nothing_for_the_containers_it_lost(
     assert its_containers
     name = Segment("sc", stream_on(nodes, lambda owner: owner == victim), 0).name
     port = nodes[victim].port_of("segment_store")
-    pid = nodes[victim].process.pid if nodes[victim].process else 0
+    process = nodes[victim].process
+    assert process is not None
+    pid = process.pid
     writer_id = uuid.uuid4()
     async with asyncio.timeout(4 * WAIT_S):
         raw = await RawConnection.open(port)
