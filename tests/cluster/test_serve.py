@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -28,8 +29,17 @@ from headrace.client.pravega import PravegaClient
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.controller import ScalingPolicy, Segment, StreamConfig
+from headrace.store.disk import DiskStore
 from headrace.store.disk.layout import SegmentMapping, container_of
-from tests._server import FREE, POLL_INTERVAL_S, ServerProcess
+from tests._server import (
+    FREE,
+    LISTENER_NAMES,
+    POLL_INTERVAL_S,
+    ServerProcess,
+    free_port,
+    serve_command,
+    server_env,
+)
 from tests._zookeeper import ZooKeeper
 from tests.server.test_pravega_server import Raw
 
@@ -228,6 +238,45 @@ async def test_a_transaction_commits_on_its_parents_owner(
         async with client.record_reader("sc", "tx") as reader:
             values = [r.value async for r in reader]
     assert values == events
+
+
+async def test_a_data_dir_of_another_mapping_refuses_to_join_in_one_line(
+    shared_zookeeper: ZooKeeper, tmp_path: Path
+) -> None:
+    """A data dir written before the mapping was recorded (the plain hash) holds
+    transaction segments where a grouped cluster does not look: its node stops
+    at start with one line, and the cluster goes on without it."""
+    url = shared_zookeeper.url(f"/mapping-{uuid.uuid4().hex[:12]}")
+    first = start_node(url, tmp_path / "n1", "n1")
+    try:
+        wait_for_view(first, lambda v: v["owned"] == list(range(CONTAINERS)))
+        old = tmp_path / "old"
+        store = await DiskStore.open(
+            old, container_count=CONTAINERS, segment_mapping=SegmentMapping.HASH
+        )
+        await store.close()
+        result = await asyncio.to_thread(
+            subprocess.run,
+            serve_command(
+                old,
+                f"--cluster={url}",
+                "--node-id=n2",
+                "--advertise-host=127.0.0.1",
+                *(f"--{name.replace('_', '-')}-port=0" for name in LISTENER_NAMES),
+                f"--segment-store-port={free_port()}",  # the last one wins
+            ),
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            env=server_env(),
+        )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+        assert "'grouped' mapping and this node's data dir by 'hash'" in line
+        assert health(first)["cluster"]["nodes"] == ["n1"]
+    finally:
+        first.stop()
 
 
 async def test_a_node_without_zookeeper_serves_nothing_until_it_reclaims(
