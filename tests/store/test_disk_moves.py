@@ -131,7 +131,9 @@ async def test_an_installed_copy_replaces_the_container_with_its_writer_position
         for n, name in enumerate(names):
             await source.create_segment(name)
             for event in range(1, 4):
-                await source.append(name, f"{n}:{event};".encode(), writer=WriterAppend(writer, event))
+                await source.append(
+                    name, f"{n}:{event};".encode(), writer=WriterAppend(writer, event)
+                )
         await source.seal(names[0])
         await source.truncate(names[1], 4)
         table = names_in(2, 1, prefix="table")[0]

@@ -44,6 +44,7 @@ __all__ = [
     "ContainerFile",
     "check_relative_path",
     "commit_install",
+    "container_file_paths",
     "container_files",
     "finish_installs",
     "new_staging_dir",
@@ -100,8 +101,8 @@ def file_crc(path: Path) -> tuple[int, int]:
     return size, crc
 
 
-def container_files(paths: ContainerPaths) -> list[ContainerFile]:
-    """Every file of a closed container's copy, snapshot first (blocking).
+def container_file_paths(paths: ContainerPaths) -> list[Path]:
+    """Every file of a closed container's copy, snapshot first.
 
     Torn-tail backups (``*.broken-*``) and temporary files stay behind: they
     are not part of the container's state.
@@ -110,8 +111,13 @@ def container_files(paths: ContainerPaths) -> list[ContainerFile]:
     found += [path for _, path in paths.wal_files()]
     for segment_id in sorted(files := paths.segment_files()):
         found += sorted(files[segment_id])
+    return found
+
+
+def container_files(paths: ContainerPaths) -> list[ContainerFile]:
+    """``container_file_paths`` with each file's size and CRC-32 (blocking)."""
     listed = []
-    for path in found:
+    for path in container_file_paths(paths):
         size, crc = file_crc(path)
         listed.append(ContainerFile(str(path.relative_to(paths.dir)), size, crc))
     return listed

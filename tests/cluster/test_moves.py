@@ -1,0 +1,233 @@
+"""Containers move with their data: a node joining, and a node drained, while a writer writes.
+
+Three ``headrace serve --cluster`` processes on a real ZooKeeper; a stream
+whose segments cover every container, each segment created at its owner;
+headrace's own ``EventWriter`` appending numbered events under many routing
+keys and flushing after each round (what a flush returned for is
+acknowledged). A fourth node starts during the writes: placement moves
+containers to it one at a time, each with its files (``docs/cluster.md#moves``),
+and the writer follows ``WrongHost`` to the new owners. Then the fourth node
+is drained (``/drain/n4``) and its containers move back. After each, every
+acknowledged event is read back from the owners exactly once and in order
+per key, and nothing else is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from kazoo.client import KazooClient
+
+from headrace.client._conn import RetryPolicy
+from headrace.client.controller import ControllerClient
+from headrace.client.pravega import PravegaClient
+from headrace.cluster.layout import drain_path, encode
+from headrace.protocols import pravega as p
+from headrace.protocols.pravega.codec import EVENT_HEADER
+from headrace.protocols.pravega.controller import ScalingPolicy, Segment, StreamConfig
+from headrace.store.disk.layout import container_of
+from tests._server import POLL_INTERVAL_S, ServerProcess
+from tests._zookeeper import ZooKeeper
+from tests.cluster.test_serve import CONTAINERS, health, start_node
+
+pytestmark = pytest.mark.slow
+
+SCOPE: Final = "mv"
+STREAM: Final = "st"
+SEGMENTS: Final = 12
+"""Segments of the stream: their names hash to every one of the 8 containers."""
+KEYS: Final = [f"k{n}" for n in range(48)]
+"""Routing keys: enough to land on every segment."""
+WAIT_S: Final = 120.0
+"""Bound on placement settling after a node joins or is drained (each move
+checkpoints, copies and recovers a container, on two busy cores)."""
+RETRY: Final = RetryPolicy(initial_delay_s=0.05, max_delay_s=1.0, max_attempts=0)
+"""The writer retries for as long as a move takes: the test's deadlines bound it."""
+
+
+def views(nodes: dict[str, ServerProcess]) -> dict[str, dict[str, Any]]:
+    return {name: health(node)["cluster"] for name, node in nodes.items()}
+
+
+def placed(seen: dict[str, dict[str, Any]], eligible: set[str]) -> bool:
+    """Every node sees the others; every container is owned by exactly one
+    node, all on ``eligible`` nodes, balanced over them."""
+    if not all(v["joined"] and set(v["nodes"]) == set(seen) for v in seen.values()):
+        return False
+    owned = [c for v in seen.values() for c in v["owned"]]
+    if sorted(owned) != list(range(CONTAINERS)):
+        return False
+    if any(v["owned"] for name, v in seen.items() if name not in eligible):
+        return False
+    counts = [len(seen[name]["owned"]) for name in eligible]
+    return max(counts) - min(counts) <= 1
+
+
+async def wait_placed(nodes: dict[str, ServerProcess], eligible: set[str]) -> dict[int, str]:
+    """Wait (off the loop, so the writer goes on) until ``placed``; return the owners."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        seen = await asyncio.to_thread(views, nodes)
+        if placed(seen, eligible):
+            return {c: name for name, v in seen.items() for c in v["owned"]}
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+class Writer:
+    """Numbered events per key, a flush after each round: ``acked[key]`` events
+    of each key are acknowledged (numbered 0 to acked - 1)."""
+
+    def __init__(self, client: PravegaClient) -> None:
+        self.client = client
+        self.acked: dict[str, int] = dict.fromkeys(KEYS, 0)
+        self.rounds = 0
+        self.stop = asyncio.Event()
+        self.flushed = asyncio.Event()
+
+    async def run(self) -> None:
+        writer = await self.client.create_writer(SCOPE, STREAM)
+        try:
+            while not self.stop.is_set():
+                number = self.rounds
+                for key in KEYS:
+                    await writer.write(f"{key}:{number}".encode(), key)
+                await writer.flush()
+                self.rounds += 1
+                for key in KEYS:
+                    self.acked[key] = number + 1
+                self.flushed.set()
+        finally:
+            await writer.aclose()
+
+    async def rounds_past(self, count: int) -> None:
+        """Wait for ``count`` more acknowledged rounds (bounded)."""
+        target = self.rounds + count
+        async with asyncio.timeout(WAIT_S):
+            while self.rounds < target:
+                self.flushed.clear()
+                await self.flushed.wait()
+
+
+def events(data: bytes) -> Iterator[bytes]:
+    position = 0
+    while position < len(data):
+        kind, length = EVENT_HEADER.unpack_from(data, position)
+        assert kind == p.CommandType.EVENT
+        position += EVENT_HEADER.size
+        yield data[position : position + length]
+        position += length
+
+
+async def read_all(client: PravegaClient) -> dict[str, list[int]]:
+    """Every event of every segment, read from its owner: key -> numbers in order."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for number in range(SEGMENTS):
+        segment = Segment(SCOPE, STREAM, number)
+        stat = await client.segments.stat(segment)
+        data = b""
+        while len(data) < stat.length:
+            got = await client.segments.read(segment, len(data))
+            data += got.data
+        keys_here = set()
+        for event in events(data):
+            key, _, value = event.decode().partition(":")
+            found[key].append(int(value))
+            keys_here.add(key)
+        assert keys_here, f"segment {number} got no event"
+    return found
+
+
+def check(found: dict[str, list[int]], acked: dict[str, int], rounds: int) -> None:
+    """Each key: every acknowledged event once, in order, and nothing but events
+    written (at most the round in course past the acknowledged ones)."""
+    for key in KEYS:
+        numbers = found[key]
+        assert numbers[: acked[key]] == list(range(acked[key])), key
+        assert numbers == list(range(len(numbers))), key
+        assert len(numbers) <= rounds + 1, key
+
+
+@pytest.fixture
+def chroot() -> str:
+    return f"/moves-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def nodes() -> Iterator[dict[str, ServerProcess]]:
+    """The nodes a test starts, all stopped at its end."""
+    started: dict[str, ServerProcess] = {}
+    try:
+        yield started
+    finally:
+        for node in started.values():
+            node.stop()
+
+
+async def create_stream(node: ServerProcess) -> None:
+    """The stream, through ``node``'s controller, whose segments it creates in its own store."""
+    async with ControllerClient(node.uri) as controller:
+        await controller.create_scope(SCOPE)
+        await controller.create_stream(
+            SCOPE, STREAM, StreamConfig(scaling=ScalingPolicy.fixed(SEGMENTS))
+        )
+    names = [Segment(SCOPE, STREAM, n).name for n in range(SEGMENTS)]
+    assert {container_of(n, CONTAINERS) for n in names} == set(range(CONTAINERS))
+
+
+async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data(
+    nodes: dict[str, ServerProcess], shared_zookeeper: ZooKeeper, chroot: str, tmp_path: Path
+) -> None:
+    """n1 alone holds every container when the stream is created (each node's
+    controller keeps its own model, ``docs/cluster.md#serving``, so the
+    segments are created in n1's store); n2 and n3 joining take their share
+    with the data, then the writer starts."""
+    url = shared_zookeeper.url(chroot)
+    nodes["n1"] = start_node(url, tmp_path / "n1", "n1")
+    await wait_placed(nodes, {"n1"})
+    await create_stream(nodes["n1"])
+    three = {"n1", "n2", "n3"}
+    for name in ("n2", "n3"):
+        nodes[name] = start_node(url, tmp_path / name, name)
+    await wait_placed(nodes, three)
+    client = PravegaClient(nodes["n1"].uri, retry=RETRY)
+    writer = Writer(client)
+    task = asyncio.create_task(writer.run())
+    try:
+        await writer.rounds_past(3)
+
+        nodes["n4"] = await asyncio.to_thread(start_node, url, tmp_path / "n4", "n4")
+        owners = await wait_placed(nodes, three | {"n4"})
+        assert sum(owner == "n4" for owner in owners.values()) >= 2, owners
+        await writer.rounds_past(3)
+        # read while n4 owns some: their segments come from n4, whole
+        acked = dict(writer.acked)
+        found = await read_all(client)
+        check(found, acked, writer.rounds)
+
+        zk = KazooClient(hosts=f"{shared_zookeeper.hosts}{chroot}")
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            await asyncio.to_thread(zk.create, drain_path("n4"), encode(None))
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+        owners = await wait_placed(nodes, three)
+        await writer.rounds_past(3)
+    finally:
+        writer.stop.set()
+        async with asyncio.timeout(WAIT_S):
+            await task
+    try:
+        found = await read_all(client)
+        check(found, writer.acked, writer.rounds)
+        assert all(writer.acked[key] == writer.rounds for key in KEYS)
+    finally:
+        await client.aclose()
