@@ -45,9 +45,10 @@ SEGMENTS: Final = 12
 """Segments of the stream: their names hash to every one of the 8 containers."""
 KEYS: Final = [f"k{n}" for n in range(48)]
 """Routing keys: enough to land on every segment."""
-WAIT_S: Final = 120.0
-"""Bound on placement settling after a node joins or is drained (each move
-checkpoints, copies and recovers a container, on two busy cores)."""
+WAIT_S: Final = 60.0
+"""Bound on placement settling after a node joins or is drained, and on the
+writer getting three rounds through (each move checkpoints, copies and
+recovers a container, on two busy cores)."""
 RETRY: Final = RetryPolicy(initial_delay_s=0.05, max_delay_s=1.0, max_attempts=0)
 """The writer retries for as long as a move takes: the test's deadlines bound it."""
 
@@ -87,6 +88,7 @@ class Writer:
 
     def __init__(self, client: PravegaClient) -> None:
         self.client = client
+        self.task: asyncio.Task[None] | None = None
         self.acked: dict[str, int] = dict.fromkeys(KEYS, 0)
         self.rounds = 0
         self.stop = asyncio.Event()
@@ -107,13 +109,34 @@ class Writer:
         finally:
             await writer.aclose()
 
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.run())
+
     async def rounds_past(self, count: int) -> None:
-        """Wait for ``count`` more acknowledged rounds (bounded)."""
+        """Wait for ``count`` more acknowledged rounds (bounded); a writer that
+        failed raises its error here."""
+        assert self.task is not None
         target = self.rounds + count
         async with asyncio.timeout(WAIT_S):
             while self.rounds < target:
                 self.flushed.clear()
-                await self.flushed.wait()
+                flushed = asyncio.ensure_future(self.flushed.wait())
+                await asyncio.wait([flushed, self.task], return_when=asyncio.FIRST_COMPLETED)
+                flushed.cancel()
+                if self.task.done():
+                    self.task.result()
+                    raise AssertionError("the writer stopped")
+
+    async def finish(self) -> None:
+        """Stop after the round in course; cancelled if it cannot finish in time."""
+        assert self.task is not None
+        self.stop.set()
+        try:
+            async with asyncio.timeout(WAIT_S):
+                await asyncio.shield(self.task)
+        except TimeoutError:
+            self.task.cancel()
+            raise
 
 
 def events(data: bytes) -> Iterator[bytes]:
@@ -182,6 +205,7 @@ async def create_stream(node: ServerProcess) -> None:
     assert {container_of(n, CONTAINERS) for n in names} == set(range(CONTAINERS))
 
 
+@pytest.mark.timeout(400)
 async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data(
     nodes: dict[str, ServerProcess], shared_zookeeper: ZooKeeper, chroot: str, tmp_path: Path
 ) -> None:
@@ -199,7 +223,7 @@ async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data
     await wait_placed(nodes, three)
     client = PravegaClient(nodes["n1"].uri, retry=RETRY)
     writer = Writer(client)
-    task = asyncio.create_task(writer.run())
+    writer.start()
     try:
         await writer.rounds_past(3)
 
@@ -222,9 +246,7 @@ async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data
         owners = await wait_placed(nodes, three)
         await writer.rounds_past(3)
     finally:
-        writer.stop.set()
-        async with asyncio.timeout(WAIT_S):
-            await task
+        await writer.finish()
     try:
         found = await read_all(client)
         check(found, writer.acked, writer.rounds)
