@@ -32,7 +32,7 @@ from headrace.cluster.layout import drain_path, encode
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.controller import ScalingPolicy, Segment, StreamConfig
-from headrace.store.disk.layout import container_of
+from headrace.store.disk.layout import ContainerPaths, container_of
 from tests._server import POLL_INTERVAL_S, ServerProcess
 from tests._zookeeper import ZooKeeper
 from tests.cluster.test_serve import CONTAINERS, health, start_node
@@ -178,6 +178,17 @@ def check(found: dict[str, list[int]], acked: dict[str, int], rounds: int) -> No
         assert len(numbers) <= rounds + 1, key
 
 
+async def emptied(data_dir: Path, containers: list[int]) -> None:
+    """Wait until a drained node emptied the copies it released (bounded)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        left = [c for c in containers if ContainerPaths(data_dir, c).segment_files()]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"containers still holding data: {left}"
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
 @pytest.fixture
 def chroot() -> str:
     return f"/moves-{uuid.uuid4().hex[:12]}"
@@ -229,7 +240,8 @@ async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data
 
         nodes["n4"] = await asyncio.to_thread(start_node, url, tmp_path / "n4", "n4")
         owners = await wait_placed(nodes, three | {"n4"})
-        assert sum(owner == "n4" for owner in owners.values()) >= 2, owners
+        moved = sorted(c for c, owner in owners.items() if owner == "n4")
+        assert len(moved) >= 2, owners
         await writer.rounds_past(3)
         # read while n4 owns some: their segments come from n4, whole
         acked = dict(writer.acked)
@@ -245,6 +257,7 @@ async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data
             await asyncio.to_thread(zk.close)
         owners = await wait_placed(nodes, three)
         await writer.rounds_past(3)
+        await emptied(tmp_path / "n4", moved)
     finally:
         await writer.finish()
     try:

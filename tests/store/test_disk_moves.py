@@ -231,3 +231,26 @@ async def test_an_install_cut_at_any_step_leaves_the_old_copy_or_the_new_one(
         assert not (tmp_path / "b" / INCOMING_DIR).exists()
     finally:
         await reopened.close()
+
+
+async def test_a_discarded_container_is_empty_even_after_a_restart(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "d")
+    name = names_in(0, 1)[0]
+    try:
+        await store.create_segment(name)
+        await store.append(name, b"moved away")
+        assert not await store.discard(0, lambda: False)
+        assert (await store.read(name, 0, 100)).data == b"moved away"
+        assert await store.discard(0, lambda: True)
+        assert not store.is_attached(0)
+        assert not store.container_paths(0).segment_files()
+    finally:
+        await store.close()
+    reopened = await open_store(tmp_path / "d")
+    try:
+        with pytest.raises(SegmentNotFound):
+            await reopened.info(name)
+        await reopened.create_segment(name)  # an empty container, serving again
+        await reopened.append(name, b"new")
+    finally:
+        await reopened.close()

@@ -21,6 +21,8 @@ the disk store (tests, embedding) is only flushed on release.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from typing import Final
 
 from headrace.cluster.errors import ClusterError
 from headrace.cluster.layout import NodeInfo
-from headrace.cluster.member import ClusterMember
+from headrace.cluster.member import ClusterEvent, ClusterMember, ContainersChanged
 from headrace.cluster.remote import Endpoint
 from headrace.server.config import ClusterConfig
 from headrace.server.container_transfer import TRANSFER_DOOR, TransferServer, fetch_container
@@ -86,9 +88,12 @@ class StoreHooks:
         self._node_id = node_id
         self._member = member
         self._node_key = node_key
+        self.released: set[int] = set()
+        """Containers this node released to another node, their copy still here."""
 
     async def acquire(self, container: int, epoch: int) -> None:
         store, member = self._store, self._member()
+        self.released.discard(container)
         if isinstance(store, DiskStore) and member is not None:
             _check_counts(store, member)
             previous = member.record(container).owner
@@ -108,6 +113,8 @@ class StoreHooks:
         store = self._store
         if isinstance(store, DiskStore):
             await store.detach(container)
+            if to is not None:
+                self.released.add(container)
         else:
             await store.flush()
         log.info(
@@ -115,6 +122,15 @@ class StoreHooks:
             container,
             "" if to is None else f" to {to.node_id}",
         )
+
+
+def moved_away(member: ClusterMember, container: int) -> bool:
+    """Whether ``container``'s record names another owner than this node, and
+    nothing brings it here: this node's copy of it will never be served again."""
+    record = member.record(container)
+    if record.owner is None or record.owner == member.node_id:
+        return False
+    return record.target != member.node_id and not member.owns(container)
 
 
 def _check_counts(store: DiskStore, member: ClusterMember) -> None:
@@ -157,6 +173,7 @@ class ClusterNode:
         self._member: ClusterMember | None = None
         self._joining: ClusterMember | None = None
         self._transfer: TransferServer | None = None
+        self._discarding: dict[int, asyncio.Task[bool]] = {}
 
     @property
     def member(self) -> ClusterMember | None:
@@ -179,13 +196,16 @@ class ClusterNode:
             self._transfer = TransferServer(store, self._current_member, self._node_key)
             await self._transfer.start(self._listen_host)
             ports[TRANSFER_DOOR] = self._transfer.port
+        hooks = StoreHooks(store, self.node_id, self._current_member, self._node_key)
         member = ClusterMember(
             self.config.url,
             NodeInfo(self.node_id, self._advertise_host, ports),
             container_count=self.config.container_count,
-            hooks=StoreHooks(store, self.node_id, self._current_member, self._node_key),
+            hooks=hooks,
             segment_mapping=store.mapping if isinstance(store, DiskStore) else None,
         )
+        if isinstance(store, DiskStore):
+            member.add_listener(lambda event: self._discard_moved(store, member, hooks, event))
         self._joining = member
         try:
             await member.start()
@@ -205,6 +225,33 @@ class ClusterNode:
             member.leader(),
         )
 
+    def _discard_moved(
+        self, store: DiskStore, member: ClusterMember, hooks: StoreHooks, event: ClusterEvent
+    ) -> None:
+        """Empty the copies of containers this node released once their new owner
+        took them (``DiskStore.discard``): the disk is freed, and no restart can
+        open an old copy."""
+        if not isinstance(event, ContainersChanged):
+            return
+        for container in sorted(event.containers & hooks.released):
+            if container in self._discarding or not moved_away(member, container):
+                continue
+            hooks.released.discard(container)
+            task = asyncio.create_task(
+                store.discard(container, functools.partial(moved_away, member, container))
+            )
+            self._discarding[container] = task
+            task.add_done_callback(functools.partial(self._discarded, container))
+
+    def _discarded(self, container: int, task: asyncio.Task[bool]) -> None:
+        self._discarding.pop(container, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "cluster: could not empty container %d after it moved: %s",
+                container,
+                task.exception(),
+            )
+
     def _current_member(self) -> ClusterMember | None:
         """The member, from the moment it starts joining (its hooks run before
         ``start`` returns)."""
@@ -216,6 +263,8 @@ class ClusterNode:
         self._joining = None
         if member is not None:
             await member.aclose()
+        for task in list(self._discarding.values()):
+            await asyncio.wait([task])  # a discard runs to its end: it is a file swap
         await self._close_transfer()
 
     async def _close_transfer(self) -> None:

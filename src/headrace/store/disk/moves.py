@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from headrace.store.disk.format import Snapshot, encode_snapshot
 from headrace.store.disk.layout import CONTAINER_DIR_DIGITS, ContainerPaths, containers_path
-from headrace.store.disk.log import FileOps, fsync_dir, make_dir, sync_path
+from headrace.store.disk.log import FileOps, WalWriter, atomic_write, fsync_dir, make_dir, sync_path
 
 __all__ = [
     "INCOMING_DIR",
@@ -48,6 +49,7 @@ __all__ = [
     "container_files",
     "finish_installs",
     "new_staging_dir",
+    "write_empty_container",
 ]
 
 INCOMING_DIR: Final = "incoming"
@@ -132,6 +134,22 @@ def new_staging_dir(root: Path, container_id: int) -> Path:
     for sub in ("wal", "segments"):
         make_dir(staged / sub)
     return staged
+
+
+def write_empty_container(staged: Path, container_id: int, ops: FileOps) -> None:
+    """An empty container's files in ``staged`` (from ``new_staging_dir``), as a
+    new data dir has them: to install over a copy that moved away."""
+    atomic_write(
+        staged / "snapshot",
+        staged / "snapshot.tmp",
+        encode_snapshot(Snapshot(container_id, 0, 1)),
+        ops,
+    )
+    wal = WalWriter.create(staged / "wal" / f"{1:020d}.wal", container_id, 1, ops)
+    try:
+        ops.sync_wal(wal.fd)
+    finally:
+        wal.close()
 
 
 def _install_path(paths: ContainerPaths) -> Path:

@@ -76,7 +76,7 @@ from headrace.store.disk.format import (
 )
 from headrace.store.disk.layout import ContainerPaths, SegmentMapping, container_of, lock_path
 from headrace.store.disk.log import FILE_MODE, FileOps, WalWriter, make_dir
-from headrace.store.disk.moves import commit_install
+from headrace.store.disk.moves import commit_install, new_staging_dir, write_empty_container
 from headrace.store.disk.recovery import recover_container, recover_store
 from headrace.store.disk.segment import ContainerState, Segment
 from headrace.store.memory import check_name
@@ -713,18 +713,49 @@ class DiskStore(BaseStore):
         """
         self._check_open()
         async with self._move_lock(container_id):
-            if container_id in self._detached:
-                return
-            c = self._containers[container_id]
-            self._detached.add(container_id)
-            self._container_of.clear()
-            for name in list(c.state.by_name):
-                self._tables.pop(name, None)
-                self._notify(name)
-            # merges finishing (their source's deletion) may still write to it
-            await asyncio.gather(*self._background, return_exceptions=True)
-            await c.close()
-            log.info("container %d detached", container_id)
+            await self._detach(container_id)
+
+    async def _detach(self, container_id: int) -> None:
+        if container_id in self._detached:
+            return
+        c = self._containers[container_id]
+        self._detached.add(container_id)
+        self._container_of.clear()
+        for name in list(c.state.by_name):
+            self._tables.pop(name, None)
+            self._notify(name)
+        # merges finishing (their source's deletion) may still write to it
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await c.close()
+        log.info("container %d detached", container_id)
+
+    async def discard(self, container_id: int, when: Callable[[], bool]) -> bool:
+        """Detach a container and replace its files with an empty container's, if
+        ``when()`` says so once no other move of it is in course.
+
+        For a copy that moved to another node for good: it frees the disk, and
+        a restart cannot serve it. Like an install, a crash leaves the old
+        files or the empty ones. The container stays detached; True if it was
+        discarded.
+        """
+        self._check_open()
+        async with self._move_lock(container_id):
+            if not when():
+                return False
+            await self._detach(container_id)
+            root, ops = self.root, self.file_ops
+
+            def empty() -> None:
+                staged = new_staging_dir(root, container_id)
+                write_empty_container(staged, container_id, ops)
+                commit_install(root, container_id, staged, ops)
+
+            try:
+                await asyncio.to_thread(empty)
+            except OSError as exc:
+                raise StoreError(f"cannot empty container {container_id}: {exc}") from exc
+            log.info("container %d discarded (moved to another node)", container_id)
+            return True
 
     async def attach(self, container_id: int, *, install: Path | None = None) -> None:
         """Serve a detached container again, from its files (recovered as at open).
