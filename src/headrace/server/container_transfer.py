@@ -319,7 +319,10 @@ async def fetch_container(
             request = {"v": 1, "container": container, "node": node_id, "token": token}
             writer.write(_line(request))
             await writer.drain()
-            count, size = await _receive(reader, staged)
+            try:
+                count, size = await _receive(reader, staged)
+            except OSError as exc:  # this node's disk (full?), or the connection
+                raise TransferError(f"copying from {source.node_id} failed: {exc}") from exc
         finally:
             writer.close()
             with contextlib.suppress(Exception):
