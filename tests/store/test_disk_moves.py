@@ -254,3 +254,28 @@ async def test_a_discarded_container_is_empty_even_after_a_restart(tmp_path: Pat
         await reopened.append(name, b"new")
     finally:
         await reopened.close()
+
+
+async def test_a_cancelled_detach_still_closes_the_container_before_it_is_attached(
+    tmp_path: Path,
+) -> None:
+    """A hook cancelled mid-detach (a lost ZooKeeper session) leaves no half-closed
+    container: the close ends, and the next detach or attach waits for it."""
+    store = await open_store(tmp_path / "d")
+    try:
+        name = names_in(1, 1)[0]
+        await store.create_segment(name)
+        pending = [asyncio.ensure_future(store.append(name, b"x" * 100)) for _ in range(50)]
+        await asyncio.sleep(0)
+        detaching = asyncio.ensure_future(store.detach(1))
+        await asyncio.sleep(0)
+        detaching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await detaching
+        await store.detach(1)  # waits for the close the cancelled call started
+        acked = [r for r in await asyncio.gather(*pending, return_exceptions=True)]
+        stored = sum(1 for r in acked if not isinstance(r, BaseException))
+        await store.attach(1)
+        assert (await store.info(name)).length == 100 * stored
+    finally:
+        await store.close()

@@ -186,7 +186,7 @@ class TransferServer:
         peer = writer.get_extra_info("peername")
         try:
             await self._answer(reader, writer, peer)
-        except (TransferError, OSError, asyncio.IncompleteReadError) as exc:
+        except (StoreError, OSError, asyncio.IncompleteReadError) as exc:
             log.warning("transfer: to %s: %s", peer, exc)
         finally:
             self._connections.discard(task)

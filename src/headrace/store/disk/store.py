@@ -211,6 +211,8 @@ class DiskStore(BaseStore):
         self._detached: set[int] = set()
         """Containers this store does not serve (``detach``): moved to another node."""
         self._moving: dict[int, asyncio.Lock] = {}
+        self._closing: dict[int, asyncio.Future[None]] = {}
+        """Closes of detached containers that have not ended yet."""
         """One lock per container, held while it is detached, installed or attached."""
         self._new_container: Callable[[ContainerPaths, ContainerState, WalWriter], Container]
         """Builds a Container as ``open`` did (its policy, syscalls, failure hook)."""
@@ -717,6 +719,7 @@ class DiskStore(BaseStore):
 
     async def _detach(self, container_id: int) -> None:
         if container_id in self._detached:
+            await self._closed_container(container_id)
             return
         c = self._containers[container_id]
         self._detached.add(container_id)
@@ -724,10 +727,27 @@ class DiskStore(BaseStore):
         for name in list(c.state.by_name):
             self._tables.pop(name, None)
             self._notify(name)
+        # A cancelled caller must not leave it half closed: the close runs to
+        # its end, and whoever touches the container next waits for it.
+        self._closing[container_id] = asyncio.ensure_future(self._close_detached(c))
+        await self._closed_container(container_id)
+        log.info("container %d detached", container_id)
+
+    async def _close_detached(self, c: Container) -> None:
         # merges finishing (their source's deletion) may still write to it
         await asyncio.gather(*self._background, return_exceptions=True)
         await c.close()
-        log.info("container %d detached", container_id)
+
+    async def _closed_container(self, container_id: int) -> None:
+        """Wait for the close of a detached container to end (raising its error once)."""
+        closing = self._closing.get(container_id)
+        if closing is None:
+            return
+        try:
+            await asyncio.shield(closing)
+        finally:
+            if closing.done():
+                self._closing.pop(container_id, None)
 
     async def discard(self, container_id: int, when: Callable[[], bool]) -> bool:
         """Detach a container and replace its files with an empty container's, if
@@ -776,6 +796,8 @@ class DiskStore(BaseStore):
                 if install is None:
                     return
                 raise StoreError(f"container {container_id} is attached: detach it first")
+            with contextlib.suppress(StoreError):
+                await self._closed_container(container_id)  # its failure was reported
             old = self._containers[container_id]
             paths = old.paths
             root, ops = self.root, self.file_ops
@@ -824,6 +846,7 @@ class DiskStore(BaseStore):
         errors: list[BaseException] = []
         for lock in self._moving.values():
             await lock.acquire()  # a detach, install or attach in course ends first
+        await asyncio.gather(*self._closing.values(), return_exceptions=True)
         for c in self._attached():
             try:
                 await c.close()
