@@ -33,11 +33,9 @@ from headrace.protocols import pravega as p
 from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.controller import ScalingPolicy, Segment, StreamConfig
 from headrace.store.disk.layout import ContainerPaths, container_of
-from tests._server import POLL_INTERVAL_S, ServerProcess
+from tests._server import FREE, POLL_INTERVAL_S, ServerProcess, ServerStartError
 from tests._zookeeper import ZooKeeper
 from tests.cluster.test_serve import CONTAINERS, health, start_node
-
-pytestmark = pytest.mark.slow
 
 SCOPE: Final = "mv"
 STREAM: Final = "st"
@@ -216,6 +214,7 @@ async def create_stream(node: ServerProcess) -> None:
     assert {container_of(n, CONTAINERS) for n in names} == set(range(CONTAINERS))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data(
     nodes: dict[str, ServerProcess], shared_zookeeper: ZooKeeper, chroot: str, tmp_path: Path
@@ -266,3 +265,28 @@ async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data
         assert all(writer.acked[key] == writer.rounds for key in KEYS)
     finally:
         await client.aclose()
+
+
+def test_a_data_dir_with_another_container_count_stops_the_start_with_one_line(
+    shared_zookeeper: ZooKeeper, chroot: str, nodes: dict[str, ServerProcess], tmp_path: Path
+) -> None:
+    """A move carries a disk container as the cluster's container of the same
+    number: a node whose data dir has another count would carry other segments."""
+    url = shared_zookeeper.url(chroot)
+    nodes["n1"] = start_node(url, tmp_path / "n1", "n1")
+    other = ServerProcess(
+        tmp_path / "n2",
+        ports={"controller": FREE, "segment_store": FREE, "http": FREE},
+        args=[
+            f"--cluster={url}",
+            "--node-id=n2",
+            "--advertise-host=127.0.0.1",
+            "--container-count=4",
+        ],
+    )
+    with pytest.raises(ServerStartError) as failed:
+        other.start()
+    log = other.log_text()
+    assert "Traceback" not in log
+    (line,) = [line for line in log.splitlines() if "the data dir has 4 containers" in line]
+    assert "the cluster 8" in line, failed.value
