@@ -204,7 +204,8 @@ def nodes() -> Iterator[dict[str, ServerProcess]]:
 
 
 async def create_stream(node: ServerProcess) -> None:
-    """The stream, through ``node``'s controller, whose segments it creates in its own store."""
+    """The stream, through ``node``'s controller (the leader's model creates its
+    segments at their owners, ``docs/cluster.md#metadata``)."""
     async with ControllerClient(node.uri) as controller:
         await controller.create_scope(SCOPE)
         await controller.create_stream(
@@ -219,18 +220,12 @@ async def create_stream(node: ServerProcess) -> None:
 async def test_a_joining_node_and_a_drained_node_move_containers_with_their_data(
     nodes: dict[str, ServerProcess], shared_zookeeper: ZooKeeper, chroot: str, tmp_path: Path
 ) -> None:
-    """n1 alone holds every container when the stream is created (each node's
-    controller keeps its own model, ``docs/cluster.md#serving``, so the
-    segments are created in n1's store); n2 and n3 joining take their share
-    with the data, then the writer starts."""
     url = shared_zookeeper.url(chroot)
-    nodes["n1"] = start_node(url, tmp_path / "n1", "n1")
-    await wait_placed(nodes, {"n1"})
-    await create_stream(nodes["n1"])
     three = {"n1", "n2", "n3"}
-    for name in ("n2", "n3"):
+    for name in sorted(three):
         nodes[name] = start_node(url, tmp_path / name, name)
     await wait_placed(nodes, three)
+    await create_stream(nodes["n2"])
     client = PravegaClient(nodes["n1"].uri, retry=RETRY)
     writer = Writer(client)
     writer.start()
