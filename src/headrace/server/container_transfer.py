@@ -15,9 +15,9 @@ The exchange, on one TCP connection (JSON lines, then raw bytes)::
     owner:    {"path":"wal/...","size":S}\\n  S bytes  {"crc":C}\\n
     owner:    {"end":<file count>}\\n
 
-What the owner checks before it sends a byte: with a node key (the cluster
-secret, or the token key with auth on) a valid node token
-(``docs/cluster.md#node-tokens``); and that the container's record says
+What the owner checks before it sends a byte: a valid node token, signed
+with the cluster secret (``docs/cluster.md#secret``; a node of a cluster
+always has one); and that the container's record says
 ``RELEASED`` by this node to the asking node. It then detaches the container
 if it was not already (a node restarted after a release opens it again), so
 its files are closed and do not change while they are read.
@@ -139,8 +139,8 @@ class TransferServer:
     Args:
         store: the node's disk store.
         member: returns the node's running ``ClusterMember`` (None before it started).
-        node_key: the key node tokens are checked with; None: requests need none
-            (auth off and no cluster secret: every node trusts the network).
+        node_key: the key node tokens are checked with (a cluster node always
+            has the cluster secret); None: requests need none (embedding, tests).
     """
 
     def __init__(
