@@ -190,3 +190,22 @@ async def test_a_bad_copy_is_refused_and_nothing_is_installed(
     assert not (b.root / "manifest").with_name("x").exists()
     await b.attach(CONTAINER)
     assert (await b.info(name)).length == 0
+
+
+async def test_a_request_naming_no_node_id_is_refused_without_quoting_it(
+    stores: tuple[DiskStore, DiskStore],
+) -> None:
+    a, _ = stores
+    view = Records("a")
+    released_to_b(view)
+    server = await serve(a, view, None)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        request = {"v": 1, "container": CONTAINER, "node": "b\nforged log line", "token": ""}
+        writer.write(line(request))
+        answer = json.loads(await asyncio.wait_for(reader.readline(), 10))
+        writer.close()
+    finally:
+        await server.aclose()
+    assert answer == {"error": "not a node id"}
+    assert a.is_attached(CONTAINER)

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from headrace.cluster.layout import ContainerState, NodeInfo
+from headrace.cluster.layout import ContainerState, NodeInfo, check_node_id
 from headrace.cluster.member import ClusterMember
 from headrace.controller.auth import TokenIssuer
-from headrace.errors import StoreError
+from headrace.errors import ConfigError, StoreError
 from headrace.protocols.pravega.auth import Permission, TokenError, decode_token
 from headrace.store.disk import DiskStore
 from headrace.store.disk.log import FILE_MODE
@@ -232,6 +232,10 @@ class TransferServer:
             return "no such container"
         if not isinstance(node, str):
             return "no node id"
+        try:
+            check_node_id(node)
+        except ConfigError:
+            return "not a node id"
         if self._node_key is not None:
             token = request.get("token")
             try:
