@@ -24,7 +24,7 @@ its files are closed and do not change while they are read.
 
 Every limit is a named constant below: the request line, each header line,
 the number of files, the time without progress, the connections served at
-once. Memory per connection is one chunk (``TRANSFER_CHUNK_BYTES``).
+once. Memory per connection is a chunk or two (``TRANSFER_CHUNK_BYTES``).
 """
 
 from __future__ import annotations
@@ -316,7 +316,9 @@ async def fetch_container(
     try:
         try:
             async with asyncio.timeout(TRANSFER_IDLE_TIMEOUT_S):
-                reader, writer = await asyncio.open_connection(*address, limit=MAX_HEADER_BYTES)
+                # a chunk at a time from the socket (a header line is checked
+                # against MAX_HEADER_BYTES once read)
+                reader, writer = await asyncio.open_connection(*address, limit=TRANSFER_CHUNK_BYTES)
         except (OSError, TimeoutError) as exc:
             raise TransferError(f"cannot reach {source.node_id} at {address}: {exc}") from None
         try:
