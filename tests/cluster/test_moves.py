@@ -15,10 +15,11 @@ per key, and nothing else is there.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -285,3 +286,78 @@ def test_a_data_dir_with_another_container_count_stops_the_start_with_one_line(
     assert "Traceback" not in log
     (line,) = [line for line in log.splitlines() if "the data dir has 4 containers" in line]
     assert "the cluster 8" in line, failed.value
+
+
+def secret_node(url: str, data_dir: Path, name: str, secret: Path) -> ServerProcess:
+    """A node with its own ``--cluster-secret-file``, not started yet."""
+    return ServerProcess(
+        data_dir,
+        ports={"controller": FREE, "segment_store": FREE, "http": FREE},
+        args=[
+            f"--cluster={url}",
+            f"--node-id={name}",
+            "--advertise-host=127.0.0.1",
+            f"--container-count={CONTAINERS}",
+            f"--cluster-secret-file={secret}",
+        ],
+    )
+
+
+def secret_file(path: Path) -> Path:
+    path.write_bytes(os.urandom(32))
+    path.chmod(0o600)
+    return path
+
+
+async def wait_view(node: ServerProcess, check: Callable[[dict[str, Any]], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        view = (await asyncio.to_thread(health, node))["cluster"]
+        if check(view):
+            return
+        assert time.monotonic() < deadline, view
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+async def test_a_released_copy_survives_its_old_owners_restart_until_it_is_fetched(
+    nodes: dict[str, ServerProcess], shared_zookeeper: ZooKeeper, chroot: str, tmp_path: Path
+) -> None:
+    """n2 joins with a cluster secret of its own, so n1 refuses it the copy of the
+    container n1 released to it: the container waits, ``RELEASED`` to n2. n1
+    restarts meanwhile (it opens that copy again, but does not serve it). n2,
+    restarted with the cluster's secret, then fetches the copy from the
+    restarted n1 and every acknowledged event is there."""
+    url = shared_zookeeper.url(chroot)
+    secret = secret_file(tmp_path / "cluster.secret")
+    nodes["n1"] = secret_node(url, tmp_path / "n1", "n1", secret).start()
+    await wait_view(nodes["n1"], lambda v: v["owned"] == list(range(CONTAINERS)))
+    await create_stream(nodes["n1"])
+    client = PravegaClient(nodes["n1"].uri, retry=RETRY)
+    try:
+        writer = Writer(client)
+        writer.start()
+        try:
+            await writer.rounds_past(3)
+        finally:
+            await writer.finish()
+
+        wrong = secret_file(tmp_path / "other.secret")
+        n2 = nodes["n2"] = secret_node(url, tmp_path / "n2", "n2", wrong)
+        await asyncio.to_thread(n2.start)
+        # one container released to n2, which cannot fetch it; nothing else moves
+        await wait_view(nodes["n1"], lambda v: len(v["owned"]) == CONTAINERS - 1)
+        await asyncio.to_thread(nodes["n1"].wait_for_line, "refused a request")
+        await asyncio.to_thread(nodes["n1"].stop)
+        await asyncio.to_thread(nodes["n1"].start)
+        await wait_view(nodes["n1"], lambda v: len(v["owned"]) == CONTAINERS - 1)
+        await asyncio.to_thread(n2.stop)
+        nodes["n2"] = secret_node(url, tmp_path / "n2", "n2", secret)
+        await asyncio.to_thread(nodes["n2"].start)
+        await wait_placed(nodes, {"n1", "n2"})
+        found = await read_all(client)
+        check(found, writer.acked, writer.rounds)
+        assert all(writer.acked[key] == writer.rounds for key in KEYS)
+    finally:
+        await client.aclose()
