@@ -14,6 +14,7 @@ import time
 from typing import Final
 
 import pytest
+from kazoo.protocol.states import KazooState
 
 from headrace.cluster._zk import ZkSession
 from headrace.cluster.errors import ClusterError, NodeIdInUse, ZooKeeperUnavailable
@@ -225,6 +226,52 @@ async def test_a_member_owns_nothing_while_its_proof_of_life_is_older_than_the_l
         assert time.monotonic() < deadline, "the lease was not renewed"
         await asyncio.sleep(0.05)
     assert a.owned() == {0, 1}
+
+
+async def test_a_connection_back_within_the_lease_keeps_every_container(
+    cluster: Cluster,
+) -> None:
+    """A suspended session lives on at ZooKeeper for its timeout, and nobody can
+    take this node's containers before it expires: the node serves them while
+    its lease lasts, and a connection back in time changes nothing (no fence,
+    no new epoch). kazoo's state changes are played here as its thread would."""
+    a = await cluster.add("a", container_count=2)
+    await cluster.until(lambda: cluster.settled(2))
+    zk = a._zk
+    assert zk is not None
+    epochs = {c: a.epoch(c) for c in (0, 1)}
+    events: list[OwnershipChanged] = []
+    a.add_listener(lambda e: events.append(e) if isinstance(e, OwnershipChanged) else None)
+    zk._state_changed(KazooState.SUSPENDED)
+    await asyncio.sleep(0)  # the loop hears of it
+    assert not zk.connected and zk.live
+    assert a.owned() == {0, 1}
+    zk._state_changed(KazooState.CONNECTED)  # back before the lease ran out
+    await cluster.until(lambda: a.live and a.owned() == {0, 1})
+    await asyncio.sleep(zk.lease_left_s() + 0.2)  # past the lease that was running
+    assert a.owned() == {0, 1} and not any(e.fenced for e in events)
+    assert {c: a.epoch(c) for c in (0, 1)} == epochs
+
+
+async def test_a_connection_not_back_within_the_lease_fences_then_reclaims(
+    cluster: Cluster,
+) -> None:
+    a = await cluster.add("a", container_count=2)
+    await cluster.until(lambda: cluster.settled(2))
+    zk = a._zk
+    assert zk is not None
+    epochs = {c: a.epoch(c) for c in (0, 1)}
+    events: list[OwnershipChanged] = []
+    a.add_listener(lambda e: events.append(e) if isinstance(e, OwnershipChanged) else None)
+    zk._state_changed(KazooState.SUSPENDED)
+    await cluster.until(lambda: any(e.fenced for e in events))  # once the lease ran out
+    assert a.owned() == frozenset() and not zk.live
+    zk._state_changed(KazooState.CONNECTED)  # the same session, after the fence
+    await cluster.until(lambda: all(a.epoch(c) == e + 1 for c, e in epochs.items()))
+    deadline = time.monotonic() + WAIT_S
+    while a.owned() != {0, 1}:  # re-claimed; owned once a heartbeat renews the lease
+        assert time.monotonic() < deadline, a.owned()
+        await asyncio.sleep(0.05)
 
 
 async def test_zookeeper_restart_keeps_members_and_their_containers(

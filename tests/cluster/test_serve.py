@@ -282,9 +282,9 @@ async def test_a_data_dir_of_another_mapping_refuses_to_join_in_one_line(
 async def test_a_node_without_zookeeper_serves_nothing_until_it_reclaims(
     zookeeper: ZooKeeper, tmp_path: Path
 ) -> None:
-    """Fencing: the moment the ZooKeeper connection is lost the node owns
-    nothing and answers WrongHost with no host; once ZooKeeper is back it
-    re-claims its containers and serves them again."""
+    """Fencing: once the ZooKeeper connection has been lost for longer than
+    its lease the node owns nothing and answers WrongHost with no host; once
+    ZooKeeper is back it re-claims its containers and serves them again."""
     node = start_node(zookeeper.url("/fence"), tmp_path / "n1", "n1")
     try:
         everything = list(range(CONTAINERS))

@@ -8,7 +8,13 @@ ever touched on the loop. One exception, on purpose: ``generation`` and
 changes, so a member stops claiming ownership before the loop even hears of
 it (``docs/cluster.md#fencing``).
 
-**The lease.** ``connected`` says what kazoo's thread last saw, which is stale
+**The lease.** Owning a container takes a session that surely exists. A
+suspended session (the connection lost: ZooKeeper restarting, a network
+blip) still does, at ZooKeeper, for its timeout after the last request it
+received, and nobody else can take this node's containers before it
+expires; so while the lease lasts the node keeps serving them, and only a
+lost (expired) session, or a lease run out, fences it. ``connected`` says
+what kazoo's thread last saw, which is stale
 in a process that was paused (SIGSTOP, a VM frozen, a long stall): after a
 pause past the session timeout, the loop may serve requests that waited in its
 sockets before kazoo's thread notices that ZooKeeper ended the session. So
@@ -117,6 +123,8 @@ class ZkSession:
         """Counts session state changes; written on kazoo's thread only."""
         self.connected = False
         """True while the session is connected; written on kazoo's thread only."""
+        self.lost = False
+        """True once ZooKeeper ended the session, until a new one connects; kazoo's thread."""
         self.session_id = 0
         """The session the last ``CONNECTED`` belongs to; a new one means a new session."""
         self._proof = -math.inf
@@ -148,16 +156,24 @@ class ZkSession:
 
     @property
     def live(self) -> bool:
-        """Connected, with a proof of life younger than the lease; safe from any thread."""
-        return self.connected and time.monotonic() - self._proof < self._lease_s
+        """The session surely exists: not lost, with a proof of life younger than
+        the lease (connected, or suspended since less); safe from any thread."""
+        return not self.lost and time.monotonic() - self._proof < self._lease_s
+
+    def lease_left_s(self) -> float:
+        """Seconds until the proof of life is older than the lease (negative: past)."""
+        return self._proof + self._lease_s - time.monotonic()
 
     # ------------------------------------------------------------------ kazoo's thread
 
     def _state_changed(self, state: str) -> None:
         """kazoo's listener: runs on kazoo's thread, must not block."""
         self.generation += 1
-        if state != KazooState.CONNECTED:
-            self._proof = -math.inf  # a suspended session proves nothing any more
+        if state == KazooState.LOST:
+            self._proof = -math.inf  # the session ended: nothing proves it any more
+        # SUSPENDED keeps the proof: the session lives on at ZooKeeper for its
+        # timeout, so what this node owns stays its own while the lease lasts.
+        self.lost = state == KazooState.LOST
         self.connected = state == KazooState.CONNECTED
         if self.connected:
             client_id = self._client.client_id

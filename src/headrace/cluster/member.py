@@ -19,10 +19,12 @@ A member (``docs/cluster.md``):
    (``docs/cluster.md#placement``).
 
 **Fencing** (``docs/cluster.md#fencing``): the moment the ZooKeeper session
-is suspended or lost, ``owns`` answers False for every container (kazoo's
-thread flips the session generation before the loop hears of it), running
-hooks are cancelled and listeners get ``OwnershipChanged(fenced=True)``.
-Once a session is back (the same one, or a new one after expiry), the member
+is lost, or its lease runs out (a suspended connection not back in time, a
+paused process), ``owns`` answers False for every container (kazoo's thread
+marks the session before the loop hears of it), running hooks are cancelled
+and listeners get ``OwnershipChanged(fenced=True)``. A connection back
+within the lease, in the same session, changes nothing. Once a session is
+back after a fence (the same one, or a new one after expiry), the member
 confirms its registration and re-claims each container its records still
 give it, with a conditional write of ``epoch + 1``; only then does it own it
 again.
@@ -219,7 +221,8 @@ class ClusterMember:
         self._leader_session = 0
         self._records: dict[int, tuple[ContainerRecord, int]] = {}
         self._owned: dict[int, int] = {}
-        self._owned_generation = -1
+        self._owned_session = -1
+        """The session the containers in ``_owned`` were claimed or confirmed in."""
         self._releasing: set[int] = set()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._not_before: dict[int, float] = {}
@@ -283,7 +286,7 @@ class ClusterMember:
         return (
             zk is not None
             and zk.live
-            and zk.generation == self._owned_generation
+            and zk.session_id == self._owned_session
             and container in self._owned
         )
 
@@ -445,8 +448,26 @@ class ClusterMember:
         if state == "CONNECTED":
             self._dirty |= self._everything() if self._cluster else set()
             self._wake.set()
+        elif state == "SUSPENDED" and self._zk is not None and self._zk.live:
+            # The session outlives the connection for its timeout at ZooKeeper:
+            # keep serving what is owned while the lease lasts, then fence.
+            left = self._zk.lease_left_s()
+            log.warning(
+                "node %s: ZooKeeper connection lost; serving its containers for %.1f s more "
+                "unless it is back",
+                self.node_id,
+                left,
+            )
+            asyncio.get_running_loop().call_later(max(left, 0.0), self._lease_check)
         else:
             self._fence(state)
+
+    def _lease_check(self) -> None:
+        """The lease of a suspended session ran out: fence, unless it was renewed."""
+        zk = self._zk
+        if self._closing or zk is None or zk.live or not self._owned:
+            return
+        self._fence("suspended past its lease")
 
     def _on_watch(self, path: str) -> None:
         if path == NODES_PATH or path.startswith(NODES_PATH + "/"):
@@ -503,9 +524,9 @@ class ClusterMember:
         asyncio.get_running_loop().call_later(delay_s, self._wake.set)
 
     async def _reconcile(self, zk: ZkSession, generation: int) -> None:
-        if self._owned_generation != generation:
-            # a new connection: what was owned is confirmed again from scratch
-            self._owned_generation = generation
+        if self._owned_session != zk.session_id:
+            # a new session: what was owned is confirmed again from scratch
+            self._owned_session = zk.session_id
             self._owned.clear()
             self._releasing.clear()
             self._dirty |= self._everything()
