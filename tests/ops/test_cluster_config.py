@@ -70,6 +70,11 @@ def test_a_bad_cluster_option_is_one_line(values: dict[str, object], message: st
         (["--cluster", "http://zk1:2181/hr"], None, "--cluster 'http://zk1:2181/hr'"),
         ([], {"HEADRACE_CLUSTER": "zk://zk1:0/hr"}, "'zk1:0' is not host:port"),
         (["--cluster", "zk://zk1/hr", "--node-id", ".."], None, "--node-id '..'"),
+        (  # --containers is another name of --container-count
+            ["--cluster", "zk://zk1/hr", "--node-id", "n1", "--containers", "2000"],
+            None,
+            "--container-count 2000: a cluster has 1 to 1024",
+        ),
     ],
 )
 def test_a_bad_cluster_option_stops_serve_with_one_line(

@@ -64,7 +64,7 @@ def _click_type(option: Option) -> click.ParamType[Any, Any]:
 
 def _click_option(option: Option) -> click.Option:
     return click.Option(
-        [option.flag, option.key],
+        [option.flag, *option.aliases, option.key],
         type=_click_type(option),
         default=option.default,
         show_default=option.default is not None,

@@ -274,6 +274,7 @@ class Option:
         minimum, maximum: the allowed range of a number (inclusive).
         choices: the allowed strings.
         existing_file: a ``Path`` that must name an existing file.
+        aliases: other flags for the same setting (``--containers``).
     """
 
     key: str
@@ -285,6 +286,7 @@ class Option:
     maximum: float | None = None
     choices: tuple[str, ...] = ()
     existing_file: bool = False
+    aliases: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -346,10 +348,11 @@ OPTIONS: tuple[Option, ...] = (
         f"Segment containers of a new data directory (a directory keeps its own): default "
         f"{DEFAULT_CONTAINER_COUNT}; with --cluster, the count a new cluster gets (default "
         f"{DEFAULT_CLUSTER_CONTAINERS}, at most {MAX_CLUSTER_CONTAINERS}), "
-        "fixed by its first node.",
+        "fixed by its first node. Also --containers.",
         "General",
         1,
         MAX_CONTAINER_COUNT,
+        aliases=("--containers",),
     ),
     Option(
         "max_segment_attributes",
