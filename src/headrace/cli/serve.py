@@ -62,6 +62,15 @@ def _click_type(option: Option) -> click.ParamType[Any, Any]:
 
 
 def _click_option(option: Option) -> click.Option:
+    if option.multiple:
+        return click.Option(
+            [option.flag, option.key],
+            type=click.STRING,
+            multiple=True,
+            envvar=option.envvar,
+            show_envvar=True,
+            help=option.help,
+        )
     return click.Option(
         [option.flag, option.key],
         type=_click_type(option),
@@ -88,6 +97,15 @@ def _load_toml(ctx: click.Context, param: click.Parameter, path: Path | None) ->
         name = key.replace("-", "_")
         if name not in known:
             raise click.BadParameter(f"{path}: unknown option {key!r}", ctx, param)
+        if known[name].multiple and isinstance(value, str):
+            value = [value]
+        if known[name].multiple and isinstance(value, list):
+            if not all(isinstance(item, str) for item in value):
+                raise click.BadParameter(
+                    f"{path}: {key} ({known[name].flag}) takes strings", ctx, param
+                )
+            values[name] = tuple(value)
+            continue
         if isinstance(value, dict | list):
             raise click.BadParameter(
                 f"{path}: {key} ({known[name].flag}) takes a single value", ctx, param
@@ -233,6 +251,8 @@ def render_docs() -> str:
         for option in options:
             default = "—" if option.default in (None, "") else f"`{option.default}`"
             meaning = option.help.replace("|", "\\|")
+            if option.multiple:
+                meaning += " Repeatable (TOML: a list; environment: separated by spaces)."
             if option.choices:
                 meaning += " One of: " + ", ".join(f"`{c}`" for c in option.choices) + "."
             elif option.minimum is not None and option.maximum is not None:

@@ -794,6 +794,7 @@ class ControllerServer:
         credentials: Any = None,
         advertise_host: str | None = None,
         routes: ClusterRoutes | None = None,
+        jobs: bool = True,
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -817,6 +818,8 @@ class ControllerServer:
                 controller (default: ``host``); under TLS, a name on the certificate.
             routes: in a cluster, each segment's owner and the live controllers
                 (``getURI``, ``getControllerServerList``); None: all here.
+            jobs: run the sweep, retention and auto-scaling; False for a second
+                server on the same model (another listener), so each job runs once.
 
         Raises:
             OSError: the address could not be bound.
@@ -853,6 +856,8 @@ class ControllerServer:
         server.add_generic_rpc_handlers((build_handler(service),))
         await server.start()
         self = cls(server, model, bound)
+        if not jobs:
+            return self
         self._jobs = [
             asyncio.create_task(self._every(sweep_interval_s, "transaction sweep", self._sweep)),
             asyncio.create_task(self._every(retention_interval_s, "retention", self._retention)),

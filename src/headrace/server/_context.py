@@ -21,7 +21,7 @@ from headrace.server._loop import (
     ConnectionSlots,
 )
 from headrace.server.authz import DoorAuth
-from headrace.server.config import ServerConfig
+from headrace.server.config import ListenerSpec, ServerConfig
 from headrace.server.metrics import ServerMetrics
 from headrace.store.api import SegmentStore
 
@@ -79,7 +79,17 @@ class ListenerContext:
     """The configured limits, the metrics, and the bounds shared by every listener."""
     cluster: ClusterNode | None = None
     """This node's membership (``--cluster``); None: a single node serving every segment."""
+    listener: ListenerSpec | None = None
+    """The listener being started (``ServerApp`` gives each its own context,
+    whose ``ssl_context`` is None for a plain one); None: the app's shared
+    context, which a listener started apart (tests) takes."""
+
+    def listener_name(self, door: str) -> str:
+        """The name this listener counts, logs and is trusted under; ``door``
+        outside a ``ServerApp``'s start."""
+        return door if self.listener is None else self.listener.name
 
 
 ListenerStarter = Callable[[ListenerContext, str, int], Awaitable[Listener]]
-"""Start one listener on (host, port) with the context; port 0 is never passed."""
+"""Start one listener on (host, port) with the context (whose ``listener`` says
+which, and whose ``ssl_context`` whether over TLS); port 0 is never passed."""

@@ -6,16 +6,20 @@ closes the listeners first (no new work), then the store (which finishes the
 appends in flight, syncs and closes its files). Tests and ``headrace demo``
 embed it the same way.
 
-Each enabled listener is started by its row of ``listeners.STARTERS``
-(listener name, as in ``config.DEFAULT_PORTS`` -> starter). The HTTP listener
-starts first, so ``/health`` answers 503 while the others start. Every
-starter gets the same ``ListenerContext``: the store, the controller model,
-the configuration, TLS, auth, the metrics, and the configured limits and
-shared bounds (``ListenerSettings``).
+Each listener of ``ServerConfig.listener_plan`` (the port flags' and the
+``--listener`` entries) is started by its door's row of ``listeners.STARTERS``
+(door name, as in ``config.DOORS`` -> starter). The HTTP listeners start
+first, so ``/health`` answers 503 while the others start. Every starter gets
+the same ``ListenerContext`` (the store, the controller model, the
+configuration, TLS, auth, the metrics, and the configured limits and shared
+bounds, ``ListenerSettings``) but for two fields: ``listener``, the one it
+starts, and ``ssl_context``, which is None for a plain listener, so a door
+serves TLS exactly when its listener's scheme is ``tls``.
 
 Cluster. With ``--cluster`` the app builds a ``ClusterNode``
 (``cluster_node.py``) before the listeners, so each gets it in the context,
-starts it once every listener is bound (announcing the bound ports), and
+starts it once every listener is bound (announcing the bound ports of each
+door's first listener, by the door's name), and
 leaves the cluster first when it stops (``docs/cluster.md#serving``).
 
 Shared bounds. Every listener's connections charge one ``MemoryBudget``
@@ -30,6 +34,7 @@ with a ``ConfigError`` naming it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import resource
 import ssl
@@ -43,7 +48,7 @@ from headrace.server._budget import MemoryBudget
 from headrace.server._context import Listener, ListenerContext, ListenerSettings
 from headrace.server._loop import ConnectionSlots
 from headrace.server.authz import DoorAuth
-from headrace.server.config import ServerConfig
+from headrace.server.config import DEFAULT_PORTS, ServerConfig
 from headrace.server.listeners import STARTERS
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
@@ -131,6 +136,11 @@ def plan_descriptors(limit: int, container_count: int) -> DescriptorPlan:
             f"{needed + MIN_CONNECTIONS} (raise it with ulimit -n)"
         )
     return DescriptorPlan(limit, data_files, regions, connections)
+
+
+def _no_tls() -> ssl.SSLContext | None:
+    """The ``ssl_context`` of a plain listener's context."""
+    return None
 
 
 class ServerApp:
@@ -238,7 +248,9 @@ class ServerApp:
 
     @property
     def ports(self) -> dict[str, int]:
-        """The listeners that are running, with the ports they are bound to."""
+        """The listeners that are running, with the ports they are bound to (a
+        door's first listener under the door's name: ``controller``,
+        ``segment_store``...; the cluster announces those)."""
         return {listener.name: listener.port for listener in self._listeners}
 
     async def start(self) -> None:
@@ -292,8 +304,10 @@ class ServerApp:
                     self._store,
                     self.config.advertise_host or self.config.host,
                 )
-            enabled = self.config.enabled_listeners()
-            order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
+            listeners = self.config.listener_plan()
+            order = sorted(
+                listeners, key=lambda spec: spec.door != "http"
+            )  # http first, for /health
             self._context = context = ListenerContext(
                 config=self.config,
                 store=self._store,
@@ -308,13 +322,24 @@ class ServerApp:
                 ),
                 cluster=self._cluster,
             )
-            for name in order:
-                listener = await STARTERS[name](context, self.config.host, enabled[name])
+            for spec in order:
+                own = dataclasses.replace(
+                    context, listener=spec, ssl_context=self.ssl_context if spec.tls else _no_tls
+                )
+                listener = await STARTERS[spec.door](own, spec.host, spec.port)
+                listener.name = spec.name
                 self._listeners.append(listener)
-                log.info("%s listening on %s:%d", name, self.config.host, listener.port)
+                log.info(
+                    "%s listening on %s (%s)",
+                    spec.name,
+                    dataclasses.replace(spec, port=listener.port).address(),
+                    spec.scheme,
+                )
             if self._cluster is not None:
-                # Announced once every door is bound, with the ports it got.
-                await self._cluster.start(self.ports)
+                # Announced once every door is bound, with the ports it got: each
+                # door's first listener, under the door's name.
+                first = {n: p for n, p in self.ports.items() if n in DEFAULT_PORTS}
+                await self._cluster.start(first)
         except BaseException:
             await self.aclose()
             raise

@@ -106,6 +106,7 @@ class HttpHandler(ConnectionHandler):
     name = "http"
 
     def __init__(self, app: ListenerContext, waiting: _Waiting | None = None) -> None:
+        self.name = app.listener_name("http")
         self._app = app
         self._waiting = waiting
         # RS-IO frames fit a 16 MiB message; the length prefix adds at most 10 bytes.
@@ -307,7 +308,7 @@ async def start_http(ctx: ListenerContext, host: str, port: int) -> Listener:
     """Serve the HTTP port on (host, port): HTTPS when a certificate is configured."""
     waiting = _Waiting(int(ctx.settings.limits.max_connections * WAITING_SHARE))
     return await start_tcp_listener(
-        "http",
+        ctx.listener_name("http"),
         host,
         port,
         lambda: HttpHandler(ctx, waiting),

@@ -149,7 +149,9 @@ class TankHandler(ConnectionHandler):
         *,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         auth: DoorAuth | None = None,
+        listener: str = "tank",
     ):
+        self.name = listener
         self._broker = broker
         self._auth = auth
         self._access: ConnectionAccess | None = None
@@ -751,11 +753,12 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
     broker = TankBroker(ctx.store, ctx.controller, scope)
     broker.skipped = ctx.metrics.skipped_events.labels("tank").inc
     await broker.start()
+    name = ctx.listener_name("tank")
     return await start_tcp_listener(
-        "tank",
+        name,
         host,
         port,
-        lambda: TankHandler(broker, auth=ctx.door_auth),
+        lambda: TankHandler(broker, auth=ctx.door_auth, listener=name),
         settings=ctx.settings,
         first_request_timeout_s=ctx.config.tank_first_request_timeout_s,
         ssl_context=ctx.ssl_context(),
