@@ -576,9 +576,10 @@ OPTIONS: tuple[Option, ...] = (
         "A listener: DOOR=SCHEME://HOST:PORT, DOOR one of "
         + ", ".join(door.replace("_", "-") for door in DOORS)
         + ", SCHEME plain or tls (tls: --tls-cert), e.g. tank=plain://127.0.0.1:11011; "
-        "an IPv6 HOST in brackets, an empty one means --host; ?advertise=NAME names the "
-        "host clients are told to use. Repeat it for more; a door may have several. A door "
-        "named here is served only by its --listener entries (its port flag is not used). "
+        "an IPv6 HOST in brackets, an empty one means --host; ?advertise=NAME: the host "
+        "clients are told to use (controller and segment-store listeners). Repeat it for "
+        "more; a door may have several. A door named here is served only by its "
+        "--listener entries (its port flag is not used). "
         f"At most {MAX_LISTENERS}.",
         "Listeners",
         multiple=True,
