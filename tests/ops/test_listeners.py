@@ -30,8 +30,10 @@ from headrace.client import PravegaClient
 from headrace.client.controller import ScalingPolicy, StreamConfig
 from headrace.client.tank import TankClient
 from headrace.client.tls import TlsOptions
+from headrace.errors import ConfigError
 from headrace.protocols.pravega.controller import Segment
 from headrace.protocols.tank import BundleMessage
+from headrace.server.config import DEFAULT_PORTS, build_config
 from tests._real_pravega import run_scenario
 from tests._server import TlsFiles, make_ca, make_signed
 from tests.ops.conftest import (
@@ -290,3 +292,21 @@ def test_two_port_flags_on_one_port_stop_serve(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
     assert f"port {port} is used twice: by tank" in line
+
+
+def test_a_later_listener_may_be_trusted_by_its_name(tmp_path: Path) -> None:
+    """``--auth-trust-unauthenticated`` names a door's second listener as ``tank_2``:
+    the plaintext one of a door whose other listener is TLS, say."""
+    users = tmp_path / "users"
+    users.write_text("")
+    base = {
+        **{f"{name}_port": 0 for name in DEFAULT_PORTS},
+        "auth_password_file": str(users),
+        "listener": ("tank=plain://127.0.0.1:1", "tank=plain://127.0.0.1:2"),
+    }
+    config = build_config({**base, "auth_trust_unauthenticated": "tank_2"})
+    assert config.auth is not None and config.auth.trusted_listeners == {"tank_2"}
+    with pytest.raises(ConfigError, match="no listener 'tank_3'"):
+        build_config({**base, "auth_trust_unauthenticated": "tank_3"})
+    with pytest.raises(ConfigError, match="'controller_2' is not one of"):
+        build_config({**base, "auth_trust_unauthenticated": "controller_2"})
