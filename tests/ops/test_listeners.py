@@ -33,7 +33,7 @@ from headrace.client.tls import TlsOptions
 from headrace.errors import ConfigError
 from headrace.protocols.pravega.controller import Segment
 from headrace.protocols.tank import BundleMessage
-from headrace.server.config import DEFAULT_PORTS, build_config
+from headrace.server.config import DEFAULT_PORTS, ListenerSpec, build_config, parse_listener
 from tests._real_pravega import run_scenario
 from tests._server import TlsFiles, make_ca, make_signed
 from tests.ops.conftest import (
@@ -240,6 +240,7 @@ def test_listeners_from_a_toml_list(start_serve: Any, tmp_path: Path) -> None:
             "port {p} is used twice",
         ),
         (["lumberjack=tls://127.0.0.1:{p}"], None, "tls needs --tls-cert and --tls-key"),
+        (["controller=plain://127.0.0.1:{p}?advertise=a&b"], None, "not a host name"),
         ([], {"HEADRACE_LISTENER": "http=gopher://127.0.0.1:{p}"}, "unknown scheme 'gopher'"),
     ],
 )
@@ -310,3 +311,23 @@ def test_a_later_listener_may_be_trusted_by_its_name(tmp_path: Path) -> None:
         build_config({**base, "auth_trust_unauthenticated": "tank_3"})
     with pytest.raises(ConfigError, match="'controller_2' is not one of"):
         build_config({**base, "auth_trust_unauthenticated": "controller_2"})
+
+
+def test_the_forms_of_a_listener() -> None:
+    assert parse_listener("Segment-Store=TLS://[::1]:12443?advertise=store.example") == (
+        ListenerSpec("", "segment_store", True, "::1", 12443, "store.example")
+    )
+    assert parse_listener("segment_store=plain://:12345") == (
+        ListenerSpec("", "segment_store", False, "", 12345)
+    )
+    config = build_config(
+        {
+            **{f"{name}_port": 0 for name in DEFAULT_PORTS},
+            "host": "10.0.0.5",
+            "listener": "rsio=plain://:7070 rsio=plain://127.0.0.1:7071",  # as the environment
+        }
+    )
+    assert [(s.name, s.host, s.port) for s in config.listener_plan()] == [
+        ("rsio", "10.0.0.5", 7070),
+        ("rsio_2", "127.0.0.1", 7071),
+    ]

@@ -304,10 +304,8 @@ class ServerApp:
                     self._store,
                     self.config.advertise_host or self.config.host,
                 )
-            listeners = self.config.listener_plan()
-            order = sorted(
-                listeners, key=lambda spec: spec.door != "http"
-            )  # http first, for /health
+            # http first, for /health
+            order = sorted(self.config.listener_plan(), key=lambda spec: spec.door != "http")
             self._context = context = ListenerContext(
                 config=self.config,
                 store=self._store,

@@ -117,6 +117,9 @@ _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _EXTRA_NAME = re.compile(r"^([a-z_]+)_([2-9]|[1-9][0-9]+)$")
 """The name of a door's second and later ``--listener``: ``tank_2``."""
 
+_ADVERTISED_HOST = re.compile(r"^[A-Za-z0-9._-]{1,253}$|^\[?[0-9A-Fa-f:.]{2,45}\]?$")
+"""``?advertise=``: a host name or an IP address, which clients are handed as is."""
+
 TRUSTABLE_LISTENERS = ("tank", "lumberjack", "lumberjack_tls", "rsio", "http")
 """Listeners ``--auth-trust-unauthenticated`` may name: the front doors whose
 clients identify themselves by certificate (or RS-IO's ``auth`` extension).
@@ -191,9 +194,11 @@ def parse_listener(text: str) -> ListenerSpec:
     advertise: str | None = None
     if parts.query:
         key, sep, value = parts.query.partition("=")
-        if key != "advertise" or not sep or not value or "&" in value:
+        if key != "advertise" or not sep:
             raise ConfigError(f"{where}: the only query is ?advertise=HOST")
-        advertise = value
+        if not _ADVERTISED_HOST.match(value):
+            raise ConfigError(f"{where}: {value!r} is not a host name or address")
+        advertise = value.strip("[]")
     host = parts.hostname or ""
     return ListenerSpec("", door, scheme.lower() == "tls", host, port, advertise)
 
@@ -493,7 +498,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "data_dir", Path, Path("headrace-data"), "Directory holding all stored data.", "General"
     ),
-    Option("host", str, "127.0.0.1", "Address every listener binds.", "General"),
+    Option(
+        "host",
+        str,
+        "127.0.0.1",
+        "Address the port flags' listeners bind (and a --listener with no HOST).",
+        "General",
+    ),
     Option(
         "advertise_host",
         str,
