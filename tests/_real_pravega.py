@@ -734,13 +734,14 @@ def write_only(uri: str, count: str, scope: str) -> dict[str, Any]:
     return {"acknowledged": int(count), "write_s": write_s}
 
 
-def write_through_restart(uri: str, count: str, scope: str) -> dict[str, Any]:
-    """Write while the parent kills and restarts the server: prints
-    ``progress <n>`` lines so the parent knows when to strike; the writer
-    reconnects, SetupAppend tells it what was stored, and it resends the rest."""
+def write_through_restart(uri: str, count: str, scope: str, segments: str = "4") -> dict[str, Any]:
+    """Write while the parent kills and restarts the server (or moves the
+    segments' containers): prints ``progress <n>`` lines so the parent knows
+    when to strike; the writer reconnects, SetupAppend tells it what was
+    stored, and it resends the rest."""
     m = _manager(uri)
     m.create_scope(scope)
-    m.create_stream(scope, "st", 4)
+    m.create_stream(scope, "st", int(segments))
     writer = m.create_writer(scope, "st", INFLIGHT)
     start = time.monotonic()
     for i in range(int(count)):
@@ -768,6 +769,19 @@ def read_all(uri: str, scope: str, count: str) -> dict[str, Any]:
     readers = [rg.create_reader("r1"), rg.create_reader("r2")]
     events = run_reads(_drain(readers, int(count), extra=True))
     return {**_sequence_check(events), "max": max(int(e.split(b":")[1]) for e in events)}
+
+
+def round_trip(uri: str, scope: str, count: str, segments: str) -> dict[str, Any]:
+    """``count`` events over ``segments`` segments (100 keys), then a group of two
+    readers reads everything back."""
+    m = _manager(uri)
+    m.create_scope(scope)
+    m.create_stream(scope, "st", int(segments))
+    write_s = _write_keyed(m, scope, "st", int(count), 100)
+    rg = m.create_reader_group("rg", scope, "st")
+    readers = [rg.create_reader("r1"), rg.create_reader("r2")]
+    events = run_reads(_drain(readers, int(count), extra=True))
+    return {**_sequence_check(events), "write_s": write_s}
 
 
 def write_keyed(uri: str, scope: str, stream: str, segments: str, keys_json: str) -> dict[str, Any]:
@@ -1192,6 +1206,7 @@ SCENARIOS: Final[dict[str, Callable[..., dict[str, Any]]]] = {
         write_through_restart,
         write_more,
         read_all,
+        round_trip,
         write_keyed,
         read_group,
         from_tail,

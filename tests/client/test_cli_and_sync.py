@@ -58,10 +58,10 @@ def test_cli_create_write_read_info_delete(server: Server, tmp_path: Path) -> No
     assert r.exit_code == 0, r.output
     assert first["value"] in r.output.splitlines()
 
-    r = runner.invoke(cli, ["stream", "list", *ctl])
-    assert "cli" in r.output.splitlines()
-    r = runner.invoke(cli, ["stream", "list", "cli", *ctl])
-    assert r.output.splitlines() == ["st"]
+    r = runner.invoke(cli, ["stream", "list", "-q", *ctl])
+    assert "cli/st" in r.output.splitlines()
+    r = runner.invoke(cli, ["stream", "list", "cli", "-q", *ctl])
+    assert r.output.splitlines() == ["cli/st"]
     r = runner.invoke(cli, ["stream", "info", "cli/st", *ctl])
     assert r.exit_code == 0, r.output
     info = json.loads(r.output)

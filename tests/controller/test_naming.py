@@ -59,10 +59,18 @@ def test_invalid_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["T", "a" * 255, "rg_kvtable", "my_group_kvtable", "g.1-x_hrgroup", "a_b_hrgroup"]
+    "name",
+    ["T", "a" * 255, "rg_kvtable", "my_group_kvtable", "g.1-x_hrgroup", "a_b_hrgroup", "_hrgroups"],
 )
 def test_valid_token_streams(name: str) -> None:
     assert is_valid_token_stream(name)
+
+
+def test_the_group_index_is_the_clients() -> None:
+    from headrace.client.reader import group_index_name
+    from headrace.controller.naming import GROUP_INDEX_STREAM
+
+    assert group_index_name("sc") == f"sc/{GROUP_INDEX_STREAM}/0.#epoch.0"
 
 
 @pytest.mark.parametrize(

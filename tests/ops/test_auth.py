@@ -267,6 +267,41 @@ def test_controller_refuses_missing_and_wrong_credentials(auth_server: ServerPro
     )
 
 
+def _bearer_call(server: ServerProcess, rpc: str, request: Any, token: str) -> Any:
+    method = METHODS[rpc]
+    with grpc.insecure_channel(f"127.0.0.1:{server.port_of('controller')}") as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE_NAME}/{rpc}",
+            request_serializer=method.request.SerializeToString,
+            response_deserializer=method.response.FromString,
+        )
+        return call(request, metadata=[("authorization", f"Bearer {token}")], timeout=WAIT_S)
+
+
+def test_controller_takes_a_node_token_and_no_other_bearer(auth_server: ServerProcess) -> None:
+    """A cluster node's own calls carry a node token signed with the shared key;
+    a user's delegation token, a forged or an expired one is not a credential."""
+    key = _key(auth_server)
+    now = int(time.time())
+    node = encode_token(
+        key, TokenClaims("n2", "prn::/", Permission.READ_UPDATE, now + 60, now, True)
+    )
+    scope = pb.ScopeInfo(scope="bynode")
+    status = _bearer_call(auth_server, "createScope", scope, node)
+    assert status.status == pb.CreateScopeStatus.SUCCESS
+    user = encode_token(key, TokenClaims("admin", "prn::/", Permission.READ_UPDATE, now + 60, now))
+    forged = encode_token(
+        b"k" * 32, TokenClaims("n2", "prn::/", Permission.READ_UPDATE, now + 60, now, True)
+    )
+    expired = encode_token(
+        key, TokenClaims("n2", "prn::/", Permission.READ_UPDATE, now - 1, now - 61, True)
+    )
+    for token in (user, forged, expired, "not-a-token"):
+        with pytest.raises(grpc.RpcError) as info:
+            _bearer_call(auth_server, "createScope", pb.ScopeInfo(scope="nope"), token)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, token
+
+
 def test_reader_may_look_but_not_change(auth_server: ServerProcess, stream: str) -> None:
     denied = grpc.StatusCode.PERMISSION_DENIED
     info = pb.StreamInfo(scope=SCOPE, stream="T")
@@ -326,6 +361,7 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
         (SCOPE, ""),
         (SCOPE, "_system"),
         (SCOPE, "_kvtable"),
+        (SCOPE, "_hrgroupsx"),
         (SCOPE, "T_other"),
         ("*", "T"),
         ("S/stream:T", "T"),
@@ -333,7 +369,7 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
     ]:
         request = pb.StreamInfo(scope=scope, stream=stream)
         assert _code(auth_server, "getDelegationToken", request, ADMIN) == invalid, (scope, stream)
-    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup"]:
+    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup", "_hrgroups"]:
         token = _token(auth_server, ADMIN, SCOPE, stream)
         claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         assert claims["res"] == f"prn::/scope:{SCOPE}/stream:{stream}"

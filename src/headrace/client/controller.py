@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar, cast
 from urllib.parse import urlparse
 
@@ -137,6 +137,8 @@ class ControllerClient:
             (:meth:`delegation_token`). None: no credentials, no tokens.
         tls: TLS settings (CA file, client certificate); given, the channel
             uses TLS whatever the scheme.
+        authorization: called before each call for its ``authorization``
+            metadata, instead of ``credentials`` (a server node's own token).
     """
 
     def __init__(
@@ -147,11 +149,13 @@ class ControllerClient:
         retry: RetryPolicy = DEFAULT_RETRY,
         tls: TlsOptions | None = None,
         credentials: tuple[str, str] | None = None,
+        authorization: Callable[[], str] | None = None,
     ) -> None:
         self.uri = uri
         self._metadata: tuple[tuple[str, str], ...] = (
             () if credentials is None else (("authorization", basic_header(*credentials)),)
         )
+        self._authorization = authorization
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}  # (scope, stream) -> token, exp
         self._target = parse_controller_uri(uri)
         self._timeout_s = timeout_s
@@ -186,7 +190,12 @@ class ControllerClient:
         delays = self._retry.delays()
         while True:
             try:
-                response = await call(request, timeout=self._timeout_s, metadata=self._metadata)
+                metadata = (
+                    self._metadata
+                    if self._authorization is None
+                    else (("authorization", self._authorization()),)
+                )
+                response = await call(request, timeout=self._timeout_s, metadata=metadata)
                 break
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()

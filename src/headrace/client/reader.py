@@ -20,6 +20,11 @@ key                        value
 ``reader/<name>``          ``{"seen_ms": int}``: a reader's last heartbeat
 =========================  ====================================================
 
+Every scope also has an index of its groups, the table segment
+``S/_hrgroups/0.#epoch.0`` (:func:`group_index_name`; a name no group can
+have): key the group's name, value ``{"streams": [...]}``. ``create`` adds
+the group, ``delete`` removes it, :func:`list_groups` reads it.
+
 Every change is a conditional table update on the version read just before
 (optimistic concurrency): two readers can never both own a segment.
 
@@ -56,6 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from headrace.errors import ControllerError, ServerError
 from headrace.protocols import pravega as p
 
 from .controller import Segment
@@ -71,7 +77,9 @@ __all__ = [
     "EventRead",
     "EventReader",
     "ReaderGroup",
+    "group_index_name",
     "group_table_name",
+    "list_groups",
 ]
 
 SYNC_INTERVAL_S = 1.0
@@ -88,9 +96,30 @@ MAX_PREFETCH_BYTES = 4 * 1024 * 1024
 _TABLE_STREAM_SUFFIX = "_hrgroup"
 
 
+_INDEX_STREAM = "_hrgroups"
+"""The pseudo-stream of a scope's index of groups (the controller's ``GROUP_INDEX_STREAM``)."""
+
+
 def group_table_name(scope: str, group: str) -> str:
     """The table segment holding reader group ``group``'s state."""
     return f"{scope}/{group}{_TABLE_STREAM_SUFFIX}/0.#epoch.0"
+
+
+def group_index_name(scope: str) -> str:
+    """The table segment listing the reader groups of ``scope``."""
+    return f"{scope}/{_INDEX_STREAM}/0.#epoch.0"
+
+
+async def list_groups(client: PravegaClient, scope: str) -> dict[str, list[str]]:
+    """The reader groups of ``scope`` (those made since groups are indexed), each
+    with its streams."""
+    try:
+        rows = await client.segments.table_entries(
+            Segment(scope, _INDEX_STREAM, 0), group_index_name(scope)
+        )
+    except NoSuchSegmentError:
+        return {}
+    return {k.decode(): list(json.loads(v).get("streams", [])) for k, v, _ in rows}
 
 
 def _now_ms() -> int:
@@ -167,6 +196,17 @@ class ReaderGroup:
                 entries.append((_seg_key(segment), _seg_value(offset, None, False), p.NOT_EXISTS))
         with contextlib.suppress(TableKeyVersionError):  # it exists: open it as it is
             await segs.table_update(group._anchor, group.table, entries)
+        # The index only serves listings: a user not allowed to write it (auth
+        # grants naming single streams) still gets a working group.
+        with contextlib.suppress(ServerError, ControllerError):
+            index = Segment(scope, _INDEX_STREAM, 0)
+            await segs.create_table(index, group_index_name(scope))
+            with contextlib.suppress(TableKeyVersionError):  # indexed already
+                await segs.table_update(
+                    index,
+                    group_index_name(scope),
+                    [(name.encode(), json.dumps({"streams": qualified}).encode(), p.NOT_EXISTS)],
+                )
         return group
 
     async def create_reader(self, name: str) -> EventReader:
@@ -176,8 +216,15 @@ class ReaderGroup:
         return reader
 
     async def delete(self) -> bool:
-        """Delete the group's state; ``False`` if it did not exist."""
-        return await self._client.segments.delete_table(self._anchor, self.table)
+        """Delete the group's state (and its index entry); ``False`` if it did not exist."""
+        segs = self._client.segments
+        with contextlib.suppress(ServerError, ControllerError):
+            await segs.table_remove(
+                Segment(self.scope, _INDEX_STREAM, 0),
+                group_index_name(self.scope),
+                [(self.name.encode(), p.NO_VERSION)],
+            )
+        return await segs.delete_table(self._anchor, self.table)
 
     async def state(self) -> dict[str, tuple[dict[str, Any], int]]:
         """Every key of the group's table with its decoded value and version."""

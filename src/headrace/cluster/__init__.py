@@ -13,6 +13,11 @@ Module map (``docs/cluster.md``):
 * ``errors.py``: ``ClusterError`` and its leaves.
 * ``remote.py``: ``RemoteStore``, the store of another node over the segment-store wire.
 * ``routing.py``: ``RoutedStore``, each segment to the local store or its owner's.
+* ``metadata.py``: ``ClusterModel``, the controller metadata written by the
+  leader alone, followed by every other node (``docs/cluster.md#metadata``).
+* ``secret.py``: the cluster secret kept in ZooKeeper (``docs/cluster.md#secret``).
+* ``admin.py``: what ``headrace cluster status|drain|undrain`` ask of a node,
+  answered from its member's view (``docs/cluster.md#cli``).
 
 Only ``server`` and ``cli`` import this package (``tests/test_architecture.py``).
 Nothing is imported here, so reading the configuration does not load kazoo.

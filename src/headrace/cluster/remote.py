@@ -970,6 +970,10 @@ class RemoteStore:
         )
         append = _Append(name, data, size, expected_offset, writer, future)
         session.submit(append)
+        # A door may start this call inline, outside any task (``server/_inline.py``),
+        # where ``asyncio.timeout`` cannot run: the append is sent, so suspend once
+        # (the owner's answer is a round trip away anyway) and time out from there.
+        await asyncio.sleep(0)
         try:
             async with asyncio.timeout(APPEND_REPLY_TIMEOUT_S):
                 link = session.link

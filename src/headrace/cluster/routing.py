@@ -172,10 +172,13 @@ class RoutedStore:
         expected_offset: int | None = None,
         writer: WriterAppend | None = None,
     ) -> Awaitable[AppendResult]:
-        """The owner's append itself (no coroutine of its own in between)."""
-        return self.store_for(name).append(
-            name, data, expected_offset=expected_offset, writer=writer
-        )
+        """The owner's append itself (no coroutine of its own in between); an
+        unavailable owner is raised when awaited, as by any store's append."""
+        try:
+            store = self.store_for(name)
+        except StoreError as exc:
+            return _raised(exc)
+        return store.append(name, data, expected_offset=expected_offset, writer=writer)
 
     async def read(self, name: str, offset: int, max_bytes: int) -> ReadResult:
         return await self.store_for(name).read(name, offset, max_bytes)
@@ -328,6 +331,10 @@ class RoutedStore:
         closing: list[Any] = [*self._closing, *(remote.close() for remote in remotes)]
         await asyncio.gather(*closing, return_exceptions=True)
         await self.local.close()
+
+
+async def _raised(exc: StoreError) -> AppendResult:
+    raise exc
 
 
 def _owner(endpoint: Endpoint | None) -> str:

@@ -71,6 +71,7 @@ from headrace.controller.naming import (
     transaction_segment_name,
 )
 from headrace.controller.records import (
+    METADATA_TABLES,
     RETENTION_TABLE,
     SCOPES_TABLE,
     STREAMS_TABLE,
@@ -269,6 +270,11 @@ class ControllerModel:
         await model._load()
         await model._repair()
         return model
+
+    async def refresh(self) -> None:
+        """Bring the mirror up to date with the tables. The only writer's mirror
+        always is; a cluster follower's reloads (``cluster/metadata.py``). A door
+        calls it before it answers that something does not exist."""
 
     # ------------------------------------------------------------------ scopes
 
@@ -1178,10 +1184,18 @@ class ControllerModel:
                 await self._remove(RETENTION_TABLE, cut_key(scope, stream, cut.time_ms), version)
                 cuts.remove((cut, version))
 
-    async def _load(self) -> None:
-        for table in (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE):
-            with contextlib.suppress(SegmentExists):
-                await self._store.create_table(table)
+    async def _load(self, *, create: bool = True) -> None:
+        """Fill the mirror from the tables; ``create``: make missing tables (the
+        writer does), else a missing table reads as empty (a reader does)."""
+        for table in METADATA_TABLES:
+            if create:
+                with contextlib.suppress(SegmentExists):
+                    await self._store.create_table(table)
+            else:
+                try:
+                    await self._store.table_info(table)
+                except SegmentNotFound:
+                    return  # nothing written yet: the writer creates every table first
         async for key, value, version in self._entries(SCOPES_TABLE):
             self._scopes[key.decode()] = (decode_scope(value), version)
         async for _, value, version in self._entries(STREAMS_TABLE):
@@ -1196,6 +1210,16 @@ class ControllerModel:
             scope, stream, _ = key.decode().split("/")
             txn_rec = decode_txn(value)
             self._txns.setdefault((scope, stream), {})[txn_rec.txn] = (txn_rec, version)
+
+    def _adopt(self, other: ControllerModel) -> None:
+        """Take ``other``'s mirror (loaded from the same tables) as this one's, in one step."""
+        self._scopes = other._scopes
+        self._streams = other._streams
+        self._txns = other._txns
+        self._deadlines = other._deadlines
+        self._cleaned = other._cleaned
+        self._cuts = other._cuts
+        self._loads = {}
 
     async def _entries(self, table: str) -> AsyncIterator[tuple[bytes, bytes, int]]:
         token = b""

@@ -33,6 +33,7 @@ from headrace.protocols.pravega.controller import (
 )
 
 __all__ = [
+    "GROUP_INDEX_STREAM",
     "INTERNAL_PREFIX",
     "MAX_NAME_CHARS",
     "MAX_SEGMENT_NUMBER",
@@ -63,6 +64,10 @@ TRANSIENT_INFIX = "#transient."
 PSEUDO_STREAM_SUFFIXES = ("_kvtable", "_hrgroup")
 """Suffixes of the pseudo-streams holding table segments (see above)."""
 
+GROUP_INDEX_STREAM = "_hrgroups"
+"""The pseudo-stream of a scope's index of reader groups (the client's
+``group_index_name``): no user stream, table or group name starts with ``_``."""
+
 _NAME = re.compile(r"[A-Za-z0-9.\-]+")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9.\-][A-Za-z0-9.\-_]*")
 
@@ -80,7 +85,7 @@ def is_valid_token_stream(name: str) -> bool:
     Never ``*`` or ``/``: a token's resource is matched as a pattern."""
     if len(name) > MAX_NAME_CHARS:
         return False
-    if _NAME.fullmatch(name) is not None:
+    if _NAME.fullmatch(name) is not None or name == GROUP_INDEX_STREAM:
         return True
     return any(
         name.endswith(suffix) and _TABLE_NAME.fullmatch(name[: -len(suffix)]) is not None

@@ -42,6 +42,7 @@ from headrace.protocols.pravega.controller import (
 )
 
 __all__ = [
+    "METADATA_TABLES",
     "RETENTION_TABLE",
     "SCOPES_TABLE",
     "STREAMS_TABLE",
@@ -75,6 +76,8 @@ SCOPES_TABLE = "_system/controller/scopes"
 STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
 RETENTION_TABLE = "_system/controller/retention"
+METADATA_TABLES = (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE)
+"""Every table of the controller's metadata, in the order they are loaded."""
 
 
 class StreamState(enum.StrEnum):

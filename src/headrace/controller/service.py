@@ -33,7 +33,7 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import grpc  # type: ignore[import-untyped]
 from google.protobuf.message import Message
@@ -66,6 +66,8 @@ from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.auth import (
     ROOT,
     Permission,
+    TokenError,
+    decode_token,
     scope_resource,
     stream_resource,
 )
@@ -363,6 +365,27 @@ classified."""
 _ADMIN: tuple[Callable[[Any], str], Permission] = (lambda req: ROOT, _RU)
 
 
+NODE_AUTH_PREFIX: Final = "Bearer "
+"""How another node of the cluster authenticates its own calls (a follower's
+changes for its doors): ``authorization: Bearer <node token>``, a token signed
+with the cluster secret whose ``node`` claim is set (``docs/cluster.md#secret``)."""
+
+
+def _node_caller(auth: ControllerAuth, token: str) -> str:
+    """The name of the node whose token this is; a node may call anything.
+
+    Raises:
+        AuthFailed: not a valid, unexpired node token.
+    """
+    try:
+        claims = decode_token(auth.issuer.key, token, now_s=time.time())
+    except TokenError as exc:
+        raise AuthFailed(f"bearer token refused: {exc}") from None
+    if not claims.node:
+        raise AuthFailed("a bearer token here must be a node token")
+    return f"node {claims.subject}"
+
+
 async def _check_access(auth: ControllerAuth, name: str, request: Message, context: Any) -> str:
     """Authenticate the call and check its permission; the user's name.
 
@@ -372,6 +395,8 @@ async def _check_access(auth: ControllerAuth, name: str, request: Message, conte
     """
     metadata = context.invocation_metadata() or ()
     authorization = next((value for key, value in metadata if key == "authorization"), None)
+    if authorization is not None and authorization.startswith(NODE_AUTH_PREFIX):
+        return _node_caller(auth, authorization[len(NODE_AUTH_PREFIX) :])
     user = await auth.authenticator.authenticate(authorization, peer=_peer_address(context))
     rule = RPC_ACCESS.get(name, _ADMIN)
     if rule is not None:
@@ -795,6 +820,8 @@ class ControllerServer:
         advertise_host: str | None = None,
         routes: ClusterRoutes | None = None,
         jobs: bool = True,
+        wrap_handler: Callable[[Any], Any] | None = None,
+        handlers: Sequence[Any] = (),
     ) -> ControllerServer:
         """Load the controller metadata from ``store`` and serve it on (host, port).
 
@@ -820,6 +847,11 @@ class ControllerServer:
                 (``getURI``, ``getControllerServerList``); None: all here.
             jobs: run the sweep, retention and auto-scaling; False for a second
                 server on the same model (another listener), so each job runs once.
+            wrap_handler: given the grpc generic handler of the controller
+                service, returns the handler to serve instead (in a cluster,
+                one that forwards calls to the leader while this node follows).
+            handlers: more grpc generic handlers served on the same port
+                (the server's cluster administration service).
 
         Raises:
             OSError: the address could not be bound.
@@ -853,7 +885,10 @@ class ControllerServer:
             auth=auth,
             routes=routes,
         )
-        server.add_generic_rpc_handlers((build_handler(service),))
+        handler = build_handler(service)
+        if wrap_handler is not None:
+            handler = wrap_handler(handler)
+        server.add_generic_rpc_handlers((handler, *handlers))
         await server.start()
         self = cls(server, model, bound)
         if not jobs:

@@ -79,10 +79,21 @@ class ListenerContext:
     """The configured limits, the metrics, and the bounds shared by every listener."""
     cluster: ClusterNode | None = None
     """This node's membership (``--cluster``); None: a single node serving every segment."""
+    local_store: SegmentStore | None = None
+    """In a cluster, this node's own store, which its segment store serves (``store``
+    then reaches every segment at its owner); None: ``store`` is the node's own."""
     listener: ListenerSpec | None = None
     """The listener being started (``ServerApp`` gives each its own context,
     whose ``ssl_context`` is None for a plain one); None: the app's shared
     context, which a listener started apart (tests) takes."""
+    door_state: dict[str, object] = field(default_factory=dict)
+    """What every listener of a door shares, by door name (the TANK broker): the
+    same dict in each listener's context, filled by the door's first listener."""
+
+    @property
+    def own_store(self) -> SegmentStore:
+        """The store holding this node's own segments (the segment store's)."""
+        return self.store if self.local_store is None else self.local_store
 
     def listener_name(self, door: str) -> str:
         """The name this listener counts, logs and is trusted under; ``door``

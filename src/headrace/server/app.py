@@ -34,21 +34,26 @@ with a ``ConfigError`` naming it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import resource
 import ssl
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
-from headrace.controller.auth import load_cluster_secret
+from headrace.controller.auth import TokenIssuer, load_cluster_secret
 from headrace.controller.model import ControllerModel
+from headrace.controller.service import NODE_AUTH_PREFIX
 from headrace.errors import ConfigError
+from headrace.protocols.pravega.auth import ROOT, Permission
 from headrace.server._budget import MemoryBudget
 from headrace.server._context import Listener, ListenerContext, ListenerSettings
 from headrace.server._loop import ConnectionSlots
 from headrace.server.authz import DoorAuth
-from headrace.server.config import DEFAULT_PORTS, ServerConfig
+from headrace.server.config import DEFAULT_PORTS, ClusterConfig, ServerConfig
 from headrace.server.listeners import STARTERS
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
@@ -58,6 +63,7 @@ from headrace.store.disk.container import MAX_OPEN_DATA_FILES, MIN_OPEN_DATA_FIL
 from headrace.store.disk.store import MAX_OPEN_REGIONS
 
 if TYPE_CHECKING:  # the cluster modules load kazoo: only with --cluster
+    from headrace.cluster.routing import RoutedStore
     from headrace.server.cluster_node import ClusterNode
 
 __all__ = [
@@ -160,6 +166,8 @@ class ServerApp:
         self._context: ListenerContext | None = None
         self._listeners: list[Listener] = []
         self._cluster: ClusterNode | None = None
+        self._routed: RoutedStore | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._closed = False
         self._ssl_context: ssl.SSLContext | None = None
@@ -231,7 +239,12 @@ class ServerApp:
             "store": failure or "ok",
         }
         if self._cluster is not None:
-            report["cluster"] = self._cluster.report()
+            view = self._cluster.report()
+            model = self._controller
+            if model is not None and hasattr(model, "leading"):  # a ClusterModel
+                leading, loaded = model.leading, model.loaded  # type: ignore[attr-defined]
+                view["metadata"] = "leading" if leading else "following" if loaded else "loading"
+            report["cluster"] = view
         return ok, report
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -286,6 +299,10 @@ class ServerApp:
             )
             secret_file = self.config.cluster_secret_file
             self.node_key = None if secret_file is None else load_cluster_secret(secret_file)
+            if self.config.cluster is not None and self.node_key is None:
+                from headrace.cluster.secret import cluster_secret  # loads kazoo
+
+                self.node_key = await cluster_secret(self.config.cluster.url)
             if self.config.auth is not None:
                 # A bad password file or key stops the start whichever listeners run.
                 self.door_auth = DoorAuth(
@@ -295,21 +312,17 @@ class ServerApp:
                     token_key=self.node_key,
                 )
                 self.node_key = self.door_auth.token_key
-            self._controller = await ControllerModel.open(self._store)
-            if self.config.cluster is not None:
-                from headrace.server.cluster_node import ClusterNode  # loads kazoo
-
-                self._cluster = ClusterNode(
-                    self.config.cluster,
-                    self._store,
-                    self.config.advertise_host or self.config.host,
-                )
+            doors_store: SegmentStore = self._store
+            if self.config.cluster is None:
+                self._controller = await ControllerModel.open(self._store)
+            else:
+                doors_store = self._join_cluster(self.config.cluster)
             # http first, for /health
             order = sorted(self.config.listener_plan(), key=lambda spec: spec.door != "http")
             self._context = context = ListenerContext(
                 config=self.config,
-                store=self._store,
-                controller=self._controller,
+                store=doors_store,
+                controller=self.controller,
                 metrics=self.metrics,
                 door_auth=self.door_auth,
                 node_key=self.node_key,
@@ -319,6 +332,7 @@ class ServerApp:
                     self.config.limits, self.metrics.listener, self.budget, self.slots
                 ),
                 cluster=self._cluster,
+                local_store=None if doors_store is self._store else self._store,
             )
             for spec in order:
                 own = dataclasses.replace(
@@ -338,9 +352,60 @@ class ServerApp:
                 # door's first listener, under the door's name.
                 first = {n: p for n, p in self.ports.items() if n in DEFAULT_PORTS}
                 await self._cluster.start(first)
+                self._follow_leader()
         except BaseException:
             await self.aclose()
             raise
+
+    def _join_cluster(self, cluster: ClusterConfig) -> SegmentStore:
+        """Build this node's membership and the store and model its doors share:
+        every segment at its owner (``RoutedStore``), the metadata written by the
+        leader alone (``ClusterModel``, ``docs/cluster.md#metadata``)."""
+        from headrace.cluster.metadata import ClusterModel
+        from headrace.cluster.routing import RoutedStore
+        from headrace.server.cluster_node import HERE, ClusterNode  # loads kazoo
+
+        assert self._store is not None
+        node = self._cluster = ClusterNode(
+            cluster, self._store, self.config.advertise_host or self.config.host
+        )
+        self._routed = RoutedStore(
+            self._store,
+            node.route,
+            here=HERE,
+            token_key=self.node_key,
+            forwarder_id=uuid.uuid5(uuid.NAMESPACE_URL, f"headrace-node:{node.node_id}"),
+        )
+        # RoutedStore.append hands back the owner's own coroutine: a SegmentStore.
+        routed = cast(SegmentStore, self._routed)
+        self._controller = ClusterModel(
+            routed, leader_controller=node.leader_controller, authorization=self._node_bearer()
+        )
+        return routed
+
+    def _node_bearer(self) -> Callable[[], str] | None:
+        """With auth on, the ``authorization`` of this node's own calls to the
+        leader's controller: a fresh node token each time; None with auth off."""
+        doors, node = self.door_auth, self._cluster
+        if doors is None or node is None:
+            return None
+        issuer = TokenIssuer(doors.token_key)
+        name = node.node_id
+        return lambda: (
+            NODE_AUTH_PREFIX + issuer.issue(name, ROOT, Permission.READ_UPDATE, node=True)
+        )
+
+    def _follow_leader(self) -> None:
+        """Start keeping the metadata model's mode as the election says."""
+        from headrace.cluster.metadata import ClusterModel
+
+        node, model = self._cluster, self._controller
+        assert node is not None and node.member is not None and isinstance(model, ClusterModel)
+        member = node.member
+        member.add_listener(lambda _event: model.wake())
+        self._metadata_task = asyncio.create_task(
+            model.run(lambda: member.is_leader), name="cluster metadata"
+        )
 
     def request_stop(self) -> None:
         """Ask ``serve_until_stopped`` to return (safe from a signal handler)."""
@@ -355,6 +420,11 @@ class ServerApp:
             return
         self._closed = True
         self.metrics.unwatch_gc()
+        task, self._metadata_task = self._metadata_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._cluster is not None:
             # Leave first: other nodes stop sending clients here.
             try:
@@ -367,5 +437,10 @@ class ServerApp:
                 await listener.aclose()
             except Exception:
                 log.exception("closing listener %s failed", listener.name)
-        if self._store is not None:
+        model = self._controller
+        if model is not None and hasattr(model, "leading"):  # a ClusterModel
+            await model.aclose()  # type: ignore[attr-defined]
+        if self._routed is not None:
+            await self._routed.close()  # and the local store
+        elif self._store is not None:
             await self._store.close()

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Final
 
 from headrace.cluster.layout import NodeInfo
 from headrace.cluster.member import ClusterMember
+from headrace.cluster.remote import Endpoint
 from headrace.server.config import ClusterConfig
 from headrace.store.api import SegmentStore
 
-__all__ = ["ClusterNode", "Owner", "StoreHooks"]
+__all__ = ["HERE", "ClusterNode", "Owner", "StoreHooks"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,10 @@ class Owner:
         """The owner's ``(host, port)`` for ``door``; None if unknown or closed."""
         return None if self.node is None else self.node.address(door)
 
+
+HERE: Final[Endpoint] = ("", 0)
+"""The endpoint ``route`` names for this node itself (``RoutedStore``'s ``here``):
+no address, so it never equals another node's."""
 
 _LOCAL = Owner(local=True)
 _NOBODY = Owner(local=False)
@@ -138,6 +144,22 @@ class ClusterNode:
             assert member is not None
             return member.node.address("segment_store")
         return owner.address("segment_store")
+
+    def route(self, segment: str) -> Endpoint | None:
+        """``RoutedStore``'s lookup: ``HERE`` for this node, the owner's
+        segment-store endpoint, or None while nobody serves ``segment``."""
+        owner = self.owner_of(segment)
+        return HERE if owner.local else owner.address("segment_store")
+
+    def leader_controller(self) -> tuple[str, int] | None:
+        """The cluster leader's controller ``(host, port)``; None while there is
+        none, or when it is this node (which then serves metadata itself)."""
+        member = self._member
+        leader = None if member is None else member.leader()
+        if member is None or leader is None or leader == self.node_id:
+            return None
+        node = member.nodes().get(leader)
+        return None if node is None else node.address("controller")
 
     def controllers(self) -> list[tuple[str, int]]:
         """Every live node's controller ``(host, port)``, by node id."""

@@ -13,7 +13,8 @@ TLS; the Pravega client then uses the ``getURI`` host as the TLS server name,
 so it must be a DNS name on the certificate.
 With ``--cluster``, ``getURI`` answers the segment store of the node owning
 the segment's container, and ``getControllerServerList`` every live node's
-controller (``ClusterNode``).
+controller (``ClusterNode``). The same port serves ``headrace cluster``'s
+service (``cluster_admin.py``), with or without ``--cluster``.
 
 gRPC owns the controller's connections, so the connection loop's counters do
 not see them; an interceptor counts its calls as ``controller`` requests.
@@ -26,14 +27,44 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from headrace.cluster.metadata import ClusterModel
 from headrace.controller.auth import TokenIssuer
 from headrace.controller.service import ClusterRoutes, ControllerAuth, ControllerServer
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._loop import ConnectionObserver
+from headrace.server.cluster_admin import ClusterAdminService
 from headrace.server.config import ListenerSpec, ServerConfig
+from headrace.server.controller_proxy import ControllerProxy, LeaderSwitch
 from headrace.server.tls import grpc_server_credentials
 
 __all__ = ["segment_store_for", "start_controller"]
+
+
+class _LeaderChannel:
+    """The gRPC channel to the leader's controller, opened again when the leader moves."""
+
+    def __init__(self, address: Callable[[], tuple[str, int] | None]) -> None:
+        self._address = address
+        self._channel: Any = None
+        self._target: tuple[str, int] | None = None
+        self._old: list[Any] = []
+
+    def __call__(self) -> Any:
+        target = self._address()
+        if target is None:
+            return None
+        if target != self._target:
+            if self._channel is not None:
+                self._old.append(self._channel)  # calls in flight on it finish
+            self._channel = grpc.aio.insecure_channel(f"{target[0]}:{target[1]}")
+            self._target = target
+        return self._channel
+
+    async def aclose(self) -> None:
+        channels = [*self._old, *([] if self._channel is None else [self._channel])]
+        self._old, self._channel, self._target = [], None, None
+        for channel in channels:
+            await channel.close()
 
 
 class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -104,7 +135,16 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         advertise_host = spec.advertise_host
     retention_interval_s = config.retention_interval_s
     settings = ctx.settings
+    auth = _auth(ctx, name)
     observer = settings.observer_for(name) if settings.observer_for else None
+    leader = None
+    model = ctx.controller
+    if ctx.cluster is not None and isinstance(model, ClusterModel):
+        # Metadata has one writer, the leader: a follower forwards every call.
+        channel = _LeaderChannel(ctx.cluster.leader_controller)
+        proxy = ControllerProxy(channel)
+        leading = lambda: model.leading  # noqa: E731
+        leader = (lambda handler: LeaderSwitch(handler, proxy, leading), channel)
     server = await ControllerServer.start(
         ctx.store,
         host=host,
@@ -116,10 +156,20 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         interceptors=[] if observer is None else [_CountCalls(observer)],
         credentials=credentials,
         advertise_host=advertise_host,
-        auth=_auth(ctx, name),
+        auth=auth,
         routes=None
         if ctx.cluster is None
         else ClusterRoutes(ctx.cluster.locate, ctx.cluster.controllers),
+        wrap_handler=None if leader is None else leader[0],
+        handlers=[ClusterAdminService(ctx.cluster, auth).handler],
         jobs=name == "controller",  # the door's first listener runs the periodic jobs
     )
-    return Listener(name, server.port, server.aclose)
+    if leader is None:
+        return Listener(name, server.port, server.aclose)
+    channel = leader[1]
+
+    async def aclose() -> None:
+        await server.aclose()
+        await channel.aclose()
+
+    return Listener(name, server.port, aclose)

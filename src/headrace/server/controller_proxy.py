@@ -20,7 +20,7 @@ import grpc  # type: ignore[import-untyped]
 
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 
-__all__ = ["FORWARDED_METADATA", "ControllerProxy"]
+__all__ = ["FORWARDED_METADATA", "ControllerProxy", "LeaderSwitch"]
 
 FORWARDED_METADATA: Final = frozenset({"authorization"})
 """Request metadata passed on to the target: the caller's credentials. Nothing
@@ -70,3 +70,23 @@ class ControllerProxy:
             return reply
 
         return forward
+
+
+class LeaderSwitch(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """A node's controller in a cluster: its own service while it leads, the
+    proxy to the leader otherwise, decided per call.
+
+    Args:
+        local: the generic handler of this node's controller service.
+        proxy: the ``ControllerProxy`` forwarding to the leader.
+        leading: whether this node leads and has loaded the metadata now.
+    """
+
+    def __init__(self, local: Any, proxy: ControllerProxy, leading: Callable[[], bool]) -> None:
+        self._local = local
+        self._proxy = proxy.handler
+        self._leading = leading
+
+    def service(self, handler_call_details: Any) -> Any:
+        handler = self._local if self._leading() else self._proxy
+        return handler.service(handler_call_details)

@@ -13,6 +13,9 @@ process never share counters). What is counted where:
   held against the server's buffer budget and the reads it paused: read when
   scraped (``_StateCollector``), from the store, the controller model and the
   app's ``MemoryBudget``;
+* reader-group lag: ``GroupLag`` walks the reader groups' state tables (the
+  client's layout, ``client/reader.py``) in the background when scraped, at
+  most every ``GROUP_LAG_MIN_INTERVAL_S``, and reports what the last walk found;
 * garbage-collector pauses by generation: ``GcPauses``, a ``gc.callbacks``
   hook installed while the app runs (``ServerMetrics.watch_gc``), because a
   collection stops every thread of the process and so shows up directly in
@@ -23,11 +26,14 @@ process never share counters). What is counted where:
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import gc
+import json
+import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import (
     CollectorRegistry,
@@ -46,6 +52,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from headrace.controller.model import MAX_SCOPES, MAX_STREAMS
+from headrace.errors import HeadraceError
 from headrace.server._loop import ERROR_REASONS
 from headrace.store.disk import DiskStore
 from headrace.store.disk.log import FileOps
@@ -53,13 +60,18 @@ from headrace.types import AppendResult, WriterAppend
 
 if TYPE_CHECKING:
     from headrace.server.app import ServerApp
+    from headrace.store.api import SegmentStore
 
 __all__ = [
     "CONTENT_TYPE",
     "GC_PAUSE_BUCKETS_S",
+    "GROUP_LAG_MIN_INTERVAL_S",
     "LATENCY_BUCKETS_S",
+    "MAX_GROUP_SEGMENTS",
+    "MAX_LAG_GROUPS",
     "METRIC_DOCS",
     "GcPauses",
+    "GroupLag",
     "ListenerMetrics",
     "MeteredDiskStore",
     "ServerMetrics",
@@ -79,6 +91,23 @@ GC_PAUSE_BUCKETS_S = (
     0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
 """From 50 µs (a young collection) to 1 s (a full collection of a large heap)."""
+
+MAX_LAG_GROUPS: Final = 100
+"""Reader groups ``headrace_reader_group_lag_bytes`` reports (one series each, the
+first by name): the label's values stay bounded whatever clients create."""
+
+MAX_GROUP_SEGMENTS: Final = 1000
+"""Segment entries read from one group's table per walk; a group past it is
+reported with the lag of those only."""
+
+GROUP_LAG_MIN_INTERVAL_S: Final = 2.0
+"""Least time between two walks of the groups' tables: a scrape within it gets
+the last walk's figures, so scraping fast cannot make the server walk fast."""
+
+GROUP_TABLE_SUFFIX: Final = "_hrgroup/0.#epoch.0"
+"""How the table of a reader group's state ends (the client's ``group_table_name``)."""
+
+log = logging.getLogger(__name__)
 
 GC_GENERATIONS = 3
 """CPython's collector has generations 0, 1 and 2 (``gc.get_count()``)."""
@@ -166,6 +195,16 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "Stored events of a TANK topic a reader skipped because they are not bundles "
         "(each time one is skipped); reader: tank, rsio.",
     ),
+    (
+        "headrace_reader_group_lag_bytes",
+        "gauge",
+        "group",
+        "Bytes a reader group (scope/name) has not read yet in the segments it has "
+        "reached, as of the last walk of the groups' tables (at most every "
+        f"{GROUP_LAG_MIN_INTERVAL_S:g} s, started by a scrape); the first "
+        f"{MAX_LAG_GROUPS} groups by name.",
+    ),
+    ("headrace_reader_groups", "gauge", "—", "Reader groups found by the last walk."),
 )
 
 
@@ -261,6 +300,7 @@ class ServerMetrics:
         self.parked_readers = 0
         self.gc_pauses = GcPauses()
         r.register(self.gc_pauses)
+        self.group_lag = GroupLag()
         self._listeners: dict[str, ListenerMetrics] = {}
         self._app: ServerApp | None = None
 
@@ -268,7 +308,9 @@ class ServerMetrics:
         """Report the state of ``app`` (store, controller, listeners) when scraped."""
         if self._app is None:
             self.registry.register(_StateCollector(self, app))
+            self.registry.register(self.group_lag)
         self._app = app
+        self.group_lag.app = app
 
     def watch_gc(self) -> None:
         """Start timing the process's garbage collections (the app calls it at start)."""
@@ -360,6 +402,90 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily(
                 "headrace_cluster_nodes", "Live nodes this node sees.", value=len(member.nodes())
             )
+
+
+class GroupLag(Collector):
+    """``headrace_reader_group_lag_bytes``: per reader group, the bytes between its
+    stored position in each unfinished segment and that segment's length.
+
+    Reading the tables takes the store's (async) calls, which a scrape cannot
+    wait for: a scrape starts a walk in the background when the last one is
+    older than ``GROUP_LAG_MIN_INTERVAL_S`` and reports what the last finished
+    walk found. A group's table is ``S/G_hrgroup/0.#epoch.0``; its
+    ``segment/<name>`` entries hold ``{"offset", "owner", "done"}`` (client/reader.py).
+    """
+
+    def __init__(self) -> None:
+        self.app: ServerApp | None = None
+        self.lag: dict[str, int] = {}
+        self.groups = 0
+        self._walked = -GROUP_LAG_MIN_INTERVAL_S
+        self._task: asyncio.Task[None] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        self._maybe_walk()
+        family = GaugeMetricFamily(
+            "headrace_reader_group_lag_bytes",
+            "Bytes a reader group has not read yet in the segments it has reached.",
+            labels=["group"],
+        )
+        for name, value in sorted(self.lag.items()):
+            family.add_metric([name], value)
+        yield family
+        yield GaugeMetricFamily(
+            "headrace_reader_groups", "Reader groups found by the last walk.", value=self.groups
+        )
+
+    def _maybe_walk(self) -> None:
+        if self.app is None or self.app.store_or_none is None:
+            return
+        if self._task is not None and not self._task.done():
+            return
+        if time.monotonic() - self._walked < GROUP_LAG_MIN_INTERVAL_S:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # scraped outside the server's loop (a test): nothing to start
+        self._walked = time.monotonic()
+        self._task = loop.create_task(self.walk(), name="reader group lag")
+
+    async def walk(self) -> None:
+        """Read every group's table once and replace the figures."""
+        store = self.app.store_or_none if self.app is not None else None
+        if store is None:
+            return
+        try:
+            tables = [n for n in await store.list_segments() if n.endswith(GROUP_TABLE_SUFFIX)]
+        except HeadraceError:
+            return
+        lag: dict[str, int] = {}
+        for table in tables[:MAX_LAG_GROUPS]:
+            group = table.removesuffix(GROUP_TABLE_SUFFIX)
+            try:
+                lag[group] = await _group_lag_bytes(store, table)
+            except (HeadraceError, ValueError, KeyError, TypeError) as exc:
+                log.debug("reader group %s: no lag (%s)", group, exc)
+        self.lag = lag
+        self.groups = len(tables)
+        self._walked = time.monotonic()
+
+
+async def _group_lag_bytes(store: SegmentStore, table: str) -> int:
+    page = await store.iterate_table_entries(table, max_count=MAX_GROUP_SEGMENTS + 2)
+    behind = 0
+    for entry in page.items:
+        if not entry.key.startswith(b"segment/"):
+            continue
+        state = json.loads(entry.value)
+        if state["done"]:
+            continue
+        try:
+            info = await store.info(entry.key.removeprefix(b"segment/").decode())
+        except HeadraceError:
+            continue  # deleted (the stream is gone): nothing left to read
+        behind += max(0, info.length - max(int(state["offset"]), info.start_offset))
+    return behind
 
 
 class GcPauses(Collector):

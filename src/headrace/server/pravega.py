@@ -447,7 +447,9 @@ class PravegaHandler(ConnectionHandler):
                 continue
             owner = self._owner_of(name)
             if not owner.local:
-                self._reply(p.WrongHost(request.request_id_or_default, name, _host_of(owner), ""))
+                host = _host_of(owner)
+                _WRONG_HOSTS.note(name, host)
+                self._reply(p.WrongHost(request.request_id_or_default, name, host, ""))
                 return True
         return False
 
@@ -642,7 +644,9 @@ class PravegaHandler(ConnectionHandler):
         if self._owner_of is not None:
             owner = self._owner_of(ev.segment)
             if not owner.local:  # moved or fenced since the SetupAppend
-                self._reply(p.WrongHost(ev.request_id, ev.segment, _host_of(owner), ""))
+                host = _host_of(owner)
+                _WRONG_HOSTS.note(ev.segment, host)
+                self._reply(p.WrongHost(ev.request_id, ev.segment, host, ""))
                 return
         tail = self._ack_tail
         before = tail.get(key)
@@ -1314,9 +1318,41 @@ def _illegal(e: StoreError, req: p.Command | None, rid: int, seg: str) -> p.Comm
     return p.ErrorMessage(rid, seg, text, p.ErrorMessage.ILLEGAL_ARGUMENT)
 
 
+WRONG_HOST_LOG_INTERVAL_S: Final = 10.0
+"""At most one log line per this many seconds for the ``WrongHost`` answers: a
+client that keeps asking the wrong node must not flood the log."""
+
+
+class _WrongHostLog:
+    """Logs ``WrongHost`` answers, the first at once, then one line per interval
+    with how many were answered since."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+        self._since = 0
+
+    def note(self, name: str, host: str) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._since += 1
+            return
+        log.info(
+            "segment store: WrongHost for %s (owner %s)%s",
+            name,
+            host or "none now",
+            f", and {self._since} more since the last line" if self._since else "",
+        )
+        self._next = now + WRONG_HOST_LOG_INTERVAL_S
+        self._since = 0
+
+
+_WRONG_HOSTS: Final = _WrongHostLog()
+
+
 def _wrong_host_reply(e: OwnerUnavailable, req: p.Command | None, rid: int, seg: str) -> p.Command:
     # Java's answer when the segment's container is not on this host: the
     # client asks the controller again and retries (pravega.md#errors).
+    _WRONG_HOSTS.note(seg, "")
     return p.WrongHost(rid, seg, "", "")
 
 
@@ -1408,7 +1444,7 @@ async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Lis
     doors = ctx.door_auth
     name = ctx.listener_name("segment_store")
     return await serve_segment_store(
-        ctx.store,
+        ctx.own_store,
         host,
         port,
         settings=ctx.settings,

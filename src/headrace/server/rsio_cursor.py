@@ -265,7 +265,9 @@ class StreamCursor:
         controller = self._app.controller
         query = self._query
         if not controller.stream_exists(self.scope, self.stream):
-            raise ValueError(f"no such stream {self.name}")
+            await controller.refresh()  # a cluster follower's view may lag
+            if not controller.stream_exists(self.scope, self.stream):
+                raise ValueError(f"no such stream {self.name}")
         for what, cut in (("from", query.start), ("until", query.until)):
             if isinstance(cut, dict) and not controller.is_stream_cut_valid(
                 self.scope, self.stream, cut

@@ -110,6 +110,10 @@ not read holds at most this (plus one bundle) however many consumes it
 pipelines. Eight times the usual fetch (4 MiB) keeps a pipelining consumer
 busy; a larger fetch is answered in steps of at most this."""
 
+CLUSTER_START_RETRY_S: Final = 0.5
+"""Wait between attempts at creating the TANK scope and reading its seq-num
+table when the cluster cannot answer yet (no leader, its owner moving)."""
+
 MIN_CONSUME_ROOM_BYTES: Final = 1024 * 1024
 """Least room a consume response gets when the server's budget of buffered
 bytes (``--max-total-buffered-bytes``) is nearly spent: many consumers then
@@ -750,10 +754,39 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
     scope = ctx.config.tank_scope
     if not is_valid_name(scope):
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
+    name = ctx.listener_name("tank")
+    shared = ctx.door_state.get("tank")
+    if isinstance(shared, TankBroker):
+        # Another listener of the door started the broker: one set of partitions
+        # and sequence numbers, whichever listener a client came in on.
+        return await _listen(ctx, shared, name, host, port)
     broker = TankBroker(ctx.store, ctx.controller, scope)
     broker.skipped = ctx.metrics.skipped_events.labels("tank").inc
-    await broker.start()
-    name = ctx.listener_name("tank")
+    ctx.door_state["tank"] = broker
+    starting: asyncio.Task[None] | None = None
+    if ctx.cluster is None:
+        await broker.start()
+    else:
+        # The scope and the seq-num table are reachable once this node joined
+        # and a leader serves the metadata, after every door is bound.
+        starting = asyncio.create_task(_start_in_cluster(broker), name="tank broker start")
+    listener = await _listen(ctx, broker, name, host, port)
+    if starting is None:
+        return listener
+
+    async def aclose() -> None:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await listener.aclose()
+
+    return Listener(listener.name, listener.port, aclose)
+
+
+async def _listen(
+    ctx: ListenerContext, broker: TankBroker, name: str, host: str, port: int
+) -> Listener:
+    """One TANK listener in front of ``broker``."""
     return await start_tcp_listener(
         name,
         host,
@@ -763,3 +796,18 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
         first_request_timeout_s=ctx.config.tank_first_request_timeout_s,
         ssl_context=ctx.ssl_context(),
     )
+
+
+async def _start_in_cluster(broker: TankBroker) -> None:
+    """``broker.start`` retried until the cluster answers (its first failure logged)."""
+    failure = ""
+    while True:
+        try:
+            await broker.start()
+        except (OwnerUnavailable, ControllerError) as exc:
+            if str(exc) != failure:
+                log.info("tank: waiting for the cluster to create scope %s: %s", broker.scope, exc)
+                failure = str(exc)
+            await asyncio.sleep(CLUSTER_START_RETRY_S)
+        else:
+            return
