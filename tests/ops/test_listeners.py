@@ -104,24 +104,37 @@ def _pylogbeat_tls(port: int, ca: Path, events: list[dict[str, Any]]) -> dict[st
 
 
 async def test_tank_plain_and_lumberjack_tls_on_one_server(start_serve: Any, pki: Pki) -> None:
-    tank, lumberjack, http = free_port(), free_port(), free_port()
+    tank, tank_tls, lumberjack, http = free_port(), free_port(), free_port(), free_port()
     serve = start_serve(
         *listener_args(),
         *tls_args(pki),
         "--listener",
         f"tank=plain://127.0.0.1:{tank}",
         "--listener",
+        f"tank=tls://127.0.0.1:{tank_tls}",
+        "--listener",
         f"lumberjack=tls://127.0.0.1:{lumberjack}",
         "--listener",
         f"http=plain://127.0.0.1:{http}",
     )
-    assert serve.ports == {"tank": tank, "lumberjack": lumberjack, "http": http}
+    assert serve.ports == {"tank": tank, "tank_2": tank_tls, "lumberjack": lumberjack, "http": http}
 
     async with await TankClient.connect("127.0.0.1", tank) as client:  # no TLS
         await client.create_topic("plain", 1)
         await client.produce("plain", 0, [BundleMessage(b"m1", 1_700_000_000_000, b"k")])
         consumed = await client.consume("plain", 0, 0)
     assert [m.content for m in consumed.messages] == [b"m1"]
+    # The TLS listener of the same door is the same broker: one partition, one
+    # sequence, whichever listener a message came in on.
+    tls = TlsOptions(ca_file=pki.ca).ssl_context()
+    async with await TankClient.connect("localhost", tank_tls, ssl_context=tls) as client:
+        await client.produce("plain", 0, [BundleMessage(b"m2", 1_700_000_000_001, b"k")])
+        over_tls = await client.consume("plain", 0, 0)
+    async with await TankClient.connect("127.0.0.1", tank) as client:
+        consumed = await client.consume("plain", 0, 0)
+    for result in (over_tls, consumed):
+        assert [m.content for m in result.messages] == [b"m1", b"m2"]
+        assert [m.seq_num for m in result.messages] == [1, 2]
 
     events = [{"message": f"line {i}", "host": "web-1"} for i in range(5)]
     assert _pylogbeat_tls(lumberjack, pki.ca, events) == {"last_ack": 5}
