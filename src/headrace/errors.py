@@ -287,6 +287,8 @@ class ServerError(ClientError):
     def __init__(self, code: object, message: str = "") -> None:
         super().__init__(f"server replied {code}: {message}" if message else f"server: {code}")
         self.code = code
+        self.detail = message
+        """The server's own words (without the code), for a message to a person."""
 
 
 # --------------------------------------------------------------------------- controller

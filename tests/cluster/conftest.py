@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 
 from headrace.cluster.layout import NodeInfo
 from headrace.cluster.member import ClusterEvent, ClusterMember, OwnershipChanged
+from headrace.store.disk.layout import SegmentMapping
 from tests._zookeeper import ZooKeeper, zookeeper, zookeeper_installed
 
 __all__ = ["Cluster", "RecordingHooks", "expire_session", "zookeeper"]
@@ -64,13 +65,20 @@ class Cluster:
         self.violations: list[str] = []
         self._changed = asyncio.Event()
 
-    async def add(self, node_id: str, *, container_count: int | None = None) -> ClusterMember:
+    async def add(
+        self,
+        node_id: str,
+        *,
+        container_count: int | None = None,
+        segment_mapping: SegmentMapping | None = None,
+    ) -> ClusterMember:
         hooks = RecordingHooks()
         member = ClusterMember(
             self.url,
             NodeInfo(node_id, "127.0.0.1", {"controller": 9090, "segment_store": 12345}),
             container_count=container_count,
             hooks=hooks,
+            segment_mapping=segment_mapping,
             session_timeout_s=SESSION_TIMEOUT_S,
             start_timeout_s=WAIT_S,
         )

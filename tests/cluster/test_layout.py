@@ -26,6 +26,7 @@ from headrace.cluster.layout import (
     parse_cluster_url,
 )
 from headrace.errors import ConfigError
+from headrace.store.disk.layout import SegmentMapping
 
 
 @pytest.mark.parametrize(
@@ -158,3 +159,17 @@ def test_a_cluster_record_outside_the_limits_is_refused() -> None:
         ).encode()
         with pytest.raises(BadRecord, match="containers"):
             decode_cluster(data)
+
+
+def test_the_cluster_record_says_its_segment_mapping() -> None:
+    """New clusters group (``"mapping":"grouped"``); a record written before the
+    mapping was recorded has none and means the plain hash."""
+    assert ClusterRecord(16).mapping is SegmentMapping.GROUPED
+    assert json.loads(encode(ClusterRecord(16)))["mapping"] == "grouped"
+    hashed = ClusterRecord(16, mapping=SegmentMapping.HASH)
+    assert decode_cluster(encode(hashed)) == hashed
+    old = {"v": 1, "containers": 16, "replication_factor": 1, "min_in_sync": 1}
+    assert decode_cluster(json.dumps(old).encode()).mapping is SegmentMapping.HASH
+    for bad in ("crc32", 1, None):
+        with pytest.raises(BadRecord, match="mapping"):
+            decode_cluster(json.dumps({**old, "mapping": bad}).encode())

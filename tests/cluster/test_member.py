@@ -16,7 +16,7 @@ from typing import Final
 import pytest
 
 from headrace.cluster._zk import ZkSession
-from headrace.cluster.errors import NodeIdInUse, ZooKeeperUnavailable
+from headrace.cluster.errors import ClusterError, NodeIdInUse, ZooKeeperUnavailable
 from headrace.cluster.layout import (
     ContainerRecord,
     ContainerState,
@@ -27,7 +27,7 @@ from headrace.cluster.layout import (
     parse_cluster_url,
 )
 from headrace.cluster.member import ClusterMember, OwnershipChanged
-from headrace.store.disk.layout import container_of
+from headrace.store.disk.layout import SegmentMapping, container_of
 from tests._server import free_port, server_env
 from tests._zookeeper import ZooKeeper
 from tests.cluster.conftest import SESSION_TIMEOUT_S, WAIT_S, Cluster, expire_session
@@ -204,6 +204,29 @@ async def test_session_expiry_fences_then_reclaims_at_a_new_epoch(
     assert set(b.nodes()) == {"a", "b"}
 
 
+async def test_a_member_owns_nothing_while_its_proof_of_life_is_older_than_the_lease(
+    cluster: Cluster,
+) -> None:
+    """What a process resumed after a pause sees before kazoo's thread noticed
+    anything: the connection still looks up, but the last proof that the
+    session lives is older than the lease, so the session may be gone. It
+    serves nothing until a heartbeat renews the proof; the paused process
+    itself is in ``test_faults.py``."""
+    a = await cluster.add("a", container_count=2)
+    await cluster.until(lambda: cluster.settled(2))
+    zk = a._zk
+    assert zk is not None and zk.live and a.owned() == {0, 1}
+    assert 0 < zk._lease_s < SESSION_TIMEOUT_S  # a part of the negotiated timeout
+    zk._proof -= zk._lease_s  # as if the process had stood still for a lease
+    assert zk.connected and not zk.live
+    assert not a.owns(0) and a.owned() == frozenset()
+    deadline = time.monotonic() + WAIT_S
+    while not a.owns(0):  # the next heartbeat renews it
+        assert time.monotonic() < deadline, "the lease was not renewed"
+        await asyncio.sleep(0.05)
+    assert a.owned() == {0, 1}
+
+
 async def test_zookeeper_restart_keeps_members_and_their_containers(
     own_cluster: tuple[Cluster, ZooKeeper],
 ) -> None:
@@ -251,10 +274,51 @@ async def test_concurrent_members_never_own_a_container_at_the_same_epoch(
     assert len(cluster.confirmed) >= 8 + 6  # every first claim, and moves on top
 
 
-async def test_container_of_is_the_disk_stores_hash(cluster: Cluster) -> None:
+async def test_container_of_is_the_disk_stores_function(cluster: Cluster) -> None:
     member = await cluster.add("a", container_count=7)
-    for name in ("scope/stream/0.#epoch.0", "_system/_tables/x", "tank/t/3", "ü/∂"):
-        assert member.container_of(name) == container_of(name, 7)
+    assert member.cluster.mapping is SegmentMapping.GROUPED
+    names = (
+        "scope/stream/0.#epoch.0",
+        "scope/stream/0.#epoch.0#transaction.00000001000000000000000000000002",
+        "_system/controller/streams",
+        "_system/_tables/x",
+        "tank/t/3",
+        "ü/∂",
+    )
+    for name in names:
+        assert member.container_of(name) == container_of(name, 7, SegmentMapping.GROUPED)
+
+
+async def test_a_node_whose_data_dir_maps_otherwise_is_refused(cluster: Cluster) -> None:
+    """A data dir of the plain hash cannot serve a grouped cluster's containers
+    (its transaction segments are elsewhere): the node refuses to join, in one line."""
+    await cluster.add("a")
+    stray = ClusterMember(
+        cluster.url,
+        NodeInfo("b", "127.0.0.1"),
+        segment_mapping=SegmentMapping.HASH,
+        start_timeout_s=WAIT_S,
+    )
+    with pytest.raises(ClusterError, match="'grouped' mapping and this node's data dir by 'hash'"):
+        await stray.start()
+    assert "b" not in cluster.members["a"].nodes()
+
+
+async def test_a_cluster_takes_its_first_nodes_mapping(cluster_url: str) -> None:
+    """A data dir of the plain hash creating a cluster makes a hash cluster,
+    which it and other hash nodes join; grouped nodes do not."""
+    group = Cluster(cluster_url)
+    try:
+        a = await group.add("a", segment_mapping=SegmentMapping.HASH)
+        assert a.cluster.mapping is SegmentMapping.HASH
+        assert a.container_of("_system/controller/streams") == container_of(
+            "_system/controller/streams", a.container_count, SegmentMapping.HASH
+        )
+        await group.add("b", segment_mapping=SegmentMapping.HASH)
+        with pytest.raises(ClusterError, match="'hash' mapping"):
+            await group.add("c", segment_mapping=SegmentMapping.GROUPED)
+    finally:
+        await group.aclose()
 
 
 async def test_a_joiner_keeps_the_clusters_container_count(cluster: Cluster) -> None:

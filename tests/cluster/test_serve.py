@@ -12,7 +12,9 @@ Every wait is bounded; polls of ``/health`` stop at a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -26,9 +28,18 @@ from headrace.client.controller import ControllerClient
 from headrace.client.pravega import PravegaClient
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega import controller_pb2 as pb
-from headrace.protocols.pravega.controller import Segment
-from headrace.store.disk.layout import container_of
-from tests._server import FREE, POLL_INTERVAL_S, ServerProcess
+from headrace.protocols.pravega.controller import ScalingPolicy, Segment, StreamConfig
+from headrace.store.disk import DiskStore
+from headrace.store.disk.layout import SegmentMapping, container_of
+from tests._server import (
+    FREE,
+    LISTENER_NAMES,
+    POLL_INTERVAL_S,
+    ServerProcess,
+    free_port,
+    serve_command,
+    server_env,
+)
 from tests._zookeeper import ZooKeeper
 from tests.server.test_pravega_server import Raw
 
@@ -185,6 +196,87 @@ async def test_our_client_reaches_each_segment_at_its_owner(
             assert not stat.exists  # answered by its owner, not WrongHost
     finally:
         await client.aclose()
+
+
+TXN_ATTEMPTS: Final = 16
+"""Transactions tried until one whose segment the plain hash would have put in
+a container of another node (each does with probability about 2/3)."""
+
+
+async def test_a_transaction_commits_on_its_parents_owner(
+    serve_cluster: dict[str, ServerProcess],
+) -> None:
+    """A transaction segment lives in its parent's container (the grouped
+    mapping), so the node owning the parent takes the transaction's appends and
+    merges it locally on commit, even for transactions whose segment the plain
+    hash would have put on another node."""
+    nodes = serve_cluster
+    owner_of = owners(nodes)
+    parent = Segment("sc", "tx", 0)
+    owner = owner_of[container_of(parent.name, CONTAINERS, SegmentMapping.GROUPED)]
+    events: list[bytes] = []
+    elsewhere = 0
+    async with asyncio.timeout(WAIT_S), PravegaClient(nodes[owner].uri) as client:
+        # The controller of the parent's owner: each node's controller still
+        # keeps its streams in its own store (docs/cluster.md#serving).
+        await client.controller.create_scope("sc")
+        await client.controller.create_stream("sc", "tx", StreamConfig(ScalingPolicy.fixed(1)))
+        for attempt in range(TXN_ATTEMPTS):
+            txn = await client.begin_transaction("sc", "tx")
+            name = txn.txn_id.segment_name(parent)
+            assert container_of(name, CONTAINERS) == container_of(parent.name, CONTAINERS)
+            batch = [f"t{attempt}-{i}".encode() for i in range(20)]
+            for event in batch:
+                await txn.write(event)
+            await txn.commit()
+            events += batch
+            if owner_of[container_of(name, CONTAINERS, SegmentMapping.HASH)] != owner:
+                elsewhere += 1
+                if elsewhere == 2:
+                    break
+        assert elsewhere == 2, "no transaction segment hashed to another node"
+        async with client.record_reader("sc", "tx") as reader:
+            values = [r.value async for r in reader]
+    assert values == events
+
+
+async def test_a_data_dir_of_another_mapping_refuses_to_join_in_one_line(
+    shared_zookeeper: ZooKeeper, tmp_path: Path
+) -> None:
+    """A data dir written before the mapping was recorded (the plain hash) holds
+    transaction segments where a grouped cluster does not look: its node stops
+    at start with one line, and the cluster goes on without it."""
+    url = shared_zookeeper.url(f"/mapping-{uuid.uuid4().hex[:12]}")
+    first = start_node(url, tmp_path / "n1", "n1")
+    try:
+        wait_for_view(first, lambda v: v["owned"] == list(range(CONTAINERS)))
+        old = tmp_path / "old"
+        store = await DiskStore.open(
+            old, container_count=CONTAINERS, segment_mapping=SegmentMapping.HASH
+        )
+        await store.close()
+        result = await asyncio.to_thread(
+            subprocess.run,
+            serve_command(
+                old,
+                f"--cluster={url}",
+                "--node-id=n2",
+                "--advertise-host=127.0.0.1",
+                *(f"--{name.replace('_', '-')}-port=0" for name in LISTENER_NAMES),
+                f"--segment-store-port={free_port()}",  # the last one wins
+            ),
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            env=server_env(),
+        )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+        assert "'grouped' mapping and this node's data dir by 'hash'" in line
+        assert health(first)["cluster"]["nodes"] == ["n1"]
+    finally:
+        first.stop()
 
 
 async def test_a_node_without_zookeeper_serves_nothing_until_it_reclaims(

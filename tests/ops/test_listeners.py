@@ -16,6 +16,7 @@ Real ``headrace serve`` processes and real clients:
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -344,3 +345,29 @@ def test_the_forms_of_a_listener() -> None:
         ("rsio", "10.0.0.5", 7070),
         ("rsio_2", "127.0.0.1", 7071),
     ]
+
+
+@pytest.mark.parametrize("door", ["controller", "tank"])
+def test_a_taken_listener_port_names_its_listener_flag(tmp_path: Path, door: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                *serve_command(tmp_path / "data", *listener_args()),
+                "--listener",
+                f"{door}=plain://127.0.0.1:{free_port()}",
+                "--listener",
+                f"{door}=plain://127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+            env=run_env(None),
+        )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert f"the {door}_2 listener cannot listen on 127.0.0.1:{port}" in line
+    assert "address already in use" in line and f"--listener {door}=..." in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -84,3 +85,41 @@ def test_the_stream_option_wins_over_the_stream_column() -> None:
     assert by_column.stream_of("d", "t") == "t/d"
     with pytest.raises(ValueError, match="'stream'"):
         by_column.stream_of(None)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("startingOffset", "did you mean 'startingOffsets'"),
+        ("maxEventPerTrigger", "did you mean 'maxEventsPerTrigger'"),
+        ("failondataloss_", "did you mean 'failOnDataLoss'"),
+        ("compression", "unknown option 'compression': see docs/spark.md"),
+        ("kafka.bootstrap.servers", "option 'controller'"),
+        ("subscribe", "'stream' or 'streams'"),
+        ("endingTimestamp", "not supported: end a batch read with 'endingOffsets'"),
+        ("maxRecordsPerPartition", "'minPartitions'"),
+    ],
+)
+def test_an_option_no_reader_takes_is_refused_with_what_to_use(given: str, says: str) -> None:
+    """A typo or a Kafka-only option fails at planning instead of being ignored."""
+    options = {"controller": "tcp://h:1", "stream": "a/b", given: "1"}
+    with pytest.raises(OptionError, match=re.escape(says)):
+        read_options(options, streaming=True)
+
+
+def test_an_option_no_writer_takes_is_refused() -> None:
+    with pytest.raises(OptionError, match=re.escape("did you mean 'transactionTimeoutMs'")):
+        write_options({"controller": "h:1", "stream": "a/b", "transactionTimeout": "5000"})
+    with pytest.raises(OptionError, match="Kafka's"):
+        write_options({"controller": "h:1", "stream": "a/b", "topic": "t"})
+    with pytest.raises(OptionError, match=re.escape("unknown option 'startingOffsets'")):
+        write_options({"controller": "h:1", "stream": "a/b", "startingOffsets": "earliest"})
+
+
+def test_what_spark_passes_along_is_accepted() -> None:
+    """``load(path)`` and a streaming query's checkpoint reach the source as options."""
+    read_options(
+        {"controller": "h:1", "stream": "a/b", "path": "x", "checkpointLocation": "/c"},
+        streaming=True,
+    )
+    write_options({"controller": "h:1", "stream": "a/b", "checkpointLocation": "/c"})

@@ -56,7 +56,12 @@ from headrace.store.disk.format import (
     encode_wal_header,
     scan_frames,
 )
-from headrace.store.disk.layout import ContainerPaths, container_of, manifest_path
+from headrace.store.disk.layout import (
+    ContainerPaths,
+    SegmentMapping,
+    container_of,
+    manifest_path,
+)
 from headrace.store.disk.log import scan_wal
 from headrace.store.disk.segment import Segment
 from headrace.store.disk.verify import verify_data_dir
@@ -616,7 +621,12 @@ async def test_an_older_data_dir_opens_and_is_marked_with_this_version(
     """Versions 1 (no APPEND_REF) and 2 (no synced mark) are opened as they are,
     and the manifest then says this version, so older releases refuse the dir."""
     root = tmp_path / "data"
-    store = await DiskStore.open(root, container_count=1, ref_append_bytes=MAX_APPEND_BYTES)
+    store = await DiskStore.open(
+        root,
+        container_count=1,
+        ref_append_bytes=MAX_APPEND_BYTES,
+        segment_mapping=SegmentMapping.HASH,  # older versions knew no other
+    )
     try:  # with references off: what a version 1 store wrote
         await store.create_segment(SEGMENT)
         await store.append(SEGMENT, _payload(1, LARGE))
@@ -652,7 +662,8 @@ async def test_an_older_data_dir_opens_and_is_marked_with_this_version(
 
 async def test_an_unknown_format_version_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "data"
-    await (await DiskStore.open(root, container_count=1)).close()
+    mapping = SegmentMapping.HASH  # the 28-byte manifest
+    await (await DiskStore.open(root, container_count=1, segment_mapping=mapping)).close()
     _rewrite_version(manifest_path(root), 8, MANIFEST.size - 4, FORMAT_VERSION + 1)
     with pytest.raises(CorruptionError, match=f"unsupported format version {FORMAT_VERSION + 1}"):
         await DiskStore.open(root)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from headrace.client.tank import ConsumeResult, TankClient
+from headrace.errors import ServerError
 from headrace.protocols.tank import (
     SEQ_NUM_TAIL,
     BundleMessage,
@@ -221,6 +222,11 @@ async def test_unknown_topic_and_partition(client: TankClient) -> None:
     assert await client.produce_bundle("two", 2, bundle) is ProduceError.UNKNOWN_PARTITION
     assert await client.produce_bundle("two", 1, bundle) is ProduceError.OK
     assert await client.discover_partitions("no-such-topic") is None
+    with pytest.raises(ServerError, match="unknown topic") as refused:
+        await client.produce("no-such-topic", 0, [message(1, keyed=False)])
+    assert refused.value.code is ProduceError.UNKNOWN_TOPIC
+    with pytest.raises(ServerError, match="unknown partition"):
+        await client.produce("two", 2, [message(1, keyed=False)])
 
 
 async def test_explicit_and_sparse_seq_nums(client: TankClient) -> None:

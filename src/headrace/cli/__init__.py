@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 
 import click
 
@@ -32,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kv": ("headrace.cli.kv", "kv"),
     "bench": ("headrace.cli.bench", "bench"),
     "context": ("headrace.cli.context", "context"),
+    "cert": ("headrace.cli.cert", "cert"),
 }
 """Command name -> (module, attribute) of its click command."""
 
@@ -47,6 +49,11 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attribute = target
+        if cmd_name != "serve":
+            # gRPC's C core logs every failed TLS handshake or connect attempt to
+            # stderr on its own; a client command says what went wrong in one
+            # line instead (set GRPC_VERBOSITY to see them). Before grpc loads.
+            os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command), (module, attribute)
         _show_envvars(command)

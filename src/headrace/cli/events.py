@@ -319,14 +319,16 @@ def _parse_from(value: str) -> dict[Segment, int] | str:
     start: dict[Segment, int] = {}
     for part in value.split(","):
         name, sep, offset = part.rpartition(":")
-        if not sep or not offset.isdigit():
-            raise click.BadParameter(
-                "use head, tail, or SEGMENT:OFFSET[,SEGMENT:OFFSET...]", param_hint="--from"
-            )
         try:
+            if not sep:
+                raise ValueError("no :OFFSET")
             start[Segment.parse(name)] = int(offset)
         except ValueError as exc:
-            raise click.BadParameter(f"not a segment name: {name!r}", param_hint="--from") from exc
+            raise click.BadParameter(
+                f"{part!r}: use head, tail, or SEGMENT:OFFSET[,SEGMENT:OFFSET...] "
+                "(e.g. sc/st/0.#epoch.0:1024)",
+                param_hint="--from",
+            ) from exc
     return start
 
 
@@ -507,6 +509,8 @@ def read(
     if until not in ("now", "never"):
         try:
             limit = int(until)
+            if limit < 0:
+                raise ValueError(until)
         except ValueError as exc:
             raise click.BadParameter("now, never, or a number", param_hint="--until") from exc
         follow = True

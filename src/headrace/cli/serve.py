@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import tomllib
 from pathlib import Path
@@ -139,6 +140,7 @@ def serve(**values: Any) -> None:
         config = build_config(values)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+    _check_data_dir(config.data_dir)
     from headrace.cli._logging import configure_logging
 
     configure_logging(logging.getLogger().level, config.log_format, access=True)
@@ -146,6 +148,31 @@ def serve(**values: Any) -> None:
         asyncio.run(_run(config))
     except HeadraceError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _check_data_dir(path: Path) -> None:
+    """Refuse, in one line, a data dir that cannot be created or written.
+
+    Only looks (the store creates the directory, with its own modes): the
+    directory itself if it exists, else its nearest existing parent.
+
+    Raises:
+        click.ClickException: not a directory, or no write access.
+    """
+    fix = "choose another --data-dir (or HEADRACE_DATA_DIR)"
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise click.ClickException(
+            f"cannot create the data dir {path}: {existing} is not a directory; {fix}"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "write to the data dir" if existing == path.absolute() else "create the data dir"
+        raise click.ClickException(
+            f"cannot {what} {path}: no write permission on {existing}; {fix}, "
+            "or give this user write access to it"
+        )
 
 
 serve.params.extend(_click_option(option) for option in OPTIONS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -71,6 +72,41 @@ def _mean_ms(values: dict[tuple[str, tuple[tuple[str, str], ...]], float], name:
     return f"{count:.0f} (mean {1000 * total / count:.2f} ms)" if count else "0"
 
 
+_POINT = "point --http-port (or HEADRACE_HTTP_PORT) at the server's HTTP port (default 9100)"
+
+
+class _Unreachable(click.ClickException):
+    """The server's HTTP port could not be read: one ``Error:`` line, exit status 2."""
+
+    exit_code = 2
+
+
+def _why(host: str, port: int, context: ssl.SSLContext | None, exc: Exception) -> str:
+    """Why ``host:port`` could not be read, and the fix, in one line."""
+    import asyncio
+
+    from ._probe import speaks_tls
+
+    where = f"{host}:{port}"
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return (
+            f"the certificate of {where} is not trusted ({reason.verify_message}): "
+            "pass --ca with the CA that signed it"
+        )
+    if isinstance(reason, ConnectionRefusedError | TimeoutError | socket.gaierror):
+        text = reason.strerror or str(reason)
+        return (
+            f"cannot reach {where} ({text}): is headrace serve running? Check --host, and {_POINT}"
+        )
+    tls = asyncio.run(speaks_tls(host, port))
+    if context is None and tls:
+        return f"{where} speaks TLS (the server has --tls-cert): use --https, and --ca FILE"
+    if context is not None and not tls:
+        return f"{where} does not speak TLS: leave out --https and the TLS flags"
+    return f"{where} does not answer as an HTTP port: {_POINT}"
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", envvar="HEADRACE_HOST", show_default=True)
 @click.option(
@@ -99,12 +135,15 @@ def status(host: str, http_port: int, https: bool) -> None:
         health_status, health_body = _get(f"{base}/health", context)
         _, metrics_body = _get(f"{base}/metrics", context)
     except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
-        hint = ""
-        if context is None and isinstance(exc, http.client.RemoteDisconnected):
-            hint = " (if the server has --tls-cert, use --https and --ca FILE)"
-        click.echo(f"headrace status: cannot reach {base}: {exc}{hint}", err=True)
-        raise SystemExit(2) from exc
-    report = json.loads(health_body)
+        raise _Unreachable(_why(host, http_port, context, exc)) from exc
+    try:
+        report = json.loads(health_body)
+        if not isinstance(report, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise _Unreachable(
+            f"{host}:{http_port} answers HTTP but not as headrace's /health: {_POINT}"
+        ) from exc
     values = _samples(metrics_body.decode())
     click.echo(f"server {base}: {report.get('status', '?')}")
     if report.get("store", "ok") != "ok":

@@ -34,10 +34,15 @@ def stream() -> None:
 @stream.command()
 @controller_option
 @click.argument("name", metavar="SCOPE/STREAM")
-@click.option("--segments", default=1, show_default=True, help="Number of segments.")
+@click.option(
+    "--segments", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Number of segments.",
+)  # fmt: skip
 @click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
-@click.option("--retention-bytes", type=int, help="Keep about this many bytes.")
-@click.option("--retention-ms", type=int, help="Keep about this many milliseconds.")
+@click.option("--retention-bytes", type=click.IntRange(min=1), help="Keep about this many bytes.")
+@click.option(
+    "--retention-ms", type=click.IntRange(min=1), help="Keep about this many milliseconds."
+)
 def create(
     controller: str,
     name: str,
@@ -48,6 +53,11 @@ def create(
 ) -> None:
     """Create SCOPE/STREAM (and its scope if needed)."""
     scope, st = split_stream(name)
+    if retention_bytes is not None and retention_ms is not None:
+        raise click.UsageError(
+            "--retention-bytes and --retention-ms cannot go together: a stream keeps "
+            "data by size or by time; choose one"
+        )
     retention = RetentionPolicy()
     if retention_bytes is not None:
         retention = RetentionPolicy(RetentionType.SIZE, retention_bytes)
@@ -104,6 +114,10 @@ def list_(controller: str, scope: str | None, names: bool, as_json: bool) -> Non
 
     async def go() -> list[_Usage] | list[str]:
         async with pravega_client(controller) as client:
+            if scope is not None and not await client.controller.scope_exists(scope):
+                raise click.ClickException(
+                    f"no scope {scope} (see the scopes with: headrace scope list)"
+                )
             scopes = [scope] if scope else [s async for s in client.controller.list_scopes()]
             found = [(sc, st) for sc in scopes async for st in client.controller.list_streams(sc)]
             if names:

@@ -74,6 +74,7 @@ __all__ = [
     "MAX_POOLED_FRAME_BYTES",
     "READ_TIMEOUT_S",
     "REQUEST_TIMEOUT_S",
+    "RETRY_NOTICE_DELAY_S",
     "ConnectionPool",
     "ReadHeaderCallback",
     "RetryPolicy",
@@ -196,6 +197,14 @@ class RetryPolicy:
 
 DEFAULT_RETRY = RetryPolicy()
 """About 20 attempts over roughly 20 s: covers a server restart."""
+
+RETRY_NOTICE_DELAY_S = 0.5
+"""A retry that waits this long or longer is logged (``headrace.client.retry``,
+a warning): short blips stay quiet, a server away for longer is reported
+while the client keeps trying, instead of a silent wait."""
+
+retry_log = logging.getLogger("headrace.client.retry")
+"""Where retries that take a while are reported (the CLI shows them)."""
 
 
 class WriterListener(Protocol):
@@ -722,4 +731,11 @@ async def connect_with_retry(
             if delay is None:
                 raise
             log.info("connecting to %s:%d failed (%s); retrying in %.2fs", *endpoint, exc, delay)
+            if delay >= RETRY_NOTICE_DELAY_S:
+                retry_log.warning(
+                    "segment store %s:%d unreachable (%s); retrying in %.1f s",
+                    *endpoint,
+                    exc,
+                    delay,
+                )
             await asyncio.sleep(delay)

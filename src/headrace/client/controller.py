@@ -10,8 +10,11 @@ with our controller) and are importable from here too.
 
 gRPC failures are translated in one place (:func:`_rpc`): ``UNAVAILABLE``
 becomes :class:`~headrace.errors.ConnectionLost`, ``DEADLINE_EXCEEDED``
-:class:`~headrace.errors.RequestTimeout`, anything else
-:class:`~headrace.errors.ServerError`. Status enums other than success become
+:class:`~headrace.errors.RequestTimeout`, ``NOT_FOUND`` for a call about a
+stream :class:`~headrace.client.errors.StreamNotFoundError` (its scope and
+stream as data), anything else :class:`~headrace.errors.ServerError`. A retry
+that waits ``RETRY_NOTICE_DELAY_S`` or more is logged as a warning on
+``headrace.client.retry``. Status enums other than success become
 :class:`~headrace.errors.ControllerError` unless the method's
 docstring says it returns ``False`` for them (the ``StreamManager`` results
 of the Python binding: "already exists" and "not found" are answers, not
@@ -51,7 +54,8 @@ from headrace.protocols.pravega.controller import (
     txn_id_to_proto,
 )
 
-from ._conn import DEFAULT_RETRY, RetryPolicy
+from ._conn import DEFAULT_RETRY, RETRY_NOTICE_DELAY_S, RetryPolicy, retry_log
+from .errors import StreamNotFoundError
 from .tls import TLS_SCHEMES, TlsOptions, uri_wants_tls
 
 __all__ = [
@@ -106,6 +110,17 @@ def _refused(what: str, status: str) -> ControllerError:
     return ControllerError(f"{what}: {status}", status=status)
 
 
+def _stream_of(request: Message) -> tuple[str, str] | None:
+    """The ``(scope, stream)`` a request is about (a ``StreamInfo``, or a
+    message holding one as ``streamInfo``); None for other requests."""
+    fields = request.DESCRIPTOR.fields_by_name
+    if "streamInfo" in fields:
+        return _stream_of(getattr(request, "streamInfo"))  # noqa: B009 (proto field)
+    if "scope" in fields and "stream" in fields:
+        return str(getattr(request, "scope")), str(getattr(request, "stream"))  # noqa: B009
+    return None
+
+
 def parse_controller_uri(uri: str) -> str:
     """``tcp://host:port`` (or ``host:port``, or a TLS scheme such as
     ``tls://host:port``) -> the grpc target ``host:port``.
@@ -119,9 +134,14 @@ def parse_controller_uri(uri: str) -> str:
             f"controller URI scheme {parsed.scheme!r} is not supported "
             f"(tcp, or for TLS one of {', '.join(sorted(TLS_SCHEMES))})"
         )
-    if parsed.hostname is None or parsed.port is None:
-        raise ValueError(f"controller URI {uri!r} needs a host and a port")
-    return f"{parsed.hostname}:{parsed.port}"
+    try:
+        port = parsed.port
+    except ValueError:  # not a number, or out of range
+        port = None
+    if not parsed.hostname or port is None:
+        raise ValueError(f"controller URI {uri!r} needs a host and a port (1-65535)")
+    host = parsed.hostname
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ControllerClient:
@@ -200,21 +220,40 @@ class ControllerClient:
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code != grpc.StatusCode.UNAVAILABLE:
-                    raise self._error(name, exc) from exc
+                    raise self._error(name, exc, request) from exc
                 # No connection (a controller restarting): grpc reports UNAVAILABLE
                 # when the request could not be sent, so sending it again is safe.
                 delay = next(delays, None)
                 if delay is None:
-                    raise self._error(name, exc) from exc
+                    raise self._error(name, exc, request) from exc
+                if delay >= RETRY_NOTICE_DELAY_S:
+                    retry_log.warning(
+                        "controller %s unavailable (%s); retrying in %.1f s",
+                        self._target,
+                        exc.details(),
+                        delay,
+                    )
                 await asyncio.sleep(delay)
         return cast(_M, response)
 
-    def _error(self, name: str, exc: grpc.aio.AioRpcError) -> Exception:
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Whether the channel reaches the controller within ``timeout_s``
+        (connected, and the TLS handshake done); no call is made."""
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def _error(self, name: str, exc: grpc.aio.AioRpcError, request: Message) -> Exception:
         code = exc.code()
         if code == grpc.StatusCode.UNAVAILABLE:
             return ConnectionLost(f"controller {self._target}: {exc.details()}")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return RequestTimeout(f"controller {self._target}: {name} timed out")
+        stream = _stream_of(request)
+        if code == grpc.StatusCode.NOT_FOUND and stream is not None:
+            return StreamNotFoundError(*stream, f"{name}: {exc.details()}")
         return ServerError(code.name, f"{name}: {exc.details()}")
 
     # -- auth

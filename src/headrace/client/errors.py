@@ -12,6 +12,7 @@ from, so callers branch on the class and read data from attributes::
         ├── ConditionalCheckFailedError
         ├── TableKeyVersionError(segment)       TableKeyBadVersion / TableKeyDoesNotExist
         └── WrongHostError(segment, correct_host)   retriable
+    StreamNotFoundError(scope, stream)          the controller has no such stream
     TlsCertificateError                         the server's certificate did not verify
 
 ``ControllerError`` (``headrace.errors``, importable from here too) is a
@@ -33,6 +34,7 @@ __all__ = [
     "ReplyError",
     "SegmentIsSealedError",
     "SegmentIsTruncatedError",
+    "StreamNotFoundError",
     "TableKeyVersionError",
     "TlsCertificateError",
     "WrongHostError",
@@ -88,6 +90,15 @@ class WrongHostError(ReplyError):
         super().__init__(reply, f"segment {reply.segment!r} is served by {reply.correct_host!r}")
         self.segment = reply.segment
         self.correct_host = reply.correct_host
+
+
+class StreamNotFoundError(ServerError):
+    """The controller answered ``NOT_FOUND`` for a call about ``scope/stream``."""
+
+    def __init__(self, scope: str, stream: str, message: str) -> None:
+        super().__init__("NOT_FOUND", message)
+        self.scope = scope
+        self.stream = stream
 
 
 class TlsCertificateError(ClientError):

@@ -303,7 +303,8 @@ class TankClient:
             topic, partition, t.encode_bundle(messages, compress=compress)
         )
         if error is not t.ProduceError.OK:
-            raise ServerError(error, f"produce to {topic}/{partition}")
+            what = error.name.lower().replace("_", " ")  # UNKNOWN_TOPIC -> "unknown topic"
+            raise ServerError(error, f"produce to {topic}/{partition}: {what}")
 
     # ------------------------------------------------------------------ consume
 

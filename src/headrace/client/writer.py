@@ -67,7 +67,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from uuid import UUID, uuid4
 
-from headrace.errors import ClientError, ConnectionLost, RequestTimeout
+from headrace.errors import ClientError, ConnectionLost, RequestTimeout, ServerError
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
@@ -442,6 +442,10 @@ class _SegmentWriter:
                     await asyncio.sleep(0)  # room again: let acks and writes interleave
                     continue
                 await self._wake.wait()
+        except ServerError as exc:  # refused (no permission, ...): the caller's error
+            log.debug("segment writer %s refused: %s", self.name, exc)
+            self.owner._fail_events(self.take_unacked(), exc)
+            self.owner._set_error(exc)
         except Exception as exc:  # a bug: surface it instead of hanging flush()
             log.exception("segment writer %s failed", self.name)
             self.owner._fail_events(self.take_unacked(), exc)

@@ -8,6 +8,18 @@ ever touched on the loop. One exception, on purpose: ``generation`` and
 changes, so a member stops claiming ownership before the loop even hears of
 it (``docs/cluster.md#fencing``).
 
+**The lease.** ``connected`` says what kazoo's thread last saw, which is stale
+in a process that was paused (SIGSTOP, a VM frozen, a long stall): after a
+pause past the session timeout, the loop may serve requests that waited in its
+sockets before kazoo's thread notices that ZooKeeper ended the session. So
+``live`` also asks for a recent proof that the session was alive: the time a
+request was sent that ZooKeeper answered (the connect itself, then a
+heartbeat every ``lease / HEARTBEATS_PER_LEASE``). ZooKeeper keeps a session
+for the negotiated timeout after the last request it received, so a proof
+younger than ``LEASE_FRACTION`` of that timeout means the session is still
+there; a resumed process finds its proof too old and serves nothing until a
+heartbeat or a new session renews it.
+
 Paths passed in are relative to the cluster's chroot (``layout.py``); the
 client itself is not chrooted, so the chroot can be created like any znode.
 """
@@ -17,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
@@ -43,6 +57,14 @@ RECONNECT_DELAY_S: Final = 0.05
 RECONNECT_MAX_DELAY_S: Final = 1.0
 """Longest pause between reconnection attempts: a member must be back well
 within its session timeout once ZooKeeper is, or its session expires."""
+
+LEASE_FRACTION: Final = 2 / 3
+"""Part of the negotiated session timeout a proof of life lasts: what kazoo
+itself waits for a reply before it calls a connection lost, leaving a third of
+the timeout for the round trip and clock-rate differences."""
+
+HEARTBEATS_PER_LEASE: Final = 4
+"""Heartbeats sent per lease, so a few late ones (a busy loop) do not let it lapse."""
 
 CONNECTION_ERRORS: Final = (KazooException,)
 """What a ZooKeeper call raises when the connection or session went away
@@ -97,6 +119,11 @@ class ZkSession:
         """True while the session is connected; written on kazoo's thread only."""
         self.session_id = 0
         """The session the last ``CONNECTED`` belongs to; a new one means a new session."""
+        self._proof = -math.inf
+        """``time.monotonic()`` when a request ZooKeeper answered in this session was sent."""
+        self._lease_s = 0.0
+        """How long a proof lasts: ``LEASE_FRACTION`` of the negotiated session timeout."""
+        self._heartbeat: asyncio.Task[None] | None = None
         self._client = KazooClient(
             hosts=url.connect_string,
             timeout=session_timeout_s,
@@ -105,12 +132,32 @@ class ZkSession:
             ),
         )
         self._client.add_listener(self._state_changed)
+        handler = self._client._connection
+        handler_connect = handler._connect  # fails here, not silently, if kazoo changes it
+
+        def connect(*args: Any) -> Any:
+            """kazoo's handshake (on its thread), noting the negotiated timeout and a proof."""
+            sent = time.monotonic()
+            read_timeout_ms, connect_timeout_ms = handler_connect(*args)
+            # kazoo reads with 2/3 of the negotiated timeout (kazoo/protocol/connection.py)
+            self._lease_s = read_timeout_ms * 1.5 / 1000 * LEASE_FRACTION
+            self._proof = sent
+            return read_timeout_ms, connect_timeout_ms
+
+        handler._connect = connect
+
+    @property
+    def live(self) -> bool:
+        """Connected, with a proof of life younger than the lease; safe from any thread."""
+        return self.connected and time.monotonic() - self._proof < self._lease_s
 
     # ------------------------------------------------------------------ kazoo's thread
 
     def _state_changed(self, state: str) -> None:
         """kazoo's listener: runs on kazoo's thread, must not block."""
         self.generation += 1
+        if state != KazooState.CONNECTED:
+            self._proof = -math.inf  # a suspended session proves nothing any more
         self.connected = state == KazooState.CONNECTED
         if self.connected:
             client_id = self._client.client_id
@@ -141,10 +188,31 @@ class ZkSession:
             await self.close()
             raise ZooKeeperUnavailable(self.url.connect_string, timeout_s)
         await self._result(self._client.ensure_path_async(self.url.chroot))
+        self._heartbeat = asyncio.create_task(self._beat(), name=f"heartbeat {self.url}")
+
+    async def _beat(self) -> None:
+        """Renew the proof of life: a request answered in the session, sent each
+        ``lease / HEARTBEATS_PER_LEASE`` (a timer, on the loop whose stalls it detects)."""
+        while True:
+            await asyncio.sleep(max(self._lease_s, RECONNECT_MAX_DELAY_S) / HEARTBEATS_PER_LEASE)
+            if not self.connected:
+                continue
+            generation, sent = self.generation, time.monotonic()
+            try:
+                async with asyncio.timeout(max(self._lease_s, RECONNECT_MAX_DELAY_S)):
+                    await self._result(self._client.exists_async(self.url.chroot))
+            except (*CONNECTION_ERRORS, TimeoutError):
+                continue  # the session state change says what happened
+            if self.generation == generation:
+                self._proof = max(self._proof, sent)
 
     async def close(self) -> None:
         """End the session: ZooKeeper deletes its ephemeral znodes at once."""
         self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
         await asyncio.to_thread(self._stop)
 
     def _stop(self) -> None:

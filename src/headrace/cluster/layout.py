@@ -39,6 +39,7 @@ from typing import Final
 
 from headrace.cluster.errors import BadRecord
 from headrace.errors import ConfigError
+from headrace.store.disk.layout import SegmentMapping
 
 __all__ = [
     "CLUSTER_PATH",
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_ZOOKEEPER_PORT",
     "DRAIN_PATH",
     "LEADER_PATH",
+    "MAPPING_NAMES",
     "MAX_CLUSTER_CONTAINERS",
     "NODES_PATH",
     "RECORD_VERSION",
@@ -206,6 +208,10 @@ class ContainerState(enum.Enum):
     RELEASED = "RELEASED"
 
 
+MAPPING_NAMES: Final = {SegmentMapping.HASH: "hash", SegmentMapping.GROUPED: "grouped"}
+"""How ``/cluster`` names each segment mapping (``store/disk/layout.py``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterRecord:
     """``/cluster``: fixed when the cluster is created."""
@@ -215,6 +221,9 @@ class ClusterRecord:
     """Copies of each container; 1 until replication exists (reserved)."""
     min_in_sync: int = 1
     """Copies that must hold a record before it is acknowledged (reserved)."""
+    mapping: SegmentMapping = SegmentMapping.GROUPED
+    """How segment names give containers; every node's data dir must use the
+    same. A record without ``"mapping"`` (written before it existed) is ``HASH``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +277,7 @@ def encode(record: ClusterRecord | NodeInfo | ContainerRecord | LeaderRecord | N
                 "containers": record.container_count,
                 "replication_factor": record.replication_factor,
                 "min_in_sync": record.min_in_sync,
+                "mapping": MAPPING_NAMES[record.mapping],
             }
         case NodeInfo():
             body = {"node": record.node_id, "host": record.host, "ports": dict(record.ports)}
@@ -322,7 +332,11 @@ def decode_cluster(data: bytes, path: str = CLUSTER_PATH) -> ClusterRecord:
     body = _load(path, data, {"containers", "replication_factor", "min_in_sync"})
     count = _int(path, body, "containers", 1, MAX_CLUSTER_CONTAINERS)
     factor = _int(path, body, "replication_factor", 1, 1)
-    return ClusterRecord(count, factor, _int(path, body, "min_in_sync", 1, factor))
+    name = body.get("mapping", MAPPING_NAMES[SegmentMapping.HASH])
+    mapping = next((m for m, n in MAPPING_NAMES.items() if n == name), None)
+    if mapping is None:
+        raise BadRecord(path, f"mapping {name!r} is not one of {sorted(MAPPING_NAMES.values())}")
+    return ClusterRecord(count, factor, _int(path, body, "min_in_sync", 1, factor), mapping)
 
 
 def decode_node(data: bytes, path: str) -> NodeInfo:

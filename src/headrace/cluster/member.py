@@ -48,6 +48,7 @@ from headrace.cluster.layout import (
     DEFAULT_CLUSTER_CONTAINERS,
     DRAIN_PATH,
     LEADER_PATH,
+    MAPPING_NAMES,
     MAX_CLUSTER_CONTAINERS,
     NODES_PATH,
     UNOWNED,
@@ -70,7 +71,7 @@ from headrace.cluster.layout import (
 )
 from headrace.cluster.placement import apply, plan
 from headrace.errors import ConfigError
-from headrace.store.disk.layout import container_of
+from headrace.store.disk.layout import SegmentMapping, container_of
 
 __all__ = [
     "SESSION_TIMEOUT_S",
@@ -181,6 +182,10 @@ class ClusterMember:
             (default ``DEFAULT_CLUSTER_CONTAINERS``); a cluster that exists
             keeps its own count (``container_count`` tells which).
         hooks: called as containers come and go; default: do nothing.
+        segment_mapping: how this node's data dir places segments in
+            containers; a new cluster takes it (default ``GROUPED``), and
+            ``start`` refuses a cluster that uses another. None: a store
+            without one (memory), which takes the cluster's.
         session_timeout_s: asked of ZooKeeper (which clamps it).
         start_timeout_s: bound on ``start``.
     """
@@ -192,6 +197,7 @@ class ClusterMember:
         *,
         container_count: int | None = None,
         hooks: ContainerHooks | None = None,
+        segment_mapping: SegmentMapping | None = None,
         session_timeout_s: float = SESSION_TIMEOUT_S,
         start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
@@ -202,6 +208,7 @@ class ClusterMember:
             raise ConfigError(f"a cluster has 1 to {MAX_CLUSTER_CONTAINERS} containers")
         self._wanted_count = container_count
         self._hooks: ContainerHooks = hooks if hooks is not None else _NoHooks()
+        self._mapping = segment_mapping
         self._session_timeout_s = session_timeout_s
         self._start_timeout_s = start_timeout_s
         self._zk: ZkSession | None = None
@@ -242,8 +249,10 @@ class ClusterMember:
         return self._cluster
 
     def container_of(self, segment_name: str) -> int:
-        """The container of a segment: the disk store's hash (``store/disk/layout.py``)."""
-        return container_of(segment_name, self.container_count)
+        """The container of a segment: the disk store's function (``store/disk/layout.py``)
+        under the cluster's mapping."""
+        cluster = self.cluster
+        return container_of(segment_name, cluster.container_count, cluster.mapping)
 
     def record(self, container: int) -> ContainerRecord:
         """``container``'s record as last read (unowned before the first read)."""
@@ -267,15 +276,24 @@ class ClusterMember:
         """True while this node serves ``container``: confirmed in the current session.
 
         Safe to call from any thread; False from the moment the session is
-        suspended or lost.
+        suspended or lost, and while its proof of life is older than the lease
+        (a process resumed after a pause, ``_zk.py``).
         """
         zk = self._zk
         return (
             zk is not None
-            and zk.connected
+            and zk.live
             and zk.generation == self._owned_generation
             and container in self._owned
         )
+
+    @property
+    def live(self) -> bool:
+        """Whether this node's view can be trusted now: its session is connected
+        with a fresh proof of life. False while fenced (``owns`` answers False
+        for every container then, and what it last read of the others may be stale)."""
+        zk = self._zk
+        return zk is not None and zk.live
 
     def owned(self) -> frozenset[int]:
         return frozenset(c for c in self._owned if self.owns(c))
@@ -380,7 +398,8 @@ class ClusterMember:
         found = await zk.get(CLUSTER_PATH, watch=False)
         if found is None:
             count = self._wanted_count or DEFAULT_CLUSTER_CONTAINERS
-            record = ClusterRecord(count)
+            mapping = SegmentMapping.GROUPED if self._mapping is None else self._mapping
+            record = ClusterRecord(count, mapping=mapping)
             nodes = [
                 (CLUSTER_PATH, encode(record)),
                 (NODES_PATH, b""),
@@ -402,6 +421,13 @@ class ClusterMember:
             if found is None:
                 raise ClusterError(f"the cluster at {self.url} vanished while being joined")
         cluster = decode_cluster(found[0])
+        if self._mapping is not None and self._mapping is not cluster.mapping:
+            raise ClusterError(
+                f"the cluster at {self.url} places segments by the "
+                f"{MAPPING_NAMES[cluster.mapping]!r} mapping and this node's data dir by "
+                f"{MAPPING_NAMES[self._mapping]!r}: a node joins only a cluster of its "
+                "data dir's mapping (docs/cluster.md#containers)"
+            )
         if self._wanted_count not in (None, cluster.container_count):
             log.warning(
                 "the cluster at %s has %d containers (fixed when it was created), not %d",

@@ -36,8 +36,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
+import os
 import resource
+import socket
 import ssl
 import uuid
 from collections.abc import Callable
@@ -70,6 +73,7 @@ __all__ = [
     "FD_RESERVE",
     "DescriptorPlan",
     "ServerApp",
+    "listen_error",
     "plan_descriptors",
     "raise_open_file_limit",
 ]
@@ -142,6 +146,44 @@ def plan_descriptors(limit: int, container_count: int) -> DescriptorPlan:
             f"{needed + MIN_CONNECTIONS} (raise it with ulimit -n)"
         )
     return DescriptorPlan(limit, data_files, regions, connections)
+
+
+_BIND_REASONS: Final = {
+    errno.EADDRINUSE: ("address already in use", "stop what uses the port, or choose another"),
+    errno.EACCES: ("permission denied: ports below 1024 need privileges", "choose another"),
+    errno.EADDRNOTAVAIL: ("no such address on this machine", "check --host, or choose another"),
+}
+"""errno -> (cause, fix) for the usual reasons a port cannot be bound."""
+
+
+def listen_error(
+    name: str, host: str, port: int, exc: OSError, *, flag: str | None = None
+) -> ConfigError:
+    """One line for a listener that could not bind: which listener, why, and the flag
+    (``flag``: the option that placed it, default its port flag).
+
+    gRPC (the controller) does not say why a bind failed, so the reason is
+    found by binding a plain socket to the same address.
+    """
+    code = exc.errno
+    if code is None:
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                probe.bind((host, port))
+        except OSError as again:
+            code = again.errno
+    reason, fix = _BIND_REASONS.get(
+        code or 0, (os.strerror(code) if code else str(exc), "choose another")
+    )
+    if flag is None:
+        flag = f"--{name.replace('_', '-')}-port"
+        off = " (0 turns the listener off)"
+    else:
+        off = ""
+    return ConfigError(
+        f"the {name} listener cannot listen on {host}:{port} ({reason}): "
+        f"{fix} port with {flag}{off}"
+    )
 
 
 def _no_tls() -> ssl.SSLContext | None:
@@ -334,11 +376,17 @@ class ServerApp:
                 cluster=self._cluster,
                 local_store=None if doors_store is self._store else self._store,
             )
+            explicit = {spec.door for spec in self.config.listeners}
             for spec in order:
                 own = dataclasses.replace(
                     context, listener=spec, ssl_context=self.ssl_context if spec.tls else _no_tls
                 )
-                listener = await STARTERS[spec.door](own, spec.host, spec.port)
+                try:
+                    listener = await STARTERS[spec.door](own, spec.host, spec.port)
+                except OSError as exc:
+                    door = spec.door.replace("_", "-")
+                    flag = f"--listener {door}=..." if spec.door in explicit else None
+                    raise listen_error(spec.name, spec.host, spec.port, exc, flag=flag) from exc
                 listener.name = spec.name
                 self._listeners.append(listener)
                 log.info(

@@ -25,6 +25,7 @@ from headrace.cluster.member import ClusterMember
 from headrace.cluster.remote import Endpoint
 from headrace.server.config import ClusterConfig
 from headrace.store.api import SegmentStore
+from headrace.store.disk import DiskStore
 
 __all__ = ["HERE", "ClusterNode", "Owner", "StoreHooks"]
 
@@ -106,6 +107,7 @@ class ClusterNode:
             NodeInfo(self.node_id, self._advertise_host, dict(ports)),
             container_count=self.config.container_count,
             hooks=StoreHooks(self._store),
+            segment_mapping=self._store.mapping if isinstance(self._store, DiskStore) else None,
         )
         await member.start()
         self._member = member
@@ -131,6 +133,8 @@ class ClusterNode:
         container = member.container_of(segment)
         if member.owns(container):
             return _LOCAL
+        if not member.live:
+            return _NOBODY  # fenced: the owner it last read may be fenced or gone too
         node = member.owner(container)
         if node is None or node.node_id == self.node_id:
             return _NOBODY  # moving, its node dead, or this node fenced

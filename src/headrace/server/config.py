@@ -63,6 +63,7 @@ from headrace.server.lumberjack_config import (
     LumberjackConfig,
 )
 from headrace.server.lumberjack_config import IDLE_TIMEOUT_S as LUMBERJACK_IDLE_TIMEOUT_S
+from headrace.server.metrics import METRICS_STREAMS
 from headrace.server.tls import VERIFY_CLIENT_MODES, TlsConfig
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES, FsyncPolicy
 from headrace.store.disk.layout import MAX_CONTAINER_COUNT
@@ -297,6 +298,8 @@ class ServerConfig:
     http_allowed_origins: tuple[str, ...] = ()
     """Origins (normalized, ``protocols.http.normalize_origin``) whose pages may
     open ``/rsio`` besides the server's own; ``*``: any."""
+    metrics_streams: int = METRICS_STREAMS
+    """Streams with their own ``stream`` label in ``/metrics`` (``server/metrics.py``)."""
     log_format: str = "text"
     cluster: ClusterConfig | None = None
     """None: a single node, as without ``--cluster``."""
@@ -341,6 +344,8 @@ class ServerConfig:
             raise ConfigError("--tank-first-request-timeout must be positive")
         if not self.http_header_timeout_s > 0:
             raise ConfigError("--http-header-timeout must be positive")
+        if self.metrics_streams < 0:
+            raise ConfigError("--metrics-streams must be at least 0")
         self.lumberjack.validate()
         self._validate_listeners()
         enabled = self.enabled_listeners()
@@ -683,6 +688,16 @@ OPTIONS: tuple[Option, ...] = (
         "no Origin (programs, not browsers) are always let in.",
         "HTTP",
     ),
+    Option(
+        "metrics_streams",
+        int,
+        METRICS_STREAMS,
+        "Streams that get their own stream label in the per-stream metrics of /metrics "
+        "(the first appended to); the rest are summed under stream=_other. 0: no "
+        "per-stream labels.",
+        "HTTP",
+        0,
+    ),
     # -- TLS
     Option(
         "tls_cert",
@@ -1013,6 +1028,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         max_total_buffered_bytes=int(get("max_total_buffered_bytes", int)),
         http_header_timeout_s=float(get("http_header_timeout", float)),
         http_allowed_origins=tuple(origins),
+        metrics_streams=int(get("metrics_streams", int)),
         log_format=str(get("log_format", str)),
         container_count=count
         or (DEFAULT_CONTAINER_COUNT if cluster is None else DEFAULT_CLUSTER_CONTAINERS),

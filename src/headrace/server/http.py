@@ -1,4 +1,4 @@
-"""The HTTP port (9100): ``/health``, ``/metrics``, and RS-IO over WebSocket at ``/rsio``.
+"""The HTTP port (9100): ``/health``, ``/metrics``, the web console, and RS-IO at ``/rsio``.
 
 Routes (HTTP/1.1, keep-alive; the framing is ``h11``'s, the WebSocket
 ``wsproto``'s, both behind ``protocols/http.py``):
@@ -8,7 +8,14 @@ Routes (HTTP/1.1, keep-alive; the framing is ``h11``'s, the WebSocket
 | ``GET /health`` | ``200`` when every listener is up and the store takes writes, else ``503`` |
 | ``GET /metrics`` | ``200``, every metric in the Prometheus text format (``metrics.py``) |
 | ``GET /rsio``, a WebSocket upgrade | ``101``, then RS-IO; ``403`` from a foreign origin |
+| ``GET /``, ``GET /console/...`` | the web console's page, script and style (``console.py``) |
+| ``/api/...`` | the console's JSON API (``console.py``), answered by a task |
 | anything else | ``404`` (``405`` for a method other than GET on a known path) |
+
+Every route but the API is answered as its request is parsed. An API
+request may wait (a password check runs in a worker thread), so it is
+answered by the request's task (``handle``); requests pipelined behind it
+are parsed only once it is answered, so answers keep the requests' order.
 
 Connections: a client has ``--http-header-timeout`` (``HEADER_TIMEOUT_S``)
 from its connection, or from its previous response, to send a whole request;
@@ -60,6 +67,7 @@ from headrace.protocols.rsio.codec import decode_varint, encode_varint
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
+from headrace.server.console import SECURITY_HEADERS, Console
 from headrace.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from headrace.server.rsio import RsioHandler
 
@@ -105,10 +113,17 @@ class HttpHandler(ConnectionHandler):
 
     name = "http"
 
-    def __init__(self, app: ListenerContext, waiting: _Waiting | None = None) -> None:
+    def __init__(
+        self,
+        app: ListenerContext,
+        waiting: _Waiting | None = None,
+        console: Console | None = None,
+    ) -> None:
         self.name = app.listener_name("http")
         self._app = app
         self._waiting = waiting
+        self._console = console if console is not None else Console(app)
+        self._api: Request | None = None  # the API request being answered by a task
         # RS-IO frames fit a 16 MiB message; the length prefix adds at most 10 bytes.
         self._conn = HttpConnection(max_message_bytes=DEFAULT_MAX_FRAME_BYTES)
         self._rsio: RsioHandler | None = None
@@ -132,6 +147,11 @@ class HttpHandler(ConnectionHandler):
         self._conn.receive_data(data)
         for event in self._conn.events():
             match event:
+                case Request() if Console.is_api(event.path):
+                    self._api = event
+                    self._cancel_timer()  # the answer is bounded; the timeout restarts after it
+                    yield event  # answered by its task; later requests wait until then
+                    return
                 case Request():
                     self._route(event)
                     yield event  # counted as a request by the loop; answered already
@@ -158,7 +178,9 @@ class HttpHandler(ConnectionHandler):
             self.wake_writer()  # pongs
 
     async def handle(self, event: object) -> None:
-        if self._rsio is not None and not isinstance(event, Request):
+        if event is self._api and isinstance(event, Request):
+            await self._answer_api(event)
+        elif self._rsio is not None and not isinstance(event, Request):
             await self._rsio.handle(event)
 
     def data_to_send(self) -> bytes:
@@ -201,6 +223,12 @@ class HttpHandler(ConnectionHandler):
             conn.respond(200 if ok else 503, body, "application/json")
         elif request.path == "/metrics":
             conn.respond(200, self._app.metrics.exposition(), METRICS_CONTENT_TYPE)
+        elif request.path in self._console.static:
+            if request.method not in ("GET", "HEAD"):
+                conn.respond(405, b"405 Method Not Allowed\n", headers=(("Allow", "GET"),))
+            else:
+                static = self._console.static[request.path]
+                conn.respond(200, static.body, static.content_type, headers=SECURITY_HEADERS)
         elif request.path == RSIO_PATH:
             if not request.is_websocket_upgrade():
                 conn.respond(
@@ -224,6 +252,52 @@ class HttpHandler(ConnectionHandler):
             conn.respond(404, b"404 Not Found\n")
         self._arm()
         self.wake_writer()
+
+    async def _answer_api(self, request: Request) -> None:
+        """Answer API requests, the first one and those pipelined behind it, in order."""
+        pending: Request | None = request
+        while pending is not None:
+            answer = await self._console.answer(
+                pending.method, pending.target, pending.headers, self.peer, self.peer_cert
+            )
+            self._api = None
+            if self._closing:
+                return
+            self._conn.respond(
+                answer.status,
+                answer.body,
+                "application/json",
+                headers=SECURITY_HEADERS + answer.headers,
+            )
+            self.wake_writer()
+            if self._conn.must_close:
+                self._end()
+                return
+            self._arm()
+            pending = self._next_pipelined()
+
+    def _next_pipelined(self) -> Request | None:
+        """Answer the requests that arrived while an API request was answered, up to
+        the next API request (returned, for its answer), or until more data is needed."""
+        try:
+            for event in self._conn.events():
+                assert isinstance(event, Request)  # no WebSocket before an upgrade's answer
+                if Console.is_api(event.path):
+                    self._api = event
+                    self._cancel_timer()
+                    return event
+                self._route(event)
+                if self._conn.must_close:
+                    self._end()
+                    return None
+                if self._rsio is not None:
+                    return None  # upgraded: the next bytes in are the WebSocket's
+        except RemoteProtocolError as exc:
+            log.info("http: a pipelined request broke HTTP: %s", exc)
+            self.on_protocol_error(exc)
+            self.wake_writer()
+            self.close_connection("protocol_error")
+        return None
 
     def _origin_ok(self, request: Request) -> bool:
         origin = request.headers.get("origin")
@@ -307,11 +381,12 @@ class HttpHandler(ConnectionHandler):
 async def start_http(ctx: ListenerContext, host: str, port: int) -> Listener:
     """Serve the HTTP port on (host, port): HTTPS when a certificate is configured."""
     waiting = _Waiting(int(ctx.settings.limits.max_connections * WAITING_SHARE))
+    console = Console(ctx)
     return await start_tcp_listener(
         ctx.listener_name("http"),
         host,
         port,
-        lambda: HttpHandler(ctx, waiting),
+        lambda: HttpHandler(ctx, waiting, console),
         settings=ctx.settings,
         ssl_context=ctx.ssl_context(),
     )

@@ -19,7 +19,17 @@ process never share counters). What is counted where:
 * garbage-collector pauses by generation: ``GcPauses``, a ``gc.callbacks``
   hook installed while the app runs (``ServerMetrics.watch_gc``), because a
   collection stops every thread of the process and so shows up directly in
-  the append latency tail.
+  the append latency tail;
+* events and bytes appended per stream: ``StreamTally``, fed by
+  ``MeteredDiskStore`` after each acknowledged append. An event is one frame
+  of the Pravega event framing every front door stores (a TANK bundle is one
+  event); a byte stream's appends count bytes and no events. The labels stay
+  bounded: the first ``--metrics-streams`` streams appended to get their own
+  ``stream`` label, every later one is summed under ``stream="_other"``, so
+  each series only ever grows, as a counter must;
+* the process (memory, CPU, open files, start time: prometheus-client's
+  process collector, from ``/proc``), the Python build, and
+  ``headrace_build_info{version}``.
 
 ``METRIC_DOCS`` lists every metric for ``docs/configuration.md``.
 """
@@ -31,6 +41,7 @@ import bisect
 import gc
 import json
 import logging
+import platform
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
@@ -40,6 +51,9 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -51,12 +65,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from headrace import __version__
 from headrace.controller.model import MAX_SCOPES, MAX_STREAMS
-from headrace.errors import HeadraceError
+from headrace.controller.naming import INTERNAL_PREFIX
+from headrace.errors import HeadraceError, SegmentNotFound
+from headrace.protocols.pravega.codec import EVENT_HEADER
 from headrace.server._loop import ERROR_REASONS
 from headrace.store.disk import DiskStore
 from headrace.store.disk.log import FileOps
-from headrace.types import AppendResult, WriterAppend
+from headrace.types import AppendResult, SegmentKind, WriterAppend
 
 if TYPE_CHECKING:
     from headrace.server.app import ServerApp
@@ -69,13 +86,17 @@ __all__ = [
     "LATENCY_BUCKETS_S",
     "MAX_GROUP_SEGMENTS",
     "MAX_LAG_GROUPS",
+    "METRICS_STREAMS",
     "METRIC_DOCS",
+    "OTHER_STREAMS",
     "GcPauses",
     "GroupLag",
     "ListenerMetrics",
     "MeteredDiskStore",
     "ServerMetrics",
+    "StreamTally",
     "TimedFileOps",
+    "count_events",
 ]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -111,6 +132,24 @@ log = logging.getLogger(__name__)
 
 GC_GENERATIONS = 3
 """CPython's collector has generations 0, 1 and 2 (``gc.get_count()``)."""
+
+METRICS_STREAMS: Final = 50
+"""Streams with their own ``stream`` label in the per-stream metrics (the default
+of ``--metrics-streams``): each labelled stream adds series to every scrape, and
+a Prometheus server slows down with many series, so the rest share one label."""
+
+MAX_TALLIED_STREAMS: Final = MAX_STREAMS
+"""Streams whose appends are tallied apart (for the console); later ones are
+summed into ``OTHER_STREAMS``. As many as the controller holds, so every stream
+it lists has its count, while segments created around the controller (the
+segment store door creates any name it is given) cannot grow the tally."""
+
+OTHER_STREAMS: Final = "_other"
+"""The ``stream`` label of every stream past ``--metrics-streams`` (a user's
+stream name is ``scope/stream`` and never starts with ``_``)."""
+
+EVENT_TYPE: Final = 0
+"""The type field of a stored event's frame header (``WireCommandType.EVENT``)."""
 
 METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
     ("headrace_connections_total", "counter", "protocol", "Connections accepted."),
@@ -189,6 +228,50 @@ METRIC_DOCS: tuple[tuple[str, str, str, str], ...] = (
         "permission_denied, rate_limited, unidentified.",
     ),
     (
+        "headrace_stream_events_total",
+        "counter",
+        "stream",
+        "Events appended to a stream (scope/stream), counted once acknowledged; a TANK "
+        "bundle is one event. The first --metrics-streams streams appended to are "
+        "labelled, the rest are summed under stream=_other.",
+    ),
+    (
+        "headrace_stream_appended_bytes_total",
+        "counter",
+        "stream",
+        "Bytes appended to a stream, with the same labels as headrace_stream_events_total.",
+    ),
+    (
+        "headrace_build_info",
+        "gauge",
+        "version, python",
+        "Always 1; the labels say which headrace and Python the server runs.",
+    ),
+    (
+        "process_resident_memory_bytes",
+        "gauge",
+        "—",
+        "Resident memory of the server process (also process_virtual_memory_bytes).",
+    ),
+    (
+        "process_cpu_seconds_total",
+        "counter",
+        "—",
+        "CPU time of the server process, user and system.",
+    ),
+    (
+        "process_open_fds",
+        "gauge",
+        "—",
+        "Open file descriptors (process_max_fds: the limit in force).",
+    ),
+    (
+        "process_start_time_seconds",
+        "gauge",
+        "—",
+        "When the server process started, in seconds since the Unix epoch.",
+    ),
+    (
         "headrace_skipped_events_total",
         "counter",
         "reader",
@@ -219,13 +302,23 @@ class ListenerMetrics:
         self._sent = metrics.sent_bytes.labels(protocol)
         self._errors = metrics.errors
         self._protocol = protocol
+        self.accepted = 0
+        """Connections accepted (as ``headrace_connections_total``), for the console."""
+        self.open_now = 0
+        """Connections open now (as ``headrace_connections_open``), for the console."""
+        self.requests = 0
+        self.received = 0
+        self.sent = 0
 
     def connection_opened(self) -> None:
         self._opened.inc()
         self._open.inc()
+        self.accepted += 1
+        self.open_now += 1
 
     def connection_closed(self, reason: str) -> None:
         self._open.dec()
+        self.open_now -= 1
         if reason in ERROR_REASONS:
             self._errors.labels(self._protocol, reason).inc()
 
@@ -234,12 +327,15 @@ class ListenerMetrics:
 
     def bytes_received(self, count: int) -> None:
         self._received.inc(count)
+        self.received += count
 
     def bytes_sent(self, count: int) -> None:
         self._sent.inc(count)
+        self.sent += count
 
     def request_received(self) -> None:
         self._requests.inc()
+        self.requests += 1
 
 
 class ServerMetrics:
@@ -297,6 +393,19 @@ class ServerMetrics:
             ["reader"],
             registry=r,
         )
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Info(
+            "headrace_build",
+            "Which headrace and Python the server runs.",
+            registry=r,
+        ).info({"version": __version__, "python": platform.python_version()})
+        self.started_s = time.time()
+        """When the server's metrics began: its start, for the console's uptime."""
+        self.streams = StreamTally()
+        """Events and bytes appended per stream (``MeteredDiskStore`` adds to it)."""
+        self.labelled_streams = METRICS_STREAMS
+        """Streams with their own label (``--metrics-streams``, set by ``attach``)."""
         self.parked_readers = 0
         self.gc_pauses = GcPauses()
         r.register(self.gc_pauses)
@@ -311,6 +420,7 @@ class ServerMetrics:
             self.registry.register(self.group_lag)
         self._app = app
         self.group_lag.app = app
+        self.labelled_streams = app.config.metrics_streams
 
     def watch_gc(self) -> None:
         """Start timing the process's garbage collections (the app calls it at start)."""
@@ -319,6 +429,10 @@ class ServerMetrics:
     def unwatch_gc(self) -> None:
         """Stop timing them (at close: a stopped app keeps no hook in the process)."""
         self.gc_pauses.uninstall()
+
+    def listeners(self) -> dict[str, ListenerMetrics]:
+        """Every listener's observer so far, by name (for the console)."""
+        return dict(self._listeners)
 
     def listener(self, name: str) -> ListenerMetrics:
         """The observer for listener ``name`` (one per name)."""
@@ -365,6 +479,7 @@ class _StateCollector(Collector):
                 for scope in model.list_scopes(limit=MAX_SCOPES)
             )
             yield GaugeMetricFamily("headrace_streams", "Streams.", value=streams)
+        yield from self._streams()
         yield GaugeMetricFamily(
             "headrace_parked_readers",
             "Reads waiting at a segment's tail.",
@@ -402,6 +517,96 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily(
                 "headrace_cluster_nodes", "Live nodes this node sees.", value=len(member.nodes())
             )
+
+    def _streams(self) -> Iterator[Metric]:
+        events = CounterMetricFamily(
+            "headrace_stream_events", "Events appended to a stream.", labels=["stream"]
+        )
+        appended = CounterMetricFamily(
+            "headrace_stream_appended_bytes", "Bytes appended to a stream.", labels=["stream"]
+        )
+        for stream, (count, size) in self._metrics.streams.labelled(self._metrics.labelled_streams):
+            events.add_metric([stream], count)
+            appended.add_metric([stream], size)
+        yield events
+        yield appended
+
+
+def count_events(data: bytes | memoryview) -> int:
+    """The events in ``data``: whole frames of the Pravega event framing (an
+    8-byte header, type 0 and length, then the event); 0 for anything else (a
+    byte stream's bytes, or a part of an event)."""
+    size = len(data)
+    position = count = 0
+    unpack = EVENT_HEADER.unpack_from
+    header = EVENT_HEADER.size
+    while position + header <= size:
+        kind, length = unpack(data, position)
+        if kind != EVENT_TYPE or length < 0:
+            return 0
+        position += header + length
+        count += 1
+    return count if position == size else 0
+
+
+def stream_of(segment: str) -> str | None:
+    """``scope/stream`` of a stream's segment (transaction segments included);
+    None for the server's own segments and names of no stream."""
+    if segment.startswith(INTERNAL_PREFIX):
+        return None
+    scope, sep, rest = segment.partition("/")
+    stream, sep2, _ = rest.partition("/")
+    if not (sep and sep2 and scope and stream):
+        return None
+    return f"{scope}/{stream}"
+
+
+class StreamTally:
+    """Events and bytes appended per stream since the server started.
+
+    Streams are kept in the order of their first append, at most
+    ``limit`` of them; appends to later streams are summed under
+    ``OTHER_STREAMS``. A stream keeps its place once it has one (a deleted
+    stream's count stays), so every labelled series only grows.
+    """
+
+    def __init__(self, limit: int = MAX_TALLIED_STREAMS) -> None:
+        self._limit = limit
+        self._counts: dict[str, list[int]] = {}
+        self._other = [0, 0]
+
+    def add(self, segment: str, data: bytes | memoryview) -> None:
+        """Count one acknowledged append of ``data`` to ``segment``."""
+        stream = stream_of(segment)
+        if stream is None:
+            return
+        counts = self._counts.get(stream)
+        if counts is None:
+            if len(self._counts) < self._limit:
+                counts = self._counts[stream] = [0, 0]
+            else:
+                counts = self._other
+        counts[0] += count_events(data)
+        counts[1] += len(data)
+
+    def get(self, stream: str) -> tuple[int, int] | None:
+        """(events, bytes) appended to ``stream`` (``scope/stream``); None if not tallied."""
+        counts = self._counts.get(stream)
+        return None if counts is None else (counts[0], counts[1])
+
+    def labelled(self, labels: int) -> list[tuple[str, tuple[int, int]]]:
+        """The first ``labels`` streams with their (events, bytes), then
+        ``OTHER_STREAMS`` with the sum of every other one."""
+        out: list[tuple[str, tuple[int, int]]] = []
+        other_events, other_bytes = self._other
+        for index, (stream, (events, size)) in enumerate(self._counts.items()):
+            if index < labels:
+                out.append((stream, (events, size)))
+            else:
+                other_events += events
+                other_bytes += size
+        out.append((OTHER_STREAMS, (other_events, other_bytes)))
+        return out
 
 
 class GroupLag(Collector):
@@ -582,8 +787,11 @@ class MeteredDiskStore(DiskStore):
     ) -> AppendResult:
         started = time.perf_counter()
         result = await super().append(name, data, expected_offset=expected_offset, writer=writer)
-        if self.metrics is not None:
-            self.metrics.append_seconds.observe(time.perf_counter() - started)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.append_seconds.observe(time.perf_counter() - started)
+            if not result.duplicate:
+                metrics.streams.add(name, data)
         return result
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:
@@ -605,3 +813,50 @@ class MeteredDiskStore(DiskStore):
                     count += 1
                     stored += segment.length - segment.start_offset
         return count, stored
+
+    def segment_size(self, name: str) -> tuple[int, bool] | None:
+        """(bytes held, sealed) of segment ``name`` from memory; None if there is none."""
+        try:
+            state = self._state(name)
+        except SegmentNotFound:
+            return None
+        return state.length - state.start_offset, state.sealed
+
+    def segment_length(self, name: str) -> int | None:
+        """Segment ``name``'s length (its end offset) from memory; None if there is none."""
+        try:
+            return self._state(name).length
+        except SegmentNotFound:
+            return None
+
+    def table_names(self, suffix: str, limit: int) -> list[str]:
+        """Up to ``limit`` table segments whose names contain ``suffix``, in name order."""
+        names: list[str] = []
+        for container in self._containers:
+            for name, segment in container.state.by_name.items():
+                if suffix in name and segment.kind is SegmentKind.TABLE and not segment.hidden:
+                    names.append(name)
+        names.sort()
+        return names[:limit]
+
+    def cached_table(self, name: str, limit: int) -> list[tuple[bytes, bytes]] | None:
+        """Up to ``limit`` (key, value) entries of table ``name`` from the index its
+        last use left in memory; None when no index is held or it is behind the
+        segment (reading it afresh would take disk reads; the next use brings it up
+        to date)."""
+        table = self._tables.get(name)
+        index = None if table is None else table.index
+        if index is None:
+            return None
+        try:
+            state = self._state(name)
+        except SegmentNotFound:
+            return None
+        if index.length != state.length:
+            return None
+        out: list[tuple[bytes, bytes]] = []
+        for key, (_, value) in index.entries.items():
+            if len(out) >= limit:
+                break
+            out.append((key, value))
+        return out

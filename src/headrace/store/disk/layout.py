@@ -19,22 +19,30 @@ All path decisions are made here and nowhere else::
 **Names never become paths.** A segment's name is data inside WAL records and
 snapshots; on disk a segment is known only by the numeric id its container
 gave it at creation. The container of a segment is a pure function of its
-name (``container_of``), so a container can later move to another node with
+name and the data dir's segment mapping (``container_of``, ``SegmentMapping``,
+recorded in the manifest), so a container can later move to another node with
 all of its segments.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import zlib
 from pathlib import Path
+from typing import Final
 
 __all__ = [
+    "PARENT_MARKS",
+    "SYSTEM_CONTAINER",
+    "SYSTEM_TABLE_PREFIX",
     "ContainerPaths",
+    "SegmentMapping",
     "broken_wal_path",
     "container_of",
     "lock_path",
     "manifest_path",
+    "parent_segment",
 ]
 
 CONTAINER_DIR_DIGITS = 4
@@ -59,8 +67,49 @@ _WAL_NAME = re.compile(rf"^(\d{{{SEQ_DIGITS}}})\.wal$")
 _SEGMENT_FILE = re.compile(rf"^([0-9a-f]{{{SEGMENT_ID_HEX_DIGITS}}})(\.data|\.crc)$")
 
 
-def container_of(name: str, container_count: int) -> int:
-    """The container that owns segment ``name``: CRC-32 of its UTF-8, modulo the count."""
+class SegmentMapping(enum.IntEnum):
+    """How a segment's name gives its container; a data dir records its own
+    in the manifest, and a cluster in ``/cluster`` (the two must agree)."""
+
+    HASH = 0
+    """``crc32(name) % count`` for every name: data dirs whose manifest records
+    no mapping (written before the mapping was recorded)."""
+
+    GROUPED = 1
+    """Pravega's grouping: a transaction or transient segment goes with its
+    parent, so merging it is local to one container; the controller's tables
+    go to ``SYSTEM_CONTAINER``, so its metadata lives in one container; every
+    other name by ``HASH``. New data dirs and new clusters use it."""
+
+
+SYSTEM_CONTAINER: Final = 0
+"""The container of the controller's metadata tables under ``GROUPED``."""
+
+SYSTEM_TABLE_PREFIX: Final = "_system/controller/"
+"""Names of the controller's metadata tables (``controller/records.py``)."""
+
+PARENT_MARKS: Final = ("#transaction.", "#transient.")
+"""What follows a parent segment's name in a transaction segment
+(``<parent>#transaction.<32 hex>``) and a transient one
+(``<parent>#transient.<writer>.<random>``)."""
+
+
+def parent_segment(name: str) -> str:
+    """``name`` up to its first ``PARENT_MARKS`` mark: the segment it merges into
+    (``name`` itself when it has no mark)."""
+    cut = min((i for i in (name.find(mark) for mark in PARENT_MARKS) if i >= 0), default=-1)
+    return name if cut < 0 else name[:cut]
+
+
+def container_of(
+    name: str, container_count: int, mapping: SegmentMapping = SegmentMapping.GROUPED
+) -> int:
+    """The container that owns segment ``name`` under ``mapping`` (by default a new
+    data dir's)."""
+    if mapping is SegmentMapping.GROUPED:
+        name = parent_segment(name)
+        if name.startswith(SYSTEM_TABLE_PREFIX):
+            return SYSTEM_CONTAINER
     return zlib.crc32(name.encode("utf-8", "surrogatepass")) % container_count
 
 

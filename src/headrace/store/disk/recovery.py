@@ -81,6 +81,7 @@ from headrace.store.disk.layout import (
     WAL_DIR_NAME,
     WAL_SUFFIX,
     ContainerPaths,
+    SegmentMapping,
     broken_wal_path,
     container_of,
     containers_path,
@@ -121,8 +122,14 @@ MAX_REPLAY_OPEN_FILES = 64
 # --------------------------------------------------------------------------- manifest
 
 
-def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Manifest:
-    """Read the manifest, or create a fresh data dir with ``container_count`` containers."""
+def init_or_load_manifest(
+    root: Path,
+    container_count: int,
+    ops: FileOps,
+    mapping: SegmentMapping = SegmentMapping.GROUPED,
+) -> Manifest:
+    """Read the manifest, or create a fresh data dir with ``container_count``
+    containers whose segments are placed by ``mapping``."""
     path = manifest_path(root)
     if path.exists():
         return decode_manifest(path.read_bytes(), str(path))
@@ -141,7 +148,7 @@ def init_or_load_manifest(root: Path, container_count: int, ops: FileOps) -> Man
         raise
     staging.rename(containers)
     fsync_dir(root, ops)
-    manifest = Manifest(container_count, time.time_ns() // 1_000_000)
+    manifest = Manifest(container_count, time.time_ns() // 1_000_000, mapping=mapping)
     atomic_write(path, root / "manifest.tmp", encode_manifest(manifest), ops)
     return manifest
 
@@ -153,7 +160,7 @@ def upgrade_manifest(root: Path, manifest: Manifest, ops: FileOps) -> Manifest:
     as records)."""
     if manifest.version >= FORMAT_VERSION:
         return manifest
-    upgraded = Manifest(manifest.container_count, manifest.created_ms)
+    upgraded = Manifest(manifest.container_count, manifest.created_ms, mapping=manifest.mapping)
     path = manifest_path(root)
     atomic_write(path, root / "manifest.tmp", encode_manifest(upgraded), ops)
     log.info("%s: format version %d opened as %d", root, manifest.version, FORMAT_VERSION)
@@ -583,12 +590,12 @@ def repair_container(analysed: Analysed, ops: FileOps) -> None:
         os.truncate(paths.data(live.segment_id), live.length)
 
 
-def finish_interrupted_merges(states: list[ContainerState]) -> None:
+def finish_interrupted_merges(states: list[ContainerState], mapping: SegmentMapping) -> None:
     """Delete merge sources whose merge committed but whose deletion was lost."""
     count = len(states)
     for state in states:
         for (source_id, source), target in state.commits.items():
-            owner = states[container_of(source, count)]
+            owner = states[container_of(source, count, mapping)]
             seg = owner.by_name.get(source)
             if seg is not None and seg.segment_id == source_id:
                 log.warning("finishing the merge of %r into %r", source, target)
@@ -747,18 +754,24 @@ def reserve_space(root: Path, size_bytes: int, ops: FileOps) -> None:
 
 
 def recover_store(
-    root: Path, container_count: int, ops: FileOps, *, max_attributes: int = MAX_SEGMENT_ATTRIBUTES
+    root: Path,
+    container_count: int,
+    ops: FileOps,
+    *,
+    max_attributes: int = MAX_SEGMENT_ATTRIBUTES,
+    mapping: SegmentMapping = SegmentMapping.GROUPED,
 ) -> tuple[Manifest, list[tuple[ContainerState, WalWriter]]]:
     """Open (or create) a data dir: recover every container and checkpoint it.
 
     Returns the manifest and, per container, its state and a fresh WAL file.
     ``max_attributes``: attributes a segment keeps (``store/_attributes.py``).
+    ``mapping``: the segment mapping of a new data dir (an existing one keeps its own).
 
     Raises:
         CorruptionError: damage (nothing was changed).
         StorageFull: no room for what recovery must write (nothing was changed).
     """
-    manifest = init_or_load_manifest(root, container_count, ops)
+    manifest = init_or_load_manifest(root, container_count, ops, mapping)
     all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
     try:
         analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
@@ -774,7 +787,7 @@ def recover_store(
     for one in analysed:  # only once every container passed its checks
         repair_container(one, ops)
     states = [one.state for one in analysed]
-    finish_interrupted_merges(states)
+    finish_interrupted_merges(states, manifest.mapping)
     opened: list[tuple[ContainerState, WalWriter]] = []
     try:
         for paths, state in zip(all_paths, states, strict=True):

@@ -2,10 +2,10 @@
 
 The observable behaviour is ``MemoryStore``'s, call for call (same checks in
 the same order, same errors, same results); on top of it every acknowledged
-change survives a crash. Segments are spread over containers by a hash of
-their name (``layout.container_of``); each ``Container`` owns a WAL and its
-group-commit loop, so the store itself is only routing plus the one
-operation that spans containers, ``merge``.
+change survives a crash. Segments are spread over containers by their name,
+under the mapping the manifest records (``layout.container_of``); each
+``Container`` owns a WAL and its group-commit loop, so the store itself is
+only routing plus the one operation that spans containers, ``merge``.
 
 Merge across containers: the source is sealed (durably) in its container;
 then its bytes are copied into the target's WAL as MERGE_DATA records ending
@@ -73,7 +73,7 @@ from headrace.store.disk.format import (
     SealRecord,
     TruncateRecord,
 )
-from headrace.store.disk.layout import ContainerPaths, container_of, lock_path
+from headrace.store.disk.layout import ContainerPaths, SegmentMapping, container_of, lock_path
 from headrace.store.disk.log import FILE_MODE, FileOps, WalWriter, make_dir
 from headrace.store.disk.recovery import recover_store
 from headrace.store.disk.segment import ContainerState, Segment
@@ -108,7 +108,10 @@ def _lock_data_dir(root: Path) -> int:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock_fd)
-        raise StoreError(f"data dir {root} is in use by another store") from None
+        raise StoreError(
+            f"data dir {root} is in use by another store (a running headrace serve, "
+            "verify or repair holds its lock): stop it, or use another data dir"
+        ) from None
     return lock_fd
 
 
@@ -124,7 +127,7 @@ def _forget_task(
 
 
 def _open_data_dir(
-    root: Path, container_count: int, ops: FileOps, max_attributes: int
+    root: Path, container_count: int, ops: FileOps, max_attributes: int, mapping: SegmentMapping
 ) -> tuple[int, Manifest, list[tuple[ContainerState, WalWriter]]]:
     """Lock the data dir and recover it (blocking); the lock is held on success.
 
@@ -136,7 +139,9 @@ def _open_data_dir(
     except OSError as exc:
         raise _open_error(root, exc) from exc
     try:
-        manifest, opened = recover_store(root, container_count, ops, max_attributes=max_attributes)
+        manifest, opened = recover_store(
+            root, container_count, ops, max_attributes=max_attributes, mapping=mapping
+        )
     except OSError as exc:
         os.close(lock_fd)
         raise _open_error(root, exc) from exc
@@ -170,9 +175,18 @@ class DiskStore(BaseStore):
     Open it with ``await DiskStore.open(path)``; close it with ``await store.close()``.
     """
 
-    def __init__(self, root: Path, containers: list[Container], lock_fd: int, ops: FileOps) -> None:
+    def __init__(
+        self,
+        root: Path,
+        containers: list[Container],
+        lock_fd: int,
+        ops: FileOps,
+        mapping: SegmentMapping = SegmentMapping.HASH,
+    ) -> None:
         super().__init__()
         self.root = root
+        self.mapping = mapping
+        """How segment names give containers here (the manifest's)."""
         self._containers = containers
         self._container_of: dict[str, Container] = {}
         self._lock_fd = lock_fd
@@ -197,6 +211,7 @@ class DiskStore(BaseStore):
         file_ops: FileOps | None = None,
         max_segment_attributes: int = MAX_SEGMENT_ATTRIBUTES,
         ref_append_bytes: int | None = None,
+        segment_mapping: SegmentMapping = SegmentMapping.GROUPED,
     ) -> DiskStore:
         """Open the data dir at ``path``, creating it if needed, and recover it.
 
@@ -216,6 +231,9 @@ class DiskStore(BaseStore):
                 ``REF_APPEND_BYTES`` under ``always``, ``REF_APPEND_BYTES_UNSYNCED``
                 otherwise; tests lower it to exercise references with small
                 payloads).
+            segment_mapping: how a *new* data dir places segments in
+                containers; an existing one keeps the mapping its manifest
+                records (``HASH`` when it records none).
 
         Raises:
             CorruptionError: damage recovery must not guess about (see recovery.py).
@@ -227,7 +245,9 @@ class DiskStore(BaseStore):
         root = Path(path)
         ops = file_ops or FileOps()
         opening = asyncio.ensure_future(
-            asyncio.to_thread(_open_data_dir, root, container_count, ops, max_attributes)
+            asyncio.to_thread(
+                _open_data_dir, root, container_count, ops, max_attributes, segment_mapping
+            )
         )
         try:
             lock_fd, manifest, opened = await asyncio.shield(opening)
@@ -263,7 +283,7 @@ class DiskStore(BaseStore):
                     ref_append_bytes=ref_append_bytes,
                 )
             )
-        store = cls(root, containers, lock_fd, ops)
+        store = cls(root, containers, lock_fd, ops, manifest.mapping)
         for c in containers:
             for seg in c.state.by_id.values():
                 if seg.length:  # written by an earlier process: checked on first read
@@ -295,7 +315,7 @@ class DiskStore(BaseStore):
         if c is None:
             if len(self._container_of) >= CONTAINER_CACHE_NAMES:
                 self._container_of.clear()
-            c = self._containers[container_of(name, len(self._containers))]
+            c = self._containers[container_of(name, len(self._containers), self.mapping)]
             self._container_of[name] = c
         return c
 

@@ -36,7 +36,12 @@ from headrace.store.disk.format import (
     decode_manifest,
     decode_sidecar,
 )
-from headrace.store.disk.layout import ContainerPaths, containers_path, manifest_path
+from headrace.store.disk.layout import (
+    ContainerPaths,
+    SegmentMapping,
+    containers_path,
+    manifest_path,
+)
 from headrace.store.disk.log import scan_wal, torn_unsynced
 from headrace.store.disk.recovery import (
     RefReader,
@@ -116,8 +121,10 @@ def verify_data_dir(path: str | os.PathLike[str]) -> VerifyReport:
     root = Path(path)
     report = VerifyReport(str(root))
     mpath = manifest_path(root)
+    mapping = SegmentMapping.HASH  # a damaged manifest's; only finding merge sources needs it
     try:
-        report.container_count = decode_manifest(mpath.read_bytes(), str(mpath)).container_count
+        manifest = decode_manifest(mpath.read_bytes(), str(mpath))
+        report.container_count, mapping = manifest.container_count, manifest.mapping
     except FileNotFoundError:
         try:
             if containers_path(root).exists():
@@ -138,7 +145,7 @@ def verify_data_dir(path: str | os.PathLike[str]) -> VerifyReport:
     for cid in range(report.container_count):
         state = _verify_container(ContainerPaths(root, cid), report)
         states.append(state if state is not None else ContainerState(cid))
-    finish_interrupted_merges(states)
+    finish_interrupted_merges(states, mapping)
     for state in states:
         for seg in state.by_id.values():
             report.segments.append(
