@@ -235,6 +235,8 @@ def render_docs() -> str:
         ],
     }
     notes["Listeners"] = [
+        '<a id="listeners"></a>',
+        "",
         "Each front door (a door: `controller`, `segment-store`, `tank`, `lumberjack`,",
         "`rsio`, `http`) listens where its port flag says, on `--host`, or where its",
         "`--listener DOOR=SCHEME://HOST:PORT` entries say: SCHEME `plain` or `tls`, and as",
