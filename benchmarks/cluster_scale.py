@@ -2,33 +2,44 @@
 
 Run: ``.venv/bin/python benchmarks/cluster_scale.py [--quick]``
 (``--events N`` 100-byte events per lane, ``--large-events N`` 10 KiB events
-per lane, ``--lanes L``, ``--rounds R`` of the forwarding comparison).
+per lane, ``--lanes L``, ``--messages N`` TANK messages per bundled
+forwarding run, ``--single-messages N`` per single-message run, ``--rounds R``
+of the forwarding comparison).
 
 Starts one ZooKeeper (the Debian ``zookeeper`` package, ``_zookeeper.py``),
 then, in the same run:
 
 * **1 node, then 3 nodes**: ``headrace serve --cluster ... --fsync always``
   nodes (``always`` is serve's default: an ack means on disk; a fresh chroot
-  each), settled (every container owned, balanced).
-  ``--lanes`` writer processes start together; each writes its events to a
-  1-segment stream of its own with the project's ``EventWriter``, then
-  flushes. A lane's stream is created through the controller of the node
-  that owns its segment's container, and its writer talks to that node
-  (each node keeps its own controller metadata for now, ``docs/cluster.md``),
-  so lanes are spread over the nodes as the containers are. The figure is
-  every lane's events over the time from the first lane's start to the last
+  each), settled (every container owned, balanced, the leader serving the
+  controller metadata and the others following it). ``--lanes`` writer
+  processes start together; each writes its events to a 1-segment stream of
+  its own with the project's ``EventWriter``, then flushes. Every stream is
+  created through the first node's controller, and every writer is given
+  that controller: it asks it for its segment's owner (``getURI``) and
+  writes to that node's segment store, as the project's client does. Each
+  lane's stream is picked so that its segment's container is owned by node
+  ``lane % nodes``, so lanes are spread over the nodes. The figure is every
+  lane's events over the time from the first lane's start to the last
   lane's flush: events/s and MB/s of payload, 100 B then 10 KiB, and the
   ratio 3 nodes / 1 node. The nodes' CPU per event is reported beside it.
   Every node and every writer shares this machine's cores: on a 2-core
   machine three nodes cannot run in parallel, so the ratio shows the
   cluster's overhead, not how it scales over machines.
-* **Forwarding**: no door of ``headrace serve`` forwards yet, so a
-  forwarding node is emulated by ``_forwarder.py``: the same ``ServerApp``
-  on a ``RoutedStore`` that sends the benchmark's segments to the 1-node
-  cluster's node (their owner) over the segment-store wire, as a node does
-  for segments another node owns. One lane writes 100 B events through the
-  forwarder, and one writes straight to the owner, ``--rounds`` times in
-  alternation; the best of each, and the ratio forwarded / direct.
+* **Forwarding**, on the 3-node cluster: the TANK door has no redirect, so a
+  node that does not own a partition's segment forwards each produce to the
+  owner's segment store and acknowledges after the owner stored it. Two
+  followers are picked, the owner and the forwarder, and two topics of
+  ``TOPIC_PARTITIONS`` partitions, created through the first node's TANK
+  door; in each the first ``FORWARD_PARTITIONS`` partitions whose container
+  the owner holds are written, one topic only through the owner's TANK door
+  (direct), the other only through the forwarder's (forwarded), with
+  ``headrace.client.tank.TankClient`` over one connection. Two loads of
+  100-byte messages: bundles of ``BUNDLE_MESSAGES``, one bundle in flight
+  per partition; and single-message bundles, ``PIPELINE`` in flight over
+  the partitions. Each load runs ``--rounds`` times, direct and forwarded
+  in alternation; the best of each, the ratio forwarded / direct, and the
+  nodes' CPU per message.
 
 The last line printed is one JSON object with every figure. Nothing here
 asserts speed.
@@ -38,11 +49,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,18 +64,29 @@ import _common as common
 
 from _zookeeper import ZooKeeper, installed
 from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
-from headrace.client.cluster import ClusterAdminClient
 from headrace.client.controller import Segment
-from headrace.errors import ClientError
-from headrace.store.disk.layout import container_of
+from headrace.client.tank import TankClient
+from headrace.protocols import tank as t
+from headrace.store.disk.layout import SegmentMapping, container_of
 
-HERE = Path(__file__).resolve().parent
 SMALL_BYTES = 100
 LARGE_BYTES = 10 * 1024
 CONTAINERS = 12
 """Containers of each cluster: a multiple of 1 and 3, so the nodes are even."""
-SETTLE_TIMEOUT_S = 60.0
+MAPPING = SegmentMapping.GROUPED
+"""The segment mapping of every new cluster (``docs/cluster.md#containers``)."""
+SETTLE_TIMEOUT_S = 90.0
 LANE_TIMEOUT_S = 600.0
+TOPIC_PARTITIONS = 16
+"""Partitions of each forwarding topic: enough that some land on every node."""
+FORWARD_PARTITIONS = 2
+"""Partitions written per forwarding run, all owned by the one owner node."""
+BUNDLE_MESSAGES = 100
+"""100-byte messages per bundle of the bundled load (a 10 KB produce)."""
+PIPELINE = 32
+"""Single-message produce requests in flight at once, over the partitions."""
+TOPIC_TIMEOUT_S = 60.0
+"""Bound on a topic becoming known to both nodes' TANK doors."""
 
 WRITER_CHILD = r"""
 import asyncio, json, sys, time
@@ -91,7 +115,7 @@ asyncio.run(main())
 
 
 class Node:
-    """One ``headrace serve`` child: its process and ports."""
+    """One ``headrace serve --cluster`` child: its process and ports."""
 
     def __init__(self, proc: subprocess.Popen[bytes], name: str, ports: dict[str, int]) -> None:
         self.proc = proc
@@ -102,9 +126,16 @@ class Node:
     def uri(self) -> str:
         return f"tcp://127.0.0.1:{self.ports['controller']}"
 
+    def health(self) -> dict[str, Any]:
+        """The node's own view of the cluster (``/health``'s ``cluster`` section)."""
+        url = f"http://127.0.0.1:{self.ports['http']}/health"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            report: dict[str, Any] = json.loads(response.read())["cluster"]
+        return report
+
 
 def start_node(data_dir: Path, url: str, name: str) -> Node:
-    ports = {"controller": common.free_port(), "segment-store": common.free_port()}
+    ports = {door: common.free_port() for door in ("controller", "segment-store", "tank", "http")}
     command = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
     command += ["--fsync", "always", f"--cluster={url}", f"--node-id={name}"]
     command += ["--advertise-host=127.0.0.1", f"--container-count={CONTAINERS}"]
@@ -117,73 +148,63 @@ def start_node(data_dir: Path, url: str, name: str) -> Node:
     return Node(proc, name, ports)
 
 
-def start_forwarder(data_dir: Path, owner: Node, prefix: str) -> Node:
-    ports = {"controller": common.free_port(), "segment-store": common.free_port()}
-    owner_store = f"127.0.0.1:{owner.ports['segment-store']}"
-    command = [sys.executable, str(HERE / "_forwarder.py"), str(data_dir)]
-    command += [str(ports["controller"]), str(ports["segment-store"]), owner_store, prefix]
-    with (data_dir.parent / "forwarder.log").open("ab") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + common.START_TIMEOUT_S
-    for port in ports.values():
-        common.wait_connectable(proc, port, deadline)
-    return Node(proc, "forwarder", ports)
-
-
-async def settle(nodes: list[Node]) -> dict[int, str]:
-    """Wait until every node sees every container owned, evenly; container -> owner."""
+def settle(nodes: list[Node]) -> tuple[dict[int, str], str]:
+    """Wait until every node sees all of them and one leader, which serves the
+    controller metadata (the others follow it), and every container is owned,
+    evenly; container -> owner, and the leader."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     names = sorted(node.name for node in nodes)
     while True:
-        views = []
         try:
-            for node in nodes:
-                async with ClusterAdminClient(node.uri) as admin:
-                    views.append(await admin.status())
-        except ClientError:  # a node whose doors listen before it joined
+            views = [node.health() for node in nodes]
+        except OSError:  # a node whose HTTP door listens before it answers
             views = []
-        if not views:
-            await asyncio.sleep(0.1)
-            continue
-        owners = [{c["container"]: c["owner"] for c in v["containers"]} for v in views]
-        states = {c["state"] for v in views for c in v["containers"]}
-        alive = [sorted(n["id"] for n in v["nodes"] if n["alive"]) for v in views]
-        counts = [list(owners[0].values()).count(name) for name in names]
-        if (
-            states == {"OWNED"}
-            and all(o == owners[0] for o in owners)
-            and all(a == names for a in alive)
-            and max(counts) - min(counts) <= 1
-        ):
-            return owners[0]
+        if views and all(v.get("joined") for v in views):
+            owned = [c for v in views for c in v["owned"]]
+            counts = [len(v["owned"]) for v in views]
+            metadata = sorted(str(v.get("metadata")) for v in views)
+            if (
+                all(v["nodes"] == names for v in views)
+                and len({v["leader"] for v in views}) == 1
+                and metadata == ["following"] * (len(names) - 1) + ["leading"]
+                and sorted(owned) == list(range(CONTAINERS))
+                and max(counts) - min(counts) <= 1
+            ):
+                owners = {
+                    c: node.name for node, v in zip(nodes, views, strict=True) for c in v["owned"]
+                }
+                return owners, str(views[0]["leader"])
         if time.monotonic() > deadline:
             raise SystemExit(f"the cluster did not settle within {SETTLE_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(0.1)  # polling the nodes' views under a deadline
+        time.sleep(0.1)  # polling the nodes' views under a deadline
 
 
-async def owned_stream(node: Node, owners: dict[int, str] | None, scope: str, stem: str) -> str:
-    """A new 1-segment stream whose segment ``node`` owns, created through ``node``'s controller."""
-    for k in range(10_000):
-        stream = f"{stem}-{k}"
-        container = container_of(Segment(scope, stream, 0).name, CONTAINERS)
-        if owners is None or owners[container] == node.name:
-            break
-    async with PravegaClient(node.uri) as client:
-        await client.controller.create_scope(scope)
-        await client.controller.create_stream(scope, stream, StreamConfig(ScalingPolicy.fixed(1)))
+def owned_by(owners: dict[int, str], name: str, segment: Segment) -> bool:
+    return owners[container_of(segment.name, CONTAINERS, MAPPING)] == name
+
+
+async def create_stream(controller: Node, owners: dict[int, str], owner: str, stem: str) -> str:
+    """A new 1-segment stream of scope ``bench`` whose segment ``owner`` owns,
+    created through ``controller``'s controller."""
+    stream = next(
+        s
+        for s in (f"{stem}-{k}" for k in itertools.count())
+        if owned_by(owners, owner, Segment("bench", s, 0))
+    )
+    async with PravegaClient(controller.uri) as client:
+        await client.controller.create_scope("bench")
+        await client.controller.create_stream("bench", stream, StreamConfig(ScalingPolicy.fixed(1)))
     return stream
 
 
 def run_lanes(
-    lanes: list[tuple[Node, str, str]], count: int, size: int, also: tuple[Node, ...] = ()
+    controller: Node, streams: list[str], count: int, size: int, nodes: list[Node]
 ) -> dict[str, float]:
-    """Start a writer per ``(node, scope, stream)``, let them go together, and time them.
-
-    The servers' CPU counts the lanes' nodes and ``also`` (an owner behind a forwarder).
-    """
+    """Start a writer per stream (given ``controller``), let them go together,
+    and time them; the servers' CPU counts every node of ``nodes``."""
     procs = []
-    for node, scope, stream in lanes:
-        command = [sys.executable, "-c", WRITER_CHILD, node.uri, scope, stream]
+    for stream in streams:
+        command = [sys.executable, "-c", WRITER_CHILD, controller.uri, "bench", stream]
         command += [str(count), str(size)]
         procs.append(
             subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -193,8 +214,7 @@ def run_lanes(
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != "ready":
                 raise SystemExit(f"a writer failed to set up (exit {proc.wait(LANE_TIMEOUT_S)})")
-        servers = [node for node, _, _ in lanes] + list(also)
-        cpu_before = {node.proc.pid: common.cpu_s(node.proc.pid) for node in servers}
+        cpu_before = {node.proc.pid: common.cpu_s(node.proc.pid) for node in nodes}
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
@@ -212,7 +232,7 @@ def run_lanes(
                 proc.kill()
                 proc.wait()
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
-    events = count * len(lanes)
+    events = count * len(streams)
     return {
         "events": events,
         "seconds": round(seconds, 3),
@@ -223,73 +243,193 @@ def run_lanes(
     }
 
 
-def scale_phase(
-    tmp: Path, zookeeper: ZooKeeper, size_of_cluster: int, args: argparse.Namespace
-) -> tuple[dict[str, Any], list[Node]]:
-    """Produce over a cluster of ``size_of_cluster`` nodes; the figures and the nodes (running)."""
-    url = zookeeper.url(f"/scale-{size_of_cluster}")
+def start_cluster(
+    tmp: Path, zookeeper: ZooKeeper, size: int
+) -> tuple[list[Node], dict[int, str], str]:
+    """``size`` nodes on a fresh chroot, settled: the nodes, container -> owner, the leader."""
+    url = zookeeper.url(f"/scale-{size}")
     nodes: list[Node] = []
-    for i in range(size_of_cluster):
-        name = f"n{i + 1}"
-        nodes.append(start_node(tmp / f"c{size_of_cluster}-{name}", url, name))
-    owners = asyncio.run(settle(nodes))
-    figures: dict[str, Any] = {"nodes": size_of_cluster}
+    try:
+        for i in range(size):
+            name = f"n{i + 1}"
+            nodes.append(start_node(tmp / f"c{size}-{name}", url, name))
+        owners, leader = settle(nodes)
+    except BaseException:
+        for node in nodes:
+            common.stop(node.proc)
+        raise
+    return nodes, owners, leader
+
+
+def scale_phase(
+    nodes: list[Node], owners: dict[int, str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Produce over the cluster of ``nodes``: 100 B, then 10 KiB, over ``--lanes`` writers."""
+    figures: dict[str, Any] = {"nodes": len(nodes)}
     for label, size, count in (
         ("small", SMALL_BYTES, args.events),
         ("large", LARGE_BYTES, args.large_events),
     ):
-        lanes = []
-        for lane in range(args.lanes):
-            node = nodes[lane % len(nodes)]
-            stream = asyncio.run(owned_stream(node, owners, "bench", f"{label}-{lane}"))
-            lanes.append((node, "bench", stream))
-        figures[label] = run_lanes(lanes, count, size)
-        row = figures[label]
+        streams = [
+            asyncio.run(
+                create_stream(nodes[0], owners, nodes[lane % len(nodes)].name, f"{label}-{lane}")
+            )
+            for lane in range(args.lanes)
+        ]
+        figures[label] = row = run_lanes(nodes[0], streams, count, size, nodes)
         print(
-            f"{size_of_cluster} node{'s' if size_of_cluster > 1 else ''}, {size:>6} B: "
+            f"{len(nodes)} node{'s' if len(nodes) > 1 else ''}, {size:>6} B: "
             f"{row['events_per_s']:>9,} events/s {row['mb_per_s']:>8.2f} MB/s "
             f"(servers {row['server_cpu_us_per_event']} µs CPU/event)",
             flush=True,
         )
-    return figures, nodes
+    return figures
 
 
-def forwarding_phase(tmp: Path, owner: Node, args: argparse.Namespace) -> dict[str, Any]:
-    forwarder = start_forwarder(tmp / "forwarder", owner, "fwd/")
-    direct: list[dict[str, float]] = []
-    forwarded: list[dict[str, float]] = []
-    try:
+def owned_partitions(topic: str, owners: dict[int, str], owner: str) -> list[int]:
+    """The partitions of ``topic`` whose segment's container ``owner`` holds."""
+    partitions = range(TOPIC_PARTITIONS)
+    return [p for p in partitions if owned_by(owners, owner, Segment("tank", topic, p))]
+
+
+def forwarding_topic(owners: dict[int, str], owner: str, stem: str) -> tuple[str, list[int]]:
+    """A topic name with at least ``FORWARD_PARTITIONS`` partitions at ``owner``, and those."""
+    for k in itertools.count():
+        topic = f"{stem}{k}"
+        picked = owned_partitions(topic, owners, owner)
+        if len(picked) >= FORWARD_PARTITIONS:
+            return topic, picked[:FORWARD_PARTITIONS]
+    raise AssertionError("unreachable")
+
+
+async def create_topics(creator: Node, readers: list[Node], topics: list[str]) -> None:
+    """Create ``topics`` through ``creator``'s TANK door, then wait until every
+    node of ``readers`` knows them (a follower's view lags by up to its
+    metadata poll)."""
+    deadline = time.monotonic() + TOPIC_TIMEOUT_S
+    async with await TankClient.connect("127.0.0.1", creator.ports["tank"]) as tank:
+        for topic in topics:
+            while (result := await tank.create_topic(topic, TOPIC_PARTITIONS)) not in (
+                t.CreateTopicResult.CREATED,
+                t.CreateTopicResult.ALREADY_EXISTS,
+            ):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"creating TANK topic {topic} failed: {result.name}")
+                await asyncio.sleep(0.2)  # the broker opens its scope once a leader serves
+    for node in readers:
+        async with await TankClient.connect("127.0.0.1", node.ports["tank"]) as tank:
+            for topic in topics:
+                while await tank.discover_partitions(topic) is None:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"{node.name} did not learn of TANK topic {topic}")
+                    await asyncio.sleep(0.1)  # polling a follower's view under a deadline
+
+
+async def produce_load(
+    door: Node,
+    topic: str,
+    partitions: list[int],
+    messages: int,
+    per_bundle: int,
+    in_flight: int,
+    nodes: list[Node],
+) -> dict[str, float]:
+    """``messages`` 100-byte messages in bundles of ``per_bundle`` through
+    ``door``'s TANK door, ``in_flight`` produce requests at once (each bound
+    to one of ``partitions``, round robin); the servers' CPU counts ``nodes``."""
+    bundle = t.encode_bundle([t.BundleMessage(b"x" * SMALL_BYTES)] * per_bundle, compress=False)
+    bundles = messages // per_bundle
+    taken = itertools.count()
+
+    async def produce(tank: TankClient, partition: int) -> None:
+        error = await tank.produce_bundle(topic, partition, bundle)
+        if error is not t.ProduceError.OK:
+            raise SystemExit(f"produce to {topic}/{partition} through {door.name}: {error.name}")
+
+    async def worker(tank: TankClient, partition: int) -> None:
+        while next(taken) < bundles:
+            await produce(tank, partition)
+
+    async with await TankClient.connect("127.0.0.1", door.ports["tank"]) as tank:
+        for partition in partitions:  # loaded at both ends before timing
+            await produce(tank, partition)
+        cpu_before = {node.proc.pid: common.cpu_s(node.proc.pid) for node in nodes}
+        start = time.monotonic()
+        await asyncio.gather(
+            *(worker(tank, partitions[i % len(partitions)]) for i in range(in_flight))
+        )
+        seconds = time.monotonic() - start
+        server_cpu = sum(common.cpu_s(pid) - before for pid, before in cpu_before.items())
+    sent = bundles * per_bundle
+    return {
+        "messages": sent,
+        "seconds": round(seconds, 3),
+        "messages_per_s": round(sent / seconds),
+        "produces_per_s": round(bundles / seconds),
+        "server_cpu_us_per_message": round(server_cpu * 1e6 / sent, 1),
+    }
+
+
+def forwarding_phase(
+    nodes: list[Node], owners: dict[int, str], leader: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Direct vs forwarded TANK produce, in alternation, on a settled 3-node cluster."""
+    followers = [node for node in nodes if node.name != leader]
+    owner, forwarder = followers[0], followers[1]
+    direct_topic, direct_partitions = forwarding_topic(owners, owner.name, "direct")
+    via_topic, via_partitions = forwarding_topic(owners, owner.name, "forwarded")
+    asyncio.run(create_topics(nodes[0], [owner, forwarder], [direct_topic, via_topic]))
+    result: dict[str, Any] = {
+        "measured": "TankClient produce of 100 B messages through the TANK door of the "
+        "node owning the partitions (direct) vs of a node forwarding to it (forwarded)",
+        "owner": owner.name,
+        "forwarder": forwarder.name,
+        "leader": leader,
+        "partitions": FORWARD_PARTITIONS,
+    }
+    loads = (
+        ("bundles", BUNDLE_MESSAGES, FORWARD_PARTITIONS),
+        ("single", 1, PIPELINE),
+    )
+    for label, per_bundle, in_flight in loads:
+        count = args.messages if per_bundle > 1 else args.single_messages
+        direct: list[dict[str, float]] = []
+        forwarded: list[dict[str, float]] = []
         for i in range(args.rounds):
-            stream = asyncio.run(owned_stream(owner, None, "fwd", f"direct{i}"))
-            direct.append(run_lanes([(owner, "fwd", stream)], args.events, SMALL_BYTES))
-            stream = asyncio.run(owned_stream(forwarder, None, "fwd", f"via{i}"))
+            direct.append(
+                asyncio.run(
+                    produce_load(
+                        owner, direct_topic, direct_partitions, count, per_bundle, in_flight, nodes
+                    )
+                )
+            )
             forwarded.append(
-                run_lanes([(forwarder, "fwd", stream)], args.events, SMALL_BYTES, (owner,))
+                asyncio.run(
+                    produce_load(
+                        forwarder, via_topic, via_partitions, count, per_bundle, in_flight, nodes
+                    )
+                )
             )
             print(
-                f"round {i}: 100 B to the owner {direct[-1]['events_per_s']:,} events/s, "
-                f"through a forwarding node {forwarded[-1]['events_per_s']:,} events/s "
-                f"(servers {direct[-1]['server_cpu_us_per_event']} and "
-                f"{forwarded[-1]['server_cpu_us_per_event']} µs CPU/event)",
+                f"round {i}, {label} ({per_bundle} x 100 B per produce, {in_flight} in flight): "
+                f"to the owner {direct[-1]['messages_per_s']:,} msg/s, "
+                f"forwarded {forwarded[-1]['messages_per_s']:,} msg/s "
+                f"(servers {direct[-1]['server_cpu_us_per_message']} and "
+                f"{forwarded[-1]['server_cpu_us_per_message']} µs CPU/message)",
                 flush=True,
             )
-    except SystemExit:
-        log = (tmp / "forwarder.log").read_text(errors="replace")
-        print(f"the forwarder's log ends:\n{log[-3000:]}", file=sys.stderr)
-        raise
-    finally:
-        common.stop(forwarder.proc)
-    best_direct = max(direct, key=lambda r: r["events_per_s"])
-    best_forwarded = max(forwarded, key=lambda r: r["events_per_s"])
-    return {
-        "measured": "EventWriter through _forwarder.py (ServerApp on a RoutedStore) vs "
-        "straight to the owner node",
-        "direct": best_direct,
-        "forwarded": best_forwarded,
-        "ratio_forwarded_to_direct": round(
-            best_forwarded["events_per_s"] / best_direct["events_per_s"], 3
-        ),
-    }
+        best_direct = max(direct, key=lambda r: r["messages_per_s"])
+        best_forwarded = max(forwarded, key=lambda r: r["messages_per_s"])
+        result[label] = {
+            "messages_per_bundle": per_bundle,
+            "in_flight": in_flight,
+            "direct": best_direct,
+            "forwarded": best_forwarded,
+            "ratio_forwarded_to_direct": round(
+                best_forwarded["messages_per_s"] / best_direct["messages_per_s"], 3
+            ),
+        }
+    return result
 
 
 def main() -> None:
@@ -298,10 +438,20 @@ def main() -> None:
     parser.add_argument("--events", type=int, help="100 B events per lane (default 400,000).")
     parser.add_argument("--large-events", type=int, help="10 KiB events per lane (default 10,000).")
     parser.add_argument("--lanes", type=int, default=3, help="Writer processes at once.")
+    parser.add_argument(
+        "--messages", type=int, help="TANK messages per bundled forwarding run (default 100,000)."
+    )
+    parser.add_argument(
+        "--single-messages",
+        type=int,
+        help="TANK single-message produces per forwarding run (default 2,000).",
+    )
     parser.add_argument("--rounds", type=int, help="Forwarding rounds (default 3).")
     args = parser.parse_args()
     args.events = args.events or (50_000 if args.quick else 400_000)
     args.large_events = args.large_events or (2_000 if args.quick else 10_000)
+    args.messages = args.messages or (20_000 if args.quick else 100_000)
+    args.single_messages = args.single_messages or (500 if args.quick else 2_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
     if not installed():
         raise SystemExit("ZooKeeper is missing: apt-get install zookeeper")
@@ -321,11 +471,13 @@ def main() -> None:
         zookeeper.start()
         nodes: list[Node] = []
         try:
-            one, nodes = scale_phase(tmp, zookeeper, 1, args)
-            result["forwarding"] = forwarding_phase(tmp, nodes[0], args)
+            nodes, owners, _ = start_cluster(tmp, zookeeper, 1)
+            one = scale_phase(nodes, owners, args)
             for node in nodes:
                 common.stop(node.proc)
-            three, nodes = scale_phase(tmp, zookeeper, 3, args)
+            nodes, owners, leader = start_cluster(tmp, zookeeper, 3)
+            three = scale_phase(nodes, owners, args)
+            result["forwarding"] = forwarding_phase(nodes, owners, leader, args)
         finally:
             for node in nodes:
                 common.stop(node.proc)
@@ -347,9 +499,12 @@ def main() -> None:
             f"note: {cpus} cores run every node and writer here, so the ratio shows the "
             "cluster's overhead, not scale over machines"
         )
+    forwarding = result["forwarding"]
     print(
-        "forwarding (100 B, one lane; a forwarding node emulated by _forwarder.py): "
-        f"forwarded / direct {result['forwarding']['ratio_forwarded_to_direct']}x"
+        "forwarding (TANK produce through a node without the partitions / through their "
+        f"owner): bundles of {BUNDLE_MESSAGES} "
+        f"{forwarding['bundles']['ratio_forwarded_to_direct']}x, single messages "
+        f"{forwarding['single']['ratio_forwarded_to_direct']}x"
     )
     print(json.dumps(result))
 

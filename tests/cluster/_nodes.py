@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from tests._server import FREE, POLL_INTERVAL_S, ServerProcess
 
-CONTAINERS: Final = int(__import__("os").environ.get("HR_TEST_CONTAINERS", "8"))
+CONTAINERS: Final = 8
 """Containers of a test cluster: enough to place some on every node."""
 
 SETTLE_S: Final = 90.0
@@ -29,11 +29,18 @@ ALL_DOORS: Final = ("controller", "segment_store", "http", "tank", "lumberjack",
 
 
 def start_node(
-    url: str, data_dir: Path, name: str, *, doors: Iterable[str] = PRAVEGA_DOORS
+    url: str,
+    data_dir: Path,
+    name: str,
+    *,
+    doors: Iterable[str] = PRAVEGA_DOORS,
+    verbose: bool = False,
 ) -> ServerProcess:
-    """One node of the cluster at ``url``, started (its ports open)."""
+    """One node of the cluster at ``url``, started (its ports open); ``verbose``:
+    it logs at INFO (``headrace -v``)."""
     return ServerProcess(
         data_dir,
+        global_args=["-v"] if verbose else [],
         ports={door: FREE for door in doors},
         args=[
             f"--cluster={url}",

@@ -87,7 +87,7 @@ def test_the_real_client_writes_and_reads_through_any_node(
     in order per key."""
     by_container = owners(nodes)
     names = [Segment("big", "st", number).name for number in range(6)]
-    assert len({by_container[container_of(n, CONTAINERS)] for n in names}) > (CONTAINERS > 1)
+    assert len({by_container[container_of(n, CONTAINERS)] for n in names}) > 1
     follower = next(n for n in NODES if n != leader(nodes))
     result = run_scenario("round_trip", nodes[follower].uri, "big", "20000", "6")
     assert result["read"] == 20000, result
@@ -163,7 +163,9 @@ def test_the_real_client_follows_its_segments_through_a_drain(
     nodes: dict[str, ServerProcess] = {}
     try:
         for name in NODES:
-            nodes[name] = start_node(shared_zookeeper.url(chroot), tmp_path / name, name)
+            nodes[name] = start_node(
+                shared_zookeeper.url(chroot), tmp_path / name, name, verbose=True
+            )
         settle(nodes)
         by_container = owners(nodes)
         held = Counter(
@@ -205,7 +207,7 @@ def test_the_real_client_follows_its_segments_through_a_drain(
         r = run_scenario("read_all", nodes[drained].uri, "moved", str(count))
         assert (r["read"], r["distinct"], r["duplicates"]) == (count, count, 0)
         assert r["out_of_order"] == 0 and r["max"] == count - 1
-        assert "WrongHost for moved/st/" in nodes[drained].log_text()
+        assert any("segment store: WrongHost for " in n.log_text() for n in nodes.values())
     finally:
         for node in nodes.values():
             node.stop()

@@ -415,7 +415,11 @@ class ServerApp:
 
         assert self._store is not None
         node = self._cluster = ClusterNode(
-            cluster, self._store, self.config.advertise_host or self.config.host
+            cluster,
+            self._store,
+            self.config.advertise_host or self.config.host,
+            listen_host=self.config.host,
+            node_key=self.node_key,
         )
         self._routed = RoutedStore(
             self._store,

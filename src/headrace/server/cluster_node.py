@@ -7,23 +7,33 @@ who owns a segment (``owner_of``): this node, another node (its endpoint),
 or nobody right now. Until the member confirmed a container in the current
 ZooKeeper session, this node serves none of it (``docs/cluster.md#fencing``).
 
-Hooks (``docs/cluster.md#moves``): with one copy of each container and the
-data staying on this node's disk, ``acquire`` has nothing to open (the disk
-store holds every container of this node already) and ``release`` flushes
-the local store, so what was acknowledged is durable before the record says
-the container is released.
+Hooks (``docs/cluster.md#moves``): a container moves with its data.
+``release`` detaches it from the disk store (what is in flight finishes, a
+checkpoint is written, its files are closed and no longer change) before the
+record says ``RELEASED``; the transfer door (``container_transfer.py``) then
+serves those files to the node the container was released to. ``acquire``
+opens the container: this node's own copy when this node was its last owner
+(a restart, a re-claim after a lost session) or when nobody ever owned it;
+otherwise the copy fetched from its last owner, checked and installed in
+place of whatever this node had (``DiskStore.attach``). A store other than
+the disk store (tests, embedding) is only flushed on release.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from headrace.cluster.errors import ClusterError
 from headrace.cluster.layout import NodeInfo
-from headrace.cluster.member import ClusterMember
+from headrace.cluster.member import ClusterEvent, ClusterMember, ContainersChanged
 from headrace.cluster.remote import Endpoint
 from headrace.server.config import ClusterConfig
+from headrace.server.container_transfer import TRANSFER_DOOR, TransferServer, fetch_container
 from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore
 
@@ -58,20 +68,79 @@ _NOBODY = Owner(local=False)
 
 
 class StoreHooks:
-    """Container hooks of a node whose containers' data stays on its own disk."""
+    """Container hooks that move a container's data with it (module docstring).
 
-    def __init__(self, store: SegmentStore) -> None:
+    Args:
+        store: the node's store.
+        node_id: this node's id.
+        member: returns the running member (the records say who owned a container last).
+        node_key: the key this node signs its node tokens with (None: none).
+    """
+
+    def __init__(
+        self,
+        store: SegmentStore,
+        node_id: str,
+        member: Callable[[], ClusterMember | None],
+        node_key: bytes | None = None,
+    ) -> None:
         self._store = store
+        self._node_id = node_id
+        self._member = member
+        self._node_key = node_key
+        self.released: set[int] = set()
+        """Containers this node released to another node, their copy still here."""
 
     async def acquire(self, container: int, epoch: int) -> None:
+        store, member = self._store, self._member()
+        self.released.discard(container)
+        if isinstance(store, DiskStore) and member is not None:
+            _check_counts(store, member)
+            previous = member.record(container).owner
+            if previous is None or previous == self._node_id:
+                await store.attach(container)  # this node's own copy (or nothing yet)
+            else:
+                source = member.nodes().get(previous)
+                if source is None:
+                    raise ClusterError(
+                        f"container {container}: its last owner {previous} is not live, "
+                        "and only it has the data"
+                    )
+                await fetch_container(store, container, source, self._node_id, self._node_key)
         log.info("cluster: serving container %d at epoch %d", container, epoch)
 
     async def release(self, container: int, to: NodeInfo | None) -> None:
-        await self._store.flush()
+        store = self._store
+        if isinstance(store, DiskStore):
+            await store.detach(container)
+            if to is not None:
+                self.released.add(container)
+        else:
+            await store.flush()
         log.info(
             "cluster: released container %d%s",
             container,
             "" if to is None else f" to {to.node_id}",
+        )
+
+
+def moved_away(member: ClusterMember, container: int) -> bool:
+    """Whether ``container``'s record names another owner than this node, and
+    nothing brings it here: this node's copy of it will never be served again."""
+    record = member.record(container)
+    if record.owner is None or record.owner == member.node_id:
+        return False
+    return record.target != member.node_id and not member.owns(container)
+
+
+def _check_counts(store: DiskStore, member: ClusterMember) -> None:
+    """The disk store's containers must be the cluster's, or a move would carry
+    other segments than the ones the cluster routes there."""
+    if store.container_count != member.container_count:
+        raise ClusterError(
+            f"the data dir has {store.container_count} containers and the cluster "
+            f"{member.container_count}: start this node on a new data dir with "
+            f"--container-count {member.container_count}"
         )
 
 
@@ -80,16 +149,31 @@ class ClusterNode:
 
     Args:
         config: ``--cluster``, ``--node-id``, ``--container-count``.
-        store: the local store (flushed on release).
+        store: the local store (its containers move with the cluster's).
         advertise_host: the host every door of this node is announced at.
+        listen_host: the host the transfer door binds (``--host``).
+        node_key: the key node tokens are signed and checked with (None: none).
     """
 
-    def __init__(self, config: ClusterConfig, store: SegmentStore, advertise_host: str) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        store: SegmentStore,
+        advertise_host: str,
+        *,
+        listen_host: str = "127.0.0.1",
+        node_key: bytes | None = None,
+    ) -> None:
         self.config = config
         self.node_id = config.node_id
         self._store = store
         self._advertise_host = advertise_host
+        self._listen_host = listen_host
+        self._node_key = node_key
         self._member: ClusterMember | None = None
+        self._joining: ClusterMember | None = None
+        self._transfer: TransferServer | None = None
+        self._discarding: dict[int, asyncio.Task[bool]] = {}
 
     @property
     def member(self) -> ClusterMember | None:
@@ -99,17 +183,39 @@ class ClusterNode:
     async def start(self, ports: dict[str, int]) -> None:
         """Join the cluster announcing ``ports`` (door name -> bound port).
 
+        With a disk store, this node's transfer door is bound first and
+        announced with the others.
+
         Raises:
-            ClusterError: no ZooKeeper, the node id in use, or not a cluster.
+            ClusterError: no ZooKeeper, the node id in use, not a cluster, or a
+                data dir whose container count is not the cluster's.
         """
+        ports = dict(ports)
+        store = self._store
+        if isinstance(store, DiskStore):
+            self._transfer = TransferServer(store, self._current_member, self._node_key)
+            await self._transfer.start(self._listen_host)
+            ports[TRANSFER_DOOR] = self._transfer.port
+        hooks = StoreHooks(store, self.node_id, self._current_member, self._node_key)
         member = ClusterMember(
             self.config.url,
-            NodeInfo(self.node_id, self._advertise_host, dict(ports)),
+            NodeInfo(self.node_id, self._advertise_host, ports),
             container_count=self.config.container_count,
-            hooks=StoreHooks(self._store),
-            segment_mapping=self._store.mapping if isinstance(self._store, DiskStore) else None,
+            hooks=hooks,
+            segment_mapping=store.mapping if isinstance(store, DiskStore) else None,
         )
-        await member.start()
+        if isinstance(store, DiskStore):
+            member.add_listener(lambda event: self._discard_moved(store, member, hooks, event))
+        self._joining = member
+        try:
+            await member.start()
+            if isinstance(store, DiskStore):
+                _check_counts(store, member)
+        except BaseException:
+            self._joining = None
+            await member.aclose()
+            await self._close_transfer()
+            raise
         self._member = member
         log.info(
             "cluster: joined %s as %s (%d containers, leader %s)",
@@ -119,11 +225,52 @@ class ClusterNode:
             member.leader(),
         )
 
+    def _discard_moved(
+        self, store: DiskStore, member: ClusterMember, hooks: StoreHooks, event: ClusterEvent
+    ) -> None:
+        """Empty the copies of containers this node released once their new owner
+        took them (``DiskStore.discard``): the disk is freed, and no restart can
+        open an old copy."""
+        if not isinstance(event, ContainersChanged):
+            return
+        for container in sorted(event.containers & hooks.released):
+            if container in self._discarding or not moved_away(member, container):
+                continue
+            hooks.released.discard(container)
+            task = asyncio.create_task(
+                store.discard(container, functools.partial(moved_away, member, container))
+            )
+            self._discarding[container] = task
+            task.add_done_callback(functools.partial(self._discarded, container))
+
+    def _discarded(self, container: int, task: asyncio.Task[bool]) -> None:
+        self._discarding.pop(container, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "cluster: could not empty container %d after it moved: %s",
+                container,
+                task.exception(),
+            )
+
+    def _current_member(self) -> ClusterMember | None:
+        """The member, from the moment it starts joining (its hooks run before
+        ``start`` returns)."""
+        return self._member or self._joining
+
     async def aclose(self) -> None:
         """Leave the cluster (this node's containers stay with it)."""
         member, self._member = self._member, None
+        self._joining = None
         if member is not None:
             await member.aclose()
+        for task in list(self._discarding.values()):
+            await asyncio.wait([task])  # a discard runs to its end: it is a file swap
+        await self._close_transfer()
+
+    async def _close_transfer(self) -> None:
+        transfer, self._transfer = self._transfer, None
+        if transfer is not None:
+            await transfer.aclose()
 
     def owner_of(self, segment: str) -> Owner:
         """Who serves ``segment`` now (a cheap lookup, any number of times per request)."""

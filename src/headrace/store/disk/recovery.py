@@ -98,6 +98,7 @@ from headrace.store.disk.log import (
     scan_wal,
     torn_unsynced,
 )
+from headrace.store.disk.moves import finish_installs
 from headrace.store.disk.segment import ContainerState, ReplayError
 
 __all__ = [
@@ -109,6 +110,7 @@ __all__ = [
     "init_or_load_manifest",
     "load_snapshot",
     "plan_replay",
+    "recover_container",
     "recover_store",
     "repair_container",
 ]
@@ -772,6 +774,7 @@ def recover_store(
         StorageFull: no room for what recovery must write (nothing was changed).
     """
     manifest = init_or_load_manifest(root, container_count, ops, mapping)
+    finish_installs(root, manifest.container_count, ops)
     all_paths = [ContainerPaths(root, cid) for cid in range(manifest.container_count)]
     try:
         analysed = [analyse_container(paths, max_attributes=max_attributes) for paths in all_paths]
@@ -797,3 +800,25 @@ def recover_store(
             wal.close()
         raise
     return manifest, opened
+
+
+def recover_container(
+    paths: ContainerPaths, ops: FileOps, *, max_attributes: int = MAX_SEGMENT_ATTRIBUTES
+) -> tuple[ContainerState, WalWriter]:
+    """Open one container of an open data dir (one installed or detached at
+    runtime): recover it as ``recover_store`` does, checkpoint it, and return
+    its state and a fresh WAL file.
+
+    Merges across containers are not finished here (``recover_store`` does
+    that across the whole data dir): a cluster refuses merges across owners.
+
+    Raises:
+        CorruptionError: damage (nothing was changed).
+        StorageFull: no room for what recovery must write (nothing was changed).
+    """
+    one = analyse_container(paths, max_attributes=max_attributes)
+    needed = recovery_bytes(one)
+    if needed:
+        reserve_space(paths.dir, needed + RECOVERY_MARGIN_BYTES, ops)
+    repair_container(one, ops)
+    return one.state, _open_wal(paths, one.state, ops)

@@ -42,6 +42,7 @@ from uuid import UUID
 from headrace.errors import (
     BadOffset,
     CorruptionError,
+    OwnerUnavailable,
     SegmentExists,
     SegmentNotFound,
     SegmentSealed,
@@ -75,7 +76,8 @@ from headrace.store.disk.format import (
 )
 from headrace.store.disk.layout import ContainerPaths, SegmentMapping, container_of, lock_path
 from headrace.store.disk.log import FILE_MODE, FileOps, WalWriter, make_dir
-from headrace.store.disk.recovery import recover_store
+from headrace.store.disk.moves import commit_install, new_staging_dir, write_empty_container
+from headrace.store.disk.recovery import recover_container, recover_store
 from headrace.store.disk.segment import ContainerState, Segment
 from headrace.store.memory import check_name
 from headrace.types import (
@@ -158,6 +160,14 @@ def _open_error(root: Path, exc: OSError) -> StoreError:
     return StoreError(f"cannot open the data dir {root}: {exc}")
 
 
+def _check_on_first_read(c: Container) -> None:
+    """Bytes written by an earlier process (or another node) are checked on first read."""
+    for seg in c.state.by_id.values():
+        if seg.length:
+            seg.unchecked_end = seg.length
+            seg.checks = BlockChecks(seg.length, seg.sidecar_size)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -198,6 +208,15 @@ class DiskStore(BaseStore):
         """Merge completions that outlive a cancelled caller; close waits for them."""
         self.max_open_regions = MAX_OPEN_REGIONS
         self._open_regions = 0
+        self._detached: set[int] = set()
+        """Containers this store does not serve (``detach``): moved to another node."""
+        self._moving: dict[int, asyncio.Lock] = {}
+        self._closing: dict[int, asyncio.Future[None]] = {}
+        """Closes of detached containers that have not ended yet."""
+        """One lock per container, held while it is detached, installed or attached."""
+        self._new_container: Callable[[ContainerPaths, ContainerState, WalWriter], Container]
+        """Builds a Container as ``open`` did (its policy, syscalls, failure hook)."""
+        self._max_attributes = MAX_SEGMENT_ATTRIBUTES
 
     @classmethod
     async def open(
@@ -269,26 +288,28 @@ class DiskStore(BaseStore):
             for c in containers:
                 c.fail(exc)
 
-        for cid, (state, wal) in enumerate(opened):
-            containers.append(
-                Container(
-                    ContainerPaths(root, cid),
-                    state,
-                    wal,
-                    policy=fsync,
-                    fsync_interval_s=fsync_interval_s,
-                    checkpoint_wal_bytes=checkpoint_wal_bytes,
-                    ops=ops,
-                    on_failure=on_failure,
-                    ref_append_bytes=ref_append_bytes,
-                )
+        def new_container(
+            paths: ContainerPaths, state: ContainerState, wal: WalWriter
+        ) -> Container:
+            return Container(
+                paths,
+                state,
+                wal,
+                policy=fsync,
+                fsync_interval_s=fsync_interval_s,
+                checkpoint_wal_bytes=checkpoint_wal_bytes,
+                ops=ops,
+                on_failure=on_failure,
+                ref_append_bytes=ref_append_bytes,
             )
+
+        for cid, (state, wal) in enumerate(opened):
+            containers.append(new_container(ContainerPaths(root, cid), state, wal))
         store = cls(root, containers, lock_fd, ops, manifest.mapping)
+        store._new_container = new_container
+        store._max_attributes = max_attributes
         for c in containers:
-            for seg in c.state.by_id.values():
-                if seg.length:  # written by an earlier process: checked on first read
-                    seg.unchecked_end = seg.length
-                    seg.checks = BlockChecks(seg.length, seg.sidecar_size)
+            _check_on_first_read(c)
             c.start()
         assert len(containers) == manifest.container_count
         return store
@@ -306,6 +327,9 @@ class DiskStore(BaseStore):
 
     # ------------------------------------------------------------------ lookup
 
+    def _attached(self) -> list[Container]:
+        return [c for c in self._containers if c.container_id not in self._detached]
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -316,6 +340,8 @@ class DiskStore(BaseStore):
             if len(self._container_of) >= CONTAINER_CACHE_NAMES:
                 self._container_of.clear()
             c = self._containers[container_of(name, len(self._containers), self.mapping)]
+            if c.container_id in self._detached:
+                raise OwnerUnavailable(name, f"container {c.container_id} is not on this node")
             self._container_of[name] = c
         return c
 
@@ -654,10 +680,147 @@ class DiskStore(BaseStore):
         self._check_open()
         return sorted(
             name
-            for c in self._containers
+            for c in self._attached()
             for name, seg in c.state.by_name.items()
             if not seg.hidden
         )
+
+    # ------------------------------------------------------------------ moving containers
+
+    def is_attached(self, container_id: int) -> bool:
+        """Whether this store serves container ``container_id`` (``detach``)."""
+        return container_id not in self._detached
+
+    def container_paths(self, container_id: int) -> ContainerPaths:
+        return self._containers[container_id].paths
+
+    def _move_lock(self, container_id: int) -> asyncio.Lock:
+        if not 0 <= container_id < len(self._containers):
+            raise ValueError(f"no container {container_id} (the store has {len(self._containers)})")
+        return self._moving.setdefault(container_id, asyncio.Lock())
+
+    async def detach(self, container_id: int) -> None:
+        """Stop serving a container and close it, so its files are a consistent copy.
+
+        From the call on, every call naming one of its segments raises
+        ``OwnerUnavailable``; what was issued before finishes (acknowledged
+        changes are durable), a checkpoint is written and its files are
+        closed. Parked long-polls on its segments wake (and raise). Detaching
+        a detached container does nothing.
+
+        Raises:
+            StoreClosed: the closing checkpoint failed; the container stays
+                detached and its files hold its last durable state (the WAL
+                replays on the next open).
+        """
+        self._check_open()
+        async with self._move_lock(container_id):
+            await self._detach(container_id)
+
+    async def _detach(self, container_id: int) -> None:
+        if container_id in self._detached:
+            await self._closed_container(container_id)
+            return
+        c = self._containers[container_id]
+        self._detached.add(container_id)
+        self._container_of.clear()
+        for name in list(c.state.by_name):
+            self._tables.pop(name, None)
+            self._notify(name)
+        # A cancelled caller must not leave it half closed: the close runs to
+        # its end, and whoever touches the container next waits for it.
+        self._closing[container_id] = asyncio.ensure_future(self._close_detached(c))
+        await self._closed_container(container_id)
+        log.info("container %d detached", container_id)
+
+    async def _close_detached(self, c: Container) -> None:
+        # merges finishing (their source's deletion) may still write to it
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await c.close()
+
+    async def _closed_container(self, container_id: int) -> None:
+        """Wait for the close of a detached container to end (raising its error once)."""
+        closing = self._closing.get(container_id)
+        if closing is None:
+            return
+        try:
+            await asyncio.shield(closing)
+        finally:
+            if closing.done():
+                self._closing.pop(container_id, None)
+
+    async def discard(self, container_id: int, when: Callable[[], bool]) -> bool:
+        """Detach a container and replace its files with an empty container's, if
+        ``when()`` says so once no other move of it is in course.
+
+        For a copy that moved to another node for good: it frees the disk, and
+        a restart cannot serve it. Like an install, a crash leaves the old
+        files or the empty ones. The container stays detached; True if it was
+        discarded.
+        """
+        self._check_open()
+        async with self._move_lock(container_id):
+            if not when():
+                return False
+            await self._detach(container_id)
+            root, ops = self.root, self.file_ops
+
+            def empty() -> None:
+                staged = new_staging_dir(root, container_id)
+                write_empty_container(staged, container_id, ops)
+                commit_install(root, container_id, staged, ops)
+
+            try:
+                await asyncio.to_thread(empty)
+            except OSError as exc:
+                raise StoreError(f"cannot empty container {container_id}: {exc}") from exc
+            log.info("container %d discarded (moved to another node)", container_id)
+            return True
+
+    async def attach(self, container_id: int, *, install: Path | None = None) -> None:
+        """Serve a detached container again, from its files (recovered as at open).
+
+        ``install``: a directory holding another copy of the container (from
+        ``moves.new_staging_dir``, every file written); it replaces the
+        container's files first (``moves.commit_install``: a crash leaves the
+        old copy or the new one, never a mix) and is gone afterwards.
+        Attaching an attached container without ``install`` does nothing.
+
+        Raises:
+            CorruptionError: the copy is damaged; the container stays detached.
+            StoreError: an OS error; the container stays detached.
+        """
+        self._check_open()
+        async with self._move_lock(container_id):
+            if container_id not in self._detached:
+                if install is None:
+                    return
+                raise StoreError(f"container {container_id} is attached: detach it first")
+            with contextlib.suppress(StoreError):
+                await self._closed_container(container_id)  # its failure was reported
+            old = self._containers[container_id]
+            paths = old.paths
+            root, ops = self.root, self.file_ops
+
+            def open_container() -> tuple[ContainerState, WalWriter]:
+                if install is not None:
+                    commit_install(root, container_id, install, ops)
+                return recover_container(paths, ops, max_attributes=self._max_attributes)
+
+            try:
+                state, wal = await asyncio.to_thread(open_container)
+            except OSError as exc:
+                raise StoreError(f"cannot open container {container_id}: {exc}") from exc
+            c = self._new_container(paths, state, wal)
+            c.files.max_open = old.files.max_open
+            _check_on_first_read(c)
+            self._containers[container_id] = c
+            c.start()
+            self._detached.discard(container_id)
+            self._container_of.clear()
+            log.info(
+                "container %d attached%s", container_id, "" if install is None else " (installed)"
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -665,14 +828,14 @@ class DiskStore(BaseStore):
     def failure(self) -> str | None:
         """The I/O error that stopped the store's writes (every container stops
         at the first one, ``Container.fail``), or None."""
-        for c in self._containers:
+        for c in self._attached():
             if c.failure is not None:
                 return f"the store stopped after an I/O error: {c.failure}"
         return None
 
     async def flush(self) -> None:
         self._check_open()
-        await asyncio.gather(*(c.flush() for c in self._containers))
+        await asyncio.gather(*(c.flush() for c in self._attached()))
 
     async def close(self) -> None:
         if self._closed:
@@ -681,7 +844,10 @@ class DiskStore(BaseStore):
         self._wake_all()  # parked long-polls raise StoreClosed now
         await asyncio.gather(*self._background, return_exceptions=True)
         errors: list[BaseException] = []
-        for c in self._containers:
+        for lock in self._moving.values():
+            await lock.acquire()  # a detach, install or attach in course ends first
+        await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        for c in self._attached():
             try:
                 await c.close()
             except Exception as exc:
