@@ -269,10 +269,10 @@ def test_front_doors_do_not_import_the_app(path: Path) -> None:
 
 
 def test_every_listener_has_a_starter_from_a_front_door() -> None:
-    from headrace.server.config import LISTENER_NAMES
+    from headrace.server.config import DOORS
     from headrace.server.listeners import STARTERS
 
-    assert sorted(STARTERS) == sorted(LISTENER_NAMES)
+    assert sorted(STARTERS) == sorted(DOORS)
     doors = {_module_name(path) for path in _front_doors()}
     assert {starter.__module__ for starter in STARTERS.values()} == doors
 

@@ -63,6 +63,15 @@ def _click_type(option: Option) -> click.ParamType[Any, Any]:
 
 
 def _click_option(option: Option) -> click.Option:
+    if option.multiple:
+        return click.Option(
+            [option.flag, option.key],
+            type=click.STRING,
+            multiple=True,
+            envvar=option.envvar,
+            show_envvar=True,
+            help=option.help,
+        )
     return click.Option(
         [option.flag, *option.aliases, option.key],
         type=_click_type(option),
@@ -89,6 +98,15 @@ def _load_toml(ctx: click.Context, param: click.Parameter, path: Path | None) ->
         name = key.replace("-", "_")
         if name not in known:
             raise click.BadParameter(f"{path}: unknown option {key!r}", ctx, param)
+        if known[name].multiple and isinstance(value, str):
+            value = [value]
+        if known[name].multiple and isinstance(value, list):
+            if not all(isinstance(item, str) for item in value):
+                raise click.BadParameter(
+                    f"{path}: {key} ({known[name].flag}) takes strings", ctx, param
+                )
+            values[name] = tuple(value)
+            continue
         if isinstance(value, dict | list):
             raise click.BadParameter(
                 f"{path}: {key} ({known[name].flag}) takes a single value", ctx, param
@@ -183,6 +201,7 @@ def render_docs() -> str:
         'data_dir = "/var/lib/headrace"',
         'host = "0.0.0.0"',
         "tank_port = 0          # no TANK listener",
+        'listener = ["lumberjack=tls://0.0.0.0:5045", "rsio=plain://10.0.0.5:7070"]',
         'log_format = "json"',
         "max_connections = 1024",
         "```",
@@ -202,9 +221,10 @@ def render_docs() -> str:
             "",
         ],
         "TLS": [
-            "With `--tls-cert` and `--tls-key`, every listener serves TLS on its own port",
-            "(the controller's gRPC, the segment store, TANK, RS-IO and HTTP); Lumberjack",
-            "keeps its plain port beside the TLS one (`--lumberjack-tls-port`). With",
+            "With `--tls-cert` and `--tls-key`, every port flag's listener serves TLS on its",
+            "own port (the controller's gRPC, the segment store, TANK, RS-IO and HTTP);",
+            "Lumberjack keeps its plain port beside the TLS one (`--lumberjack-tls-port`).",
+            "A `--listener` says plain or TLS for itself (see Listeners). With",
             "`--tls-ca` as well, every TLS client must present a certificate signed by",
             "that CA (`--tls-verify-client optional`: may present one; Pravega clients",
             "cannot). With auth on, the names on a client certificate can identify a user",
@@ -214,6 +234,34 @@ def render_docs() -> str:
             "",
         ],
     }
+    notes["Listeners"] = [
+        '<a id="listeners"></a>',
+        "",
+        "Each front door (a door: `controller`, `segment-store`, `tank`, `lumberjack`,",
+        "`rsio`, `http`) listens where its port flag says, on `--host`, or where its",
+        "`--listener DOOR=SCHEME://HOST:PORT` entries say: SCHEME `plain` or `tls`, and as",
+        "many per door as wanted, each on its own address. A door named by `--listener`",
+        "is served only by its entries (a port flag of 0 or its default beside it is",
+        "ignored; another value is refused). For example TANK plain for its C++ client",
+        "and Lumberjack over TLS for Beats:",
+        "",
+        "```sh",
+        "headrace serve --tls-cert server.pem --tls-key server.key \\",
+        "    --listener tank=plain://127.0.0.1:11011 --listener lumberjack=tls://0.0.0.0:5045",
+        "```",
+        "",
+        "A door's first listener has the door's name (`segment_store`), its later ones",
+        "`segment_store_2`, `segment_store_3`... in the ready line, `/health`, the access",
+        "lines, the metrics' labels and `--auth-trust-unauthenticated`. A Pravega client",
+        "is handed by `getURI` the first segment-store listener of the scheme of the",
+        "controller listener it called, at that listener's `?advertise=` host, else",
+        "`--advertise-host`, else the host it binds (a TLS client checks that name",
+        "against the certificate). With `--cluster`, a node announces each door's",
+        "first listener (see `cluster.md`). Two listeners on one port of a common",
+        "address, an unknown door or scheme, and `tls` without `--tls-cert` stop the",
+        "start. See `security.md`.",
+        "",
+    ]
     notes["HTTP"] = [
         "The HTTP port (`--http-port`) parses requests with `h11` and WebSockets with",
         "`wsproto`. A client gets `--http-header-timeout` from its connection, or from",
@@ -260,6 +308,8 @@ def render_docs() -> str:
         for option in options:
             default = "—" if option.default in (None, "") else f"`{option.default}`"
             meaning = option.help.replace("|", "\\|")
+            if option.multiple:
+                meaning += " Repeatable (TOML: a list; environment: separated by spaces)."
             if option.choices:
                 meaning += " One of: " + ", ".join(f"`{c}`" for c in option.choices) + "."
             elif option.minimum is not None and option.maximum is not None:

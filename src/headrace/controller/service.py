@@ -819,6 +819,7 @@ class ControllerServer:
         credentials: Any = None,
         advertise_host: str | None = None,
         routes: ClusterRoutes | None = None,
+        jobs: bool = True,
         wrap_handler: Callable[[Any], Any] | None = None,
         handlers: Sequence[Any] = (),
     ) -> ControllerServer:
@@ -844,6 +845,8 @@ class ControllerServer:
                 controller (default: ``host``); under TLS, a name on the certificate.
             routes: in a cluster, each segment's owner and the live controllers
                 (``getURI``, ``getControllerServerList``); None: all here.
+            jobs: run the sweep, retention and auto-scaling; False for a second
+                server on the same model (another listener), so each job runs once.
             wrap_handler: given the grpc generic handler of the controller
                 service, returns the handler to serve instead (in a cluster,
                 one that forwards calls to the leader while this node follows).
@@ -888,6 +891,8 @@ class ControllerServer:
         server.add_generic_rpc_handlers((handler, *handlers))
         await server.start()
         self = cls(server, model, bound)
+        if not jobs:
+            return self
         self._jobs = [
             asyncio.create_task(self._every(sweep_interval_s, "transaction sweep", self._sweep)),
             asyncio.create_task(self._every(retention_interval_s, "retention", self._retention)),

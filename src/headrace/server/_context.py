@@ -21,7 +21,7 @@ from headrace.server._loop import (
     ConnectionSlots,
 )
 from headrace.server.authz import DoorAuth
-from headrace.server.config import ServerConfig
+from headrace.server.config import ListenerSpec, ServerConfig
 from headrace.server.metrics import ServerMetrics
 from headrace.store.api import SegmentStore
 
@@ -82,12 +82,25 @@ class ListenerContext:
     local_store: SegmentStore | None = None
     """In a cluster, this node's own store, which its segment store serves (``store``
     then reaches every segment at its owner); None: ``store`` is the node's own."""
+    listener: ListenerSpec | None = None
+    """The listener being started (``ServerApp`` gives each its own context,
+    whose ``ssl_context`` is None for a plain one); None: the app's shared
+    context, which a listener started apart (tests) takes."""
+    door_state: dict[str, object] = field(default_factory=dict)
+    """What every listener of a door shares, by door name (the TANK broker): the
+    same dict in each listener's context, filled by the door's first listener."""
 
     @property
     def own_store(self) -> SegmentStore:
         """The store holding this node's own segments (the segment store's)."""
         return self.store if self.local_store is None else self.local_store
 
+    def listener_name(self, door: str) -> str:
+        """The name this listener counts, logs and is trusted under; ``door``
+        outside a ``ServerApp``'s start."""
+        return door if self.listener is None else self.listener.name
+
 
 ListenerStarter = Callable[[ListenerContext, str, int], Awaitable[Listener]]
-"""Start one listener on (host, port) with the context; port 0 is never passed."""
+"""Start one listener on (host, port) with the context (whose ``listener`` says
+which, and whose ``ssl_context`` whether over TLS); port 0 is never passed."""

@@ -6,16 +6,20 @@ closes the listeners first (no new work), then the store (which finishes the
 appends in flight, syncs and closes its files). Tests and ``headrace demo``
 embed it the same way.
 
-Each enabled listener is started by its row of ``listeners.STARTERS``
-(listener name, as in ``config.DEFAULT_PORTS`` -> starter). The HTTP listener
-starts first, so ``/health`` answers 503 while the others start. Every
-starter gets the same ``ListenerContext``: the store, the controller model,
-the configuration, TLS, auth, the metrics, and the configured limits and
-shared bounds (``ListenerSettings``).
+Each listener of ``ServerConfig.listener_plan`` (the port flags' and the
+``--listener`` entries) is started by its door's row of ``listeners.STARTERS``
+(door name, as in ``config.DOORS`` -> starter). The HTTP listeners start
+first, so ``/health`` answers 503 while the others start. Every starter gets
+the same ``ListenerContext`` (the store, the controller model, the
+configuration, TLS, auth, the metrics, and the configured limits and shared
+bounds, ``ListenerSettings``) but for two fields: ``listener``, the one it
+starts, and ``ssl_context``, which is None for a plain listener, so a door
+serves TLS exactly when its listener's scheme is ``tls``.
 
 Cluster. With ``--cluster`` the app builds a ``ClusterNode``
 (``cluster_node.py``) before the listeners, so each gets it in the context,
-starts it once every listener is bound (announcing the bound ports), and
+starts it once every listener is bound (announcing the bound ports of each
+door's first listener, by the door's name), and
 leaves the cluster first when it stops (``docs/cluster.md#serving``).
 
 Shared bounds. Every listener's connections charge one ``MemoryBudget``
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -51,7 +56,7 @@ from headrace.server._budget import MemoryBudget
 from headrace.server._context import Listener, ListenerContext, ListenerSettings
 from headrace.server._loop import ConnectionSlots
 from headrace.server.authz import DoorAuth
-from headrace.server.config import ClusterConfig, ServerConfig
+from headrace.server.config import DEFAULT_PORTS, ClusterConfig, ServerConfig
 from headrace.server.listeners import STARTERS
 from headrace.server.metrics import MeteredDiskStore, ServerMetrics, TimedFileOps
 from headrace.server.tls import server_ssl_context
@@ -151,8 +156,11 @@ _BIND_REASONS: Final = {
 """errno -> (cause, fix) for the usual reasons a port cannot be bound."""
 
 
-def listen_error(name: str, host: str, port: int, exc: OSError) -> ConfigError:
-    """One line for a listener that could not bind: which listener, why, and the flag.
+def listen_error(
+    name: str, host: str, port: int, exc: OSError, *, flag: str | None = None
+) -> ConfigError:
+    """One line for a listener that could not bind: which listener, why, and the flag
+    (``flag``: the option that placed it, default its port flag).
 
     gRPC (the controller) does not say why a bind failed, so the reason is
     found by binding a plain socket to the same address.
@@ -167,11 +175,20 @@ def listen_error(name: str, host: str, port: int, exc: OSError) -> ConfigError:
     reason, fix = _BIND_REASONS.get(
         code or 0, (os.strerror(code) if code else str(exc), "choose another")
     )
-    flag = f"--{name.replace('_', '-')}-port"
+    if flag is None:
+        flag = f"--{name.replace('_', '-')}-port"
+        off = " (0 turns the listener off)"
+    else:
+        off = ""
     return ConfigError(
         f"the {name} listener cannot listen on {host}:{port} ({reason}): "
-        f"{fix} port with {flag} (0 turns the listener off)"
+        f"{fix} port with {flag}{off}"
     )
+
+
+def _no_tls() -> ssl.SSLContext | None:
+    """The ``ssl_context`` of a plain listener's context."""
+    return None
 
 
 class ServerApp:
@@ -286,7 +303,9 @@ class ServerApp:
 
     @property
     def ports(self) -> dict[str, int]:
-        """The listeners that are running, with the ports they are bound to."""
+        """The listeners that are running, with the ports they are bound to (a
+        door's first listener under the door's name: ``controller``,
+        ``segment_store``...; the cluster announces those)."""
         return {listener.name: listener.port for listener in self._listeners}
 
     async def start(self) -> None:
@@ -340,8 +359,8 @@ class ServerApp:
                 self._controller = await ControllerModel.open(self._store)
             else:
                 doors_store = self._join_cluster(self.config.cluster)
-            enabled = self.config.enabled_listeners()
-            order = sorted(enabled, key=lambda name: name != "http")  # http first, for /health
+            # http first, for /health
+            order = sorted(self.config.listener_plan(), key=lambda spec: spec.door != "http")
             self._context = context = ListenerContext(
                 config=self.config,
                 store=doors_store,
@@ -357,16 +376,30 @@ class ServerApp:
                 cluster=self._cluster,
                 local_store=None if doors_store is self._store else self._store,
             )
-            for name in order:
+            explicit = {spec.door for spec in self.config.listeners}
+            for spec in order:
+                own = dataclasses.replace(
+                    context, listener=spec, ssl_context=self.ssl_context if spec.tls else _no_tls
+                )
                 try:
-                    listener = await STARTERS[name](context, self.config.host, enabled[name])
+                    listener = await STARTERS[spec.door](own, spec.host, spec.port)
                 except OSError as exc:
-                    raise listen_error(name, self.config.host, enabled[name], exc) from exc
+                    door = spec.door.replace("_", "-")
+                    flag = f"--listener {door}=..." if spec.door in explicit else None
+                    raise listen_error(spec.name, spec.host, spec.port, exc, flag=flag) from exc
+                listener.name = spec.name
                 self._listeners.append(listener)
-                log.info("%s listening on %s:%d", name, self.config.host, listener.port)
+                log.info(
+                    "%s listening on %s (%s)",
+                    spec.name,
+                    dataclasses.replace(spec, port=listener.port).address(),
+                    spec.scheme,
+                )
             if self._cluster is not None:
-                # Announced once every door is bound, with the ports it got.
-                await self._cluster.start(self.ports)
+                # Announced once every door is bound, with the ports it got: each
+                # door's first listener, under the door's name.
+                first = {n: p for n, p in self.ports.items() if n in DEFAULT_PORTS}
+                await self._cluster.start(first)
                 self._follow_leader()
         except BaseException:
             await self.aclose()

@@ -15,10 +15,12 @@ the TOML file, the environment, flags.
 
 from __future__ import annotations
 
+import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from headrace.cluster.layout import (
     DEFAULT_CLUSTER_CONTAINERS,
@@ -70,6 +72,7 @@ __all__ = [
     "DEFAULT_AUTO_SCALE_INTERVAL_S",
     "DEFAULT_PORTS",
     "DEFAULT_RETENTION_INTERVAL_S",
+    "DOORS",
     "LISTENER_NAMES",
     "LOG_FORMATS",
     "MAX_TOKEN_TTL_S",
@@ -78,9 +81,11 @@ __all__ = [
     "AuthConfig",
     "ClusterConfig",
     "ConnectionLimits",
+    "ListenerSpec",
     "Option",
     "ServerConfig",
     "build_config",
+    "parse_listener",
 ]
 
 DEFAULT_PORTS: dict[str, int] = {
@@ -94,10 +99,117 @@ DEFAULT_PORTS: dict[str, int] = {
 }
 LISTENER_NAMES = tuple(DEFAULT_PORTS)
 
+DOORS = ("controller", "segment_store", "tank", "lumberjack", "rsio", "http")
+"""The front doors (``listeners.STARTERS``): each serves one protocol on any
+number of listeners (``--listener DOOR=SCHEME://HOST:PORT``). The port flags
+name listeners of these doors; ``lumberjack_tls`` is the ``lumberjack`` door
+over TLS."""
+
+SCHEMES = ("plain", "tls")
+"""``--listener`` schemes: ``tls`` needs ``--tls-cert`` and ``--tls-key``."""
+
+MAX_LISTENERS = 64
+"""Most ``--listener`` entries: each is a socket and, for the controller, a gRPC
+server with its own threads; a list longer than this is a mistake."""
+
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+"""Bind addresses that take a port on every address of the machine."""
+
+_EXTRA_NAME = re.compile(r"^([a-z_]+)_([2-9]|[1-9][0-9]+)$")
+"""The name of a door's second and later ``--listener``: ``tank_2``."""
+
+_ADVERTISED_HOST = re.compile(r"^[A-Za-z0-9._-]{1,253}$|^\[?[0-9A-Fa-f:.]{2,45}\]?$")
+"""``?advertise=``: a host name or an IP address, which clients are handed as is."""
+
 TRUSTABLE_LISTENERS = ("tank", "lumberjack", "lumberjack_tls", "rsio", "http")
 """Listeners ``--auth-trust-unauthenticated`` may name: the front doors whose
 clients identify themselves by certificate (or RS-IO's ``auth`` extension).
-The Pravega doors always take credentials: their clients all have them."""
+The Pravega doors always take credentials: their clients all have them.
+A later ``--listener`` of these doors (``tank_2``) may be named too."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """One listener to start: a front door on an address, plain or over TLS.
+
+    Attributes:
+        name: unique among the listeners: in logs, metrics, ``/health``, the
+            ready line and ``--auth-trust-unauthenticated``. A port flag's
+            listener has the flag's name; a door's first ``--listener`` has the
+            door's name, its later ones ``door_2``, ``door_3``...
+        door: which front door (one of ``DOORS``).
+        tls: serve TLS (the server's one certificate) rather than plaintext.
+        host, port: where to bind; port is never 0.
+        advertise_host: the host clients are told to reach this listener at
+            (``?advertise=``); None: ``--advertise-host``, else ``host``.
+    """
+
+    name: str
+    door: str
+    tls: bool
+    host: str
+    port: int
+    advertise_host: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "tls" if self.tls else "plain"
+
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_listener(text: str) -> ListenerSpec:
+    """One ``--listener DOOR=SCHEME://HOST:PORT[?advertise=HOST]`` value, unnamed.
+
+    The door may be spelt with dashes or underscores (``segment-store``); an
+    IPv6 host goes in brackets; an empty host means ``--host`` (left empty
+    here). The name is given by ``ServerConfig.listener_plan``.
+
+    Raises:
+        ConfigError: an unknown door or scheme, or a missing or bad host or port.
+    """
+    where = f"--listener {text!r}"
+    door_text, sep, url = text.strip().partition("=")
+    door = door_text.strip().lower().replace("-", "_")
+    if not sep:
+        raise ConfigError(f"{where}: expected DOOR=SCHEME://HOST:PORT")
+    if door not in DOORS:
+        doors = ", ".join(d.replace("_", "-") for d in DOORS)
+        raise ConfigError(f"{where}: unknown door {door_text.strip()!r} (one of {doors})")
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigError(f"{where}: expected DOOR=SCHEME://HOST:PORT")
+    if scheme.lower() not in SCHEMES:
+        raise ConfigError(f"{where}: unknown scheme {scheme!r} (one of {', '.join(SCHEMES)})")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if parts.path or parts.fragment or parts.username is not None:
+        raise ConfigError(f"{where}: expected SCHEME://HOST:PORT[?advertise=HOST]")
+    if port is None or not 1 <= port <= MAX_PORT:
+        raise ConfigError(f"{where}: needs a port in 1..{MAX_PORT}")
+    advertise: str | None = None
+    if parts.query:
+        key, sep, value = parts.query.partition("=")
+        if key != "advertise" or not sep:
+            raise ConfigError(f"{where}: the only query is ?advertise=HOST")
+        if not _ADVERTISED_HOST.match(value):
+            raise ConfigError(f"{where}: {value!r} is not a host name or address")
+        advertise = value.strip("[]")
+    host = parts.hostname or ""
+    return ListenerSpec("", door, scheme.lower() == "tls", host, port, advertise)
+
+
+def _overlap(a: ListenerSpec, b: ListenerSpec) -> bool:
+    """Whether two listeners would bind the same port on a common address."""
+    return a.port == b.port and (
+        a.host == b.host or a.host in _WILDCARD_HOSTS or b.host in _WILDCARD_HOSTS
+    )
+
 
 MAX_PORT = 65535
 
@@ -166,6 +278,11 @@ class ServerConfig:
     tank_first_request_timeout_s: float = TANK_FIRST_REQUEST_TIMEOUT_S
     """A TANK connection with no request this long after opening is closed (as TANK does)."""
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
+    """The port flags' listeners (``--tank-port`` ...); a door named by a
+    ``--listener`` is served by those instead."""
+    listeners: tuple[ListenerSpec, ...] = ()
+    """``--listener`` entries, as given (``parse_listener``; names and empty
+    hosts are filled in by ``listener_plan``)."""
     tls: TlsConfig | None = None
     """Certificate for every TLS listener (``--tls-cert/--tls-key/--tls-ca``); None: no TLS."""
     auth: AuthConfig | None = None
@@ -230,6 +347,7 @@ class ServerConfig:
         if self.metrics_streams < 0:
             raise ConfigError("--metrics-streams must be at least 0")
         self.lumberjack.validate()
+        self._validate_listeners()
         enabled = self.enabled_listeners()
         if (
             "tank" in enabled
@@ -241,24 +359,93 @@ class ServerConfig:
                 f"{self.tank_scope!r}, whose streams hold only TANK bundles"
             )
 
+    def _validate_listeners(self) -> None:
+        """``--listener`` entries against the certificate, the port flags and each other.
+
+        Raises:
+            ConfigError: too many entries, ``tls`` without a certificate, a port
+                flag set for a door its ``--listener`` entries serve, a port two
+                listeners would bind, or a trusted listener that does not exist.
+        """
+        if len(self.listeners) > MAX_LISTENERS:
+            raise ConfigError(f"--listener: at most {MAX_LISTENERS} listeners")
+        for spec in self.listeners:
+            if spec.tls and self.tls is None:
+                raise ConfigError(
+                    f"--listener {spec.door.replace('_', '-')}=tls://{spec.address()}: "
+                    "tls needs --tls-cert and --tls-key"
+                )
+        explicit = {spec.door for spec in self.listeners}
+        for name, port in self.ports.items():
+            door = "lumberjack" if name == "lumberjack_tls" else name
+            if door in explicit and port not in (0, DEFAULT_PORTS.get(name)):
+                flag = f"--{name.replace('_', '-')}-port"
+                raise ConfigError(
+                    f"{flag} {port} and --listener {door.replace('_', '-')}=... both say "
+                    "where that door listens; use one"
+                )
+        plan = self.listener_plan()
+        for i, spec in enumerate(plan):
+            for other in plan[:i]:
+                if _overlap(spec, other):
+                    raise ConfigError(
+                        f"port {spec.port} is used twice: by {other.name} "
+                        f"({other.address()}) and {spec.name} ({spec.address()})"
+                    )
+        if self.auth is not None:
+            names = {spec.name for spec in plan}
+            for name in sorted(self.auth.trusted_listeners - set(TRUSTABLE_LISTENERS)):
+                if name not in names:
+                    raise ConfigError(f"--auth-trust-unauthenticated: no listener {name!r}")
+
+    def listener_plan(self) -> tuple[ListenerSpec, ...]:
+        """Every listener to start, named, in order: the port flags' (doors
+        without ``--listener`` entries; port not 0, ``lumberjack_tls`` only with a
+        certificate), then the ``--listener`` entries.
+
+        A port flag's listener serves TLS when a certificate is configured,
+        but ``lumberjack`` (plain) and ``lumberjack_tls`` (always TLS).
+        """
+        explicit = {spec.door for spec in self.listeners}
+        inactive = self.inactive_listeners()
+        plan: list[ListenerSpec] = []
+        for name, port in self.ports.items():
+            door = "lumberjack" if name == "lumberjack_tls" else name
+            if port == 0 or name in inactive or door in explicit or name not in DEFAULT_PORTS:
+                continue
+            tls = name == "lumberjack_tls" or (name != "lumberjack" and self.tls is not None)
+            plan.append(ListenerSpec(name, door, tls, self.host, port))
+        count: dict[str, int] = {}
+        for spec in self.listeners:
+            count[spec.door] = n = count.get(spec.door, 0) + 1
+            name = spec.door if n == 1 else f"{spec.door}_{n}"
+            plan.append(
+                ListenerSpec(
+                    name,
+                    spec.door,
+                    spec.tls,
+                    spec.host or self.host,
+                    spec.port,
+                    spec.advertise_host,
+                )
+            )
+        return tuple(plan)
+
     def enabled_listeners(self) -> dict[str, int]:
-        """Listeners to start: port not 0, and TLS-only ones only with a certificate."""
-        return {
-            name: port
-            for name, port in self.ports.items()
-            if port != 0 and name not in self.inactive_listeners()
-        }
+        """Listeners to start, name -> port (``listener_plan``)."""
+        return {spec.name: spec.port for spec in self.listener_plan()}
 
     def inactive_listeners(self) -> dict[str, str]:
         """Listeners with a port that will not start, and why (for the startup log)."""
-        if self.tls is None and self.ports.get("lumberjack_tls", 0) != 0:
+        replaced = "lumberjack" in {spec.door for spec in self.listeners}
+        if self.tls is None and self.ports.get("lumberjack_tls", 0) != 0 and not replaced:
             return {"lumberjack_tls": "no --tls-cert/--tls-key given"}
         return {}
 
 
 # --------------------------------------------------------------------------- the option table
 
-OptionValue = int | float | str | Path | None
+OptionValue = int | float | str | Path | Sequence[str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +462,7 @@ class Option:
         choices: the allowed strings.
         existing_file: a ``Path`` that must name an existing file.
         aliases: other flags for the same setting (``--containers``).
+        multiple: the option may be given many times (``str`` values).
     """
 
     key: str
@@ -287,6 +475,9 @@ class Option:
     choices: tuple[str, ...] = ()
     existing_file: bool = False
     aliases: tuple[str, ...] = ()
+    multiple: bool = False
+    """Repeatable: a list in TOML, one value per flag, values separated by
+    whitespace in the environment variable."""
 
     @property
     def flag(self) -> str:
@@ -314,7 +505,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "data_dir", Path, Path("headrace-data"), "Directory holding all stored data.", "General"
     ),
-    Option("host", str, "127.0.0.1", "Address every listener binds.", "General"),
+    Option(
+        "host",
+        str,
+        "127.0.0.1",
+        "Address the port flags' listeners bind (and a --listener with no HOST).",
+        "General",
+    ),
     Option(
         "advertise_host",
         str,
@@ -391,6 +588,21 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # -- listeners
     *(_port(name, port) for name, port in DEFAULT_PORTS.items()),
+    Option(
+        "listener",
+        str,
+        None,
+        "A listener: DOOR=SCHEME://HOST:PORT, DOOR one of "
+        + ", ".join(door.replace("_", "-") for door in DOORS)
+        + ", SCHEME plain or tls (tls: --tls-cert), e.g. tank=plain://127.0.0.1:11011; "
+        "an IPv6 HOST in brackets, an empty one means --host; ?advertise=NAME: the host "
+        "clients are told to use (controller and segment-store listeners). Repeat it for "
+        "more; a door may have several. A door named here is served only by its "
+        "--listener entries (its port flag is not used). "
+        f"At most {MAX_LISTENERS}.",
+        "Listeners",
+        multiple=True,
+    ),
     # -- limits
     Option(
         "max_connections",
@@ -679,14 +891,33 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
 
 
+def _many(value: OptionValue) -> tuple[str, ...]:
+    """A repeatable option's values: a list (flags, TOML), or one string (which
+    the environment splits at whitespace)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, Sequence):
+        return tuple(str(item) for item in value)
+    return (str(value),)
+
+
+def _trustable(name: str) -> bool:
+    """A name of ``TRUSTABLE_LISTENERS``, or a later ``--listener`` of one of their doors."""
+    extra = _EXTRA_NAME.match(name)
+    return name in TRUSTABLE_LISTENERS or (extra is not None and extra[1] in TRUSTABLE_LISTENERS)
+
+
 def _listener_list(text: str) -> frozenset[str]:
     """``--auth-trust-unauthenticated``: listener names, commas between them.
 
     Raises:
-        ConfigError: a name that is not one of ``TRUSTABLE_LISTENERS``.
+        ConfigError: a name that is not one of ``TRUSTABLE_LISTENERS`` (or a
+            later listener of their doors, ``tank_2``).
     """
     names = frozenset(name.strip().replace("-", "_") for name in text.split(",") if name.strip())
-    unknown = sorted(names - set(TRUSTABLE_LISTENERS))
+    unknown = sorted(name for name in names if not _trustable(name))
     if unknown:
         raise ConfigError(
             f"--auth-trust-unauthenticated: {unknown[0]!r} is not one of "
@@ -764,6 +995,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
             raise ConfigError(f"--http-allowed-origins: {exc}") from None
     count = None if v["container_count"] is None else int(get("container_count", int))
     cluster = _cluster_config(v["cluster"], v["node_id"], count)
+    listeners = tuple(parse_listener(text) for text in _many(v["listener"]))
     config = ServerConfig(
         data_dir=Path(str(v["data_dir"])),
         host=str(get("host", str)),
@@ -776,6 +1008,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         retention_interval_s=float(get("retention_interval", float)),
         auto_scale_interval_s=float(get("auto_scale_interval", float)),
         ports={name: int(get(f"{name}_port", int)) for name in DEFAULT_PORTS},
+        listeners=listeners,
         tls=None
         if tls_cert is None or tls_key is None
         else TlsConfig(

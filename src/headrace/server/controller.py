@@ -1,12 +1,16 @@
 """The Pravega controller listener: ``ControllerServer`` on the app's store.
 
-``start_controller`` is the ``controller`` listener's starter (default port 9090). The
-segment-store endpoint that ``getURI`` returns is the app's own segment-store
-listener (``config.advertise_host``, else ``config.host``, and
-``config.ports["segment_store"]``): the combined server is its own segment
-store. With ``--tls-cert/--tls-key`` the controller serves gRPC over TLS on the
-same port; the Pravega client then uses the ``getURI`` host as the TLS server
-name, so it must be a DNS name on the certificate (``--advertise-host``).
+``start_controller`` is the ``controller`` door's starter (default port 9090).
+Each controller listener is its own gRPC server on the one controller model
+(the first one runs the periodic jobs). The segment-store endpoint that
+``getURI`` returns is the app's own segment-store listener of the same scheme
+as the controller listener the call came in on (``segment_store_for``): a
+client that reached a TLS controller gets the TLS segment store, one on a
+plain controller the plain one; the combined server is its own segment store.
+Its host is the segment-store listener's ``?advertise=``, else
+``--advertise-host``, else the host it binds. A TLS listener serves gRPC over
+TLS; the Pravega client then uses the ``getURI`` host as the TLS server name,
+so it must be a DNS name on the certificate.
 With ``--cluster``, ``getURI`` answers the segment store of the node owning
 the segment's container, and ``getControllerServerList`` every live node's
 controller (``ClusterNode``). The same port serves ``headrace cluster``'s
@@ -29,10 +33,11 @@ from headrace.controller.service import ClusterRoutes, ControllerAuth, Controlle
 from headrace.server._context import Listener, ListenerContext
 from headrace.server._loop import ConnectionObserver
 from headrace.server.cluster_admin import ClusterAdminService
+from headrace.server.config import ListenerSpec, ServerConfig
 from headrace.server.controller_proxy import ControllerProxy, LeaderSwitch
 from headrace.server.tls import grpc_server_credentials
 
-__all__ = ["start_controller"]
+__all__ = ["segment_store_for", "start_controller"]
 
 
 class _LeaderChannel:
@@ -75,7 +80,23 @@ class _CountCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return await continuation(handler_call_details)
 
 
-def _auth(ctx: ListenerContext) -> ControllerAuth | None:
+def segment_store_for(config: ServerConfig, tls: bool) -> tuple[str, int]:
+    """The segment-store (host, port) a controller listener hands out in ``getURI``.
+
+    The first segment-store listener of the same scheme (``tls``), else the
+    first of any (a client then fails against it, as it would with no segment
+    store); (host, 0) without one. Its host is the listener's advertised one,
+    else ``--advertise-host``, else the host it binds.
+    """
+    stores = [spec for spec in config.listener_plan() if spec.door == "segment_store"]
+    same: list[ListenerSpec] = [spec for spec in stores if spec.tls == tls]
+    if not stores:
+        return (config.advertise_host or config.host, 0)
+    chosen = (same or stores)[0]
+    return (chosen.advertise_host or config.advertise_host or chosen.host, chosen.port)
+
+
+def _auth(ctx: ListenerContext, name: str) -> ControllerAuth | None:
     """Credential checks and the token signer (the key is shared with the
     segment store through the data directory); None with auth off. The
     password checks, and their failed-login buckets, are the app's, shared
@@ -87,7 +108,7 @@ def _auth(ctx: ListenerContext) -> ControllerAuth | None:
     return ControllerAuth(
         doors.authenticator,
         TokenIssuer(doors.token_key, auth.token_ttl_s),
-        refused=lambda reason: doors.refused("controller", reason),
+        refused=lambda reason: doors.refused(name, reason),
     )
 
 
@@ -101,16 +122,21 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         OSError: the address could not be bound.
     """
     config = ctx.config
+    name = ctx.listener_name("controller")
     credentials = None
-    if config.tls is not None:
-        ctx.ssl_context()  # checks the files and the key before gRPC gets them
+    # ctx.ssl_context() checks the files and the key before gRPC gets them;
+    # it is None for a plain listener.
+    if config.tls is not None and ctx.ssl_context() is not None:
         credentials = grpc_server_credentials(config.tls)
-    advertised = config.advertise_host or config.host
-    segment_store = (advertised, config.ports.get("segment_store", 0))
+    segment_store = segment_store_for(config, credentials is not None)
+    spec = ctx.listener
+    advertise_host = config.advertise_host
+    if spec is not None and spec.advertise_host is not None:
+        advertise_host = spec.advertise_host
     retention_interval_s = config.retention_interval_s
     settings = ctx.settings
-    auth = _auth(ctx)
-    observer = settings.observer_for("controller") if settings.observer_for else None
+    auth = _auth(ctx, name)
+    observer = settings.observer_for(name) if settings.observer_for else None
     leader = None
     model = ctx.controller
     if ctx.cluster is not None and isinstance(model, ClusterModel):
@@ -129,20 +155,21 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         model=ctx.controller,
         interceptors=[] if observer is None else [_CountCalls(observer)],
         credentials=credentials,
-        advertise_host=config.advertise_host,
+        advertise_host=advertise_host,
         auth=auth,
         routes=None
         if ctx.cluster is None
         else ClusterRoutes(ctx.cluster.locate, ctx.cluster.controllers),
         wrap_handler=None if leader is None else leader[0],
         handlers=[ClusterAdminService(ctx.cluster, auth).handler],
+        jobs=name == "controller",  # the door's first listener runs the periodic jobs
     )
     if leader is None:
-        return Listener("controller", server.port, server.aclose)
+        return Listener(name, server.port, server.aclose)
     channel = leader[1]
 
     async def aclose() -> None:
         await server.aclose()
         await channel.aclose()
 
-    return Listener("controller", server.port, aclose)
+    return Listener(name, server.port, aclose)

@@ -119,6 +119,7 @@ class HttpHandler(ConnectionHandler):
         waiting: _Waiting | None = None,
         console: Console | None = None,
     ) -> None:
+        self.name = app.listener_name("http")
         self._app = app
         self._waiting = waiting
         self._console = console if console is not None else Console(app)
@@ -382,7 +383,7 @@ async def start_http(ctx: ListenerContext, host: str, port: int) -> Listener:
     waiting = _Waiting(int(ctx.settings.limits.max_connections * WAITING_SHARE))
     console = Console(ctx)
     return await start_tcp_listener(
-        "http",
+        ctx.listener_name("http"),
         host,
         port,
         lambda: HttpHandler(ctx, waiting, console),

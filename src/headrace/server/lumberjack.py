@@ -1,8 +1,9 @@
 """The Lumberjack front door: Beats, logstash-forwarder and pylogbeat write here.
 
-Registers two listeners: ``lumberjack`` (plain, default port 5044) and
-``lumberjack_tls`` (default 5045, started only when ``--tls-cert/--tls-key``
-are configured; ``--tls-ca`` asks clients for a certificate). Both speak v1
+Serves the ``lumberjack`` door: by the port flags, two listeners, ``lumberjack``
+(plain, default port 5044) and ``lumberjack_tls`` (default 5045, started only
+when ``--tls-cert/--tls-key`` are configured; ``--tls-ca`` asks clients for a
+certificate); or those ``--listener lumberjack=...`` names. All speak v1
 and v2; the sans-I/O ``LumberjackConnection`` does the protocol, the generic
 ``run_connection`` loop does the I/O, ``server/lumberjack_target.py`` decides
 where events go, and this module when windows are stored and acks leave
@@ -79,7 +80,6 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "LumberjackHandler",
     "start_lumberjack",
-    "start_lumberjack_tls",
 ]
 
 log = logging.getLogger(__name__)
@@ -415,7 +415,7 @@ async def _start(ctx: ListenerContext, name: str, host: str, port: int, *, tls: 
     if tls:
         ssl_context = ctx.ssl_context()
         if ssl_context is None:
-            raise RuntimeError("the lumberjack_tls listener needs --tls-cert and --tls-key")
+            raise RuntimeError(f"the {name} listener needs --tls-cert and --tls-key")
     target = LumberjackTarget(ctx, config, name)
     return await start_tcp_listener(
         name,
@@ -430,14 +430,14 @@ async def _start(ctx: ListenerContext, name: str, host: str, port: int, *, tls: 
 
 
 async def start_lumberjack(ctx: ListenerContext, host: str, port: int) -> Listener:
-    """Serve Lumberjack v1/v2 in plaintext on (host, port) into the configured target stream."""
-    return await _start(ctx, "lumberjack", host, port, tls=False)
-
-
-async def start_lumberjack_tls(ctx: ListenerContext, host: str, port: int) -> Listener:
-    """Serve Lumberjack v1/v2 over TLS (``ctx.config.tls``) on (host, port).
+    """Serve Lumberjack v1/v2 on (host, port) into the configured target stream:
+    over TLS when the listener is a ``tls`` one (``lumberjack_tls``, or a
+    ``--listener lumberjack=tls://...``), else in plaintext (a listener started
+    apart, with the app's shared context, is plain).
 
     Raises:
         ConfigError: the certificate or key cannot be loaded.
     """
-    return await _start(ctx, "lumberjack_tls", host, port, tls=True)
+    spec = ctx.listener
+    tls = spec is not None and spec.tls
+    return await _start(ctx, ctx.listener_name("lumberjack"), host, port, tls=tls)

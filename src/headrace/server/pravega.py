@@ -1407,6 +1407,7 @@ async def serve_segment_store(
     node_key: bytes | None = None,
     on_refused: Callable[[str], None] | None = None,
     owner_of: Callable[[str], Owner] | None = None,
+    name: str = "segment_store",
 ) -> Listener:
     """Serve the segment-store protocol on (host, port) over ``store``; port 0 picks one.
 
@@ -1415,12 +1416,13 @@ async def serve_segment_store(
     ``token_key``: require delegation tokens signed with it (auth on).
     ``node_key``: with auth off, let node tokens signed with it change internal segments.
     ``owner_of``: in a cluster, who serves a segment (``PravegaHandler``).
+    ``name``: the listener's name in logs and metrics.
 
     Raises:
         OSError: the address could not be bound.
     """
     return await start_tcp_listener(
-        "segment_store",
+        name,
         host,
         port,
         lambda: PravegaHandler(
@@ -1437,9 +1439,10 @@ async def serve_segment_store(
 
 
 async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Listener:
-    """The ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
-    TLS when a certificate is configured."""
+    """A ``segment_store`` listener of a ``ServerApp`` (default port 12345), over
+    TLS when its context has an ``ssl_context``."""
     doors = ctx.door_auth
+    name = ctx.listener_name("segment_store")
     return await serve_segment_store(
         ctx.own_store,
         host,
@@ -1448,6 +1451,7 @@ async def start_segment_store(ctx: ListenerContext, host: str, port: int) -> Lis
         ssl_context=ctx.ssl_context(),
         token_key=None if doors is None else doors.token_key,
         node_key=ctx.node_key,
-        on_refused=None if doors is None else lambda reason: doors.refused("segment_store", reason),
+        on_refused=None if doors is None else lambda reason: doors.refused(name, reason),
         owner_of=None if ctx.cluster is None else ctx.cluster.owner_of,
+        name=name,
     )

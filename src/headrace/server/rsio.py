@@ -695,11 +695,12 @@ def _frame(payloads: list[bytes]) -> bytes:
 
 async def start_rsio(ctx: ListenerContext, host: str, port: int) -> Listener:
     """Serve RS-IO on (host, port), over TLS when a certificate is configured."""
+    name = ctx.listener_name("rsio")
     return await start_tcp_listener(
-        "rsio",
+        name,
         host,
         port,
-        lambda: RsioHandler(ctx),
+        lambda: RsioHandler(ctx, listener=name),
         settings=ctx.settings,
         ssl_context=ctx.ssl_context(),
     )

@@ -153,7 +153,9 @@ class TankHandler(ConnectionHandler):
         *,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         auth: DoorAuth | None = None,
+        listener: str = "tank",
     ):
+        self.name = listener
         self._broker = broker
         self._auth = auth
         self._access: ConnectionAccess | None = None
@@ -752,8 +754,15 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
     scope = ctx.config.tank_scope
     if not is_valid_name(scope):
         raise ConfigError(f"--tank-scope {scope!r} is not a valid scope name")
+    name = ctx.listener_name("tank")
+    shared = ctx.door_state.get("tank")
+    if isinstance(shared, TankBroker):
+        # Another listener of the door started the broker: one set of partitions
+        # and sequence numbers, whichever listener a client came in on.
+        return await _listen(ctx, shared, name, host, port)
     broker = TankBroker(ctx.store, ctx.controller, scope)
     broker.skipped = ctx.metrics.skipped_events.labels("tank").inc
+    ctx.door_state["tank"] = broker
     starting: asyncio.Task[None] | None = None
     if ctx.cluster is None:
         await broker.start()
@@ -761,15 +770,7 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
         # The scope and the seq-num table are reachable once this node joined
         # and a leader serves the metadata, after every door is bound.
         starting = asyncio.create_task(_start_in_cluster(broker), name="tank broker start")
-    listener = await start_tcp_listener(
-        "tank",
-        host,
-        port,
-        lambda: TankHandler(broker, auth=ctx.door_auth),
-        settings=ctx.settings,
-        first_request_timeout_s=ctx.config.tank_first_request_timeout_s,
-        ssl_context=ctx.ssl_context(),
-    )
+    listener = await _listen(ctx, broker, name, host, port)
     if starting is None:
         return listener
 
@@ -780,6 +781,21 @@ async def start_tank(ctx: ListenerContext, host: str, port: int) -> Listener:
         await listener.aclose()
 
     return Listener(listener.name, listener.port, aclose)
+
+
+async def _listen(
+    ctx: ListenerContext, broker: TankBroker, name: str, host: str, port: int
+) -> Listener:
+    """One TANK listener in front of ``broker``."""
+    return await start_tcp_listener(
+        name,
+        host,
+        port,
+        lambda: TankHandler(broker, auth=ctx.door_auth, listener=name),
+        settings=ctx.settings,
+        first_request_timeout_s=ctx.config.tank_first_request_timeout_s,
+        ssl_context=ctx.ssl_context(),
+    )
 
 
 async def _start_in_cluster(broker: TankBroker) -> None:
