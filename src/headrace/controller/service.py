@@ -783,6 +783,19 @@ def _advertised_host(host: str) -> str:
     return host
 
 
+def _check_bindable(host: str, port: int) -> None:
+    """Bind a plain socket to (host, port) as gRPC would, and let it go.
+
+    Raises:
+        OSError: with the reason (``errno``) gRPC would not give.
+    """
+    bare = host.strip("[]")
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+        probe.bind((bare, port))
+
+
 def _bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
@@ -858,6 +871,8 @@ class ControllerServer:
         """
         if model is None:
             model = await ControllerModel.open(store)
+        if port:
+            _check_bindable(host, port)  # before gRPC, which logs a failed bind itself
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
