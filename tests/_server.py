@@ -612,3 +612,34 @@ class PravegaServer(ServerProcess):
     @property
     def segment_store_port(self) -> int:
         return self.ports.get("segment_store", 0)
+
+
+async def serve_app_over(store: Any, data_dir: Path, args: Sequence[str]) -> None:
+    """Run a ``ServerApp`` over ``store`` as ``headrace serve`` would, in a test's
+    child process: the ports from ``--NAME-port=N`` arguments (every other door
+    off), the ready line ``ServerProcess`` waits for, and a clean stop on SIGTERM
+    or SIGINT. For the servers a test builds around a store of its own (a
+    forwarding store, a failing disk)."""
+    import asyncio
+
+    from headrace.server.app import ServerApp
+    from headrace.server.config import DEFAULT_PORTS, ServerConfig
+
+    ports = dict.fromkeys(DEFAULT_PORTS, 0)
+    for arg in args:
+        name, _, value = arg.removeprefix("--").partition("=")
+        key = name.removesuffix("-port").replace("-", "_")
+        assert key in ports, arg
+        ports[key] = int(value)
+    app = ServerApp(ServerConfig(data_dir=data_dir, ports=ports), store=store)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, app.request_stop)
+    try:
+        await app.start()
+        print(f"headrace ready: data in {data_dir}, listeners: {app.ports}", file=sys.stderr)
+        sys.stderr.flush()
+        await app.serve_until_stopped()
+    finally:
+        await app.aclose()
+    print("headrace stopped", file=sys.stderr)

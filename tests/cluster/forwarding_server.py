@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 
 from headrace.cli._logging import configure_logging
 from headrace.cluster.remote import Endpoint
 from headrace.cluster.routing import Locate, RoutedStore
-from headrace.server.app import ServerApp
-from headrace.server.config import DEFAULT_PORTS, ServerConfig
 from headrace.store import DiskStore
+from tests._server import serve_app_over
 
 HERE: Endpoint = ("127.0.0.1", 0)
 """This node, as the placement names it: its segments go to the local store."""
@@ -37,26 +35,9 @@ def placement(owner: Endpoint, prefix: str) -> Locate:
 
 async def serve(owner: Endpoint, prefix: str, args: list[str]) -> None:
     data_dir = Path(args.pop(0))
-    ports = dict.fromkeys(DEFAULT_PORTS, 0)
-    for arg in args:
-        name, _, value = arg.removeprefix("--").partition("=")
-        key = name.removesuffix("-port").replace("-", "_")
-        assert key in ports, arg
-        ports[key] = int(value)
     local = await DiskStore.open(data_dir)
     store = RoutedStore(local, placement(owner, prefix), here=HERE)
-    app = ServerApp(ServerConfig(data_dir=data_dir, ports=ports), store=store)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, app.request_stop)
-    try:
-        await app.start()
-        print(f"headrace ready: data in {data_dir}, listeners: {app.ports}", file=sys.stderr)
-        sys.stderr.flush()
-        await app.serve_until_stopped()
-    finally:
-        await app.aclose()
-    print("headrace stopped", file=sys.stderr)
+    await serve_app_over(store, data_dir, args)
 
 
 if __name__ == "__main__":

@@ -24,20 +24,18 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import headrace.server.app as app_module
 from headrace.cli import main
-from headrace.server.app import ServerApp
-from headrace.server.config import DEFAULT_PORTS, ServerConfig
 from headrace.server.metrics import TimedFileOps
 from headrace.store import DiskStore
 from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.layout import SIDECAR_SUFFIX
 from headrace.store.disk.log import FileOps
+from tests._server import serve_app_over
 
 CHECKPOINT_FILES = (SIDECAR_SUFFIX, "snapshot.tmp")
 """Endings of the names of the files only a checkpoint writes."""
@@ -82,25 +80,8 @@ async def serve_with(ops: FileOps, args: list[str], checkpoint_wal_bytes: int) -
     """``headrace serve``'s app on a ``DiskStore`` over ``ops``; ``args`` are
     ``DATA_DIR --<listener>-port=N ...``. Runs until SIGTERM."""
     data_dir = Path(args.pop(0))
-    ports = dict.fromkeys(DEFAULT_PORTS, 0)
-    for arg in args:
-        name, _, value = arg.removeprefix("--").partition("=")
-        key = name.removesuffix("-port").replace("-", "_")
-        assert key in ports, arg
-        ports[key] = int(value)
     store = await DiskStore.open(data_dir, file_ops=ops, checkpoint_wal_bytes=checkpoint_wal_bytes)
-    app = ServerApp(ServerConfig(data_dir=data_dir, ports=ports), store=store)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, app.request_stop)
-    try:
-        await app.start()
-        print(f"headrace ready: data in {data_dir}, listeners: {app.ports}", file=sys.stderr)
-        sys.stderr.flush()
-        await app.serve_until_stopped()
-    finally:
-        await app.aclose()
-    print("headrace stopped", file=sys.stderr)
+    await serve_app_over(store, data_dir, args)
 
 
 def run_cli(flag: Path, args: list[str]) -> None:
