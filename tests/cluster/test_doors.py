@@ -76,8 +76,11 @@ async def test_tank_produce_and_consume_through_a_node_without_the_data(
     topic = "orders"
     node = stranger(nodes, [Segment("tank", topic, p).name for p in range(4)])
     other = next(n for n in NODES if n != node)
-    async with await TankClient.connect("127.0.0.1", nodes[node].port_of("tank")) as tank:
+    async with await TankClient.connect("127.0.0.1", nodes[other].port_of("tank")) as tank:
         assert await tank.create_topic(topic, 4) is t.CreateTopicResult.CREATED
+    # At once through another node: a follower that does not know the topic yet
+    # looks again before it answers UNKNOWN_TOPIC.
+    async with await TankClient.connect("127.0.0.1", nodes[node].port_of("tank")) as tank:
         for partition in range(4):
             messages = [t.BundleMessage(b"p%d-m%d" % (partition, i)) for i in range(50)]
             await tank.produce(topic, partition, messages)

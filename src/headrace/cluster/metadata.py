@@ -63,6 +63,7 @@ from headrace.store.api import SegmentStore
 __all__ = [
     "FOLLOW_INTERVAL_S",
     "LEADER_CALL_TIMEOUT_S",
+    "MIN_REFRESH_INTERVAL_S",
     "ClusterModel",
     "LeaderAddress",
 ]
@@ -73,6 +74,11 @@ FOLLOW_INTERVAL_S: Final = 0.2
 """How often a follower asks whether the metadata tables grew (four table-info
 calls to the system container's owner): how stale a follower's view of
 streams created elsewhere may be."""
+
+MIN_REFRESH_INTERVAL_S: Final = 0.05
+"""Least time between two reloads a door asks for (``refresh``, on a name it
+does not know): a client asking for unknown names cannot make this node read
+the tables more than twenty times a second."""
 
 LEADER_CALL_TIMEOUT_S: Final = 10.0
 """Deadline of a change a follower sends to the leader's controller."""
@@ -129,6 +135,7 @@ class ClusterModel(ControllerModel):
         self._client_target: tuple[str, int] | None = None
         self._failure: str | None = None
         self._refreshing: asyncio.Future[None] | None = None
+        self._refreshed_at = -MIN_REFRESH_INTERVAL_S
 
     # ------------------------------------------------------------------ mode
 
@@ -201,6 +208,10 @@ class ClusterModel(ControllerModel):
             return
         pending = self._refreshing
         if pending is None:
+            now = asyncio.get_running_loop().time()
+            if now - self._refreshed_at < MIN_REFRESH_INTERVAL_S:
+                return  # looked a moment ago: clients asking for unknown names cost no more
+            self._refreshed_at = now
             pending = self._refreshing = asyncio.ensure_future(self._follow())
             pending.add_done_callback(self._refreshed)
         with contextlib.suppress(StoreError):

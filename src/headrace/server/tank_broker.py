@@ -443,6 +443,16 @@ class TankBroker:
             return None
         return len(self.controller.epoch_segments(self.scope, stream, 0))
 
+    async def known_partitions(self, topic: str) -> int | None:
+        """``partitions_count``, looking again once when the topic is unknown: a
+        cluster follower's view of topics created through other nodes may lag
+        (``docs/cluster.md#doors``); elsewhere the second look changes nothing."""
+        count = self.partitions_count(topic)
+        if count is None and is_valid_topic(topic):
+            await self.controller.refresh()
+            count = self.partitions_count(topic)
+        return count
+
     def is_read_only(self, topic: str) -> bool:
         stream = self._stream(topic)
         return stream is not None and self.controller.is_sealed(self.scope, stream)
