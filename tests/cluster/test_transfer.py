@@ -32,8 +32,7 @@ from headrace.server.container_transfer import (
 )
 from headrace.store.api import FsyncPolicy
 from headrace.store.disk import DiskStore
-from headrace.store.disk.layout import container_of
-from headrace.store.disk.moves import INCOMING_DIR
+from headrace.store.disk.layout import INCOMING_DIR, container_of
 
 COUNT = 4
 CONTAINER = 2

@@ -20,9 +20,8 @@ import pytest
 from headrace.errors import OwnerUnavailable, SegmentNotFound
 from headrace.store.api import FsyncPolicy
 from headrace.store.disk import DiskStore
-from headrace.store.disk.layout import ContainerPaths, container_of
+from headrace.store.disk.layout import INCOMING_DIR, ContainerPaths, container_of
 from headrace.store.disk.moves import (
-    INCOMING_DIR,
     check_relative_path,
     container_files,
     new_staging_dir,

@@ -15,6 +15,10 @@ All path decisions are made here and nowhere else::
           segments/
             0000000000000001.data       segment bytes, named by segment id (hex)
             0000000000000001.crc        checksum sidecar of that data file
+        0000.install/                   a copy received from another node, being installed
+        0000.old/                       the copy it replaces, while the two are swapped
+      incoming/
+        0000-<random>/                  a container copy being received (moves.py)
 
 **Names never become paths.** A segment's name is data inside WAL records and
 snapshots; on disk a segment is known only by the numeric id its container
@@ -33,6 +37,9 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "INCOMING_DIR",
+    "INSTALL_SUFFIX",
+    "OLD_SUFFIX",
     "PARENT_MARKS",
     "SYSTEM_CONTAINER",
     "SYSTEM_TABLE_PREFIX",
@@ -40,8 +47,11 @@ __all__ = [
     "SegmentMapping",
     "broken_wal_path",
     "container_of",
+    "incoming_path",
+    "install_path",
     "lock_path",
     "manifest_path",
+    "old_path",
     "parent_segment",
 ]
 
@@ -123,6 +133,29 @@ def lock_path(root: Path) -> Path:
 
 def containers_path(root: Path) -> Path:
     return root / "containers"
+
+
+INCOMING_DIR: Final = "incoming"
+"""Where container copies being received from another node are written, beside
+``containers/`` (same file system, so installing one is a rename; ``moves.py``)."""
+
+INSTALL_SUFFIX: Final = ".install"
+"""A received copy renamed beside the container it replaces: the install's commit point."""
+
+OLD_SUFFIX: Final = ".old"
+"""The replaced copy, while an install swaps the directories."""
+
+
+def incoming_path(root: Path) -> Path:
+    return root / INCOMING_DIR
+
+
+def install_path(paths: ContainerPaths) -> Path:
+    return paths.dir.with_name(paths.dir.name + INSTALL_SUFFIX)
+
+
+def old_path(paths: ContainerPaths) -> Path:
+    return paths.dir.with_name(paths.dir.name + OLD_SUFFIX)
 
 
 def broken_wal_path(wal: Path, stamp: str) -> Path:

@@ -35,11 +35,17 @@ from pathlib import Path
 from typing import Final
 
 from headrace.store.disk.format import Snapshot, encode_snapshot
-from headrace.store.disk.layout import CONTAINER_DIR_DIGITS, ContainerPaths, containers_path
+from headrace.store.disk.layout import (
+    CONTAINER_DIR_DIGITS,
+    ContainerPaths,
+    containers_path,
+    incoming_path,
+    install_path,
+    old_path,
+)
 from headrace.store.disk.log import FileOps, WalWriter, atomic_write, fsync_dir, make_dir, sync_path
 
 __all__ = [
-    "INCOMING_DIR",
     "MAX_CONTAINER_FILES",
     "READ_CHUNK_BYTES",
     "ContainerFile",
@@ -51,13 +57,6 @@ __all__ = [
     "new_staging_dir",
     "write_empty_container",
 ]
-
-INCOMING_DIR: Final = "incoming"
-"""Where copies being received are written, beside ``containers/`` (same file
-system, so step 2 is one rename)."""
-
-INSTALL_SUFFIX: Final = ".install"
-OLD_SUFFIX: Final = ".old"
 
 MAX_CONTAINER_FILES: Final = 1_000_000
 """Files one container copy may list: two per segment plus the WAL files and
@@ -127,7 +126,7 @@ def container_files(paths: ContainerPaths) -> list[ContainerFile]:
 
 def new_staging_dir(root: Path, container_id: int) -> Path:
     """A fresh ``incoming/<NNNN>-<random>/`` with the directories of a container."""
-    incoming = root / INCOMING_DIR
+    incoming = incoming_path(root)
     make_dir(incoming)
     staged = incoming / f"{container_id:0{CONTAINER_DIR_DIGITS}d}-{secrets.token_hex(4)}"
     make_dir(staged)
@@ -152,14 +151,6 @@ def write_empty_container(staged: Path, container_id: int, ops: FileOps) -> None
         wal.close()
 
 
-def _install_path(paths: ContainerPaths) -> Path:
-    return paths.dir.with_name(paths.dir.name + INSTALL_SUFFIX)
-
-
-def _old_path(paths: ContainerPaths) -> Path:
-    return paths.dir.with_name(paths.dir.name + OLD_SUFFIX)
-
-
 def commit_install(root: Path, container_id: int, staged: Path, ops: FileOps) -> None:
     """Make the copy in ``staged`` the container's files (steps 2 and 3, blocking).
 
@@ -174,7 +165,7 @@ def commit_install(root: Path, container_id: int, staged: Path, ops: FileOps) ->
         sync_path(staged / "snapshot", ops)
     fsync_dir(staged, ops)
     paths = ContainerPaths(root, container_id)
-    install = _install_path(paths)
+    install = install_path(paths)
     if install.exists():
         shutil.rmtree(install)  # a copy committed but not finished: this one is newer
     os.rename(staged, install)
@@ -184,8 +175,8 @@ def commit_install(root: Path, container_id: int, staged: Path, ops: FileOps) ->
 
 def _finish_install(paths: ContainerPaths, ops: FileOps) -> None:
     """Step 3 from wherever it stopped: the ``.install`` copy, if any, wins."""
-    install = _install_path(paths)
-    old = _old_path(paths)
+    install = install_path(paths)
+    old = old_path(paths)
     containers = paths.dir.parent
     if install.exists():
         if paths.dir.exists():
@@ -204,6 +195,6 @@ def finish_installs(root: Path, container_count: int, ops: FileOps) -> None:
     if containers_path(root).is_dir():
         for cid in range(container_count):
             _finish_install(ContainerPaths(root, cid), ops)
-    incoming = root / INCOMING_DIR
+    incoming = incoming_path(root)
     if incoming.exists():
         shutil.rmtree(incoming)
