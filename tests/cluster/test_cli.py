@@ -236,7 +236,8 @@ def test_a_server_without_cluster_says_so_in_one_line(tmp_path: Path) -> None:
 def test_a_bad_controller_address_is_one_line() -> None:
     closed = free_port()  # nothing listens there
     line = one_error_line(cli("status", "--controller", f"tcp://127.0.0.1:{closed}"))
-    assert line.startswith(f"Error: controller 127.0.0.1:{closed}: ")
+    assert line.startswith(f"Error: cannot reach the controller at 127.0.0.1:{closed} ")
+    assert "is headrace serve running?" in line
     for args, says in (
         (("status", "--controller", "tcp://127.0.0.1"), "needs a host and a port"),
         (("drain", "n1", "--controller", "ftp://127.0.0.1:9090"), "scheme 'ftp' is not supported"),

@@ -41,7 +41,9 @@ T = TypeVar("T")
 def _run(controller: str, job: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``job`` with a client of ``controller``; errors become one ``Error:`` line."""
     from headrace.client.cluster import ClusterAdminClient
-    from headrace.client.controller import parse_controller_uri
+    from headrace.client.controller import ControllerClient, parse_controller_uri
+
+    from ._reach import CONTROLLER_PROBE_TIMEOUT_S, why_unreachable
 
     try:
         parse_controller_uri(controller)
@@ -50,6 +52,13 @@ def _run(controller: str, job: Callable[[Any], Awaitable[T]]) -> T:
     tls, credentials = client_tls(controller), client_credentials()
 
     async def go() -> T:  # the channel belongs to the loop it is made on
+        async with ControllerClient(controller, tls=tls) as probe:
+            # as every client command: a controller that does not answer within
+            # the probe's bound is explained in one line, not after 20 s of retries
+            if not await probe.wait_ready(CONTROLLER_PROBE_TIMEOUT_S):
+                message = await why_unreachable(controller, probe.tls)
+                if message is not None:
+                    raise click.ClickException(message)
         async with ClusterAdminClient(controller, tls=tls, credentials=credentials) as client:
             return await job(client)
 
