@@ -370,7 +370,16 @@ class ServerProcess:
 
     def _pick_ports(self) -> None:
         if self._wanted is not None:
-            picked = {k: free_port() if v is None else v for k, v in self._wanted.items()}
+            # Distinct ports: the OS may hand the same free port out twice in a
+            # row, and the server refuses one port for two listeners.
+            taken = {v for v in self._wanted.values() if v}
+            picked: dict[str, int] = {}
+            for key, value in self._wanted.items():
+                port = value
+                while port is None or (value is None and port in taken):
+                    port = free_port()
+                taken.add(port)
+                picked[key] = port
             self.ports = Ports(picked)
 
     def start(self) -> Self:
