@@ -68,10 +68,13 @@ class WriterAppend:
     Attributes:
         writer_id: the writer's UUID (also the attribute id).
         event_number: the number of the last event in this append.
+        event_count: the events in this append when the caller knows it (the
+            Pravega door does, from ``AppendBlockEnd``); 0: not said.
     """
 
     writer_id: UUID
     event_number: int
+    event_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from headrace import __version__
+from headrace.client import PravegaClient
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import BundleMessage
 from headrace.server.metrics import OTHER_STREAMS, StreamTally, count_events
@@ -45,6 +46,26 @@ def test_events_per_stream_are_counted_once_acknowledged(start_serve: Any) -> No
     # Each bundle is one stored event, and its bytes are what was appended.
     assert serve.metric("headrace_stream_appended_bytes_total", stream="tank/beta") > 5 * 8
     assert serve.metric("headrace_append_seconds_count") >= 8
+
+
+def test_a_pravega_writers_events_are_counted_as_its_appends_say(start_serve: Any) -> None:
+    """The Pravega door passes each append block's event count to the store,
+    so many events in one append are counted without a walk over the data."""
+    http, controller, store = free_port(), free_port(), free_port()
+    serve = start_serve(*listener_args(http=http, controller=controller, segment_store=store))
+
+    async def write() -> None:
+        async with PravegaClient(f"tcp://127.0.0.1:{controller}") as client:
+            await client.controller.create_scope("pm")
+            await client.controller.create_stream("pm", "st")
+            async with await client.create_writer("pm", "st") as writer:
+                for i in range(500):
+                    await writer.write(b"event %d" % i)
+                await writer.flush()
+
+    asyncio.run(asyncio.wait_for(write(), WAIT_S))
+    assert serve.metric("headrace_stream_events_total", stream="pm/st") == 500
+    assert serve.metric("headrace_append_seconds_count") < 500  # events shared appends
 
 
 def test_per_stream_labels_stay_bounded_by_metrics_streams(start_serve: Any) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import gc
 import json
 import logging
@@ -532,6 +533,11 @@ class _StateCollector(Collector):
         yield appended
 
 
+STREAM_OF_CACHE: Final = 4096
+"""Segment names whose stream ``stream_of`` remembers: every append asks for its
+segment's, and the active segments of a busy server fit."""
+
+
 def count_events(data: bytes | memoryview) -> int:
     """The events in ``data``: whole frames of the Pravega event framing (an
     8-byte header, type 0 and length, then the event); 0 for anything else (a
@@ -549,6 +555,7 @@ def count_events(data: bytes | memoryview) -> int:
     return count if position == size else 0
 
 
+@functools.lru_cache(maxsize=STREAM_OF_CACHE)
 def stream_of(segment: str) -> str | None:
     """``scope/stream`` of a stream's segment (transaction segments included);
     None for the server's own segments and names of no stream."""
@@ -575,8 +582,9 @@ class StreamTally:
         self._counts: dict[str, list[int]] = {}
         self._other = [0, 0]
 
-    def add(self, segment: str, data: bytes | memoryview) -> None:
-        """Count one acknowledged append of ``data`` to ``segment``."""
+    def add(self, segment: str, data: bytes | memoryview, events: int | None = None) -> None:
+        """Count one acknowledged append of ``data`` to ``segment``: ``events``
+        of them, or as many as ``data`` frames when the caller does not say."""
         stream = stream_of(segment)
         if stream is None:
             return
@@ -586,7 +594,7 @@ class StreamTally:
                 counts = self._counts[stream] = [0, 0]
             else:
                 counts = self._other
-        counts[0] += count_events(data)
+        counts[0] += count_events(data) if events is None else events
         counts[1] += len(data)
 
     def get(self, stream: str) -> tuple[int, int] | None:
@@ -791,7 +799,9 @@ class MeteredDiskStore(DiskStore):
         if metrics is not None:
             metrics.append_seconds.observe(time.perf_counter() - started)
             if not result.duplicate:
-                metrics.streams.add(name, data)
+                # The door's own count when it has one: no walk over the payload.
+                known = 0 if writer is None else writer.event_count
+                metrics.streams.add(name, data, known or None)
         return result
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> bool:

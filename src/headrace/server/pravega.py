@@ -667,7 +667,7 @@ class PravegaHandler(ConnectionHandler):
                     ev.segment,
                     ev.data,
                     expected_offset=ev.expected_offset,
-                    writer=WriterAppend(writer_id, ev.last_event_number),
+                    writer=WriterAppend(writer_id, ev.last_event_number, ev.event_count),
                 )
             except StoreError as exc:
                 outcome = exc
