@@ -381,7 +381,9 @@ class TankHandler(ConnectionHandler):
                 topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
                 counts.append(0)
                 continue
-            count = await broker.known_partitions(topic.name)
+            count = broker.partitions_count(topic.name)
+            if count is None:  # a miss only: the hot path makes no coroutine
+                count = await broker.known_partitions(topic.name)
             if count is None or broker.is_read_only(topic.name):
                 error = t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
                 topics.append(t.ProduceTopicResult(topic.name, (), error))
@@ -450,7 +452,9 @@ class TankHandler(ConnectionHandler):
             answer_now = request.max_wait_ms == 0
             for ti, topic in enumerate(request.topics):
                 readable = self._allowed(topic.name, Permission.READ)
-                count = await broker.known_partitions(topic.name) if readable else None
+                count = broker.partitions_count(topic.name) if readable else None
+                if count is None and readable:
+                    count = await broker.known_partitions(topic.name)
                 if count is None:
                     topics.append(t.ConsumeUnknownTopic(topic.name, len(topic.partitions)))
                     answer_now = True
@@ -568,7 +572,9 @@ class TankHandler(ConnectionHandler):
         assert isinstance(request, t.DiscoverPartitions)
         broker = self._broker
         readable = self._allowed(request.topic, Permission.READ)
-        count = await broker.known_partitions(request.topic) if readable else None
+        count = broker.partitions_count(request.topic) if readable else None
+        if count is None and readable:
+            count = await broker.known_partitions(request.topic)
         if count is None:
             return t.DiscoverPartitionsResponse(request.request_id, request.topic, ())
         ids = request.partition_ids or tuple(range(count))

@@ -444,14 +444,13 @@ class TankBroker:
         return len(self.controller.epoch_segments(self.scope, stream, 0))
 
     async def known_partitions(self, topic: str) -> int | None:
-        """``partitions_count``, looking again once when the topic is unknown: a
-        cluster follower's view of topics created through other nodes may lag
-        (``docs/cluster.md#doors``); elsewhere the second look changes nothing."""
-        count = self.partitions_count(topic)
-        if count is None and is_valid_topic(topic):
+        """``partitions_count`` after the controller looked again, for a topic it
+        did not know: a cluster follower's view of topics created through other
+        nodes may lag (``docs/cluster.md#doors``); elsewhere the second look
+        changes nothing. Callers ask ``partitions_count`` first."""
+        if is_valid_topic(topic):
             await self.controller.refresh()
-            count = self.partitions_count(topic)
-        return count
+        return self.partitions_count(topic)
 
     def is_read_only(self, topic: str) -> bool:
         stream = self._stream(topic)
