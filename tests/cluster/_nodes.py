@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,16 +28,17 @@ PRAVEGA_DOORS: Final = ("controller", "segment_store", "http")
 ALL_DOORS: Final = ("controller", "segment_store", "http", "tank", "lumberjack", "rsio")
 
 
-def start_node(
+def node_process(
     url: str,
     data_dir: Path,
     name: str,
     *,
     doors: Iterable[str] = PRAVEGA_DOORS,
     verbose: bool = False,
+    extra: Sequence[str] = (),
 ) -> ServerProcess:
-    """One node of the cluster at ``url``, started (its ports open); ``verbose``:
-    it logs at INFO (``headrace -v``)."""
+    """One node of the cluster at ``url``, not started; ``verbose``: it logs at
+    INFO (``headrace -v``); ``extra``: more ``serve`` arguments."""
     return ServerProcess(
         data_dir,
         global_args=["-v"] if verbose else [],
@@ -47,8 +48,21 @@ def start_node(
             f"--node-id={name}",
             "--advertise-host=127.0.0.1",
             f"--container-count={CONTAINERS}",
+            *extra,
         ],
-    ).start()
+    )
+
+
+def start_node(
+    url: str,
+    data_dir: Path,
+    name: str,
+    *,
+    doors: Iterable[str] = PRAVEGA_DOORS,
+    verbose: bool = False,
+) -> ServerProcess:
+    """``node_process``, started (its ports open)."""
+    return node_process(url, data_dir, name, doors=doors, verbose=verbose).start()
 
 
 def health(node: ServerProcess) -> dict[str, Any]:

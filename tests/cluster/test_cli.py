@@ -26,14 +26,8 @@ from headrace.protocols.cluster_admin import (
     method_path,
 )
 from tests._server import FREE, POLL_INTERVAL_S, ServerProcess, add_user, free_port, run_cli
-from tests.cluster.test_serve import (
-    CONTAINERS,
-    NODES,
-    WAIT_S,
-    health,
-    serve_cluster,
-    views,
-)
+from tests.cluster._nodes import CONTAINERS, health, views
+from tests.cluster.test_serve import NODES, WAIT_S, serve_cluster
 
 __all__ = ["serve_cluster"]  # the fixture, imported for the tests below
 

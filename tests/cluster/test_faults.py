@@ -45,7 +45,8 @@ from headrace.protocols.pravega.controller import ScalingPolicy, Segment, Stream
 from headrace.store.disk.layout import container_of
 from tests._server import POLL_INTERVAL_S, ServerProcess
 from tests._zookeeper import ZooKeeper
-from tests.cluster.test_serve import CONTAINERS, NODES, WAIT_S, owners, settled, start_node, views
+from tests.cluster._nodes import CONTAINERS, owners, settled, start_node, views
+from tests.cluster.test_serve import NODES, WAIT_S
 
 pytestmark = pytest.mark.slow
 

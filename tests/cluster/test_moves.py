@@ -36,7 +36,7 @@ from headrace.protocols.pravega.controller import ScalingPolicy, Segment, Stream
 from headrace.store.disk.layout import ContainerPaths, container_of
 from tests._server import FREE, POLL_INTERVAL_S, ServerProcess, ServerStartError
 from tests._zookeeper import ZooKeeper
-from tests.cluster.test_serve import CONTAINERS, health, start_node
+from tests.cluster._nodes import CONTAINERS, health, node_process, start_node
 
 SCOPE: Final = "mv"
 STREAM: Final = "st"
@@ -290,17 +290,7 @@ def test_a_data_dir_with_another_container_count_stops_the_start_with_one_line(
 
 def secret_node(url: str, data_dir: Path, name: str, secret: Path) -> ServerProcess:
     """A node with its own ``--cluster-secret-file``, not started yet."""
-    return ServerProcess(
-        data_dir,
-        ports={"controller": FREE, "segment_store": FREE, "http": FREE},
-        args=[
-            f"--cluster={url}",
-            f"--node-id={name}",
-            "--advertise-host=127.0.0.1",
-            f"--container-count={CONTAINERS}",
-            f"--cluster-secret-file={secret}",
-        ],
-    )
+    return node_process(url, data_dir, name, extra=[f"--cluster-secret-file={secret}"])
 
 
 def secret_file(path: Path) -> Path:

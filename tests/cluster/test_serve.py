@@ -13,14 +13,12 @@ Every wait is bounded; polls of ``/health`` stop at a deadline.
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
@@ -32,30 +30,28 @@ from headrace.protocols.pravega.controller import ScalingPolicy, Segment, Stream
 from headrace.store.disk import DiskStore
 from headrace.store.disk.layout import SegmentMapping, container_of
 from tests._server import (
-    FREE,
     LISTENER_NAMES,
-    POLL_INTERVAL_S,
     ServerProcess,
     free_port,
     serve_command,
     server_env,
 )
 from tests._zookeeper import ZooKeeper
+from tests.cluster._nodes import (
+    CONTAINERS,
+    health,
+    owners,
+    settle,
+    start_node,
+    views,
+    wait_for_view,
+)
 from tests.server.test_pravega_server import Raw
 
 NODES: Final = ("n1", "n2", "n3")
-CONTAINERS: Final = 8
-"""Containers of the test cluster: enough to place some on every node."""
 WAIT_S: Final = 60.0
 """Bound on the cluster settling: three JVM-free server starts and placement
 over ZooKeeper on two busy cores."""
-
-
-def health(node: ServerProcess) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{node.port_of('http')}/health"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        report: dict[str, Any] = json.loads(response.read())
-    return report
 
 
 def metrics(node: ServerProcess) -> dict[str, float]:
@@ -64,22 +60,6 @@ def metrics(node: ServerProcess) -> dict[str, float]:
         text = response.read().decode()
     found = (line.split() for line in text.splitlines() if line.startswith("headrace_cluster"))
     return {name: float(value) for name, value in found}
-
-
-def views(nodes: dict[str, ServerProcess]) -> dict[str, dict[str, Any]]:
-    return {name: health(node)["cluster"] for name, node in nodes.items()}
-
-
-def settled(seen: dict[str, dict[str, Any]]) -> bool:
-    """Every node joined, sees all three and one leader, and the containers are
-    all owned, each by exactly one node, balanced (so the leader moves no more)."""
-    if not all(v["joined"] and v["nodes"] == sorted(NODES) for v in seen.values()):
-        return False
-    if len({v["leader"] for v in seen.values()}) != 1:
-        return False
-    owned = [c for v in seen.values() for c in v["owned"]]
-    counts = [len(v["owned"]) for v in seen.values()]
-    return sorted(owned) == list(range(CONTAINERS)) and max(counts) - min(counts) <= 1
 
 
 @pytest.fixture
@@ -92,39 +72,11 @@ def serve_cluster(
     try:
         for name in NODES:
             nodes[name] = start_node(url, tmp_path / name, name)
-        deadline = time.monotonic() + WAIT_S
-        while not settled(views(nodes)):
-            assert time.monotonic() < deadline, views(nodes)
-            time.sleep(POLL_INTERVAL_S)
+        settle(nodes, WAIT_S)
         yield nodes
     finally:
         for node in nodes.values():
             node.stop()
-
-
-def start_node(url: str, data_dir: Path, name: str) -> ServerProcess:
-    return ServerProcess(
-        data_dir,
-        ports={"controller": FREE, "segment_store": FREE, "http": FREE},
-        args=[
-            f"--cluster={url}",
-            f"--node-id={name}",
-            "--advertise-host=127.0.0.1",
-            f"--container-count={CONTAINERS}",
-        ],
-    ).start()
-
-
-def wait_for_view(node: ServerProcess, check: Callable[[dict[str, Any]], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check(health(node)["cluster"]):
-        assert time.monotonic() < deadline, health(node)
-        time.sleep(POLL_INTERVAL_S)
-
-
-def owners(nodes: dict[str, ServerProcess]) -> dict[int, str]:
-    """Container -> the node owning it."""
-    return {c: name for name, v in views(nodes).items() for c in v["owned"]}
 
 
 async def test_nodes_route_segments_to_their_owners(
