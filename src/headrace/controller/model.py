@@ -23,7 +23,17 @@ finish or ignore a half-done operation:
   what the record says is sealed;
 * commit / abort: ``COMMITTING`` / ``ABORTING`` is recorded first, then the
   merges / seals (both idempotent), then the final state; ``open``
-  finishes any transaction left in between. An aborted transaction's sealed
+  finishes any transaction left in between;
+* rolling commit (a transaction opened in an epoch that has ended, see
+  ``records.py``): the stream record names the commit (``rolling``) first;
+  then the copies of the segments are created (kept if they exist: they can
+  only be this commit's), the transactions merged into them (a missing
+  transaction segment was merged already) and the copies sealed; then the
+  record gains the two epochs and loses ``rolling``, the old active segments
+  are sealed and the transactions recorded ``COMMITTED``. ``open`` resumes a
+  recorded rolling commit, and takes an older epoch's ``COMMITTING``
+  transaction whose segments are all gone as committed (the record of its
+  rolling commit was written, its own final state not yet). An aborted transaction's sealed
   segments are deleted by ``sweep`` once ``ABORTED_SEGMENT_GRACE_MS`` passed
   since the abort (deletion is idempotent; after a restart the sweep tries
   again for every aborted record it still holds);
@@ -31,7 +41,14 @@ finish or ignore a half-done operation:
 
 Concurrency: one asyncio lock per stream serialises changes to that stream
 and its transactions; a membership lock serialises creating and deleting
-scopes and streams. Both are held across store calls.
+scopes and streams. Both are held across store calls. A commit takes the
+stream lock twice, once to record ``COMMITTING`` and once to commit every
+transaction then ``COMMITTING``: commits that arrive together (a Spark job's
+tasks) share one rolling commit instead of adding two epochs each.
+
+Scaling never waits for transactions (as in Pravega): a transaction keeps
+writing to its own segments after its parents were sealed, and its commit
+rolls it into the current epoch.
 """
 
 from __future__ import annotations
@@ -67,7 +84,9 @@ from headrace.controller.naming import (
     TRANSIENT_INFIX,
     TxnId,
     is_valid_name,
+    segment_id,
     segment_name,
+    segment_number,
     transaction_segment_name,
 )
 from headrace.controller.records import (
@@ -78,6 +97,7 @@ from headrace.controller.records import (
     TRANSACTIONS_TABLE,
     RetentionCut,
     RetentionType,
+    RollingTxn,
     ScalingType,
     ScopeRecord,
     SegmentRecord,
@@ -365,17 +385,13 @@ class ControllerModel:
             rec = await self._save_stream(dataclasses.replace(rec, config=config))
             # As Java's UpdateStreamTask does: a fixed policy whose count differs
             # from the active segment count, or any policy whose minimum is above
-            # it, rescales the stream to that many equal key ranges (not while
-            # transactions are open, which a scale would strand; the policy is
-            # recorded either way).
+            # it, rescales the stream to that many equal key ranges (open
+            # transactions commit by rolling afterwards).
             target = config.scaling.min_num_segments
             active = rec.active_segments()
             fixed = config.scaling.scale_type is ScalingType.FIXED_NUM_SEGMENTS
-            open_txns = any(
-                t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()
-            )
             rescale = len(active) != target if fixed else len(active) < target
-            if rec.state is StreamState.ACTIVE and rescale and not open_txns:
+            if rec.state is StreamState.ACTIVE and rescale:
                 ranges = [
                     (i / target, 1.0 if i == target - 1 else (i + 1) / target)
                     for i in range(target)
@@ -409,8 +425,9 @@ class ControllerModel:
         return _page(names, after, limit)
 
     async def seal_stream(self, scope: str, stream: str) -> None:
-        """Seal every active segment; open transactions are aborted first.
-        Idempotent. Afterwards there are no current segments and no successors.
+        """Seal every active segment; open transactions are aborted first and
+        committing ones finished. Idempotent. Afterwards there are no current
+        segments and no successors.
 
         Raises: ScopeNotFound, StreamNotFound.
         """
@@ -419,6 +436,8 @@ class ControllerModel:
             for txn_rec, _ in list(self._txns.get((scope, stream), {}).values()):
                 if txn_rec.state is TxnState.OPEN:
                     await self._abort(rec, txn_rec)
+            if rec.state is not StreamState.SEALED:
+                rec = await self._commit_pending(rec)
             active = rec.active_segments()
             if rec.state is not StreamState.SEALED:
                 await self._save_stream(dataclasses.replace(rec, state=StreamState.SEALED))
@@ -590,9 +609,12 @@ class ControllerModel:
         which must cover exactly the same keys. Runs to completion; returns the
         epoch the scale started from and the new segments.
 
+        Open transactions do not stop a scale: their commit rolls them into
+        the current epoch (``commit_txn``).
+
         Raises:
             ScopeNotFound, StreamNotFound, ScalePreconditionFailed (sealed stream,
-            segments not active, ranges that do not fit, open transactions), TooMany.
+            segments not active, ranges that do not fit), TooMany.
         """
         async with self._stream_lock(scope, stream):
             return await self._scale(self._stream(scope, stream), sealed, new_ranges)
@@ -610,8 +632,6 @@ class ControllerModel:
         active = {seg.id: seg for seg in rec.active_segments()}
         if not sealed or len(set(sealed)) != len(sealed) or any(s not in active for s in sealed):
             raise ScalePreconditionFailed("the segments to seal must be distinct active segments")
-        if any(t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()):
-            raise ScalePreconditionFailed(f"stream {scope}/{stream} has open transactions")
         old = sorted((active[s] for s in sealed), key=lambda s: s.min_key)
         ranges = sorted(new_ranges)
         if not _ranges_replace(old, ranges):
@@ -708,8 +728,8 @@ class ControllerModel:
         for ``AUTO_SCALE_HOT_SAMPLES`` calls in a row is split into
         ``max(2, scaleFactor)`` equal parts; two neighbours both under half
         the target for ``AUTO_SCALE_COLD_SAMPLES`` calls in a row are merged,
-        never below ``minNumSegments``. At most one scale per stream per call,
-        none while the stream has open transactions.
+        never below ``minNumSegments``. At most one scale per stream per call;
+        open transactions do not hold it back (they commit by rolling).
         """
         scaled = 0
         for key in list(self._streams):
@@ -741,8 +761,6 @@ class ControllerModel:
         for seg in rec.active_segments():
             loads[seg.id] = await self._sample(rec, seg, now, previous.get(seg.id), target)
         self._loads[key] = loads
-        if any(t.state is TxnState.OPEN for t, _ in self._txns.get(key, {}).values()):
-            return False
         active = rec.active_segments()
         hot = [s for s in active if loads[s.id].hot >= AUTO_SCALE_HOT_SAMPLES]
         parts = max(2, policy.scale_factor)
@@ -847,17 +865,22 @@ class ControllerModel:
         so a transaction's events land contiguously in each segment. Committing a
         committed transaction is a success.
 
-        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted).
+        A transaction opened in an epoch that a scale has ended commits by
+        rolling (``_roll``): its events come after everything written to the
+        active segments before the commit, and before everything written after.
+
+        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted),
+            TooMany (no epoch numbers left for a rolling commit).
         """
         async with self._stream_lock(scope, stream):
-            rec = self._stream(scope, stream)
+            self._stream(scope, stream)
             txn_rec = self._txn(scope, stream, txn)
             if txn_rec.state in (TxnState.ABORTING, TxnState.ABORTED):
                 raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.name.lower())
             if txn_rec.state is TxnState.COMMITTED:
                 return
             if txn_rec.state is TxnState.OPEN:
-                txn_rec = await self._save_txn(
+                await self._save_txn(
                     scope,
                     stream,
                     dataclasses.replace(
@@ -867,7 +890,15 @@ class ControllerModel:
                         commit_timestamp=timestamp,
                     ),
                 )
-            await self._finish_commit(rec, txn_rec)
+        # A second turn: commits queued behind this one have recorded COMMITTING
+        # meanwhile, and are done together (one rolling commit for all of an epoch).
+        # Yield once so that commits already scheduled (when the store answered
+        # without suspending) get in line first.
+        await asyncio.sleep(0)
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            if self._txn(scope, stream, txn).state is TxnState.COMMITTING:
+                await self._commit_pending(rec)
 
     async def abort_txn(self, scope: str, stream: str, txn: TxnId) -> None:
         """Seal the transaction's segments (``sweep`` deletes them after
@@ -1035,6 +1066,123 @@ class ControllerModel:
         txns[txn_rec.txn] = (txn_rec, new_version)
         return txn_rec
 
+    async def _commit_pending(self, rec: StreamRecord) -> StreamRecord:
+        """Commit every ``COMMITTING`` transaction of the stream (and finish a
+        recorded rolling commit): those of the active epoch by merging into
+        their parents, those of older epochs by one rolling commit per epoch,
+        oldest first. Returns the stream record as it is afterwards."""
+        if rec.rolling is not None:
+            rec = await self._roll(rec, rec.rolling)
+        key = (rec.scope, rec.stream)
+        committing = [
+            t for t, _ in self._txns.get(key, {}).values() if t.state is TxnState.COMMITTING
+        ]
+        for txn_rec in committing:
+            if txn_rec.epoch == rec.epoch:
+                await self._finish_commit(rec, txn_rec)
+        older: dict[int, list[TxnId]] = {}
+        for txn_rec in committing:
+            if txn_rec.epoch == rec.epoch:
+                continue
+            if await self._merged_already(rec, txn_rec):
+                await self._committed(rec, txn_rec)
+            else:
+                older.setdefault(txn_rec.epoch, []).append(txn_rec.txn)
+        for epoch in sorted(older):
+            if rec.epoch + 2 > MAX_SEGMENT_NUMBER:
+                raise TooMany("epochs", MAX_SEGMENT_NUMBER)
+            roll = RollingTxn(txn_epoch=epoch, active_epoch=rec.epoch, txns=tuple(older[epoch]))
+            rec = await self._save_stream(dataclasses.replace(rec, rolling=roll))
+            rec = await self._roll(rec, roll)
+        return rec
+
+    async def _merged_already(self, rec: StreamRecord, txn_rec: TxnRecord) -> bool:
+        """Whether every segment of an older epoch's committing transaction is
+        gone: only its rolling commit merges them, so that commit got as far as
+        recording its epochs (see the module docstring)."""
+        for parent_id in txn_rec.parents:
+            parent = segment_name(rec.scope, rec.stream, parent_id)
+            try:
+                await self._store.info(transaction_segment_name(parent, txn_rec.txn))
+            except SegmentNotFound:
+                continue
+            return False
+        return True
+
+    async def _roll(self, rec: StreamRecord, roll: RollingTxn) -> StreamRecord:
+        """Carry out the rolling commit ``roll``, which ``rec.rolling`` records.
+
+        Epoch ``A+1`` (``A`` = ``roll.active_epoch``) gets a copy of each segment
+        of the transactions' epoch, the transactions are merged into the copies
+        and the copies sealed; epoch ``A+2`` gets a copy of each segment of
+        epoch ``A`` and becomes the active epoch, and ``A``'s segments are
+        sealed. A reader of a key thus reads ``A``'s segment to its end, then the
+        transactions' events, then what came after. Idempotent up to the
+        record's save, so a restart can run it again (``_repair``).
+        """
+        scope, stream = rec.scope, rec.stream
+        copy_epoch, active_epoch = roll.active_epoch + 1, roll.active_epoch + 2
+        sources = rec.epoch_segments(roll.txn_epoch)
+        actives = rec.epoch_segments(roll.active_epoch)
+        copies = [
+            SegmentRecord(s.number, copy_epoch, s.min_key, s.max_key, sealed_epoch=active_epoch)
+            for s in sources
+        ]
+        successors = [SegmentRecord(s.number, active_epoch, s.min_key, s.max_key) for s in actives]
+        for seg in (*copies, *successors):
+            with contextlib.suppress(SegmentExists):
+                await self._store.create_segment(segment_name(scope, stream, seg.id))
+        txns = self._txns.get((scope, stream), {})
+        committing = [txns[t][0] for t in roll.txns if t in txns]
+        for txn_rec in committing:
+            for parent_id in txn_rec.parents:
+                parent = segment_name(scope, stream, parent_id)
+                target = segment_name(
+                    scope, stream, segment_id(copy_epoch, segment_number(parent_id))
+                )
+                with contextlib.suppress(SegmentNotFound):  # merged before a restart
+                    await self._store.merge(target, transaction_segment_name(parent, txn_rec.txn))
+        for seg in copies:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        active_ids = {s.id for s in actives}
+        now = self._clock_ms()
+        rec = await self._save_stream(
+            dataclasses.replace(
+                rec,
+                epoch=active_epoch,
+                segments=tuple(
+                    dataclasses.replace(s, sealed_epoch=copy_epoch) if s.id in active_ids else s
+                    for s in rec.segments
+                )
+                + tuple(copies)
+                + tuple(successors),
+                epoch_times_ms=(*rec.epoch_times_ms, now, now),
+                rolling=None,
+            )
+        )
+        for seg in actives:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        for txn_rec in committing:
+            await self._committed(rec, txn_rec)
+        log.info(
+            "rolling commit of %d transactions of %s/%s from epoch %d into epoch %d",
+            len(committing),
+            scope,
+            stream,
+            roll.txn_epoch,
+            copy_epoch,
+        )
+        return rec
+
+    async def _committed(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
+        """Record a transaction whose segments are merged as ``COMMITTED``."""
+        await self._save_txn(
+            rec.scope,
+            rec.stream,
+            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
+        )
+        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+
     async def _finish_commit(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
         for parent_id in txn_rec.parents:
             parent = segment_name(rec.scope, rec.stream, parent_id)
@@ -1044,12 +1192,7 @@ class ControllerModel:
             except SegmentNotFound as exc:
                 # Merged before a restart and forgotten by the store since: done.
                 log.info("commit of %s: %s; treating as merged", txn_rec.txn.hex, exc)
-        await self._save_txn(
-            rec.scope,
-            rec.stream,
-            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
-        )
-        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+        await self._committed(rec, txn_rec)
 
     async def _abort(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
         if txn_rec.state is TxnState.OPEN:
@@ -1237,7 +1380,13 @@ class ControllerModel:
         """Finish what a crash interrupted (see the module docstring)."""
         now = self._clock_ms()
         for rec, _ in list(self._streams.values()):
-            pending = [s for s in rec.segments if s.sealed_epoch == rec.epoch]
+            # The last scale sealed segments of the current epoch's start; a
+            # rolling commit those of the epoch before it too.
+            pending = [
+                s
+                for s in rec.segments
+                if s.sealed_epoch is not None and s.sealed_epoch >= rec.epoch - 1
+            ]
             if rec.state is StreamState.SEALED:
                 pending += rec.epoch_segments(rec.epoch)
             for seg in pending:
@@ -1248,6 +1397,9 @@ class ControllerModel:
             if (scope, stream) not in self._streams:  # the stream's deletion was interrupted
                 await self._drop_cuts(scope, stream, lambda _: True)
                 del self._cuts[(scope, stream)]
+        committing: set[StreamKey] = {
+            key for key, (rec, _) in self._streams.items() if rec.rolling is not None
+        }
         for (scope, stream), txns in list(self._txns.items()):
             entry = self._streams.get((scope, stream))
             for txn, (txn_rec, version) in list(txns.items()):
@@ -1255,13 +1407,15 @@ class ControllerModel:
                     await self._remove(TRANSACTIONS_TABLE, txn_key(scope, stream, txn), version)
                     del txns[txn]
                 elif txn_rec.state is TxnState.COMMITTING:
-                    await self._finish_commit(entry[0], txn_rec)
+                    committing.add((scope, stream))
                 elif txn_rec.state is TxnState.ABORTING:
                     await self._abort(entry[0], txn_rec)
                 elif txn_rec.state is TxnState.OPEN:
                     self._deadlines[(scope, stream, txn)] = (
                         now + LEASE_SLACK_FACTOR * txn_rec.lease_ms
                     )
+        for key in sorted(committing):
+            await self._commit_pending(self._streams[key][0])
 
 
 def _page(names: Iterable[str], after: str, limit: int) -> list[str]:

@@ -20,6 +20,14 @@ the epoch that created it and the epoch that replaced it (``sealed_epoch``,
 ``created_epoch <= e < sealed_epoch``. Sealing the whole stream does not
 open an epoch: it sets ``state`` to ``sealed`` and leaves the last epoch's
 segments as they are.
+
+A rolling commit (a transaction committed after the epoch it was opened in
+ended, Pravega's rolling transaction) adds two epochs at once: epoch ``A+1``
+holds copies of the transaction's epoch's segments (same numbers and key
+ranges, new ids), into which the transactions are merged, sealed at once;
+epoch ``A+2`` holds copies of epoch ``A``'s segments and becomes the active
+one. While such a commit is under way ``rolling`` records it, so that a
+restart finishes it.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ __all__ = [
     "RetentionCut",
     "RetentionPolicy",
     "RetentionType",
+    "RollingTxn",
     "ScalingPolicy",
     "ScalingType",
     "ScopeRecord",
@@ -114,6 +123,17 @@ class SegmentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RollingTxn:
+    """A rolling commit under way: the transactions of ``txn_epoch`` (``txns``)
+    are being merged into copies of that epoch's segments in epoch
+    ``active_epoch + 1``; epoch ``active_epoch + 2`` copies the active segments."""
+
+    txn_epoch: int
+    active_epoch: int
+    txns: tuple[TxnId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StreamRecord:
     """A stream: its configuration, state, segment history and counters.
 
@@ -132,6 +152,7 @@ class StreamRecord:
     epoch_times_ms: tuple[int, ...]
     next_txn: int = 1
     head_cut: dict[int, int] = field(default_factory=dict)
+    rolling: RollingTxn | None = None
     _by_id: dict[int, SegmentRecord] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -267,7 +288,26 @@ def encode_stream(rec: StreamRecord) -> bytes:
             "epoch_times_ms": list(rec.epoch_times_ms),
             "next_txn": rec.next_txn,
             "head_cut": [[sid, off] for sid, off in sorted(rec.head_cut.items())],
+            **({} if rec.rolling is None else {"rolling": _encode_rolling(rec.rolling)}),
         }
+    )
+
+
+def _encode_rolling(roll: RollingTxn) -> dict[str, Any]:
+    return {
+        "txn_epoch": roll.txn_epoch,
+        "active_epoch": roll.active_epoch,
+        "txns": [[t.high_bits, t.low_bits] for t in roll.txns],
+    }
+
+
+def _decode_rolling(obj: dict[str, Any] | None) -> RollingTxn | None:
+    if obj is None:
+        return None
+    return RollingTxn(
+        txn_epoch=int(obj["txn_epoch"]),
+        active_epoch=int(obj["active_epoch"]),
+        txns=tuple(TxnId(int(h), int(lo)) for h, lo in obj.get("txns", ())),
     )
 
 
@@ -288,6 +328,7 @@ def decode_stream(data: bytes) -> StreamRecord:
         epoch_times_ms=tuple(int(t) for t in obj.get("epoch_times_ms", ())),
         next_txn=int(obj.get("next_txn", 1)),
         head_cut={int(sid): int(off) for sid, off in obj.get("head_cut", ())},
+        rolling=_decode_rolling(obj.get("rolling")),
     )
 
 
