@@ -256,6 +256,28 @@ async def test_transaction_lifecycle(call: Client) -> None:
     assert abort.status == pb.TxnStatus.TRANSACTION_NOT_FOUND
 
 
+async def test_scale_with_an_open_transaction_then_commit_rolls(call: Client) -> None:
+    await make_stream(call, 1)
+    created = await call("createTransaction", pb.CreateTxnRequest(streamInfo=info(), lease=90_000))
+    scale = pb.ScaleRequest(
+        streamInfo=info(),
+        sealedSegments=[0],
+        newKeyRanges=[
+            pb.ScaleRequest.KeyRangeEntry(start=0.0, end=0.5),
+            pb.ScaleRequest.KeyRangeEntry(start=0.5, end=1.0),
+        ],
+    )
+    assert (await call("scale", scale)).status == pb.ScaleResponse.STARTED
+    req = pb.TxnRequest(streamInfo=info(), txnId=created.txnId)
+    assert (await call("checkTransactionState", req)).state == pb.TxnState.OPEN
+    assert (await call("commitTransaction", req)).status == pb.TxnStatus.SUCCESS
+    assert (await call("checkTransactionState", req)).state == pb.TxnState.COMMITTED
+    current = await call("getCurrentSegments", info())
+    assert [r.segmentId.segmentId for r in current.segmentRanges] == [3 << 32 | 1, 3 << 32 | 2]
+    copy = await call("getEpochSegments", pb.GetEpochSegmentsRequest(streamInfo=info(), epoch=2))
+    assert [r.segmentId.segmentId for r in copy.segmentRanges] == [2 << 32 | 0]
+
+
 async def test_abort_then_state_is_aborted(call: Client) -> None:
     await make_stream(call, 1)
     created = await call("createTransaction", pb.CreateTxnRequest(streamInfo=info(), lease=90_000))
