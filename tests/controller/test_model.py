@@ -24,6 +24,8 @@ from headrace.controller.errors import (
     StreamNotFound,
     StreamNotSealed,
     StreamSealed,
+    TableExists,
+    TableNotFound,
     TxnNotFound,
     TxnNotOpen,
 )
@@ -35,6 +37,7 @@ from headrace.controller.model import (
     LEASE_SLACK_FACTOR,
     MAX_RETENTION_CUTS,
     MAX_SEGMENTS_PER_EPOCH,
+    MAX_TABLE_PARTITIONS,
     MAX_TXN_LEASE_MS,
     TRANSIENT_SEGMENT_MAX_IDLE_MS,
     ControllerModel,
@@ -43,6 +46,7 @@ from headrace.controller.naming import TxnId, segment_id, segment_name
 from headrace.controller.records import (
     STREAMS_TABLE,
     TRANSACTIONS_TABLE,
+    KeyValueTableConfig,
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
@@ -757,6 +761,61 @@ async def test_restart_finishes_an_interrupted_rolling_commit(env: Env, failing:
     assert (await env.store.read(copy, 0, 100)).data == b"payload"
     assert (await env.store.info(copy)).sealed
     assert all(s.created_epoch == 3 for s in env.model.current_segments("sc", "st"))
+
+
+# --------------------------------------------------------------------------- key-value tables
+
+
+async def test_key_value_table_lifecycle(env: Env) -> None:
+    await env.model.create_scope("sc")
+    config = KeyValueTableConfig(partition_count=3, primary_key_length=4, secondary_key_length=2)
+    await env.model.create_kvtable("sc", "kv", config)
+    with pytest.raises(TableExists):
+        await env.model.create_kvtable("sc", "kv", config)
+    names = [f"sc/kv_kvtable/{n}.#epoch.0" for n in range(3)]
+    for name in names:
+        assert (await env.store.table_info(name)).length == 0
+    parts = env.model.kvtable_partitions("sc", "kv")
+    assert [(p.id, p.min_key, p.max_key) for p in parts] == [
+        (0, 0.0, 1 / 3),
+        (1, 1 / 3, 2 / 3),
+        (2, 2 / 3, 1.0),
+    ]
+    with pytest.raises(ScopeNotEmpty):
+        await env.model.delete_scope("sc")
+    await env.restart()
+    assert env.model.kvtable_config("sc", "kv") == config
+    assert env.model.list_kvtables("sc", limit=10) == ["kv"]
+    await env.model.delete_kvtable("sc", "kv")
+    assert env.model.list_kvtables("sc", limit=10) == []
+    for name in names:
+        with pytest.raises(SegmentNotFound):
+            await env.store.table_info(name)
+    with pytest.raises(TableNotFound):
+        await env.model.delete_kvtable("sc", "kv")
+    await env.model.delete_scope("sc")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        KeyValueTableConfig(partition_count=0),
+        KeyValueTableConfig(partition_count=MAX_TABLE_PARTITIONS + 1),
+        KeyValueTableConfig(primary_key_length=0),
+        KeyValueTableConfig(secondary_key_length=-1),
+        KeyValueTableConfig(primary_key_length=8192, secondary_key_length=1),
+        KeyValueTableConfig(rollover_size_bytes=-1),
+    ],
+)
+async def test_key_value_table_shapes_java_refuses_are_refused(
+    env: Env, config: KeyValueTableConfig
+) -> None:
+    await env.model.create_scope("sc")
+    with pytest.raises(InvalidArgument):
+        await env.model.create_kvtable("sc", "kv", config)
+    with pytest.raises(InvalidName):
+        await env.model.create_kvtable("sc", "_kv", KeyValueTableConfig())
+    assert env.model.list_kvtables("sc", limit=10) == []
 
 
 # --------------------------------------------------------------------------- retention

@@ -20,7 +20,9 @@ place: ``service.py``'s error tables. ::
         ├── TxnNotOpen(scope, stream, txn, state)
         ├── LeaseTooLarge(lease_ms, limit_ms)
         ├── ScalePreconditionFailed(message)
-        └── TooMany(what, limit)
+        ├── TooMany(what, limit)
+        ├── TableNotFound(scope, table)        (a key-value table)
+        └── TableExists(scope, table)
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ __all__ = [
     "StreamNotFound",
     "StreamNotSealed",
     "StreamSealed",
+    "TableExists",
+    "TableNotFound",
     "TooMany",
     "TxnNotFound",
     "TxnNotOpen",
@@ -147,3 +151,19 @@ class TooMany(ControllerError):
         super().__init__(f"too many {what}: the limit is {limit}")
         self.what = what
         self.limit = limit
+
+
+class TableNotFound(ControllerError):
+    """No key-value table of that name in the scope."""
+
+    def __init__(self, scope: str, table: str) -> None:
+        super().__init__(f"key-value table {scope}/{table} does not exist")
+        self.scope = scope
+        self.table = table
+
+
+class TableExists(ControllerError):
+    def __init__(self, scope: str, table: str) -> None:
+        super().__init__(f"key-value table {scope}/{table} already exists")
+        self.scope = scope
+        self.table = table

@@ -37,7 +37,10 @@ finish or ignore a half-done operation:
   segments are deleted by ``sweep`` once ``ABORTED_SEGMENT_GRACE_MS`` passed
   since the abort (deletion is idempotent; after a restart the sweep tries
   again for every aborted record it still holds);
-* delete stream: segments first (missing ones are fine), then the record.
+* delete stream: segments first (missing ones are fine), then the record;
+* create key-value table: its table segments first (one that exists already is
+  kept: an earlier attempt's, or a table the client made without the
+  controller), then the record; delete: segments first, then the record.
 
 Concurrency: one asyncio lock per stream serialises changes to that stream
 and its transactions; a membership lock serialises creating and deleting
@@ -75,6 +78,8 @@ from headrace.controller.errors import (
     StreamNotFound,
     StreamNotSealed,
     StreamSealed,
+    TableExists,
+    TableNotFound,
     TooMany,
     TxnNotFound,
     TxnNotOpen,
@@ -90,11 +95,14 @@ from headrace.controller.naming import (
     transaction_segment_name,
 )
 from headrace.controller.records import (
+    KVTABLES_TABLE,
     METADATA_TABLES,
     RETENTION_TABLE,
     SCOPES_TABLE,
     STREAMS_TABLE,
     TRANSACTIONS_TABLE,
+    KeyValueTableConfig,
+    KeyValueTableRecord,
     RetentionCut,
     RetentionType,
     RollingTxn,
@@ -108,10 +116,12 @@ from headrace.controller.records import (
     TxnState,
     cut_key,
     decode_cut,
+    decode_kvtable,
     decode_scope,
     decode_stream,
     decode_txn,
     encode_cut,
+    encode_kvtable,
     encode_scope,
     encode_stream,
     encode_txn,
@@ -119,7 +129,8 @@ from headrace.controller.records import (
     txn_key,
 )
 from headrace.errors import SegmentExists, SegmentNotFound
-from headrace.store.api import SegmentStore
+from headrace.protocols.pravega.controller import kvtable_segment_name
+from headrace.store.api import MAX_TABLE_KEY_BYTES, SegmentStore
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
@@ -128,11 +139,13 @@ __all__ = [
     "AUTO_SCALE_HOT_SAMPLES",
     "COMPLETED_TXN_KEEP_MS",
     "LEASE_SLACK_FACTOR",
+    "MAX_KEY_VALUE_TABLES",
     "MAX_OPEN_TXNS_PER_STREAM",
     "MAX_RETENTION_CUTS",
     "MAX_SCOPES",
     "MAX_SEGMENTS_PER_EPOCH",
     "MAX_STREAMS",
+    "MAX_TABLE_PARTITIONS",
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_TXN_LEASE_MS",
@@ -150,6 +163,14 @@ MAX_SCOPES = 10_000
 
 MAX_STREAMS = 100_000
 """Streams (all scopes together) held in memory; each costs one small record."""
+
+MAX_KEY_VALUE_TABLES = 10_000
+"""Key-value tables (all scopes together) held in memory; each costs one small
+record and ``partitionCount`` table segments."""
+
+MAX_TABLE_PARTITIONS = 1_000
+"""Partitions (table segments) of one key-value table: a client opens a
+connection per partition, as a writer does per segment of an epoch."""
 
 MAX_SEGMENTS_PER_EPOCH = 1_000
 """Segments one epoch may have: every writer opens a connection per segment,
@@ -276,6 +297,7 @@ class ControllerModel:
         # (not persisted: after a restart the sweep deletes again, idempotently).
         self._cleaned: set[tuple[str, str, TxnId]] = set()
         self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
+        self._kvtables: dict[StreamKey, tuple[KeyValueTableRecord, int]] = {}
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
@@ -317,7 +339,7 @@ class ControllerModel:
             entry = self._scopes.get(scope)
             if entry is None:
                 raise ScopeNotFound(scope)
-            if any(key[0] == scope for key in self._streams):
+            if any(key[0] == scope for key in (*self._streams, *self._kvtables)):
                 raise ScopeNotEmpty(scope)
             await self._remove(SCOPES_TABLE, scope.encode(), entry[1])
             del self._scopes[scope]
@@ -472,6 +494,81 @@ class ControllerModel:
             del self._streams[(scope, stream)]
             self._txns.pop((scope, stream), None)
             self._stream_locks.pop((scope, stream), None)
+
+    # ------------------------------------------------------------------ key-value tables
+
+    async def create_kvtable(self, scope: str, table: str, config: KeyValueTableConfig) -> None:
+        """Create a key-value table: ``partition_count`` table segments, partition
+        ``n`` owning the key range ``[n/count, (n+1)/count)``.
+
+        Raises:
+            InvalidName, InvalidArgument (a shape Java refuses), ScopeNotFound,
+            TableExists, TooMany.
+        """
+        if not is_valid_name(table):
+            raise InvalidName("key-value table", table)
+        _check_kvtable_config(config)
+        async with self._membership:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            if (scope, table) in self._kvtables:
+                raise TableExists(scope, table)
+            if len(self._kvtables) >= MAX_KEY_VALUE_TABLES:
+                raise TooMany("key-value tables", MAX_KEY_VALUE_TABLES)
+            for n in range(config.partition_count):
+                with contextlib.suppress(SegmentExists):
+                    await self._store.create_table(kvtable_segment_name(scope, table, n))
+            rec = KeyValueTableRecord(created_ms=self._clock_ms(), config=config)
+            version = await self._put(KVTABLES_TABLE, stream_key(scope, table), encode_kvtable(rec))
+            self._kvtables[(scope, table)] = (rec, version)
+
+    async def delete_kvtable(self, scope: str, table: str) -> None:
+        """Delete a key-value table and its data.
+
+        Raises: TableNotFound.
+        """
+        async with self._membership:
+            entry = self._kvtables.get((scope, table))
+            if entry is None:
+                raise TableNotFound(scope, table)
+            rec, version = entry
+            for n in range(rec.config.partition_count):
+                with contextlib.suppress(SegmentNotFound):
+                    await self._store.delete(kvtable_segment_name(scope, table, n))
+            await self._remove(KVTABLES_TABLE, stream_key(scope, table), version)
+            del self._kvtables[(scope, table)]
+
+    def kvtable_config(self, scope: str, table: str) -> KeyValueTableConfig:
+        """Raises: ScopeNotFound, TableNotFound."""
+        return self._kvtable(scope, table).config
+
+    def kvtable_partitions(self, scope: str, table: str) -> list[SegmentRecord]:
+        """The table's partitions as epoch-0 segments of its pseudo-stream, by key range.
+
+        Raises: ScopeNotFound, TableNotFound.
+        """
+        count = self._kvtable(scope, table).config.partition_count
+        return [
+            SegmentRecord(n, 0, n / count, 1.0 if n == count - 1 else (n + 1) / count)
+            for n in range(count)
+        ]
+
+    def list_kvtables(self, scope: str, *, after: str = "", limit: int) -> list[str]:
+        """Key-value table names of ``scope`` in order.
+
+        Raises: ScopeNotFound.
+        """
+        if scope not in self._scopes:
+            raise ScopeNotFound(scope)
+        return _page((t for s, t in self._kvtables if s == scope), after, limit)
+
+    def _kvtable(self, scope: str, table: str) -> KeyValueTableRecord:
+        entry = self._kvtables.get((scope, table))
+        if entry is None:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            raise TableNotFound(scope, table)
+        return entry[0]
 
     # ------------------------------------------------------------------ segments
 
@@ -1349,6 +1446,9 @@ class ControllerModel:
             self._cuts.setdefault((scope, stream), []).append((decode_cut(value), version))
         for cuts in self._cuts.values():
             cuts.sort(key=lambda pair: pair[0].time_ms)
+        async for key, value, version in self._entries(KVTABLES_TABLE):
+            scope, table = key.decode().split("/")
+            self._kvtables[(scope, table)] = (decode_kvtable(value), version)
         async for key, value, version in self._entries(TRANSACTIONS_TABLE):
             scope, stream, _ = key.decode().split("/")
             txn_rec = decode_txn(value)
@@ -1362,6 +1462,7 @@ class ControllerModel:
         self._deadlines = other._deadlines
         self._cleaned = other._cleaned
         self._cuts = other._cuts
+        self._kvtables = other._kvtables
         self._loads = {}
 
     async def _entries(self, table: str) -> AsyncIterator[tuple[bytes, bytes, int]]:
@@ -1439,6 +1540,24 @@ def _checked_config(config: StreamConfig) -> StreamConfig:
     if config.retention.retention_param < 0:
         raise InvalidArgument("retentionParam must not be negative")
     return dataclasses.replace(config, tags=tuple(dict.fromkeys(config.tags)))
+
+
+def _check_kvtable_config(config: KeyValueTableConfig) -> None:
+    """Java's ``KeyValueTableConfiguration`` rules, plus the partition limit."""
+    if not 1 <= config.partition_count <= MAX_TABLE_PARTITIONS:
+        raise InvalidArgument(
+            f"partitionCount must be in 1..{MAX_TABLE_PARTITIONS}, got {config.partition_count}"
+        )
+    if config.primary_key_length <= 0 or config.secondary_key_length < 0:
+        raise InvalidArgument(
+            "primaryKeyLength must be positive and secondaryKeyLength not negative"
+        )
+    if config.key_length > MAX_TABLE_KEY_BYTES:
+        raise InvalidArgument(
+            f"primaryKeyLength + secondaryKeyLength must be at most {MAX_TABLE_KEY_BYTES}"
+        )
+    if config.rollover_size_bytes < 0:
+        raise InvalidArgument("rolloverSizeBytes must not be negative")
 
 
 def _check_lease(lease_ms: int) -> None:

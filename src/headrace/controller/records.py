@@ -6,6 +6,7 @@ Layout in the store (each a table segment; keys and values are UTF-8)::
     _system/controller/streams       key "<scope>/<stream>"         value StreamRecord JSON
     _system/controller/transactions  key "<scope>/<stream>/<32hex>" value TxnRecord JSON
     _system/controller/retention     key "<scope>/<stream>/<ms:020>" value RetentionCut JSON
+    _system/controller/kvtables      key "<scope>/<table>"          value KeyValueTableRecord JSON
 
 JSON keeps the records readable with any table dump, and every field has a
 default so that records written by an older version still load. ``/`` can
@@ -39,6 +40,7 @@ from typing import Any
 
 from headrace.protocols.pravega.controller import (
     INT64_MAX,
+    KeyValueTableConfig,
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
@@ -50,11 +52,14 @@ from headrace.protocols.pravega.controller import (
 )
 
 __all__ = [
+    "KVTABLES_TABLE",
     "METADATA_TABLES",
     "RETENTION_TABLE",
     "SCOPES_TABLE",
     "STREAMS_TABLE",
     "TRANSACTIONS_TABLE",
+    "KeyValueTableConfig",
+    "KeyValueTableRecord",
     "RetentionCut",
     "RetentionPolicy",
     "RetentionType",
@@ -70,10 +75,12 @@ __all__ = [
     "TxnState",
     "cut_key",
     "decode_cut",
+    "decode_kvtable",
     "decode_scope",
     "decode_stream",
     "decode_txn",
     "encode_cut",
+    "encode_kvtable",
     "encode_scope",
     "encode_stream",
     "encode_txn",
@@ -85,7 +92,8 @@ SCOPES_TABLE = "_system/controller/scopes"
 STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
 RETENTION_TABLE = "_system/controller/retention"
-METADATA_TABLES = (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE)
+KVTABLES_TABLE = "_system/controller/kvtables"
+METADATA_TABLES = (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE, KVTABLES_TABLE)
 """Every table of the controller's metadata, in the order they are loaded."""
 
 
@@ -202,6 +210,16 @@ class RetentionCut:
 
     time_ms: int
     cut: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueTableRecord:
+    """A key-value table: its shape. Its partitions are the table segments
+    ``<scope>/<table>_kvtable/<n>.#epoch.0``, n < ``config.partition_count``,
+    each owning the key range ``[n/count, (n+1)/count)``."""
+
+    created_ms: int
+    config: KeyValueTableConfig
 
 
 # --------------------------------------------------------------------------- keys
@@ -372,4 +390,30 @@ def decode_cut(data: bytes) -> RetentionCut:
     obj = json.loads(data)
     return RetentionCut(
         time_ms=int(obj["time_ms"]), cut={int(k): int(v) for k, v in obj.get("cut", ())}
+    )
+
+
+def encode_kvtable(rec: KeyValueTableRecord) -> bytes:
+    cfg = rec.config
+    return _dumps(
+        {
+            "created_ms": rec.created_ms,
+            "partitions": cfg.partition_count,
+            "primary_key_length": cfg.primary_key_length,
+            "secondary_key_length": cfg.secondary_key_length,
+            "rollover_size_bytes": cfg.rollover_size_bytes,
+        }
+    )
+
+
+def decode_kvtable(data: bytes) -> KeyValueTableRecord:
+    obj = json.loads(data)
+    return KeyValueTableRecord(
+        created_ms=int(obj.get("created_ms", 0)),
+        config=KeyValueTableConfig(
+            partition_count=int(obj["partitions"]),
+            primary_key_length=int(obj.get("primary_key_length", 1)),
+            secondary_key_length=int(obj.get("secondary_key_length", 0)),
+            rollover_size_bytes=int(obj.get("rollover_size_bytes", 0)),
+        ),
     )
