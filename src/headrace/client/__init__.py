@@ -27,6 +27,7 @@ from ._conn import ConnectionPool, RetryPolicy, SegmentStoreConnection, map_exce
 from .bytestream import ByteStream
 from .controller import (
     ControllerClient,
+    KeyValueTableConfig,
     RetentionPolicy,
     ScalingPolicy,
     Segment,
@@ -51,6 +52,7 @@ __all__ = [
     "EventReader",
     "EventWriter",
     "KeyValueTable",
+    "KeyValueTableConfig",
     "PravegaClient",
     "ReaderGroup",
     "Record",
