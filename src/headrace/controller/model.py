@@ -149,6 +149,7 @@ __all__ = [
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_TXN_LEASE_MS",
+    "ROLLING_COMMIT_WINDOW_S",
     "TRANSIENT_SEGMENT_MAX_IDLE_MS",
     "ControllerModel",
     "HeadSegment",
@@ -227,6 +228,14 @@ is not a trend (with the 10 s default period, 30 s of sustained load)."""
 AUTO_SCALE_COLD_SAMPLES = 30
 """Consecutive samples under half the target before two neighbours merge: merging
 is cheap to get wrong and slow to undo, so it waits longer (5 minutes)."""
+
+ROLLING_COMMIT_WINDOW_S = 0.2
+"""How long a commit that must roll waits for other commits of the same stream
+before it starts: each rolling commit adds two epochs and copies every segment
+of two epochs, so the commits a Spark driver sends together for a batch's
+tasks should share one. A rolling commit happens at most once per older epoch
+that still has transactions; a fifth of a second on it is nothing next to a
+transaction's lease."""
 
 TABLE_PAGE_COUNT = 1_000
 """Entries read per page while loading the metadata tables."""
@@ -970,8 +979,9 @@ class ControllerModel:
             TooMany (no epoch numbers left for a rolling commit).
         """
         async with self._stream_lock(scope, stream):
-            self._stream(scope, stream)
+            rec = self._stream(scope, stream)
             txn_rec = self._txn(scope, stream, txn)
+            rolls = txn_rec.epoch < rec.epoch
             if txn_rec.state in (TxnState.ABORTING, TxnState.ABORTED):
                 raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.name.lower())
             if txn_rec.state is TxnState.COMMITTED:
@@ -989,9 +999,9 @@ class ControllerModel:
                 )
         # A second turn: commits queued behind this one have recorded COMMITTING
         # meanwhile, and are done together (one rolling commit for all of an epoch).
-        # Yield once so that commits already scheduled (when the store answered
-        # without suspending) get in line first.
-        await asyncio.sleep(0)
+        # One that must roll gives the others sent with it time to arrive; any
+        # other yields once, so that commits already scheduled get in line first.
+        await asyncio.sleep(ROLLING_COMMIT_WINDOW_S if rolls else 0)
         async with self._stream_lock(scope, stream):
             rec = self._stream(scope, stream)
             if self._txn(scope, stream, txn).state is TxnState.COMMITTING:
