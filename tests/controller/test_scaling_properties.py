@@ -46,6 +46,7 @@ def assert_tiles(segs: list[SegmentRecord]) -> None:
 async def run(initial: int, plan: list[tuple[bool, int, float, str]]) -> None:
     store = MemoryStore()
     model = await ControllerModel.open(store)
+    model.rolling_commit_window_s = 0
     await model.create_scope("sc")
     await model.create_stream("sc", "st", StreamConfig(ScalingPolicy(min_num_segments=initial)))
     txns: list[tuple[TxnId, int]] = []  # (id, number of parents)

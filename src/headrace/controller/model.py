@@ -310,6 +310,9 @@ class ControllerModel:
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
+        self.rolling_commit_window_s = ROLLING_COMMIT_WINDOW_S
+        """How long a commit that must roll waits for others (tests that scale
+        and commit in a loop set 0: a yield then gathers what is scheduled)."""
 
     @classmethod
     async def open(
@@ -1001,7 +1004,7 @@ class ControllerModel:
         # meanwhile, and are done together (one rolling commit for all of an epoch).
         # One that must roll gives the others sent with it time to arrive; any
         # other yields once, so that commits already scheduled get in line first.
-        await asyncio.sleep(ROLLING_COMMIT_WINDOW_S if rolls else 0)
+        await asyncio.sleep(self.rolling_commit_window_s if rolls else 0)
         async with self._stream_lock(scope, stream):
             rec = self._stream(scope, stream)
             if self._txn(scope, stream, txn).state is TxnState.COMMITTING:
