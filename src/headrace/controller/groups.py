@@ -18,10 +18,11 @@ truncates that stream past it (``model.py``). The subscriber name holds one
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from headrace.protocols.pravega.controller import GroupRetention
 
 __all__ = [
     "READER_GROUPS_TABLE",
@@ -41,14 +42,6 @@ __all__ = [
 
 READER_GROUPS_TABLE: Final = "_system/controller/readergroups"
 SUBSCRIBERS_TABLE: Final = "_system/controller/subscribers"
-
-
-class GroupRetention(enum.IntEnum):
-    """``ReaderGroupConfiguration.RetentionType``: whether the group holds back retention."""
-
-    NONE = 0
-    MANUAL = 1
-    AUTOMATIC = 2
 
 
 Cut = dict[int, int]
