@@ -61,7 +61,7 @@ only on the streams).
 
 Positions: ``stream_cuts`` turns the stored positions into one stream cut per
 stream (the unfinished segments at their positions, plus finished ones whose
-successors the group has not reached yet at their end), which ``create``
+successors the group has not reached yet, or that have none, at their end), which ``create``
 accepts back as ``start`` to begin a new group where an old one was.
 ``checkpoint`` returns the same cuts and, for a subscriber, reports them.
 Readers store their positions every ``SYNC_INTERVAL_S``, so a cut lags the
@@ -307,8 +307,8 @@ class ReaderGroup:
 
     async def stream_cuts(self) -> dict[str, dict[int, int]]:
         """Where the group is: per stream (``"scope/stream"``) a stream cut
-        (segment id -> offset) from the positions its readers stored; streams the
-        group has read to their sealed end are left out."""
+        (segment id -> offset) from the positions its readers stored (a stream
+        read to its sealed end: its last segments at their ends)."""
         state = await self.state()
         present = {
             Segment.parse(k.removeprefix("segment/")).segment_id
@@ -320,8 +320,10 @@ class ReaderGroup:
             if not k.startswith("segment/"):
                 continue
             seg = Segment.parse(k.removeprefix("segment/"))
-            # A finished segment stays in the cut until the group reached its successors.
-            if v["done"] and set(v.get("next", ())) <= present:
+            # A finished segment stays in the cut (at its end) until the group
+            # reached its successors; the last ones of a sealed stream stay.
+            following = set(v.get("next", ()))
+            if v["done"] and following and following <= present:
                 continue
             cuts.setdefault(f"{seg.scope}/{seg.stream}", {})[seg.segment_id] = v["offset"]
         return cuts

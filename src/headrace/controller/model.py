@@ -1498,8 +1498,8 @@ class ControllerModel:
                 bounded = [c for c in keeping_min if kept(c.cut) <= policy.retention_max]
             if over and bounded and kept(bounded[0].cut) < retained:
                 chosen = bounded[0].cut
-        if chosen is None or not _ahead(rec, chosen):
-            return False
+        if chosen is None or not _ahead(rec, chosen) or kept(chosen) >= kept(rec.head_cut):
+            return False  # nothing to drop
         log.info("retention: truncating %s/%s behind its subscribers", rec.scope, rec.stream)
         rec = await self._truncate(rec, chosen)
         await self._drop_cuts(rec.scope, rec.stream, lambda c: not _ahead(rec, c.cut))
