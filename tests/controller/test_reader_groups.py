@@ -307,7 +307,9 @@ async def test_client_reader_group_over_two_streams_checkpoints_and_iterates(
             async with await client.create_writer("cl", stream) as writer:
                 for i in range(10):
                     await writer.write(f"{stream}{i}".encode(), routing_key=str(i))
-        rg = await client.reader_group("cl", "g", ["x", "cl/y"], retention=GroupRetention.MANUAL)
+        rg = await client.reader_group(
+            "cl", "g", ["x", "cl/y"], retention=GroupRetention.AUTOMATIC, checkpoint_interval_s=0
+        )
         stored = await ctl.get_reader_group_config("cl", "g")
         assert stored is not None and stored.group_id == rg.group_id
         assert sorted(stored.start) == ["cl/x", "cl/y"]
@@ -319,6 +321,10 @@ async def test_client_reader_group_over_two_streams_checkpoints_and_iterates(
             async for event in reader:  # ends once both sealed streams are read
                 got.append(event.data.decode())
         assert sorted(got) == sorted(f"{s}{i}" for s in "xy" for i in range(10))
+        # The readers reported the group's cuts as they went: the head is behind them now.
+        with pytest.raises(ControllerError) as err:
+            await ctl.update_subscriber_stream_cut("cl", "x", "cl/g", rg.group_id, 0, {0: 0, 1: 0})
+        assert err.value.status == "STREAM_CUT_NOT_VALID"
         cuts = await rg.checkpoint()
         assert set(cuts) == {"cl/x", "cl/y"} and all(sum(c.values()) > 0 for c in cuts.values())
         # The controller holds the group's position; a new group can start there.
