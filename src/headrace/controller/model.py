@@ -819,7 +819,8 @@ class ControllerModel:
             for stream_name in old.start_cuts:
                 if stream_name not in keep:
                     sc, st = stream_name.split("/", 1)
-                    await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
+                    async with self._stream_lock(sc, st):
+                        await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
             await self._subscribe(rec)
             _, version = self._groups[(scope, group)]
             version = await self._put(
@@ -840,7 +841,8 @@ class ControllerModel:
                 raise ReaderGroupNotFound(scope, group)
             name = scoped_name(scope, group)
             for sc, st in rec.streams:
-                await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
+                async with self._stream_lock(sc, st):
+                    await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
             _, version = self._groups[(scope, group)]
             await self._remove(READER_GROUPS_TABLE, group_key(scope, group), version)
             del self._groups[(scope, group)]
@@ -940,22 +942,27 @@ class ControllerModel:
         name = scoped_name(rec.scope, rec.group)
         for stream_name, start in sorted(rec.start_cuts.items()):
             sc, _, st = stream_name.partition("/")
-            subs = self._subscribers.setdefault((sc, st), {})
-            entry = subs.get(name)
-            if entry is not None:
-                sub = dataclasses.replace(entry[0], generation=rec.generation)
-            else:
-                cut = dict(start) or {
-                    h.segment.id: h.offset for h in await self.head_segments(sc, st)
-                }
-                sub = SubscriberRecord(name, rec.generation, cut)
-            version = await self._put(
-                SUBSCRIBERS_TABLE,
-                subscriber_key(sc, st, name),
-                encode_subscriber(sub),
-                None if entry is None else entry[1],
-            )
-            subs[name] = (sub, version)
+            async with self._stream_lock(sc, st):
+                await self._subscribe_one(sc, st, name, rec.generation, start)
+
+    async def _subscribe_one(
+        self, sc: str, st: str, name: str, generation: int, start: Mapping[int, int]
+    ) -> None:
+        """``_subscribe`` for one stream, with its lock held."""
+        subs = self._subscribers.setdefault((sc, st), {})
+        entry = subs.get(name)
+        if entry is not None:
+            sub = dataclasses.replace(entry[0], generation=generation)
+        else:
+            cut = dict(start) or {h.segment.id: h.offset for h in await self.head_segments(sc, st)}
+            sub = SubscriberRecord(name, generation, cut)
+        version = await self._put(
+            SUBSCRIBERS_TABLE,
+            subscriber_key(sc, st, name),
+            encode_subscriber(sub),
+            None if entry is None else entry[1],
+        )
+        subs[name] = (sub, version)
 
     async def _drop_subscribers(
         self, scope: str, stream: str, which: Callable[[SubscriberRecord], bool]
