@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-All metadata lives in three table segments of the store (layout in
-``records.py``) and is mirrored in memory: ``ControllerModel.open`` loads the
+All metadata lives in table segments of the store (layout in
+``records.py`` and, for reader groups and subscribers, ``groups.py``) and is
+mirrored in memory: ``ControllerModel.open`` loads the
 tables once, and every change is written to its table first (a conditional
 update against the version the mirror holds) and applied to the mirror after
 the store acknowledged it. Reads never touch the tables. The model must
@@ -720,8 +721,8 @@ class ControllerModel:
         (SIZE) or a cut at least ``retentionParam`` ms old (TIME). Truncation
         only happens at recorded cuts, which are event boundaries, so it never
         splits an event; a stream may hold somewhat more than the minimum.
-        ``retentionMax`` is recorded but not used (the Python client always
-        sends the int64 maximum).
+        A stream with subscribers is truncated no further than they are, within
+        ``retentionMax`` (``_retain_for_subscribers``).
         """
         truncated = 0
         for key in list(self._streams):
