@@ -255,8 +255,8 @@ class ReaderGroup:
             registered: ReaderGroupConfig | None = await client.controller.create_reader_group(
                 config
             )
-        except (ServerError, ControllerError):
-            if retention is not GroupRetention.NONE:
+        except (ServerError, ControllerError) as exc:
+            if retention is not GroupRetention.NONE or not _unregistrable(exc):
                 raise
             registered = None
         await segs.create_table(group._anchor, group.table)
@@ -279,6 +279,8 @@ class ReaderGroup:
         except TableKeyVersionError:  # it exists: open it as it is
             if registered is None:
                 await group._load_settings()
+            else:
+                await group._store_settings()
         # The index only serves listings: a user not allowed to write it (auth
         # grants naming single streams) still gets a working group.
         with contextlib.suppress(ServerError, ControllerError):
@@ -304,6 +306,24 @@ class ReaderGroup:
         self.group_id = str(settings.get("id", ""))
         self.generation = int(settings.get("generation", 0))
         self.retention = GroupRetention(int(settings.get("retention", 0)))
+
+    async def _store_settings(self) -> None:
+        """Record the controller's id, generation and retention type in an existing
+        table made without them (a group older than its controller record)."""
+        state = await self.state()
+        settings, version = state.get("config", ({}, p.NOT_EXISTS))
+        if settings.get("id") == self.group_id:
+            return
+        settings = {
+            **settings,
+            "id": self.group_id,
+            "generation": self.generation,
+            "retention": int(self.retention),
+        }
+        with contextlib.suppress(TableKeyVersionError):  # another process did it
+            await self._client.segments.table_update(
+                self._anchor, self.table, [(b"config", json.dumps(settings).encode(), version)]
+            )
 
     async def stream_cuts(self) -> dict[str, dict[int, int]]:
         """Where the group is: per stream (``"scope/stream"``) a stream cut
@@ -400,6 +420,20 @@ class ReaderGroup:
             for k, (v, _) in state.items()
             if k.startswith("segment/")
         }
+
+
+_UNREGISTRABLE_CODES = frozenset({"UNIMPLEMENTED", "PERMISSION_DENIED"})
+"""gRPC codes with which a controller refuses to keep a group's record while the
+group itself still works: a server without the RPC, a user allowed only on the
+streams (the group's record needs a grant on its state stream)."""
+
+
+def _unregistrable(exc: Exception) -> bool:
+    """Whether a refusal of ``createReaderGroup`` leaves a NONE group usable: the
+    codes above, or a group name the controller's rule refuses (``_`` in it)."""
+    if isinstance(exc, ServerError):
+        return getattr(exc.code, "name", exc.code) in _UNREGISTRABLE_CODES
+    return isinstance(exc, ControllerError) and exc.status == "INVALID_RG_NAME"
 
 
 def _seg_key(segment: Segment | str) -> bytes:
