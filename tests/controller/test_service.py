@@ -406,9 +406,15 @@ async def test_stream_cut_rpcs(call: Client) -> None:
     assert truncated.status == pb.UpdateStreamStatus.SUCCESS
 
 
-async def test_unimplemented_rpcs_say_so(call: Client) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call("updateSubscriberStreamCut", pb.SubscriberStreamCut(subscriber="s"))
+async def test_unknown_rpcs_say_so(server: ControllerServer) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE_NAME}/noSuchRpc",
+            request_serializer=bytes,
+            response_deserializer=bytes,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call(b"", timeout=CALL_TIMEOUT_S)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

@@ -8,6 +8,8 @@ Layout in the store (each a table segment; keys and values are UTF-8)::
     _system/controller/retention     key "<scope>/<stream>/<ms:020>" value RetentionCut JSON
     _system/controller/kvtables      key "<scope>/<table>"          value KeyValueTableRecord JSON
 
+Reader groups and subscribers have two more tables (``groups.py``).
+
 JSON keeps the records readable with any table dump, and every field has a
 default so that records written by an older version still load. ``/`` can
 not occur in scope or stream names, so the keys are unambiguous. The
@@ -38,6 +40,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.controller.groups import READER_GROUPS_TABLE, SUBSCRIBERS_TABLE
 from headrace.protocols.pravega.controller import (
     INT64_MAX,
     KeyValueTableConfig,
@@ -93,7 +96,15 @@ STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
 RETENTION_TABLE = "_system/controller/retention"
 KVTABLES_TABLE = "_system/controller/kvtables"
-METADATA_TABLES = (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE, KVTABLES_TABLE)
+METADATA_TABLES = (
+    SCOPES_TABLE,
+    STREAMS_TABLE,
+    TRANSACTIONS_TABLE,
+    RETENTION_TABLE,
+    READER_GROUPS_TABLE,
+    SUBSCRIBERS_TABLE,
+    KVTABLES_TABLE,
+)
 """Every table of the controller's metadata, in the order they are loaded."""
 
 
