@@ -336,6 +336,28 @@ def test_reader_may_look_but_not_change(auth_server: ServerProcess, stream: str)
     assert looked.status == pb.ReaderGroupConfigResponse.RG_NOT_FOUND
 
 
+def test_key_value_tables_need_a_grant_on_their_pseudo_stream(
+    auth_server: ServerProcess, stream: str
+) -> None:
+    denied = grpc.StatusCode.PERMISSION_DENIED
+    config = pb.KeyValueTableConfig(scope=SCOPE, kvtName="kv", partitionCount=2, primaryKeyLength=4)
+    assert _code(auth_server, "createKeyValueTable", config, READER) == denied
+    created = _call(auth_server, "createKeyValueTable", config, ADMIN)
+    assert created.status == pb.CreateKeyValueTableStatus.SUCCESS
+    kvt = pb.KeyValueTableInfo(scope=SCOPE, kvtName="kv")
+    got = _call(auth_server, "getKeyValueTableConfiguration", kvt, READER)
+    assert got.config.partitionCount == 2
+    listing = pb.KVTablesInScopeRequest(scope=pb.ScopeInfo(scope=SCOPE))
+    assert [
+        t.kvtName for t in _call(auth_server, "listKeyValueTablesInScope", listing, READER).kvtables
+    ] == ["kv"]
+    assert _code(auth_server, "deleteKeyValueTable", kvt, READER) == denied
+    elsewhere = pb.KeyValueTableInfo(scope="elsewhere", kvtName="kv")
+    assert _code(auth_server, "getKeyValueTableConfiguration", elsewhere, READER) == denied
+    deleted = _call(auth_server, "deleteKeyValueTable", kvt, ADMIN)
+    assert deleted.status == pb.DeleteKVTableStatus.SUCCESS
+
+
 def _token(server: ServerProcess, creds: tuple[str, str], scope: str, stream: str) -> str:
     reply = _call(server, "getDelegationToken", pb.StreamInfo(scope=scope, stream=stream), creds)
     return str(reply.delegationToken)

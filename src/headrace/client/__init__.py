@@ -28,6 +28,7 @@ from .bytestream import ByteStream
 from .controller import (
     ControllerClient,
     GroupRetention,
+    KeyValueTableConfig,
     ReaderGroupConfig,
     RetentionPolicy,
     ScalingPolicy,
@@ -54,6 +55,7 @@ __all__ = [
     "EventWriter",
     "GroupRetention",
     "KeyValueTable",
+    "KeyValueTableConfig",
     "PravegaClient",
     "ReaderGroup",
     "ReaderGroupConfig",

@@ -1,4 +1,4 @@
-"""Controller client: scopes, streams, segments and transactions over gRPC (``grpc.aio``).
+"""Controller client: scopes, streams, segments, transactions, key-value tables (``grpc.aio``).
 
 Speaks the controller API of ``pravega-controller.md`` with the message
 classes generated from our ``controller.proto``
@@ -40,6 +40,7 @@ from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.auth import basic_header, token_expiry
 from headrace.protocols.pravega.controller import (
     GroupRetention,
+    KeyValueTableConfig,
     ReaderGroupConfig,
     RetentionPolicy,
     RetentionType,
@@ -52,6 +53,8 @@ from headrace.protocols.pravega.controller import (
     TxnState,
     config_from_proto,
     config_to_proto,
+    kvtable_config_from_proto,
+    kvtable_config_to_proto,
     reader_group_config_from_proto,
     reader_group_config_to_proto,
     txn_id_from_proto,
@@ -68,6 +71,7 @@ __all__ = [
     "TOKEN_REFRESH_MARGIN_S",
     "ControllerClient",
     "GroupRetention",
+    "KeyValueTableConfig",
     "ReaderGroupConfig",
     "RetentionPolicy",
     "RetentionType",
@@ -694,6 +698,80 @@ class ControllerClient:
                 f"subscriber {subscriber} on {scope}/{stream}",
                 pb.UpdateSubscriberStatus.Status.Name(r.status),
             )
+
+    # ------------------------------------------------------------------ key-value tables
+
+    async def create_key_value_table(
+        self, scope: str, table: str, config: KeyValueTableConfig | None = None
+    ) -> bool:
+        """Create a key-value table (``config``: partitions and key lengths,
+        default one partition, one-byte primary keys); ``False`` if it exists.
+
+        Raises:
+            ControllerError: missing scope, invalid name, or failure.
+            ServerError: ``INVALID_ARGUMENT`` for a shape the server refuses.
+        """
+        req = kvtable_config_to_proto(scope, table, config or KeyValueTableConfig())
+        r = await self._rpc("createKeyValueTable", req, pb.CreateKeyValueTableStatus)
+        if r.status == pb.CreateKeyValueTableStatus.SUCCESS:
+            return True
+        if r.status == pb.CreateKeyValueTableStatus.TABLE_EXISTS:
+            return False
+        raise _refused(
+            f"create key-value table {scope}/{table}",
+            pb.CreateKeyValueTableStatus.Status.Name(r.status),
+        )
+
+    async def get_key_value_table_config(
+        self, scope: str, table: str
+    ) -> KeyValueTableConfig | None:
+        """A key-value table's shape; ``None`` if there is no such table."""
+        req = pb.KeyValueTableInfo(scope=scope, kvtName=table)
+        r = await self._rpc("getKeyValueTableConfiguration", req, pb.KeyValueTableConfigResponse)
+        if r.status == pb.KeyValueTableConfigResponse.SUCCESS:
+            return kvtable_config_from_proto(r.config)
+        if r.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND:
+            return None
+        raise _refused(
+            f"key-value table {scope}/{table}",
+            pb.KeyValueTableConfigResponse.Status.Name(r.status),
+        )
+
+    async def get_key_value_table_segments(self, scope: str, table: str) -> list[SegmentRange]:
+        """A key-value table's partitions by key range (segments under the table's
+        name; ``kvtable_segment_name`` names their table segments)."""
+        req = pb.KeyValueTableInfo(scope=scope, kvtName=table)
+        r = await self._rpc("getCurrentSegmentsKeyValueTable", req, pb.SegmentRanges)
+        return self._ranges(r.segmentRanges)
+
+    async def list_key_value_tables(self, scope: str) -> AsyncIterator[str]:
+        """Every key-value table of a scope, page by page (nothing for a missing scope)."""
+        token = ""
+        while True:
+            req = pb.KVTablesInScopeRequest(
+                scope=pb.ScopeInfo(scope=scope), continuationToken=pb.ContinuationToken(token=token)
+            )
+            r = await self._rpc("listKeyValueTablesInScope", req, pb.KVTablesInScopeResponse)
+            if not r.kvtables:
+                return
+            for info in r.kvtables:
+                yield info.kvtName
+            if r.continuationToken.token == token:
+                return
+            token = r.continuationToken.token
+
+    async def delete_key_value_table(self, scope: str, table: str) -> bool:
+        """Delete a key-value table and its data; ``False`` if it does not exist."""
+        req = pb.KeyValueTableInfo(scope=scope, kvtName=table)
+        r = await self._rpc("deleteKeyValueTable", req, pb.DeleteKVTableStatus)
+        if r.status == pb.DeleteKVTableStatus.SUCCESS:
+            return True
+        if r.status == pb.DeleteKVTableStatus.TABLE_NOT_FOUND:
+            return False
+        raise _refused(
+            f"delete key-value table {scope}/{table}",
+            pb.DeleteKVTableStatus.Status.Name(r.status),
+        )
 
 
 def ranges_partition(ranges: Sequence[SegmentRange]) -> bool:

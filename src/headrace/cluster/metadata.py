@@ -45,6 +45,7 @@ from headrace.controller.model import ControllerModel, SweepResult, wall_clock_m
 from headrace.controller.naming import TxnId
 from headrace.controller.records import (
     METADATA_TABLES,
+    KeyValueTableConfig,
     SegmentRecord,
     StreamConfig,
     TxnRecord,
@@ -355,6 +356,16 @@ class ClusterModel(ControllerModel):
         if not self._leading:
             raise self._following()
         return super().ping_txn(scope, stream, txn, lease_ms)
+
+    async def create_kvtable(self, scope: str, table: str, config: KeyValueTableConfig) -> None:
+        if not self._leading:
+            raise self._following()
+        await super().create_kvtable(scope, table, config)
+
+    async def delete_kvtable(self, scope: str, table: str) -> None:
+        if not self._leading:
+            raise self._following()
+        await super().delete_kvtable(scope, table)
 
     async def create_reader_group(self, template: ReaderGroupRecord) -> ReaderGroupRecord:
         if not self._leading:

@@ -24,7 +24,9 @@ place: ``service.py``'s error tables. ::
         ├── ReaderGroupNotFound(scope, group)
         ├── ReaderGroupMismatch(scope, group, message)
         ├── SubscriberNotFound(scope, stream, subscriber)
-        └── GenerationMismatch(subscriber, expected, got)
+        ├── GenerationMismatch(subscriber, expected, got)
+        ├── TableNotFound(scope, table)        (a key-value table)
+        └── TableExists(scope, table)
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ __all__ = [
     "StreamNotSealed",
     "StreamSealed",
     "SubscriberNotFound",
+    "TableExists",
+    "TableNotFound",
     "TooMany",
     "TxnNotFound",
     "TxnNotOpen",
@@ -187,3 +191,19 @@ class GenerationMismatch(ControllerError):
         self.subscriber = subscriber
         self.expected = expected
         self.got = got
+
+
+class TableNotFound(ControllerError):
+    """No key-value table of that name in the scope."""
+
+    def __init__(self, scope: str, table: str) -> None:
+        super().__init__(f"key-value table {scope}/{table} does not exist")
+        self.scope = scope
+        self.table = table
+
+
+class TableExists(ControllerError):
+    def __init__(self, scope: str, table: str) -> None:
+        super().__init__(f"key-value table {scope}/{table} already exists")
+        self.scope = scope
+        self.table = table

@@ -24,15 +24,35 @@ finish or ignore a half-done operation:
   what the record says is sealed;
 * commit / abort: ``COMMITTING`` / ``ABORTING`` is recorded first, then the
   merges / seals (both idempotent), then the final state; ``open``
-  finishes any transaction left in between. An aborted transaction's sealed
+  finishes any transaction left in between;
+* rolling commit (a transaction opened in an epoch that has ended, see
+  ``records.py``): the stream record names the commit (``rolling``) first;
+  then the copies of the segments are created (kept if they exist: they can
+  only be this commit's), the transactions merged into them (a missing
+  transaction segment was merged already) and the copies sealed; then the
+  record gains the two epochs and loses ``rolling``, the old active segments
+  are sealed and the transactions recorded ``COMMITTED``. ``open`` resumes a
+  recorded rolling commit, and takes an older epoch's ``COMMITTING``
+  transaction whose segments are all gone as committed (the record of its
+  rolling commit was written, its own final state not yet). An aborted transaction's sealed
   segments are deleted by ``sweep`` once ``ABORTED_SEGMENT_GRACE_MS`` passed
   since the abort (deletion is idempotent; after a restart the sweep tries
   again for every aborted record it still holds);
-* delete stream: segments first (missing ones are fine), then the record.
+* delete stream: segments first (missing ones are fine), then the record;
+* create key-value table: its table segments first (one that exists already is
+  kept: an earlier attempt's, or a table the client made without the
+  controller), then the record; delete: segments first, then the record.
 
 Concurrency: one asyncio lock per stream serialises changes to that stream
 and its transactions; a membership lock serialises creating and deleting
-scopes and streams. Both are held across store calls.
+scopes and streams. Both are held across store calls. A commit takes the
+stream lock twice, once to record ``COMMITTING`` and once to commit every
+transaction then ``COMMITTING``: commits that arrive together (a Spark job's
+tasks) share one rolling commit instead of adding two epochs each.
+
+Scaling never waits for transactions (as in Pravega): a transaction keeps
+writing to its own segments after its parents were sealed, and its commit
+rolls it into the current epoch.
 """
 
 from __future__ import annotations
@@ -63,6 +83,8 @@ from headrace.controller.errors import (
     StreamNotSealed,
     StreamSealed,
     SubscriberNotFound,
+    TableExists,
+    TableNotFound,
     TooMany,
     TxnNotFound,
     TxnNotOpen,
@@ -90,18 +112,24 @@ from headrace.controller.naming import (
     TxnId,
     is_valid_name,
     reader_group_stream,
+    segment_id,
     segment_name,
+    segment_number,
     transaction_segment_name,
 )
 from headrace.controller.records import (
+    KVTABLES_TABLE,
     METADATA_TABLES,
     RETENTION_TABLE,
     SCOPES_TABLE,
     STREAMS_TABLE,
     TRANSACTIONS_TABLE,
+    KeyValueTableConfig,
+    KeyValueTableRecord,
     RetentionCut,
     RetentionPolicy,
     RetentionType,
+    RollingTxn,
     ScalingPolicy,
     ScalingType,
     ScopeRecord,
@@ -113,10 +141,12 @@ from headrace.controller.records import (
     TxnState,
     cut_key,
     decode_cut,
+    decode_kvtable,
     decode_scope,
     decode_stream,
     decode_txn,
     encode_cut,
+    encode_kvtable,
     encode_scope,
     encode_stream,
     encode_txn,
@@ -124,8 +154,8 @@ from headrace.controller.records import (
     txn_key,
 )
 from headrace.errors import SegmentExists, SegmentNotFound
-from headrace.protocols.pravega.controller import INT64_MAX
-from headrace.store.api import SegmentStore
+from headrace.protocols.pravega.controller import INT64_MAX, kvtable_segment_name
+from headrace.store.api import MAX_TABLE_KEY_BYTES, SegmentStore
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
@@ -135,15 +165,18 @@ __all__ = [
     "COMPLETED_TXN_KEEP_MS",
     "LEASE_SLACK_FACTOR",
     "MAX_GROUP_STREAMS",
+    "MAX_KEY_VALUE_TABLES",
     "MAX_OPEN_TXNS_PER_STREAM",
     "MAX_READER_GROUPS",
     "MAX_RETENTION_CUTS",
     "MAX_SCOPES",
     "MAX_SEGMENTS_PER_EPOCH",
     "MAX_STREAMS",
+    "MAX_TABLE_PARTITIONS",
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_TXN_LEASE_MS",
+    "ROLLING_COMMIT_WINDOW_S",
     "TRANSIENT_SEGMENT_MAX_IDLE_MS",
     "ControllerModel",
     "HeadSegment",
@@ -158,6 +191,14 @@ MAX_SCOPES = 10_000
 
 MAX_STREAMS = 100_000
 """Streams (all scopes together) held in memory; each costs one small record."""
+
+MAX_KEY_VALUE_TABLES = 10_000
+"""Key-value tables (all scopes together) held in memory; each costs one small
+record and ``partitionCount`` table segments."""
+
+MAX_TABLE_PARTITIONS = 1_000
+"""Partitions (table segments) of one key-value table: a client opens a
+connection per partition, as a writer does per segment of an epoch."""
 
 MAX_SEGMENTS_PER_EPOCH = 1_000
 """Segments one epoch may have: every writer opens a connection per segment,
@@ -214,6 +255,14 @@ is not a trend (with the 10 s default period, 30 s of sustained load)."""
 AUTO_SCALE_COLD_SAMPLES = 30
 """Consecutive samples under half the target before two neighbours merge: merging
 is cheap to get wrong and slow to undo, so it waits longer (5 minutes)."""
+
+ROLLING_COMMIT_WINDOW_S = 0.2
+"""How long a commit that must roll waits for other commits of the same stream
+before it starts: each rolling commit adds two epochs and copies every segment
+of two epochs, so the commits a Spark driver sends together for a batch's
+tasks should share one. A rolling commit happens at most once per older epoch
+that still has transactions; a fifth of a second on it is nothing next to a
+transaction's lease."""
 
 MAX_READER_GROUPS = 10_000
 """Reader groups (all scopes together) held in memory; each also owns a
@@ -292,11 +341,15 @@ class ControllerModel:
         # (not persisted: after a restart the sweep deletes again, idempotently).
         self._cleaned: set[tuple[str, str, TxnId]] = set()
         self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
+        self._kvtables: dict[StreamKey, tuple[KeyValueTableRecord, int]] = {}
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
         self._groups: dict[tuple[str, str], tuple[ReaderGroupRecord, int]] = {}
         self._subscribers: dict[StreamKey, dict[str, tuple[SubscriberRecord, int]]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
+        self.rolling_commit_window_s = ROLLING_COMMIT_WINDOW_S
+        """How long a commit that must roll waits for others (tests that scale
+        and commit in a loop set 0: a yield then gathers what is scheduled)."""
 
     @classmethod
     async def open(
@@ -335,7 +388,7 @@ class ControllerModel:
             entry = self._scopes.get(scope)
             if entry is None:
                 raise ScopeNotFound(scope)
-            if any(key[0] == scope for key in self._streams):
+            if any(key[0] == scope for key in (*self._streams, *self._kvtables)):
                 raise ScopeNotEmpty(scope)
             await self._remove(SCOPES_TABLE, scope.encode(), entry[1])
             del self._scopes[scope]
@@ -407,17 +460,13 @@ class ControllerModel:
             rec = await self._save_stream(dataclasses.replace(rec, config=config))
             # As Java's UpdateStreamTask does: a fixed policy whose count differs
             # from the active segment count, or any policy whose minimum is above
-            # it, rescales the stream to that many equal key ranges (not while
-            # transactions are open, which a scale would strand; the policy is
-            # recorded either way).
+            # it, rescales the stream to that many equal key ranges (open
+            # transactions commit by rolling afterwards).
             target = config.scaling.min_num_segments
             active = rec.active_segments()
             fixed = config.scaling.scale_type is ScalingType.FIXED_NUM_SEGMENTS
-            open_txns = any(
-                t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()
-            )
             rescale = len(active) != target if fixed else len(active) < target
-            if rec.state is StreamState.ACTIVE and rescale and not open_txns:
+            if rec.state is StreamState.ACTIVE and rescale:
                 ranges = [
                     (i / target, 1.0 if i == target - 1 else (i + 1) / target)
                     for i in range(target)
@@ -451,8 +500,9 @@ class ControllerModel:
         return _page(names, after, limit)
 
     async def seal_stream(self, scope: str, stream: str) -> None:
-        """Seal every active segment; open transactions are aborted first.
-        Idempotent. Afterwards there are no current segments and no successors.
+        """Seal every active segment; open transactions are aborted first and
+        committing ones finished. Idempotent. Afterwards there are no current
+        segments and no successors.
 
         Raises: ScopeNotFound, StreamNotFound.
         """
@@ -461,6 +511,8 @@ class ControllerModel:
             for txn_rec, _ in list(self._txns.get((scope, stream), {}).values()):
                 if txn_rec.state is TxnState.OPEN:
                     await self._abort(rec, txn_rec)
+            if rec.state is not StreamState.SEALED:
+                rec = await self._commit_pending(rec)
             active = rec.active_segments()
             if rec.state is not StreamState.SEALED:
                 await self._save_stream(dataclasses.replace(rec, state=StreamState.SEALED))
@@ -496,6 +548,81 @@ class ControllerModel:
             del self._streams[(scope, stream)]
             self._txns.pop((scope, stream), None)
             self._stream_locks.pop((scope, stream), None)
+
+    # ------------------------------------------------------------------ key-value tables
+
+    async def create_kvtable(self, scope: str, table: str, config: KeyValueTableConfig) -> None:
+        """Create a key-value table: ``partition_count`` table segments, partition
+        ``n`` owning the key range ``[n/count, (n+1)/count)``.
+
+        Raises:
+            InvalidName, InvalidArgument (a shape Java refuses), ScopeNotFound,
+            TableExists, TooMany.
+        """
+        if not is_valid_name(table):
+            raise InvalidName("key-value table", table)
+        _check_kvtable_config(config)
+        async with self._membership:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            if (scope, table) in self._kvtables:
+                raise TableExists(scope, table)
+            if len(self._kvtables) >= MAX_KEY_VALUE_TABLES:
+                raise TooMany("key-value tables", MAX_KEY_VALUE_TABLES)
+            for n in range(config.partition_count):
+                with contextlib.suppress(SegmentExists):
+                    await self._store.create_table(kvtable_segment_name(scope, table, n))
+            rec = KeyValueTableRecord(created_ms=self._clock_ms(), config=config)
+            version = await self._put(KVTABLES_TABLE, stream_key(scope, table), encode_kvtable(rec))
+            self._kvtables[(scope, table)] = (rec, version)
+
+    async def delete_kvtable(self, scope: str, table: str) -> None:
+        """Delete a key-value table and its data.
+
+        Raises: TableNotFound.
+        """
+        async with self._membership:
+            entry = self._kvtables.get((scope, table))
+            if entry is None:
+                raise TableNotFound(scope, table)
+            rec, version = entry
+            for n in range(rec.config.partition_count):
+                with contextlib.suppress(SegmentNotFound):
+                    await self._store.delete(kvtable_segment_name(scope, table, n))
+            await self._remove(KVTABLES_TABLE, stream_key(scope, table), version)
+            del self._kvtables[(scope, table)]
+
+    def kvtable_config(self, scope: str, table: str) -> KeyValueTableConfig:
+        """Raises: ScopeNotFound, TableNotFound."""
+        return self._kvtable(scope, table).config
+
+    def kvtable_partitions(self, scope: str, table: str) -> list[SegmentRecord]:
+        """The table's partitions as epoch-0 segments of its pseudo-stream, by key range.
+
+        Raises: ScopeNotFound, TableNotFound.
+        """
+        count = self._kvtable(scope, table).config.partition_count
+        return [
+            SegmentRecord(n, 0, n / count, 1.0 if n == count - 1 else (n + 1) / count)
+            for n in range(count)
+        ]
+
+    def list_kvtables(self, scope: str, *, after: str = "", limit: int) -> list[str]:
+        """Key-value table names of ``scope`` in order.
+
+        Raises: ScopeNotFound.
+        """
+        if scope not in self._scopes:
+            raise ScopeNotFound(scope)
+        return _page((t for s, t in self._kvtables if s == scope), after, limit)
+
+    def _kvtable(self, scope: str, table: str) -> KeyValueTableRecord:
+        entry = self._kvtables.get((scope, table))
+        if entry is None:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            raise TableNotFound(scope, table)
+        return entry[0]
 
     # ------------------------------------------------------------------ segments
 
@@ -633,9 +760,12 @@ class ControllerModel:
         which must cover exactly the same keys. Runs to completion; returns the
         epoch the scale started from and the new segments.
 
+        Open transactions do not stop a scale: their commit rolls them into
+        the current epoch (``commit_txn``).
+
         Raises:
             ScopeNotFound, StreamNotFound, ScalePreconditionFailed (sealed stream,
-            segments not active, ranges that do not fit, open transactions), TooMany.
+            segments not active, ranges that do not fit), TooMany.
         """
         async with self._stream_lock(scope, stream):
             return await self._scale(self._stream(scope, stream), sealed, new_ranges)
@@ -653,8 +783,6 @@ class ControllerModel:
         active = {seg.id: seg for seg in rec.active_segments()}
         if not sealed or len(set(sealed)) != len(sealed) or any(s not in active for s in sealed):
             raise ScalePreconditionFailed("the segments to seal must be distinct active segments")
-        if any(t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()):
-            raise ScalePreconditionFailed(f"stream {scope}/{stream} has open transactions")
         old = sorted((active[s] for s in sealed), key=lambda s: s.min_key)
         ranges = sorted(new_ranges)
         if not _ranges_replace(old, ranges):
@@ -996,8 +1124,8 @@ class ControllerModel:
         for ``AUTO_SCALE_HOT_SAMPLES`` calls in a row is split into
         ``max(2, scaleFactor)`` equal parts; two neighbours both under half
         the target for ``AUTO_SCALE_COLD_SAMPLES`` calls in a row are merged,
-        never below ``minNumSegments``. At most one scale per stream per call,
-        none while the stream has open transactions.
+        never below ``minNumSegments``. At most one scale per stream per call;
+        open transactions do not hold it back (they commit by rolling).
         """
         scaled = 0
         for key in list(self._streams):
@@ -1029,8 +1157,6 @@ class ControllerModel:
         for seg in rec.active_segments():
             loads[seg.id] = await self._sample(rec, seg, now, previous.get(seg.id), target)
         self._loads[key] = loads
-        if any(t.state is TxnState.OPEN for t, _ in self._txns.get(key, {}).values()):
-            return False
         active = rec.active_segments()
         hot = [s for s in active if loads[s.id].hot >= AUTO_SCALE_HOT_SAMPLES]
         parts = max(2, policy.scale_factor)
@@ -1135,17 +1261,23 @@ class ControllerModel:
         so a transaction's events land contiguously in each segment. Committing a
         committed transaction is a success.
 
-        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted).
+        A transaction opened in an epoch that a scale has ended commits by
+        rolling (``_roll``): its events come after everything written to the
+        active segments before the commit, and before everything written after.
+
+        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted),
+            TooMany (no epoch numbers left for a rolling commit).
         """
         async with self._stream_lock(scope, stream):
             rec = self._stream(scope, stream)
             txn_rec = self._txn(scope, stream, txn)
+            rolls = txn_rec.epoch < rec.epoch
             if txn_rec.state in (TxnState.ABORTING, TxnState.ABORTED):
                 raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.name.lower())
             if txn_rec.state is TxnState.COMMITTED:
                 return
             if txn_rec.state is TxnState.OPEN:
-                txn_rec = await self._save_txn(
+                await self._save_txn(
                     scope,
                     stream,
                     dataclasses.replace(
@@ -1155,7 +1287,15 @@ class ControllerModel:
                         commit_timestamp=timestamp,
                     ),
                 )
-            await self._finish_commit(rec, txn_rec)
+        # A second turn: commits queued behind this one have recorded COMMITTING
+        # meanwhile, and are done together (one rolling commit for all of an epoch).
+        # One that must roll gives the others sent with it time to arrive; any
+        # other yields once, so that commits already scheduled get in line first.
+        await asyncio.sleep(self.rolling_commit_window_s if rolls else 0)
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            if self._txn(scope, stream, txn).state is TxnState.COMMITTING:
+                await self._commit_pending(rec)
 
     async def abort_txn(self, scope: str, stream: str, txn: TxnId) -> None:
         """Seal the transaction's segments (``sweep`` deletes them after
@@ -1323,6 +1463,123 @@ class ControllerModel:
         txns[txn_rec.txn] = (txn_rec, new_version)
         return txn_rec
 
+    async def _commit_pending(self, rec: StreamRecord) -> StreamRecord:
+        """Commit every ``COMMITTING`` transaction of the stream (and finish a
+        recorded rolling commit): those of the active epoch by merging into
+        their parents, those of older epochs by one rolling commit per epoch,
+        oldest first. Returns the stream record as it is afterwards."""
+        if rec.rolling is not None:
+            rec = await self._roll(rec, rec.rolling)
+        key = (rec.scope, rec.stream)
+        committing = [
+            t for t, _ in self._txns.get(key, {}).values() if t.state is TxnState.COMMITTING
+        ]
+        for txn_rec in committing:
+            if txn_rec.epoch == rec.epoch:
+                await self._finish_commit(rec, txn_rec)
+        older: dict[int, list[TxnId]] = {}
+        for txn_rec in committing:
+            if txn_rec.epoch == rec.epoch:
+                continue
+            if await self._merged_already(rec, txn_rec):
+                await self._committed(rec, txn_rec)
+            else:
+                older.setdefault(txn_rec.epoch, []).append(txn_rec.txn)
+        for epoch in sorted(older):
+            if rec.epoch + 2 > MAX_SEGMENT_NUMBER:
+                raise TooMany("epochs", MAX_SEGMENT_NUMBER)
+            roll = RollingTxn(txn_epoch=epoch, active_epoch=rec.epoch, txns=tuple(older[epoch]))
+            rec = await self._save_stream(dataclasses.replace(rec, rolling=roll))
+            rec = await self._roll(rec, roll)
+        return rec
+
+    async def _merged_already(self, rec: StreamRecord, txn_rec: TxnRecord) -> bool:
+        """Whether every segment of an older epoch's committing transaction is
+        gone: only its rolling commit merges them, so that commit got as far as
+        recording its epochs (see the module docstring)."""
+        for parent_id in txn_rec.parents:
+            parent = segment_name(rec.scope, rec.stream, parent_id)
+            try:
+                await self._store.info(transaction_segment_name(parent, txn_rec.txn))
+            except SegmentNotFound:
+                continue
+            return False
+        return True
+
+    async def _roll(self, rec: StreamRecord, roll: RollingTxn) -> StreamRecord:
+        """Carry out the rolling commit ``roll``, which ``rec.rolling`` records.
+
+        Epoch ``A+1`` (``A`` = ``roll.active_epoch``) gets a copy of each segment
+        of the transactions' epoch, the transactions are merged into the copies
+        and the copies sealed; epoch ``A+2`` gets a copy of each segment of
+        epoch ``A`` and becomes the active epoch, and ``A``'s segments are
+        sealed. A reader of a key thus reads ``A``'s segment to its end, then the
+        transactions' events, then what came after. Idempotent up to the
+        record's save, so a restart can run it again (``_repair``).
+        """
+        scope, stream = rec.scope, rec.stream
+        copy_epoch, active_epoch = roll.active_epoch + 1, roll.active_epoch + 2
+        sources = rec.epoch_segments(roll.txn_epoch)
+        actives = rec.epoch_segments(roll.active_epoch)
+        copies = [
+            SegmentRecord(s.number, copy_epoch, s.min_key, s.max_key, sealed_epoch=active_epoch)
+            for s in sources
+        ]
+        successors = [SegmentRecord(s.number, active_epoch, s.min_key, s.max_key) for s in actives]
+        for seg in (*copies, *successors):
+            with contextlib.suppress(SegmentExists):
+                await self._store.create_segment(segment_name(scope, stream, seg.id))
+        txns = self._txns.get((scope, stream), {})
+        committing = [txns[t][0] for t in roll.txns if t in txns]
+        for txn_rec in committing:
+            for parent_id in txn_rec.parents:
+                parent = segment_name(scope, stream, parent_id)
+                target = segment_name(
+                    scope, stream, segment_id(copy_epoch, segment_number(parent_id))
+                )
+                with contextlib.suppress(SegmentNotFound):  # merged before a restart
+                    await self._store.merge(target, transaction_segment_name(parent, txn_rec.txn))
+        for seg in copies:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        active_ids = {s.id for s in actives}
+        now = self._clock_ms()
+        rec = await self._save_stream(
+            dataclasses.replace(
+                rec,
+                epoch=active_epoch,
+                segments=tuple(
+                    dataclasses.replace(s, sealed_epoch=copy_epoch) if s.id in active_ids else s
+                    for s in rec.segments
+                )
+                + tuple(copies)
+                + tuple(successors),
+                epoch_times_ms=(*rec.epoch_times_ms, now, now),
+                rolling=None,
+            )
+        )
+        for seg in actives:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        for txn_rec in committing:
+            await self._committed(rec, txn_rec)
+        log.info(
+            "rolling commit of %d transactions of %s/%s from epoch %d into epoch %d",
+            len(committing),
+            scope,
+            stream,
+            roll.txn_epoch,
+            copy_epoch,
+        )
+        return rec
+
+    async def _committed(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
+        """Record a transaction whose segments are merged as ``COMMITTED``."""
+        await self._save_txn(
+            rec.scope,
+            rec.stream,
+            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
+        )
+        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+
     async def _finish_commit(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
         for parent_id in txn_rec.parents:
             parent = segment_name(rec.scope, rec.stream, parent_id)
@@ -1332,12 +1589,7 @@ class ControllerModel:
             except SegmentNotFound as exc:
                 # Merged before a restart and forgotten by the store since: done.
                 log.info("commit of %s: %s; treating as merged", txn_rec.txn.hex, exc)
-        await self._save_txn(
-            rec.scope,
-            rec.stream,
-            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
-        )
-        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+        await self._committed(rec, txn_rec)
 
     async def _abort(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
         if txn_rec.state is TxnState.OPEN:
@@ -1554,6 +1806,9 @@ class ControllerModel:
             self._cuts.setdefault((scope, stream), []).append((decode_cut(value), version))
         for cuts in self._cuts.values():
             cuts.sort(key=lambda pair: pair[0].time_ms)
+        async for key, value, version in self._entries(KVTABLES_TABLE):
+            scope, table = key.decode().split("/")
+            self._kvtables[(scope, table)] = (decode_kvtable(value), version)
         async for key, value, version in self._entries(TRANSACTIONS_TABLE):
             scope, stream, _ = key.decode().split("/")
             txn_rec = decode_txn(value)
@@ -1576,6 +1831,7 @@ class ControllerModel:
         self._deadlines = other._deadlines
         self._cleaned = other._cleaned
         self._cuts = other._cuts
+        self._kvtables = other._kvtables
         self._groups = other._groups
         self._subscribers = other._subscribers
         self._loads = {}
@@ -1596,7 +1852,13 @@ class ControllerModel:
         """Finish what a crash interrupted (see the module docstring)."""
         now = self._clock_ms()
         for rec, _ in list(self._streams.values()):
-            pending = [s for s in rec.segments if s.sealed_epoch == rec.epoch]
+            # The last scale sealed segments of the current epoch's start; a
+            # rolling commit those of the epoch before it too.
+            pending = [
+                s
+                for s in rec.segments
+                if s.sealed_epoch is not None and s.sealed_epoch >= rec.epoch - 1
+            ]
             if rec.state is StreamState.SEALED:
                 pending += rec.epoch_segments(rec.epoch)
             for seg in pending:
@@ -1608,6 +1870,9 @@ class ControllerModel:
                 await self._drop_cuts(scope, stream, lambda _: True)
                 del self._cuts[(scope, stream)]
         await self._repair_groups()
+        committing: set[StreamKey] = {
+            key for key, (rec, _) in self._streams.items() if rec.rolling is not None
+        }
         for (scope, stream), txns in list(self._txns.items()):
             entry = self._streams.get((scope, stream))
             for txn, (txn_rec, version) in list(txns.items()):
@@ -1615,13 +1880,15 @@ class ControllerModel:
                     await self._remove(TRANSACTIONS_TABLE, txn_key(scope, stream, txn), version)
                     del txns[txn]
                 elif txn_rec.state is TxnState.COMMITTING:
-                    await self._finish_commit(entry[0], txn_rec)
+                    committing.add((scope, stream))
                 elif txn_rec.state is TxnState.ABORTING:
                     await self._abort(entry[0], txn_rec)
                 elif txn_rec.state is TxnState.OPEN:
                     self._deadlines[(scope, stream, txn)] = (
                         now + LEASE_SLACK_FACTOR * txn_rec.lease_ms
                     )
+        for key in sorted(committing):
+            await self._commit_pending(self._streams[key][0])
 
     async def _repair_groups(self) -> None:
         """Undo what a crash left of a reader group's creation or deletion: a
@@ -1701,6 +1968,24 @@ def _checked_config(config: StreamConfig) -> StreamConfig:
     if config.retention.retention_max < config.retention.retention_param:
         raise InvalidArgument("retentionMax must not be below retentionParam")
     return dataclasses.replace(config, tags=tuple(dict.fromkeys(config.tags)))
+
+
+def _check_kvtable_config(config: KeyValueTableConfig) -> None:
+    """Java's ``KeyValueTableConfiguration`` rules, plus the partition limit."""
+    if not 1 <= config.partition_count <= MAX_TABLE_PARTITIONS:
+        raise InvalidArgument(
+            f"partitionCount must be in 1..{MAX_TABLE_PARTITIONS}, got {config.partition_count}"
+        )
+    if config.primary_key_length <= 0 or config.secondary_key_length < 0:
+        raise InvalidArgument(
+            "primaryKeyLength must be positive and secondaryKeyLength not negative"
+        )
+    if config.key_length > MAX_TABLE_KEY_BYTES:
+        raise InvalidArgument(
+            f"primaryKeyLength + secondaryKeyLength must be at most {MAX_TABLE_KEY_BYTES}"
+        )
+    if config.rollover_size_bytes < 0:
+        raise InvalidArgument("rolloverSizeBytes must not be negative")
 
 
 def _check_lease(lease_ms: int) -> None:

@@ -3,8 +3,8 @@
 ``ControllerService`` has one coroutine per implemented RPC, named exactly
 as the RPC, taking the request message and returning the reply message; it
 converts between protobuf messages and the model's records and nothing
-else. RPCs it does not define (key-value tables) answer ``UNIMPLEMENTED``,
-which the Rust client treats as a final error (it never calls them).
+else. An RPC it does not define would answer ``UNIMPLEMENTED``, which the
+Rust client treats as a final error.
 
 Errors are translated in exactly one place, ``reply_for_error``:
 
@@ -56,6 +56,8 @@ from headrace.controller.errors import (
     StreamNotSealed,
     StreamSealed,
     SubscriberNotFound,
+    TableExists,
+    TableNotFound,
     TooMany,
     TxnNotFound,
     TxnNotOpen,
@@ -80,10 +82,13 @@ from headrace.protocols.pravega.auth import (
     stream_resource,
 )
 from headrace.protocols.pravega.controller import (
+    KVTABLE_SUFFIX,
     StreamConfig,
     TxnState,
     config_from_proto,
     config_to_proto,
+    kvtable_config_from_proto,
+    kvtable_config_to_proto,
     segment_name,
     txn_id_from_proto,
     txn_id_to_proto,
@@ -195,6 +200,22 @@ STATUS_REPLIES: dict[type[Message], dict[type[ControllerError], int]] = {
         StreamNotFound: pb.SubscribersResponse.STREAM_NOT_FOUND,
         ScopeNotFound: pb.SubscribersResponse.STREAM_NOT_FOUND,
     },
+    pb.CreateKeyValueTableStatus: {
+        TableExists: pb.CreateKeyValueTableStatus.TABLE_EXISTS,
+        ScopeNotFound: pb.CreateKeyValueTableStatus.SCOPE_NOT_FOUND,
+        InvalidName: pb.CreateKeyValueTableStatus.INVALID_TABLE_NAME,
+    },
+    pb.KeyValueTableConfigResponse: {
+        TableNotFound: pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND,
+        ScopeNotFound: pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND,
+    },
+    pb.KVTablesInScopeResponse: {
+        ScopeNotFound: pb.KVTablesInScopeResponse.SCOPE_NOT_FOUND,
+    },
+    pb.DeleteKVTableStatus: {
+        TableNotFound: pb.DeleteKVTableStatus.TABLE_NOT_FOUND,
+        ScopeNotFound: pb.DeleteKVTableStatus.TABLE_NOT_FOUND,
+    },
     pb.UpdateSubscriberStatus: {
         StreamNotFound: pb.UpdateSubscriberStatus.STREAM_NOT_FOUND,
         ScopeNotFound: pb.UpdateSubscriberStatus.STREAM_NOT_FOUND,
@@ -235,8 +256,10 @@ GRPC_CODES: dict[type[ControllerError], Any] = {
     StreamNotFound: grpc.StatusCode.NOT_FOUND,
     SegmentNotInStream: grpc.StatusCode.NOT_FOUND,
     TxnNotFound: grpc.StatusCode.NOT_FOUND,
+    TableNotFound: grpc.StatusCode.NOT_FOUND,
     ScopeExists: grpc.StatusCode.ALREADY_EXISTS,
     StreamExists: grpc.StatusCode.ALREADY_EXISTS,
+    TableExists: grpc.StatusCode.ALREADY_EXISTS,
     TooMany: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ReaderGroupNotFound: grpc.StatusCode.NOT_FOUND,
     SubscriberNotFound: grpc.StatusCode.NOT_FOUND,
@@ -399,6 +422,13 @@ def _stream_in(field: str | None) -> Callable[[Any], str]:
     return resource
 
 
+def _kvtable_of(req: Any) -> str:
+    """A key-value table's resource: its pseudo-stream ``<table>_kvtable``, the
+    resource its delegation tokens name, so one grant covers managing the
+    table and reading and writing its partitions."""
+    return stream_resource(req.scope, req.kvtName + KVTABLE_SUFFIX)
+
+
 _R, _RU = Permission.READ, Permission.READ_UPDATE
 
 
@@ -458,6 +488,12 @@ RPC_ACCESS: dict[str, tuple[Callable[[Any], str], Permission] | None] = {
     "isSegmentValid": (_STREAM, _R),
     "isStreamCutValid": (_STREAM, _R),
     "checkTransactionState": (_STREAM, _R),
+    # key-value tables: as streams, on the table's pseudo-stream
+    "createKeyValueTable": (_kvtable_of, _RU),
+    "deleteKeyValueTable": (_kvtable_of, _RU),
+    "getKeyValueTableConfiguration": (_kvtable_of, _R),
+    "getCurrentSegmentsKeyValueTable": (_kvtable_of, _R),
+    "listKeyValueTablesInScope": (lambda req: scope_resource(req.scope.scope), _R),
 }
 """RPC -> (the resource its request names, the permission it needs), or None
 for RPCs any authenticated user may call. An RPC not listed needs READ_UPDATE
@@ -791,6 +827,44 @@ class ControllerService:
         info = req.streamInfo
         state = self.model.txn_state(info.scope, info.stream, txn_id_from_proto(req.txnId))
         return pb.TxnState(state=int(state))  # type: ignore[arg-type]
+
+    # -- key-value tables
+
+    async def createKeyValueTable(
+        self, req: pb.KeyValueTableConfig
+    ) -> pb.CreateKeyValueTableStatus:
+        await self.model.create_kvtable(req.scope, req.kvtName, kvtable_config_from_proto(req))
+        return pb.CreateKeyValueTableStatus(status=pb.CreateKeyValueTableStatus.SUCCESS)
+
+    async def getKeyValueTableConfiguration(
+        self, req: pb.KeyValueTableInfo
+    ) -> pb.KeyValueTableConfigResponse:
+        config = self.model.kvtable_config(req.scope, req.kvtName)
+        return pb.KeyValueTableConfigResponse(
+            config=kvtable_config_to_proto(req.scope, req.kvtName, config),
+            status=pb.KeyValueTableConfigResponse.SUCCESS,
+        )
+
+    async def getCurrentSegmentsKeyValueTable(self, req: pb.KeyValueTableInfo) -> pb.SegmentRanges:
+        # As Java's: segment ids under the table's own name; the client adds
+        # the ``_kvtable`` suffix when it names a partition's table segment.
+        segs = self.model.kvtable_partitions(req.scope, req.kvtName)
+        return _segment_ranges(req.scope, req.kvtName, segs)
+
+    async def listKeyValueTablesInScope(
+        self, req: pb.KVTablesInScopeRequest
+    ) -> pb.KVTablesInScopeResponse:
+        scope, token = req.scope.scope, req.continuationToken.token
+        names = self.model.list_kvtables(scope, after=token, limit=LIST_PAGE_COUNT)
+        return pb.KVTablesInScopeResponse(
+            kvtables=[pb.KeyValueTableInfo(scope=scope, kvtName=n) for n in names],
+            continuationToken=pb.ContinuationToken(token=names[-1] if names else token),
+            status=pb.KVTablesInScopeResponse.SUCCESS,
+        )
+
+    async def deleteKeyValueTable(self, req: pb.KeyValueTableInfo) -> pb.DeleteKVTableStatus:
+        await self.model.delete_kvtable(req.scope, req.kvtName)
+        return pb.DeleteKVTableStatus(status=pb.DeleteKVTableStatus.SUCCESS)
 
     # -- writers and subscribers (no watermarks yet)
 

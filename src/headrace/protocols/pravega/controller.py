@@ -30,8 +30,10 @@ from . import controller_pb2 as pb
 
 __all__ = [
     "INT64_MAX",
+    "KVTABLE_SUFFIX",
     "MAX_SEGMENT_NUMBER",
     "GroupRetention",
+    "KeyValueTableConfig",
     "ReaderGroupConfig",
     "RetentionPolicy",
     "RetentionType",
@@ -44,6 +46,9 @@ __all__ = [
     "TxnState",
     "config_from_proto",
     "config_to_proto",
+    "kvtable_config_from_proto",
+    "kvtable_config_to_proto",
+    "kvtable_segment_name",
     "reader_group_config_from_proto",
     "reader_group_config_to_proto",
     "segment_epoch",
@@ -232,6 +237,61 @@ def config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
         scaling=ScalingPolicy(scale_type, sp.targetRate, sp.scaleFactor, sp.minNumSegments),
         retention=retention,
         tags=tuple(msg.tags.tag),
+    )
+
+
+# --------------------------------------------------------------------------- key-value tables
+
+KVTABLE_SUFFIX = "_kvtable"
+"""A key-value table ``T`` keeps its partitions in the pseudo-stream ``T_kvtable``
+(Java's ``NameUtils.getQualifiedTableSegmentName``)."""
+
+
+def kvtable_segment_name(scope: str, table: str, partition: int) -> str:
+    """``<scope>/<table>_kvtable/<partition>.#epoch.0``: partition ``partition``
+    of a key-value table (partitions are created in epoch 0 and never scale)."""
+    return segment_name(scope, table + KVTABLE_SUFFIX, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueTableConfig:
+    """A key-value table's shape (``KeyValueTableConfig`` minus its names).
+
+    A key is ``primary_key_length`` bytes of primary key followed by
+    ``secondary_key_length`` bytes of secondary key; the primary key alone picks
+    the partition, so all keys of one primary key share a partition and can be
+    updated together. ``rollover_size_bytes`` is recorded (0: the server's default).
+    """
+
+    partition_count: int = 1
+    primary_key_length: int = 1
+    secondary_key_length: int = 0
+    rollover_size_bytes: int = 0
+
+    @property
+    def key_length(self) -> int:
+        return self.primary_key_length + self.secondary_key_length
+
+
+def kvtable_config_to_proto(
+    scope: str, table: str, config: KeyValueTableConfig
+) -> pb.KeyValueTableConfig:
+    return pb.KeyValueTableConfig(
+        scope=scope,
+        kvtName=table,
+        partitionCount=config.partition_count,
+        primaryKeyLength=config.primary_key_length,
+        secondaryKeyLength=config.secondary_key_length,
+        rolloverSizeBytes=config.rollover_size_bytes,
+    )
+
+
+def kvtable_config_from_proto(msg: pb.KeyValueTableConfig) -> KeyValueTableConfig:
+    return KeyValueTableConfig(
+        partition_count=msg.partitionCount,
+        primary_key_length=msg.primaryKeyLength,
+        secondary_key_length=msg.secondaryKeyLength,
+        rollover_size_bytes=msg.rolloverSizeBytes,
     )
 
 
