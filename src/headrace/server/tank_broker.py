@@ -55,7 +55,9 @@ event standing for a bundle of one message); a consume gets each event as a
 one-message bundle (no key, timestamp 0: Pravega events carry neither), built
 as the chunk is read. A produce into such a stream stores each message as an
 ordinary event (its key and timestamp are not kept). Bytes that are not
-events (a byte stream's) end what a partition shows.
+events (a byte stream's) are messages of ``RAW_PIECE_BYTES`` each, cut from
+the first of them on; the last, shorter piece shows once the segment is
+sealed (a message never grows once a consumer may have seen it).
 
 Only bundles go into a topic's stream: the broker has the store refuse any
 other append under its scope (``check_appends``), whatever front door it
@@ -163,6 +165,11 @@ YIELD_EVERY_BYTES: Final = 1024 * 1024
 many bytes read (about one large bundle): the store's reads of data on disk
 return without suspending, so a large response would otherwise hold every
 other connection (and ``/health``) for as long as it takes to read it."""
+
+RAW_PIECE_BYTES: Final = 4096
+"""Bytes of one message cut from a byte stream's data for a TANK consumer: small
+enough that a live byte stream's consumer trails its writer by less than this,
+large enough that the framing added (a one-message bundle each) stays small."""
 
 MAX_VERIFIED_RANGES = 1024
 """Byte ranges of a partition known to hold only valid bundles (``_Verified``);
@@ -360,6 +367,7 @@ class Partition:
     def __init__(self, segment: str, foreign: bool = False) -> None:
         self.segment = segment
         self.foreign = foreign
+        self.sealed = False  # as of the last load: a byte stream's last piece then shows
         self.lock = asyncio.Lock()  # serialises loading and appends
         self.loaded = False
         self.length = 0  # end of the last bundle known (durable)
@@ -608,6 +616,7 @@ class TankBroker:
         part.anchors = {o: s for o, s in stored.items() if info.start_offset <= o < info.length}
         part.start = info.start_offset
         part.length = info.length
+        part.sealed = info.sealed
         part.index_offsets, part.index_seqs = [], []
         part.first_seq = part.hwm = 0
         if part.start == 0:
@@ -630,6 +639,8 @@ class TankBroker:
             async for bundle in self._walk(part, offset, next_seq, part.length):
                 part.note(bundle.offset, bundle.first)
                 last = bundle
+        if part.foreign:  # a byte stream's last piece may wait for more bytes (or the seal)
+            part.length = last.end if last is not None else part.start
         if last is not None:
             part.hwm = last.last
             if last.offset > part.checkpoint_offset:
@@ -651,7 +662,8 @@ class TankBroker:
         index we had before a reload, or a sparse bundle), or else from the
         high-water mark we had before a reload."""
         count = 0
-        async for offset, end, payload in self._events(part.segment, part.start, part.length):
+        events = self._events(part.segment, part.start, part.length, pieces=part.foreign)
+        async for offset, end, payload in events:
             header = self._bundle_header(part, offset, end, payload)
             if header is None:
                 continue
@@ -670,9 +682,10 @@ class TankBroker:
         return 1
 
     async def _events(
-        self, segment: str, offset: int, end: int
+        self, segment: str, offset: int, end: int, *, pieces: bool = False, sealed: bool = True
     ) -> AsyncIterator[tuple[int, int, memoryview]]:
-        """Yield (offset, end, payload) of each event in ``[offset, end)``."""
+        """Yield (offset, end, payload) of each event in ``[offset, end)``; with
+        ``pieces``, bytes that are not events then as ``_raw_pieces``."""
         view = memoryview(b"")
         base = offset
         position = offset
@@ -690,6 +703,10 @@ class TankBroker:
                     return
             kind, length = EVENT_HEADER.unpack_from(view, rel)
             if kind != EVENT_TYPE or length < 0 or position + EVENT_HEADER.size + length > end:
+                if pieces:
+                    async for piece in self._raw_pieces(segment, position, end, sealed):
+                        yield piece
+                    return
                 log.warning("tank: %s has no event at offset %d; stopping there", segment, position)
                 return
             if len(view) - rel < EVENT_HEADER.size + length:
@@ -701,6 +718,24 @@ class TankBroker:
             next_position = position + EVENT_HEADER.size + length
             yield position, next_position, view[start : start + length]
             position = next_position
+
+    async def _raw_pieces(
+        self, segment: str, offset: int, end: int, sealed: bool
+    ) -> AsyncIterator[tuple[int, int, memoryview]]:
+        """A byte stream's bytes from ``offset`` as ``RAW_PIECE_BYTES`` pieces; the last,
+        shorter one only if the segment is ``sealed`` (it could still grow)."""
+        position = offset
+        while position < end:
+            stop = position + RAW_PIECE_BYTES
+            if stop > end:
+                if not sealed:
+                    return
+                stop = end
+            view = await self._read(segment, position, stop - position)
+            if len(view) < stop - position:
+                return
+            yield position, stop, view
+            position = stop
 
     async def _read(self, segment: str, offset: int, count: int) -> memoryview:
         """Read ``count`` bytes at ``offset`` (fewer only if the segment ends first)."""
@@ -739,7 +774,8 @@ class TankBroker:
         what the bundle at ``offset`` gets unless it is sparse or anchored. Events
         that are not bundles (stored behind the broker's back) are skipped."""
         verified_end = part.verified.end_of(offset)
-        async for position, event_end, payload in self._events(part.segment, offset, end):
+        events = self._events(part.segment, offset, end, pieces=part.foreign, sealed=part.sealed)
+        async for position, event_end, payload in events:
             if part.foreign:
                 header: t.BundleHeader | None = _EVENT_AS_BUNDLE
             elif event_end <= verified_end:
@@ -940,6 +976,8 @@ class TankBroker:
         ``partitions_count`` first. Raises StoreError.
         """
         part = await self.partition(topic, partition_id)
+        if part.foreign and part.hwm + 1 < seq_num < t.SEQ_NUM_TAIL:
+            await self.catch_up(part)  # written through other doors since it was loaded
         try:
             return part, await self._read_from(part, seq_num, fetch_size, budget)
         except SegmentTruncated:
