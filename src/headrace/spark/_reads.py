@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,7 @@ from headrace.client import PravegaClient
 from headrace.client.errors import NoSuchSegmentError, SegmentIsTruncatedError
 from headrace.client.records import records_from_events
 from headrace.errors import RemoteProtocolError
-from headrace.protocols.records import EventBuffer, Record
+from headrace.protocols.records import EventBuffer, Record, SkipCount
 
 from ._connect import Target, make_client
 from ._frames import split_frames
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from ._planning import Range
 
 __all__ = ["Columns", "read_range"]
+
+log = logging.getLogger(__name__)
 
 Columns = tuple["pa.Array", "pa.Array", "pa.Array", "pa.Array"]
 """Records of one read reply as Arrow arrays: keys (binary), values (binary),
@@ -76,6 +79,7 @@ async def _read_batches(
     buf = b""  # bytes from buf_offset not yet decoded (an event cut by a reply)
     buf_offset = offset
     slow = EventBuffer(offset) if tank else None  # the record layer's path
+    skipped = SkipCount()
     while offset < r.end:
         try:
             got = await client.segments.read(seg, offset)
@@ -122,7 +126,11 @@ async def _read_batches(
         events = list(slow.feed(data))
         if ended:
             events += slow.flush()
-        columns = _columns(records_from_events(name, seg.name, iter(events), tank=tank))
+        before = skipped.events
+        records = records_from_events(name, seg.name, iter(events), tank=tank, skipped=skipped)
+        columns = _columns(records)
+        if before == 0 and skipped.events:  # once per range (a range is in one segment)
+            log.warning("%s: skipping events of %s that are not TANK bundles", name, seg.name)
         if columns is not None:
             yield columns
         if got.end_of_segment:
