@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.client.records import _EventBuffer, iter_events, records_from_events
-from headrace.errors import RemoteProtocolError
 from headrace.protocols import pravega as p
 from headrace.protocols.tank.bundle import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
