@@ -24,7 +24,7 @@ from headrace.cluster.layout import encode
 from headrace.controller.records import SCOPES_TABLE
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.auth import Permission, TokenClaims, encode_token
-from headrace.protocols.pravega.controller import Segment
+from headrace.protocols.pravega.controller import GroupRetention, ReaderGroupConfig, Segment
 from headrace.store.disk.layout import container_of
 from tests._real_pravega import SCENARIO_TIMEOUT_S, result_of, run_scenario, start_scenario
 from tests._server import ServerProcess
@@ -99,14 +99,23 @@ def test_the_real_client_writes_and_reads_through_any_node(
 
 async def test_a_new_leader_loads_the_same_metadata(nodes: dict[str, ServerProcess]) -> None:
     boss = leader(nodes)
+    follower = next(n for n in NODES if n != boss)
     async with ControllerClient(nodes[boss].uri) as controller:
         assert await controller.create_scope("kept")
         assert await controller.create_stream("kept", "st")
+    # A reader group made through a follower: its records are the leader's tables'.
+    async with ControllerClient(nodes[follower].uri) as controller:
+        group = await controller.create_reader_group(
+            ReaderGroupConfig("kept", "rg", start={"kept/st": {}}, retention=GroupRetention.MANUAL)
+        )
     nodes[boss].restart()
     wait_for_metadata(nodes)
     for name in NODES:
         async with ControllerClient(nodes[name].uri) as controller:
             assert await controller.stream_exists("kept", "st"), name
+            assert await controller.get_reader_group_config("kept", "rg") == group, name
+            assert await controller.list_subscribers("kept", "st") == ["kept/rg"], name
+            assert await controller.stream_exists("kept", "_RGrg"), name
     async with ControllerClient(nodes[boss].uri) as controller:
         assert await controller.create_stream("kept", "after")
 

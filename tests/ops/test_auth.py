@@ -320,6 +320,20 @@ def test_reader_may_look_but_not_change(auth_server: ServerProcess, stream: str)
     scopes = _call(auth_server, "listScopes", pb.ScopesRequest(), READER).scopes
     assert list(scopes) == [SCOPE]  # the reader sees only what it may read
     assert "hidden" in _call(auth_server, "listScopes", pb.ScopesRequest(), ADMIN).scopes
+    # A reader group's resource is its state stream: reading the scope allows looking only.
+    group = pb.ReaderGroupConfiguration(
+        scope=SCOPE, readerGroupName="rg", startingStreamCuts=[pb.StreamCut(streamInfo=info)]
+    )
+    assert _code(auth_server, "createReaderGroup", group, READER) == denied
+    cut = pb.SubscriberStreamCut(subscriber=f"{SCOPE}/rg", streamCut=pb.StreamCut(streamInfo=info))
+    assert _code(auth_server, "updateSubscriberStreamCut", cut, READER) == denied
+    looked = _call(
+        auth_server,
+        "getReaderGroupConfig",
+        pb.ReaderGroupInfo(scope=SCOPE, readerGroup="rg"),
+        READER,
+    )
+    assert looked.status == pb.ReaderGroupConfigResponse.RG_NOT_FOUND
 
 
 def _token(server: ServerProcess, creds: tuple[str, str], scope: str, stream: str) -> str:
@@ -362,6 +376,9 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
         (SCOPE, "_system"),
         (SCOPE, "_kvtable"),
         (SCOPE, "_hrgroupsx"),
+        (SCOPE, "_RG"),
+        (SCOPE, "_RG_x"),
+        (SCOPE, "_MARK*"),
         (SCOPE, "T_other"),
         ("*", "T"),
         ("S/stream:T", "T"),
@@ -369,7 +386,16 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
     ]:
         request = pb.StreamInfo(scope=scope, stream=stream)
         assert _code(auth_server, "getDelegationToken", request, ADMIN) == invalid, (scope, stream)
-    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup", "_hrgroups"]:
+    for stream in [
+        "T",
+        "t-1.x",
+        "rg_kvtable",
+        "my_group_kvtable",
+        "g_hrgroup",
+        "_hrgroups",
+        "_RGrg",
+        "_MARKT",
+    ]:
         token = _token(auth_server, ADMIN, SCOPE, stream)
         claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         assert claims["res"] == f"prn::/scope:{SCOPE}/stream:{stream}"

@@ -27,6 +27,8 @@ from ._conn import ConnectionPool, RetryPolicy, SegmentStoreConnection, map_exce
 from .bytestream import ByteStream
 from .controller import (
     ControllerClient,
+    GroupRetention,
+    ReaderGroupConfig,
     RetentionPolicy,
     ScalingPolicy,
     Segment,
@@ -50,9 +52,11 @@ __all__ = [
     "EventRead",
     "EventReader",
     "EventWriter",
+    "GroupRetention",
     "KeyValueTable",
     "PravegaClient",
     "ReaderGroup",
+    "ReaderGroupConfig",
     "Record",
     "RecordReader",
     "RetentionPolicy",

@@ -20,7 +20,11 @@ place: ``service.py``'s error tables. ::
         ├── TxnNotOpen(scope, stream, txn, state)
         ├── LeaseTooLarge(lease_ms, limit_ms)
         ├── ScalePreconditionFailed(message)
-        └── TooMany(what, limit)
+        ├── TooMany(what, limit)
+        ├── ReaderGroupNotFound(scope, group)
+        ├── ReaderGroupMismatch(scope, group, message)
+        ├── SubscriberNotFound(scope, stream, subscriber)
+        └── GenerationMismatch(subscriber, expected, got)
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ from headrace.errors import ControllerError
 
 __all__ = [
     "ControllerError",
+    "GenerationMismatch",
     "InvalidArgument",
     "InvalidName",
     "LeaseTooLarge",
+    "ReaderGroupMismatch",
+    "ReaderGroupNotFound",
     "ScalePreconditionFailed",
     "ScopeExists",
     "ScopeNotEmpty",
@@ -41,6 +48,7 @@ __all__ = [
     "StreamNotFound",
     "StreamNotSealed",
     "StreamSealed",
+    "SubscriberNotFound",
     "TooMany",
     "TxnNotFound",
     "TxnNotOpen",
@@ -147,3 +155,35 @@ class TooMany(ControllerError):
         super().__init__(f"too many {what}: the limit is {limit}")
         self.what = what
         self.limit = limit
+
+
+class ReaderGroupNotFound(ControllerError):
+    def __init__(self, scope: str, group: str) -> None:
+        super().__init__(f"reader group {scope}/{group} does not exist")
+        self.scope = scope
+        self.group = group
+
+
+class ReaderGroupMismatch(ControllerError):
+    """An update names another generation or id than the group has (INVALID_CONFIG)."""
+
+    def __init__(self, scope: str, group: str, message: str) -> None:
+        super().__init__(f"reader group {scope}/{group}: {message}")
+        self.scope = scope
+        self.group = group
+
+
+class SubscriberNotFound(ControllerError):
+    def __init__(self, scope: str, stream: str, subscriber: str) -> None:
+        super().__init__(f"stream {scope}/{stream} has no subscriber {subscriber!r}")
+        self.scope = scope
+        self.stream = stream
+        self.subscriber = subscriber
+
+
+class GenerationMismatch(ControllerError):
+    def __init__(self, subscriber: str, expected: int, got: int) -> None:
+        super().__init__(f"subscriber {subscriber!r} is at generation {expected}, not {got}")
+        self.subscriber = subscriber
+        self.expected = expected
+        self.got = got

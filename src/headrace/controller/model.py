@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-All metadata lives in three table segments of the store (layout in
-``records.py``) and is mirrored in memory: ``ControllerModel.open`` loads the
+All metadata lives in table segments of the store (layout in
+``records.py`` and, for reader groups and subscribers, ``groups.py``) and is
+mirrored in memory: ``ControllerModel.open`` loads the
 tables once, and every change is written to its table first (a conditional
 update against the version the mirror holds) and applied to the mirror after
 the store acknowledged it. Reads never touch the tables. The model must
@@ -43,12 +44,15 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from headrace.controller.errors import (
+    GenerationMismatch,
     InvalidArgument,
     InvalidName,
     LeaseTooLarge,
+    ReaderGroupMismatch,
+    ReaderGroupNotFound,
     ScalePreconditionFailed,
     ScopeExists,
     ScopeNotEmpty,
@@ -58,15 +62,34 @@ from headrace.controller.errors import (
     StreamNotFound,
     StreamNotSealed,
     StreamSealed,
+    SubscriberNotFound,
     TooMany,
     TxnNotFound,
     TxnNotOpen,
 )
+from headrace.controller.groups import (
+    READER_GROUPS_TABLE,
+    SUBSCRIBERS_TABLE,
+    GroupRetention,
+    ReaderGroupRecord,
+    SubscriberRecord,
+    decode_group,
+    decode_subscriber,
+    encode_group,
+    encode_subscriber,
+    group_key,
+    scoped_name,
+    split_subscriber_key,
+    subscriber_key,
+)
 from headrace.controller.naming import (
+    MAX_NAME_CHARS,
     MAX_SEGMENT_NUMBER,
+    READER_GROUP_STREAM_PREFIX,
     TRANSIENT_INFIX,
     TxnId,
     is_valid_name,
+    reader_group_stream,
     segment_name,
     transaction_segment_name,
 )
@@ -77,7 +100,9 @@ from headrace.controller.records import (
     STREAMS_TABLE,
     TRANSACTIONS_TABLE,
     RetentionCut,
+    RetentionPolicy,
     RetentionType,
+    ScalingPolicy,
     ScalingType,
     ScopeRecord,
     SegmentRecord,
@@ -99,6 +124,7 @@ from headrace.controller.records import (
     txn_key,
 )
 from headrace.errors import SegmentExists, SegmentNotFound
+from headrace.protocols.pravega.controller import INT64_MAX
 from headrace.store.api import SegmentStore
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
@@ -108,7 +134,9 @@ __all__ = [
     "AUTO_SCALE_HOT_SAMPLES",
     "COMPLETED_TXN_KEEP_MS",
     "LEASE_SLACK_FACTOR",
+    "MAX_GROUP_STREAMS",
     "MAX_OPEN_TXNS_PER_STREAM",
+    "MAX_READER_GROUPS",
     "MAX_RETENTION_CUTS",
     "MAX_SCOPES",
     "MAX_SEGMENTS_PER_EPOCH",
@@ -187,6 +215,14 @@ AUTO_SCALE_COLD_SAMPLES = 30
 """Consecutive samples under half the target before two neighbours merge: merging
 is cheap to get wrong and slow to undo, so it waits longer (5 minutes)."""
 
+MAX_READER_GROUPS = 10_000
+"""Reader groups (all scopes together) held in memory; each also owns a
+one-segment state stream, which counts against ``MAX_STREAMS``."""
+
+MAX_GROUP_STREAMS = 1_000
+"""Streams one reader group may read: each is a stream cut in the group's
+record and, for a subscribing group, one subscriber record to write."""
+
 TABLE_PAGE_COUNT = 1_000
 """Entries read per page while loading the metadata tables."""
 
@@ -257,6 +293,8 @@ class ControllerModel:
         self._cleaned: set[tuple[str, str, TxnId]] = set()
         self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
+        self._groups: dict[tuple[str, str], tuple[ReaderGroupRecord, int]] = {}
+        self._subscribers: dict[StreamKey, dict[str, tuple[SubscriberRecord, int]]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
 
@@ -321,35 +359,39 @@ class ControllerModel:
         """
         if not is_valid_name(stream):
             raise InvalidName("stream", stream)
-        config = _checked_config(config)
-        count = config.scaling.min_num_segments
         async with self._membership:
-            if scope not in self._scopes:
-                raise ScopeNotFound(scope)
-            if (scope, stream) in self._streams:
-                raise StreamExists(scope, stream)
-            if len(self._streams) >= MAX_STREAMS:
-                raise TooMany("streams", MAX_STREAMS)
-            segments = tuple(
-                SegmentRecord(i, 0, i / count, 1.0 if i == count - 1 else (i + 1) / count)
-                for i in range(count)
-            )
-            for seg in segments:
-                await self._create_fresh_segment(segment_name(scope, stream, seg.id))
-            now = self._clock_ms()
-            rec = StreamRecord(
-                scope=scope,
-                stream=stream,
-                created_ms=now,
-                config=config,
-                state=StreamState.ACTIVE,
-                epoch=0,
-                next_number=count,
-                segments=segments,
-                epoch_times_ms=(now,),
-            )
-            version = await self._put(STREAMS_TABLE, stream_key(scope, stream), encode_stream(rec))
-            self._streams[(scope, stream)] = (rec, version)
+            await self._create_stream(scope, stream, _checked_config(config))
+
+    async def _create_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
+        """``create_stream`` with the membership lock held and the name and
+        configuration checked (internal streams come here directly)."""
+        count = config.scaling.min_num_segments
+        if scope not in self._scopes:
+            raise ScopeNotFound(scope)
+        if (scope, stream) in self._streams:
+            raise StreamExists(scope, stream)
+        if len(self._streams) >= MAX_STREAMS:
+            raise TooMany("streams", MAX_STREAMS)
+        segments = tuple(
+            SegmentRecord(i, 0, i / count, 1.0 if i == count - 1 else (i + 1) / count)
+            for i in range(count)
+        )
+        for seg in segments:
+            await self._create_fresh_segment(segment_name(scope, stream, seg.id))
+        now = self._clock_ms()
+        rec = StreamRecord(
+            scope=scope,
+            stream=stream,
+            created_ms=now,
+            config=config,
+            state=StreamState.ACTIVE,
+            epoch=0,
+            next_number=count,
+            segments=segments,
+            epoch_times_ms=(now,),
+        )
+        version = await self._put(STREAMS_TABLE, stream_key(scope, stream), encode_stream(rec))
+        self._streams[(scope, stream)] = (rec, version)
 
     async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
         """Replace the stream's configuration (scaling policy, retention, tags).
@@ -449,6 +491,7 @@ class ControllerModel:
             for seg in rec.segments:
                 await self._delete_segment(segment_name(scope, stream, seg.id))
             await self._drop_cuts(scope, stream, lambda _: True)
+            await self._drop_subscribers(scope, stream, lambda _: True)
             await self._remove(STREAMS_TABLE, stream_key(scope, stream), version)
             del self._streams[(scope, stream)]
             self._txns.pop((scope, stream), None)
@@ -678,8 +721,8 @@ class ControllerModel:
         (SIZE) or a cut at least ``retentionParam`` ms old (TIME). Truncation
         only happens at recorded cuts, which are event boundaries, so it never
         splits an event; a stream may hold somewhat more than the minimum.
-        ``retentionMax`` is recorded but not used (the Python client always
-        sends the int64 maximum).
+        A stream with subscribers is truncated no further than they are, within
+        ``retentionMax`` (``_retain_for_subscribers``).
         """
         truncated = 0
         for key in list(self._streams):
@@ -695,6 +738,251 @@ class ControllerModel:
     def retention_cuts(self, scope: str, stream: str) -> list[RetentionCut]:
         """The recorded retention cuts, oldest first (for tests and tools)."""
         return [c for c, _ in self._cuts.get((scope, stream), [])]
+
+    # ------------------------------------------------------------------ reader groups
+
+    async def create_reader_group(self, template: ReaderGroupRecord) -> ReaderGroupRecord:
+        """Create reader group ``template.group`` in ``template.scope`` as Java's
+        ``createReaderGroup`` does: its state stream ``_RG<group>`` (one fixed
+        segment), a subscriber record on every stream it reads when its
+        retention type is not NONE, then its record at generation 0 with
+        ``template.group_id`` (a new UUID when empty). A group that exists
+        already is returned as it is (the call is idempotent).
+
+        A subscriber's first stream cut is the group's starting cut (the
+        stream's head when unbounded), so retention keeps what the group has
+        yet to read from the moment it exists.
+
+        Raises:
+            InvalidName, ScopeNotFound, StreamNotFound (a stream it reads),
+            InvalidArgument (no streams, an invalid cut), TooMany.
+        """
+        scope, group = template.scope, template.group
+        if not is_valid_name(group) or len(reader_group_stream(group)) > MAX_NAME_CHARS:
+            raise InvalidName("reader group", group)
+        async with self._membership:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            entry = self._groups.get((scope, group))
+            if entry is not None:
+                return entry[0]
+            if len(self._groups) >= MAX_READER_GROUPS:
+                raise TooMany("reader groups", MAX_READER_GROUPS)
+            self._check_group_cuts(template)
+            rec = dataclasses.replace(
+                template,
+                group_id=template.group_id or str(uuid4()),
+                generation=0,
+                created_ms=self._clock_ms(),
+            )
+            state = (scope, reader_group_stream(group))
+            if state not in self._streams:
+                await self._create_stream(scope, state[1], _GROUP_STREAM_CONFIG)
+            await self._subscribe(rec)
+            key = group_key(scope, group)
+            version = await self._put(READER_GROUPS_TABLE, key, encode_group(rec))
+            self._groups[(scope, group)] = (rec, version)
+            return rec
+
+    def reader_group(self, scope: str, group: str) -> ReaderGroupRecord:
+        """Raises: ReaderGroupNotFound."""
+        entry = self._groups.get((scope, group))
+        if entry is None:
+            raise ReaderGroupNotFound(scope, group)
+        return entry[0]
+
+    async def update_reader_group(self, new: ReaderGroupRecord) -> int:
+        """Replace a group's configuration; returns its new generation.
+
+        ``new.generation`` and ``new.group_id`` must be the group's (Java
+        answers INVALID_CONFIG otherwise). Streams it no longer reads, or all
+        of them when it stops subscribing, lose its subscriber record; streams
+        it starts reading as a subscriber get one (from their starting cut);
+        the others keep their cut under the new generation.
+
+        Raises:
+            ReaderGroupNotFound, ReaderGroupMismatch, StreamNotFound,
+            InvalidArgument, TooMany.
+        """
+        scope, group = new.scope, new.group
+        async with self._membership:
+            old = self.reader_group(scope, group)
+            if new.generation != old.generation:
+                raise ReaderGroupMismatch(
+                    scope, group, f"generation {new.generation} is not {old.generation}"
+                )
+            if new.group_id != old.group_id:
+                raise ReaderGroupMismatch(scope, group, f"id {new.group_id!r} is not the group's")
+            self._check_group_cuts(new)
+            rec = dataclasses.replace(new, generation=old.generation + 1, created_ms=old.created_ms)
+            keep = set(rec.start_cuts) if rec.retention is not GroupRetention.NONE else set()
+            name = scoped_name(scope, group)
+            for stream_name in old.start_cuts:
+                if stream_name not in keep:
+                    sc, st = stream_name.split("/", 1)
+                    async with self._stream_lock(sc, st):
+                        await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
+            await self._subscribe(rec)
+            _, version = self._groups[(scope, group)]
+            version = await self._put(
+                READER_GROUPS_TABLE, group_key(scope, group), encode_group(rec), version
+            )
+            self._groups[(scope, group)] = (rec, version)
+            return rec.generation
+
+    async def delete_reader_group(self, scope: str, group: str, group_id: str) -> None:
+        """Delete a group: its subscriber records, its record, then its state
+        stream (sealed and deleted). ``group_id`` must be the group's.
+
+        Raises: ReaderGroupNotFound (also for another id).
+        """
+        async with self._membership:
+            rec = self.reader_group(scope, group)
+            if group_id != rec.group_id:
+                raise ReaderGroupNotFound(scope, group)
+            name = scoped_name(scope, group)
+            for sc, st in rec.streams:
+                async with self._stream_lock(sc, st):
+                    await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
+            _, version = self._groups[(scope, group)]
+            await self._remove(READER_GROUPS_TABLE, group_key(scope, group), version)
+            del self._groups[(scope, group)]
+        await self._drop_group_stream(scope, reader_group_stream(group))
+
+    def list_reader_groups(self, scope: str) -> list[str]:
+        """The names of ``scope``'s reader groups, in order."""
+        return sorted(g for sc, g in self._groups if sc == scope)
+
+    def list_subscribers(self, scope: str, stream: str) -> list[str]:
+        """The subscribing groups of a stream (``<scope>/<group>``), in order.
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        self._stream(scope, stream)
+        return sorted(self._subscribers.get((scope, stream), {}))
+
+    def subscriber_cut(self, scope: str, stream: str, subscriber: str) -> dict[int, int]:
+        """The stream cut ``subscriber`` last reported on a stream (for tests and tools).
+
+        Raises: ScopeNotFound, StreamNotFound, SubscriberNotFound.
+        """
+        self._stream(scope, stream)
+        entry = self._subscribers.get((scope, stream), {}).get(subscriber)
+        if entry is None:
+            raise SubscriberNotFound(scope, stream, subscriber)
+        return dict(entry[0].cut)
+
+    async def update_subscriber_cut(
+        self,
+        scope: str,
+        stream: str,
+        subscriber: str,
+        group_id: str,
+        generation: int,
+        cut: Mapping[int, int],
+    ) -> None:
+        """Record where subscriber ``subscriber`` (``<scope>/<group>``) is in a stream:
+        retention does not truncate the stream past it. As in Java, a cut behind
+        the recorded one is refused (a subscriber only moves forward).
+
+        Raises:
+            ScopeNotFound, StreamNotFound, SubscriberNotFound (also for another
+            group id), GenerationMismatch, InvalidArgument (an invalid cut, or
+            one behind the recorded cut).
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            subs = self._subscribers.get((scope, stream), {})
+            entry = subs.get(subscriber)
+            group_scope, _, group = subscriber.partition("/")
+            owner = self._groups.get((group_scope, group))
+            if entry is None or owner is None or owner[0].group_id != group_id:
+                raise SubscriberNotFound(scope, stream, subscriber)
+            sub, version = entry
+            if sub.generation != generation:
+                raise GenerationMismatch(subscriber, sub.generation, generation)
+            if _cut_segments(rec, cut) is None:
+                raise InvalidArgument(f"not a valid stream cut of {scope}/{stream}")
+            for sid, off in cut.items():
+                _, length = await self._extent(segment_name(scope, stream, sid))
+                if off > length:
+                    raise InvalidArgument(f"offset {off} is beyond segment {sid}'s length")
+            if sub.cut and not _not_after(rec, sub.cut, cut):
+                raise InvalidArgument(f"the cut is behind {subscriber!r}'s recorded cut")
+            new = dataclasses.replace(sub, cut=dict(cut))
+            version = await self._put(
+                SUBSCRIBERS_TABLE,
+                subscriber_key(scope, stream, subscriber),
+                encode_subscriber(new),
+                version,
+            )
+            subs[subscriber] = (new, version)
+
+    def _check_group_cuts(self, rec: ReaderGroupRecord) -> None:
+        """Raises: InvalidArgument, StreamNotFound, TooMany (see ``create_reader_group``)."""
+        if not rec.start_cuts:
+            raise InvalidArgument("a reader group reads at least one stream")
+        if len(rec.start_cuts) > MAX_GROUP_STREAMS:
+            raise TooMany("streams in a reader group", MAX_GROUP_STREAMS)
+        if not set(rec.end_cuts) <= set(rec.start_cuts):
+            raise InvalidArgument("an ending stream cut names a stream the group does not read")
+        for cuts in (rec.start_cuts, rec.end_cuts):
+            for name, cut in cuts.items():
+                sc, _, st = name.partition("/")
+                entry = self._streams.get((sc, st))
+                if entry is None:
+                    raise StreamNotFound(sc, st)
+                if cut and _cut_segments(entry[0], cut) is None:
+                    raise InvalidArgument(f"not a valid stream cut of {name}")
+
+    async def _subscribe(self, rec: ReaderGroupRecord) -> None:
+        """Give a subscribing group a subscriber record at its generation on every
+        stream it reads: new ones start at the group's starting cut (or the head)."""
+        if rec.retention is GroupRetention.NONE:
+            return
+        name = scoped_name(rec.scope, rec.group)
+        for stream_name, start in sorted(rec.start_cuts.items()):
+            sc, _, st = stream_name.partition("/")
+            async with self._stream_lock(sc, st):
+                await self._subscribe_one(sc, st, name, rec.generation, start)
+
+    async def _subscribe_one(
+        self, sc: str, st: str, name: str, generation: int, start: Mapping[int, int]
+    ) -> None:
+        """``_subscribe`` for one stream, with its lock held."""
+        subs = self._subscribers.setdefault((sc, st), {})
+        entry = subs.get(name)
+        if entry is not None:
+            sub = dataclasses.replace(entry[0], generation=generation)
+        else:
+            cut = dict(start) or {h.segment.id: h.offset for h in await self.head_segments(sc, st)}
+            sub = SubscriberRecord(name, generation, cut)
+        version = await self._put(
+            SUBSCRIBERS_TABLE,
+            subscriber_key(sc, st, name),
+            encode_subscriber(sub),
+            None if entry is None else entry[1],
+        )
+        subs[name] = (sub, version)
+
+    async def _drop_subscribers(
+        self, scope: str, stream: str, which: Callable[[SubscriberRecord], bool]
+    ) -> None:
+        subs = self._subscribers.get((scope, stream), {})
+        for name, (sub, version) in list(subs.items()):
+            if which(sub):
+                await self._remove(SUBSCRIBERS_TABLE, subscriber_key(scope, stream, name), version)
+                del subs[name]
+        if not subs:
+            self._subscribers.pop((scope, stream), None)
+
+    async def _drop_group_stream(self, scope: str, stream: str) -> None:
+        """Seal and delete a group's state stream (gone already is fine)."""
+        if (scope, stream) not in self._streams:
+            return
+        await self.seal_stream(scope, stream)
+        with contextlib.suppress(StreamNotFound, ScopeNotFound):
+            await self.delete_stream(scope, stream)
 
     # ------------------------------------------------------------------ auto-scaling
 
@@ -1142,6 +1430,13 @@ class ControllerModel:
                         segment_name(rec.scope, rec.stream, seg.id)
                     )
                 await self._add_cut(rec, RetentionCut(now, tail))
+        subscribed = [
+            sub.cut
+            for sub, _ in self._subscribers.get(key, {}).values()
+            if sub.cut and _cut_segments(rec, sub.cut) is not None
+        ]
+        if subscribed:
+            return await self._retain_for_subscribers(rec, subscribed, now)
         target: RetentionCut | None = None
         if policy.retention_type is RetentionType.TIME:
             for c, _ in cuts:
@@ -1163,6 +1458,59 @@ class ControllerModel:
         )
         rec = await self._truncate(rec, target.cut)
         await self._drop_cuts(rec.scope, rec.stream, lambda c: c.time_ms <= target.time_ms)
+        return True
+
+    async def _retain_for_subscribers(
+        self, rec: StreamRecord, subscribed: list[dict[int, int]], now: int
+    ) -> bool:
+        """Retention of a stream with subscribers (Java's consumption-based
+        retention): truncate at the furthest cut that keeps the policy's minimum
+        and lies at or behind every subscriber's cut (recorded cuts and the
+        subscribers' own cuts are the candidates); but if what that keeps is
+        more than ``retentionMax`` allows, truncate at the oldest recorded cut
+        within both bounds, subscribers or not (a lagging group loses data,
+        as in Java). With the default maximum nothing a subscriber has yet to
+        read is ever truncated."""
+        policy = rec.config.retention
+        cuts = [c for c, _ in self._cuts.get((rec.scope, rec.stream), [])]
+        extents = {
+            seg.id: await self._extent(segment_name(rec.scope, rec.stream, seg.id))
+            for seg in rec.segments
+        }
+
+        def kept(cut: Mapping[int, int]) -> int:
+            return _bytes_after(rec, cut, extents)
+
+        def within(c: RetentionCut, bound: int) -> bool:
+            if policy.retention_type is RetentionType.TIME:
+                return now - c.time_ms >= bound
+            return kept(c.cut) >= bound
+
+        keeping_min = [c for c in cuts if within(c, policy.retention_param)]
+        candidates = [c.cut for c in keeping_min]
+        if keeping_min:
+            newest = keeping_min[-1].cut
+            candidates += [sub for sub in subscribed if _not_after(rec, sub, newest)]
+        allowed = [c for c in candidates if all(_not_after(rec, c, sub) for sub in subscribed)]
+        chosen: dict[int, int] | None = min(allowed, key=kept) if allowed else None
+        if policy.retention_max < INT64_MAX:
+            retained = kept(chosen if chosen is not None else rec.head_cut)
+            if policy.retention_type is RetentionType.TIME:
+                older = [c for c in cuts if now - c.time_ms > policy.retention_max]
+                over = any(kept(c.cut) < retained for c in older)
+                bounded = [
+                    c for c in keeping_min if now - c.time_ms <= policy.retention_max
+                ] or older[-1:]
+            else:
+                over = retained > policy.retention_max
+                bounded = [c for c in keeping_min if kept(c.cut) <= policy.retention_max]
+            if over and bounded and kept(bounded[0].cut) < retained:
+                chosen = bounded[0].cut
+        if chosen is None or not _ahead(rec, chosen) or kept(chosen) >= kept(rec.head_cut):
+            return False  # nothing to drop
+        log.info("retention: truncating %s/%s behind its subscribers", rec.scope, rec.stream)
+        rec = await self._truncate(rec, chosen)
+        await self._drop_cuts(rec.scope, rec.stream, lambda c: not _ahead(rec, c.cut))
         return True
 
     async def _add_cut(self, rec: StreamRecord, cut: RetentionCut) -> None:
@@ -1210,6 +1558,15 @@ class ControllerModel:
             scope, stream, _ = key.decode().split("/")
             txn_rec = decode_txn(value)
             self._txns.setdefault((scope, stream), {})[txn_rec.txn] = (txn_rec, version)
+        async for _, value, version in self._entries(READER_GROUPS_TABLE):
+            group = decode_group(value)
+            self._groups[(group.scope, group.group)] = (group, version)
+        async for key, value, version in self._entries(SUBSCRIBERS_TABLE):
+            scope, stream, name = split_subscriber_key(key)
+            self._subscribers.setdefault((scope, stream), {})[name] = (
+                decode_subscriber(value),
+                version,
+            )
 
     def _adopt(self, other: ControllerModel) -> None:
         """Take ``other``'s mirror (loaded from the same tables) as this one's, in one step."""
@@ -1219,6 +1576,8 @@ class ControllerModel:
         self._deadlines = other._deadlines
         self._cleaned = other._cleaned
         self._cuts = other._cuts
+        self._groups = other._groups
+        self._subscribers = other._subscribers
         self._loads = {}
 
     async def _entries(self, table: str) -> AsyncIterator[tuple[bytes, bytes, int]]:
@@ -1248,6 +1607,7 @@ class ControllerModel:
             if (scope, stream) not in self._streams:  # the stream's deletion was interrupted
                 await self._drop_cuts(scope, stream, lambda _: True)
                 del self._cuts[(scope, stream)]
+        await self._repair_groups()
         for (scope, stream), txns in list(self._txns.items()):
             entry = self._streams.get((scope, stream))
             for txn, (txn_rec, version) in list(txns.items()):
@@ -1263,9 +1623,59 @@ class ControllerModel:
                         now + LEASE_SLACK_FACTOR * txn_rec.lease_ms
                     )
 
+    async def _repair_groups(self) -> None:
+        """Undo what a crash left of a reader group's creation or deletion: a
+        subscriber record without its group (or one the group no longer
+        subscribes with), a state stream ``_RG<group>`` without its group.
+        A creation that is retried makes them again."""
+        wanted = {
+            (stream_name, scoped_name(rec.scope, rec.group))
+            for rec, _ in self._groups.values()
+            if rec.retention is not GroupRetention.NONE
+            for stream_name in rec.start_cuts
+        }
+        for scope, stream in list(self._subscribers):
+            stream_name = scoped_name(scope, stream)
+
+            def orphan(sub: SubscriberRecord, name: str = stream_name) -> bool:
+                return (name, sub.subscriber) not in wanted
+
+            await self._drop_subscribers(scope, stream, orphan)
+        for scope, stream in list(self._streams):
+            group = stream.removeprefix(READER_GROUP_STREAM_PREFIX)
+            if group != stream and (scope, group) not in self._groups:
+                log.warning("state stream %s/%s has no reader group; deleting it", scope, stream)
+                await self._drop_group_stream(scope, stream)
+
+
+def _not_after(rec: StreamRecord, cut: Mapping[int, int], bound: Mapping[int, int]) -> bool:
+    """Whether truncating at ``cut`` keeps everything from ``bound`` on: no
+    segment of ``bound`` is cut short or deleted by it, and none of ``cut``
+    lies past ``bound``."""
+    for sid, off in bound.items():
+        seg = rec.segment(sid)
+        if seg is None:
+            continue
+        if sid in cut:
+            if cut[sid] > off:
+                return False
+        elif _before_cut(rec, seg, cut):
+            return False
+    for sid in cut:
+        seg = rec.segment(sid)
+        if seg is None or (sid not in bound and not _before_cut(rec, seg, bound)):
+            return False
+    return True
+
 
 def _page(names: Iterable[str], after: str, limit: int) -> list[str]:
     return sorted(n for n in names if n > after)[:limit]
+
+
+_GROUP_STREAM_CONFIG = StreamConfig(
+    scaling=ScalingPolicy(ScalingType.FIXED_NUM_SEGMENTS, 0, 0, 1), retention=RetentionPolicy()
+)
+"""A reader group's state stream: one fixed segment, as Java creates it."""
 
 
 def _checked_config(config: StreamConfig) -> StreamConfig:
@@ -1284,6 +1694,12 @@ def _checked_config(config: StreamConfig) -> StreamConfig:
             raise InvalidArgument(f"tags must have 1..{MAX_TAG_CHARS} characters")
     if config.retention.retention_param < 0:
         raise InvalidArgument("retentionParam must not be negative")
+    if config.retention.retention_max == 0:  # unset in the message: no upper bound
+        config = dataclasses.replace(
+            config, retention=dataclasses.replace(config.retention, retention_max=INT64_MAX)
+        )
+    if config.retention.retention_max < config.retention.retention_param:
+        raise InvalidArgument("retentionMax must not be below retentionParam")
     return dataclasses.replace(config, tags=tuple(dict.fromkeys(config.tags)))
 
 

@@ -7,6 +7,8 @@ Layout in the store (each a table segment; keys and values are UTF-8)::
     _system/controller/transactions  key "<scope>/<stream>/<32hex>" value TxnRecord JSON
     _system/controller/retention     key "<scope>/<stream>/<ms:020>" value RetentionCut JSON
 
+Reader groups and subscribers have two more tables (``groups.py``).
+
 JSON keeps the records readable with any table dump, and every field has a
 default so that records written by an older version still load. ``/`` can
 not occur in scope or stream names, so the keys are unambiguous. The
@@ -29,6 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.controller.groups import READER_GROUPS_TABLE, SUBSCRIBERS_TABLE
 from headrace.protocols.pravega.controller import (
     INT64_MAX,
     RetentionPolicy,
@@ -76,7 +79,14 @@ SCOPES_TABLE = "_system/controller/scopes"
 STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
 RETENTION_TABLE = "_system/controller/retention"
-METADATA_TABLES = (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE)
+METADATA_TABLES = (
+    SCOPES_TABLE,
+    STREAMS_TABLE,
+    TRANSACTIONS_TABLE,
+    RETENTION_TABLE,
+    READER_GROUPS_TABLE,
+    SUBSCRIBERS_TABLE,
+)
 """Every table of the controller's metadata, in the order they are loaded."""
 
 

@@ -23,6 +23,7 @@ themselves (``docs/protocols/pravega-controller.md#naming``):
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import controller_pb2 as pb
@@ -30,6 +31,8 @@ from . import controller_pb2 as pb
 __all__ = [
     "INT64_MAX",
     "MAX_SEGMENT_NUMBER",
+    "GroupRetention",
+    "ReaderGroupConfig",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",
@@ -41,6 +44,8 @@ __all__ = [
     "TxnState",
     "config_from_proto",
     "config_to_proto",
+    "reader_group_config_from_proto",
+    "reader_group_config_to_proto",
     "segment_epoch",
     "segment_id",
     "segment_name",
@@ -283,3 +288,79 @@ class TxnState(enum.IntEnum):
     COMMITTED = 3
     ABORTING = 4
     ABORTED = 5
+
+
+# --------------------------------------------------------------------------- reader groups
+
+
+class GroupRetention(enum.IntEnum):
+    """``ReaderGroupConfiguration.RetentionType``: whether a reader group holds back
+    the retention of the streams it reads (a *subscriber*), and who reports its
+    stream cuts: nobody (NONE), the application (MANUAL), or the readers at
+    each checkpoint (AUTOMATIC)."""
+
+    NONE = 0
+    MANUAL = 1
+    AUTOMATIC = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderGroupConfig:
+    """A ``ReaderGroupConfiguration``: the streams a group reads, by scoped name
+    ``<scope>/<stream>``, each with the stream cut it starts at (``start``) and,
+    optionally, ends at (``end``); an empty cut is unbounded (the head, the tail).
+    ``group_id`` and ``generation`` are the controller's (empty and 0 to create)."""
+
+    scope: str
+    group: str
+    start: dict[str, dict[int, int]]
+    end: dict[str, dict[int, int]] = field(default_factory=dict)
+    retention: GroupRetention = GroupRetention.NONE
+    refresh_ms: int = 3000
+    checkpoint_ms: int = 30000
+    max_outstanding_checkpoints: int = 3
+    group_id: str = ""
+    generation: int = 0
+
+
+def _cuts_to_proto(cuts: dict[str, dict[int, int]]) -> list[pb.StreamCut]:
+    out = []
+    for name, cut in sorted(cuts.items()):
+        scope, _, stream = name.partition("/")
+        out.append(pb.StreamCut(streamInfo=pb.StreamInfo(scope=scope, stream=stream), cut=cut))
+    return out
+
+
+def _cuts_from_proto(cuts: Iterable[pb.StreamCut]) -> dict[str, dict[int, int]]:
+    return {f"{c.streamInfo.scope}/{c.streamInfo.stream}": dict(c.cut.items()) for c in cuts}
+
+
+def reader_group_config_to_proto(config: ReaderGroupConfig) -> pb.ReaderGroupConfiguration:
+    return pb.ReaderGroupConfiguration(
+        scope=config.scope,
+        readerGroupName=config.group,
+        groupRefreshTimeMillis=config.refresh_ms,
+        automaticCheckpointIntervalMillis=config.checkpoint_ms,
+        maxOutstandingCheckpointRequest=config.max_outstanding_checkpoints,
+        retentionType=int(config.retention),
+        generation=config.generation,
+        readerGroupId=config.group_id,
+        startingStreamCuts=_cuts_to_proto(config.start),
+        endingStreamCuts=_cuts_to_proto(config.end),
+    )
+
+
+def reader_group_config_from_proto(msg: pb.ReaderGroupConfiguration) -> ReaderGroupConfig:
+    """Raises: ValueError: a retention type this API does not define."""
+    return ReaderGroupConfig(
+        scope=msg.scope,
+        group=msg.readerGroupName,
+        start=_cuts_from_proto(msg.startingStreamCuts),
+        end=_cuts_from_proto(msg.endingStreamCuts),
+        retention=GroupRetention(msg.retentionType),
+        refresh_ms=msg.groupRefreshTimeMillis,
+        checkpoint_ms=msg.automaticCheckpointIntervalMillis,
+        max_outstanding_checkpoints=msg.maxOutstandingCheckpointRequest,
+        group_id=msg.readerGroupId,
+        generation=msg.generation,
+    )
