@@ -836,6 +836,37 @@ def write_keyed(uri: str, scope: str, stream: str, segments: str, keys_json: str
     return {"written": len(keys)}
 
 
+def interop_write(uri: str, scope: str, events_json: str, raw_hex: str) -> dict[str, Any]:
+    """``scope/events`` (2 segments): ``[routing key, payload]`` pairs written in order
+    by an event writer; ``scope/bytes`` (1 segment): ``raw_hex`` by a byte stream writer."""
+    m = _manager(uri)
+    m.create_scope(scope)
+    m.create_stream(scope, "events", 2)
+    writer = m.create_writer(scope, "events")
+    for key, payload in json.loads(events_json):
+        writer.write_event_bytes(payload.encode("latin-1"), routing_key=key)
+    writer.flush()
+    m.create_stream(scope, "bytes", 1)
+    bs = m.create_byte_stream(scope, "bytes")
+    raw = bytes.fromhex(raw_hex)
+    half = len(raw) // 2
+    bs.write(raw[:half])
+    bs.flush()
+    bs.write(raw[half:])
+    bs.flush()
+    return {"tail": bs.current_tail_offset()}
+
+
+def read_streams(uri: str, streams_json: str) -> dict[str, Any]:
+    """Each ``[scope, stream, count]`` read by a new one-reader group (one after the
+    other, in this one process); payloads as latin-1 strings by ``scope/stream``."""
+    m = _manager(uri)
+    out: dict[str, Any] = {}
+    for i, (scope, stream, count) in enumerate(json.loads(streams_json)):
+        out[f"{scope}/{stream}"] = _read_group(m, scope, stream, f"interop{i}", int(count))
+    return out
+
+
 def read_group(uri: str, scope: str, stream: str, group: str, count: str) -> dict[str, Any]:
     """Read ``count`` events with a new one-reader group; payloads as latin-1 strings."""
     return {"events": _read_group(_manager(uri), scope, stream, group, int(count))}
@@ -1248,6 +1279,8 @@ SCENARIOS: Final[dict[str, Callable[..., dict[str, Any]]]] = {
         round_trip,
         write_keyed,
         read_group,
+        interop_write,
+        read_streams,
         from_tail,
         sizes,
         byte_stream,

@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.client.records import _EventBuffer, iter_events, records_from_events
-from headrace.errors import RemoteProtocolError
 from headrace.protocols import pravega as p
 from headrace.protocols.tank.bundle import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
@@ -37,9 +36,26 @@ def test_events_reassembled_whatever_the_read_sizes(
     assert buf.offset == base + len(data) and not buf.buffer
 
 
-def test_non_event_data_is_a_protocol_error() -> None:
-    with pytest.raises(RemoteProtocolError):
-        list(iter_events(b"\x00\x00\x00\x05\x00\x00\x00\x00"))  # type 5 is not an Event
+@pytest.mark.parametrize("split", [3, 12, 20])  # in the header, in the raw bytes, after
+def test_bytes_that_are_not_events_are_raw_chunks(split: int) -> None:
+    """A byte stream after an event: the event as usual, then every byte as it is."""
+    raw = b"\x00\x00\x00\x05not an event at all"  # type 5 is not an Event
+    data = p.encode_event(b"ev") + raw
+    buf = _EventBuffer(100)
+    events = list(buf.feed(data[: 10 + split])) + list(buf.feed(data[10 + split :]))
+    records = list(records_from_events("sc/st", "sc/st/0.#epoch.0", iter(events), tank=False))
+    assert (records[0].offset, records[0].value, records[0].format) == (100, b"ev", "event")
+    assert [r.format for r in records[1:]] == ["bytes"] * (len(records) - 1)
+    assert b"".join(r.value for r in records[1:]) == raw
+    assert records[1].offset == 110 and buf.offset == 100 + len(data) and not buf.buffer
+
+
+def test_an_event_that_never_completes_is_flushed_raw() -> None:
+    buf = _EventBuffer(0)
+    assert list(buf.feed(b"\x00\x00\x00\x00\x00\x00\x00\x09abc")) == []
+    assert buf.missing_bytes() == 6
+    assert list(buf.flush()) == [(0, b"\x00\x00\x00\x00\x00\x00\x00\x09abc")]
+    assert buf.raw and buf.missing_bytes() == 0
 
 
 def test_plain_events_become_records_without_key_or_timestamp() -> None:

@@ -44,6 +44,7 @@ def test_split_frames_gives_every_whole_event_and_leaves_the_cut_one(sizes: list
 
 @pytest.mark.parametrize("index", [5, 15])  # before and inside a run checked at once
 def test_a_frame_that_is_not_an_event_is_refused(index: int) -> None:
+    """The reader then reads the bytes as the record layer does (raw chunks)."""
     buf, _ = _framed([b"a" * 10] * 40)
     bad = buf[: 18 * index] + struct.pack(">ii", 7, 10) + buf[18 * index + 8 :]
     with pytest.raises(RemoteProtocolError, match="not an event"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.client import PravegaClient
+from headrace.client import PravegaClient, ScalingPolicy, StreamConfig
 from headrace.client.errors import ReplyError
 from headrace.client.tank import TankClient
 from headrace.protocols.tank import SEQ_NUM_TAIL, BundleMessage, CreateTopicResult, encode_bundle
@@ -106,3 +106,50 @@ async def test_long_poll_is_woken_by_bundles_appended_through_pravega(tmp_path: 
     assert woken_s < 10.0  # the append, not the 30 s timer, ended the poll
     assert [(m.seq_num, m.content, m.key) for m in result.messages] == [(2, b"p2", b"pk")]
     assert result.high_water_mark == 2
+
+
+async def test_any_stream_is_a_topic_whose_partitions_follow_scaling(tmp_path: Path) -> None:
+    """Topic ``SCOPE.STREAM`` is the Pravega stream: partition n is segment number n, a
+    scaling's successors become new partitions; a parked consume wakes on an event
+    written by a Pravega writer (docs/interop.md#tank)."""
+    with running_server(tmp_path / "data", pravega=True) as server:
+        uri = f"tcp://127.0.0.1:{server.controller_port}"
+        async with PravegaClient(uri) as client:
+            await client.controller.create_scope("sc")
+            await client.controller.create_stream("sc", "a.b", StreamConfig(ScalingPolicy.fixed(1)))
+            async with await client.create_writer("sc", "a.b") as writer:
+                for n in range(3):
+                    await writer.write(b"k:%d" % n, routing_key="k")
+                await writer.flush()
+                (old,) = await client.controller.get_current_segments("sc", "a.b")
+                await client.controller.scale_stream(
+                    "sc", "a.b", [old.segment.segment_id], [(0.0, 0.5), (0.5, 1.0)]
+                )
+                async with await TankClient.connect("127.0.0.1", server.port) as tank:
+                    assert (await tank.consume("sc.nope", 0, 0)).unknown_topic
+                    parts = await tank.discover_partitions("sc.a.b")  # split at the first dot
+                    assert parts is not None and len(parts) == 3
+                    first = await tank.consume("sc.a.b", 0, 0)
+                    assert [
+                        (m.seq_num, m.content, m.key, m.timestamp_ms) for m in first.messages
+                    ] == [
+                        (1, b"k:0", b"", 0),
+                        (2, b"k:1", b"", 0),
+                        (3, b"k:2", b"", 0),
+                    ]
+                    parked = [
+                        asyncio.ensure_future(
+                            tank.start_consume("sc.a.b", pid, SEQ_NUM_TAIL, max_wait_ms=30_000)
+                        )
+                        for pid in (1, 2)
+                    ]
+                    began = time.monotonic()
+                    later = [b"%d:3" % key for key in range(8)]  # keys of both halves
+                    for event in later:
+                        await writer.write(event, routing_key=event[:1].decode())
+                    await writer.flush()
+                    woken = await asyncio.wait_for(asyncio.gather(*parked), 30)
+                    woken_s = time.monotonic() - began
+    assert woken_s < 10.0  # the appends, not the 30 s timer, ended both polls
+    assert all(result.messages for result in woken)
+    assert {m.content for r in woken for m in r.messages} <= set(later)

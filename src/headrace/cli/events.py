@@ -177,6 +177,7 @@ FORMAT_FIELDS: Final = {
     "T": "timestamp in ms (-1 when none)",
     "K": "key length in bytes (-1 when none)",
     "S": "value length in bytes",
+    "F": "format: event, bundle (a TANK message) or bytes (a byte stream's raw bytes)",
     "%": "a percent sign",
 }
 """What each ``%`` letter of a ``read -f`` format string prints (kcat's letters
@@ -184,10 +185,12 @@ where they mean the same; ``%s`` is the segment, ``%v`` the value)."""
 
 JSON_FIELDS: Final = (
     "stream", "segment", "offset", "index", "timestamp_ms", "key", "value", "encoding",
+    "format",
 )  # fmt: skip
 """The keys of every ``read -f json`` line, always all of them, in this order.
 ``encoding`` is ``utf-8``, or ``base64`` when the key or the value is not
-UTF-8 (both are then base64)."""
+UTF-8 (both are then base64); ``format`` is what the stored bytes were
+(``docs/interop.md``)."""
 
 
 class RecordFormat:
@@ -255,6 +258,8 @@ def _field(record: Record, letter: str) -> bytes:
             return str(-1 if record.timestamp_ms is None else record.timestamp_ms).encode()
         case "K":
             return str(-1 if record.key is None else len(record.key)).encode()
+        case "F":
+            return record.format.encode()
         case _:
             return str(len(record.value)).encode()
 
@@ -281,6 +286,7 @@ def _json(record: Record) -> bytes:
                 shown_key,
                 shown_value,
                 encoding,
+                record.format,
             ),
             strict=True,
         )

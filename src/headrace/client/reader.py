@@ -90,6 +90,7 @@ from typing import TYPE_CHECKING, Any
 from headrace.errors import ControllerError, ServerError
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.controller import GroupRetention, ReaderGroupConfig
+from headrace.protocols.records import stored_bytes
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError, TableKeyVersionError
@@ -490,7 +491,7 @@ class _Feed:
     def pop(self) -> tuple[int, bytes]:
         off, payload = self.events.popleft()
         self.buffered_bytes -= len(payload)
-        self.position = off + 8 + len(payload)
+        self.position = off + stored_bytes(payload)  # a byte stream's raw bytes: no header
         if not self._room.is_set():
             self._room.set()
         return off, payload

@@ -20,7 +20,12 @@ What a record is
   timestamp, all with the bundle's ``offset`` and ``index`` 0, 1, 2... within
   it. ``(segment, offset, index)`` identifies a record. An event of a TANK
   topic that is not a bundle (written there through another protocol) gives
-  no record: it is skipped and counted in :attr:`RecordReader.skipped`.
+  no record: it is skipped, counted in :attr:`RecordReader.skipped` and
+  logged once per segment;
+* bytes that are not Pravega events (a byte stream's data) are read as they
+  are: records of ``format`` ``bytes``, ``key`` and ``timestamp_ms`` ``None``,
+  whose values put together are the segment's bytes. Nothing stored is an
+  error to the reader.
 
 How segments are walked
 -----------------------
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -58,6 +64,8 @@ from .errors import NoSuchSegmentError, SegmentIsTruncatedError
 
 if TYPE_CHECKING:
     from .pravega import PravegaClient
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_TANK_SCOPE",
@@ -121,6 +129,7 @@ class RecordReader:
         self.positions: dict[Segment, int] = {}
         """Where each segment's reading stands: the offset after the last record handed out."""
         self._skipped = SkipCount()
+        self._warned: set[str] = set()
         self._opened = False
         self._closed = False
 
@@ -169,14 +178,8 @@ class RecordReader:
                     sealed_end = True  # gone or truncated away: like the Rust reader, move on
                     break
                 offset += len(got.data)
-                events = buf.feed(got.data)
-                records = list(
-                    records_from_events(
-                        self.name, segment.name, events, tank=self.tank, skipped=self._skipped
-                    )
-                )
-                if records:
-                    await self._queue.put((segment, buf.offset, records))
+                ended = got.end_of_segment or (limit is not None and offset >= limit)
+                await self._hand_out(segment, buf, got.data, ended)
                 if got.end_of_segment:
                     sealed_end = True
                     break
@@ -190,6 +193,27 @@ class RecordReader:
             self._running -= 1
             if self._running == 0 and not self._closed:
                 await self._queue.put(None)
+
+    async def _hand_out(
+        self, segment: Segment, buf: EventBuffer, data: bytes | memoryview, ended: bool
+    ) -> None:
+        """Queue the records ``data`` completes; at the end of what is read, the
+        bytes of an event that never completed too (as raw bytes)."""
+        events = list(buf.feed(data))
+        if ended:
+            events += buf.flush()
+        records = list(
+            records_from_events(
+                self.name, segment.name, iter(events), tank=self.tank, skipped=self._skipped
+            )
+        )
+        if segment.name in self._skipped.segments and segment.name not in self._warned:
+            self._warned.add(segment.name)
+            log.warning(
+                "%s: skipping events of %s that are not TANK bundles", self.name, segment.name
+            )
+        if records:
+            await self._queue.put((segment, buf.offset, records))
 
     async def _segment_finished(self, segment: Segment) -> None:
         self._finished.add(segment.segment_id)

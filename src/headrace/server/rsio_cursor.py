@@ -22,6 +22,8 @@ let go of the rest, reading it again later.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,11 +31,19 @@ from urllib.parse import parse_qs
 
 from headrace.controller.naming import segment_name
 from headrace.errors import SegmentTruncated
-from headrace.protocols.pravega import EVENT_HEADER
-from headrace.protocols.records import EventBuffer, Record, bundle_records
+from headrace.protocols.records import (
+    FORMAT_BYTES,
+    EventBuffer,
+    RawChunk,
+    Record,
+    bundle_records,
+    stored_bytes,
+)
 from headrace.protocols.rsio.codec import encode_varint
 from headrace.server._context import ListenerContext
 from headrace.store.api import MAX_WAIT_S
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_ELEMENT_BYTES",
@@ -242,6 +252,7 @@ class StreamCursor:
         """One element per stored event, its payload (the common case, cut in a tight loop)."""
         self._holding = holding if holding is not None else Holding()
         self._skipped = skipped
+        self._warned: set[str] = set()
         self.held_bytes = 0
         self.idle = False
         self.demand = 1
@@ -371,7 +382,7 @@ class StreamCursor:
                 continue
             offset, skip = seg.cut_end, seg.skip
             if self._plain:  # the elements left are the payloads of the last events cut
-                offset -= sum(EVENT_HEADER.size + len(element) for element in seg.elements)
+                offset -= sum(stored_bytes(element) for element in seg.elements)
             handed = sum(count for _, count, _ in seg.cut) - len(seg.elements)
             for event_offset, count, before in seg.cut:
                 if handed < count:
@@ -399,7 +410,7 @@ class StreamCursor:
             offset, payload = seg.ahead
             seg.ahead = _next_event(seg)
             elements = self._elements(seg, offset, payload)
-            stored = EVENT_HEADER.size + len(payload)
+            stored = stored_bytes(payload)
             seg.cut_end = offset + stored
             before = 0
             if seg.skip:
@@ -435,7 +446,7 @@ class StreamCursor:
         seg.ahead = ahead
         if ahead is None:
             seg.pending = None
-        end = seg.cut_end = offset + EVENT_HEADER.size + len(payload)
+        end = seg.cut_end = offset + stored_bytes(payload)
         seg.element_bytes += ((end - first) / count - seg.element_bytes) / 4
         self._account(seg, read_bytes=seg.read_bytes if ahead else 0, cut_bytes=cut_bytes)
         self._finish(seg)
@@ -446,9 +457,13 @@ class StreamCursor:
 
         A Pravega event's value is its payload, taken without a ``Record`` in
         between (the common case). An event of a TANK topic that is not a
-        bundle gives none and is counted.
+        bundle gives none and is counted (and logged once per segment). Bytes
+        that are not events (a byte stream's) are one element as they are.
         """
         fmt = self._query.fmt
+        if isinstance(payload, RawChunk):
+            raw = Record(self.name, seg.name, offset, None, bytes(payload), None, 0, FORMAT_BYTES)
+            return [raw.value] if fmt == "value" else [encode_record(raw, seg.sid)]
         if not self.tank:
             return [
                 encode_record(Record(self.name, seg.name, offset, None, payload, None), seg.sid)
@@ -456,6 +471,9 @@ class StreamCursor:
         records = bundle_records(self.name, seg.name, offset, payload)
         if records is None:
             self._skipped()
+            if seg.name not in self._warned:
+                self._warned.add(seg.name)
+                log.warning("rsio: skipping events of %s that are not TANK bundles", seg.name)
             return []
         if fmt == "value":
             return [record.value for record in records]
@@ -528,10 +546,13 @@ class StreamCursor:
                 continue
             finally:
                 self._change(-want)
-            if got.data:
+            if got.data or (got.end_of_segment and seg.events.buffer):
                 progress = True
                 got_bytes += len(got.data)
-                seg.pending = seg.events.feed(got.data)
+                pending = seg.events.feed(got.data)
+                if got.end_of_segment:  # an event that never completed: its bytes as they are
+                    pending = itertools.chain(pending, seg.events.flush())
+                seg.pending = pending
                 seg.ahead = _next_event(seg)
                 self._account(seg, read_bytes=len(got.data) if seg.ahead else 0)
             reached_until = seg.until is not None and offset + len(got.data) >= seg.until

@@ -68,6 +68,7 @@ from headrace.server.tank_broker import (
     TankBroker,
     Waiter,
     stream_name,
+    stream_of,
 )
 from headrace.types import FileRegion
 
@@ -358,6 +359,9 @@ class TankHandler(ConnectionHandler):
         scope = self._broker.scope
         if topic is None:
             return scope_resource(scope)
+        named = stream_of(topic)  # SCOPE.STREAM: any stream (docs/interop.md#tank)
+        if named is not None:
+            return stream_resource(*named)
         return stream_resource(scope, stream_name(topic))
 
     def _readable_topics(self) -> list[tuple[str, int, bool]]:

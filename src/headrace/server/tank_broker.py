@@ -44,6 +44,21 @@ num and grow to at least ``fetch_size``; seq num 0 is the first available,
 2^64-1 the tail. A consume finding every partition at its end parks
 (``wait_for_appends``), woken by appends through any front door.
 
+Any other stream (``docs/interop.md#tank``): a topic named ``SCOPE.STREAM``
+(split at the first dot; TANK topic names have no dot) is the stream
+``SCOPE/STREAM``, whichever front door wrote it. Its partition *n* is the
+stream's segment number *n*: epoch 0's segments first, then each scaling's
+successors in the order they were created, so partition ids never change and
+a scaled stream gains partitions. Each stored event is one message, numbered
+from 1 in its segment (the same walk, index and checkpoints as bundles, each
+event standing for a bundle of one message); a consume gets each event as a
+one-message bundle (no key, timestamp 0: Pravega events carry neither), built
+as the chunk is read. A produce into such a stream stores each message as an
+ordinary event (its key and timestamp are not kept). Bytes that are not
+events (a byte stream's) are messages of ``RAW_PIECE_BYTES`` each, cut from
+the first of them on; the last, shorter piece shows once the segment is
+sealed (a message never grows once a consumer may have seen it).
+
 Only bundles go into a topic's stream: the broker has the store refuse any
 other append under its scope (``check_appends``), whatever front door it
 comes through. An event that is not a bundle all the same (written before,
@@ -72,8 +87,8 @@ from typing import Final
 
 from headrace.controller.errors import ScopeExists
 from headrace.controller.model import ControllerModel
-from headrace.controller.naming import segment_id, segment_name
-from headrace.controller.records import ScalingPolicy, ScalingType, StreamConfig
+from headrace.controller.naming import is_valid_name, segment_id, segment_name
+from headrace.controller.records import ScalingPolicy, ScalingType, SegmentRecord, StreamConfig
 from headrace.errors import (
     BadOffset,
     HeadraceError,
@@ -107,6 +122,7 @@ __all__ = [
     "Waiter",
     "is_valid_topic",
     "stream_name",
+    "stream_of",
     "topic_name",
 ]
 
@@ -150,6 +166,11 @@ many bytes read (about one large bundle): the store's reads of data on disk
 return without suspending, so a large response would otherwise hold every
 other connection (and ``/health``) for as long as it takes to read it."""
 
+RAW_PIECE_BYTES: Final = 4096
+"""Bytes of one message cut from a byte stream's data for a TANK consumer: small
+enough that a live byte stream's consumer trails its writer by less than this,
+large enough that the framing added (a one-message bundle each) stays small."""
+
 MAX_VERIFIED_RANGES = 1024
 """Byte ranges of a partition known to hold only valid bundles (``_Verified``);
 past it the shortest is forgotten (its bundles are then checked again)."""
@@ -166,6 +187,10 @@ MAX_BUNDLE_BYTES = MAX_APPEND_BYTES - EVENT_HEADER.size
 BUNDLE_HEADER_MAX_BYTES = 19
 """flags:u8, msg_count varint (<= 5), first:u64, last-first-1 varint (<= 5): tank.md#bundles."""
 
+_EVENT_AS_BUNDLE: Final = t.BundleHeader(t.BundleCodec.NONE, 1, None, None, 1)
+"""What the walk sees of an event of a stream that is not a TANK topic: a bundle of one
+message (``size_bytes`` is not used by the walk)."""
+
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _ANCHOR_OFFSET_BYTES = 8  # big-endian u64 after the segment name, so keys sort by offset
 _ANCHOR_VALUE = struct.Struct("<Q")  # first seq num of the bundle at that offset
@@ -177,6 +202,22 @@ def is_valid_topic(topic: str) -> bool:
     """TANK's rule (tank.md#create-topic): 1-64 of ``[A-Za-z0-9_-]``, not starting with ``-`` or
     ``_``."""
     return len(topic) <= MAX_TOPIC_NAME_CHARS and _TOPIC_NAME.fullmatch(topic) is not None
+
+
+def stream_of(topic: str) -> tuple[str, str] | None:
+    """The ``(scope, stream)`` a dotted topic ``SCOPE.STREAM`` names (split at the first
+    dot), or None for a topic without a dot (a TANK topic) or names that are no
+    scope's or stream's (``docs/interop.md#tank``)."""
+    scope, dot, stream = topic.partition(".")
+    if not dot or not is_valid_name(scope) or not is_valid_name(stream):
+        return None
+    return scope, stream
+
+
+def _event_bundle(payload: memoryview) -> bytes:
+    """An event of a stream that is not a TANK topic, as the one-message bundle a
+    consumer gets (no key, timestamp 0)."""
+    return t.encode_bundle([t.BundleMessage(bytes(payload))], compress=False)
 
 
 def stream_name(topic: str) -> str:
@@ -320,10 +361,13 @@ class _Verified:
 
 
 class Partition:
-    """What the broker knows about one partition (one segment)."""
+    """What the broker knows about one partition (one segment); ``foreign`` when the
+    segment holds events, not bundles (a stream that is not a TANK topic)."""
 
-    def __init__(self, segment: str) -> None:
+    def __init__(self, segment: str, foreign: bool = False) -> None:
         self.segment = segment
+        self.foreign = foreign
+        self.sealed = False  # as of the last load: a byte stream's last piece then shows
         self.lock = asyncio.Lock()  # serialises loading and appends
         self.loaded = False
         self.length = 0  # end of the last bundle known (durable)
@@ -405,6 +449,9 @@ class TankBroker:
         self._own_frames: set[int] = set()
         """``id`` of the frames our own appends are storing (checked at produce already)."""
         self._read_slots = asyncio.Semaphore(MAX_CONCURRENT_CHUNK_READS)
+        self._foreign_segments: dict[tuple[str, str], tuple[int, list[SegmentRecord]]] = {}
+        """(scope, stream) -> (epoch, every segment by number): the partitions of a
+        stream that is not a TANK topic, as of that epoch."""
 
     async def start(self) -> None:
         """Create the scope and the seq-num table if needed; read the table; have
@@ -436,8 +483,38 @@ class TankBroker:
         stream = stream_name(topic)
         return stream if self.controller.stream_exists(self.scope, stream) else None
 
+    def locate(self, topic: str) -> tuple[str, str] | None:
+        """The existing ``(scope, stream)`` behind ``topic``: a TANK topic's stream in
+        the TANK scope, or the stream a dotted topic names; None if there is none."""
+        named = stream_of(topic)
+        if named is None:
+            stream = self._stream(topic)
+            return None if stream is None else (self.scope, stream)
+        return named if self.controller.stream_exists(*named) else None
+
+    def _segments_of(self, scope: str, stream: str) -> list[SegmentRecord]:
+        """Every segment ``scope/stream`` ever had, by number: its partitions."""
+        epoch = self.controller.current_epoch(scope, stream)
+        cached = self._foreign_segments.get((scope, stream))
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        found: dict[int, SegmentRecord] = {}
+        for e in range(epoch + 1):
+            for seg in self.controller.epoch_segments(scope, stream, e):
+                found.setdefault(seg.number, seg)
+        segments = [found[n] for n in sorted(found)]
+        self._foreign_segments[(scope, stream)] = (epoch, segments)
+        return segments
+
     def partitions_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has; None if there is no such topic."""
+        if "." in topic:
+            located = self.locate(topic)
+            if located is None:
+                return None
+            if located[0] != self.scope:
+                return len(self._segments_of(*located))
+            return len(self.controller.epoch_segments(*located, 0))
         stream = self._stream(topic)
         if stream is None:
             return None
@@ -448,13 +525,13 @@ class TankBroker:
         did not know: a cluster follower's view of topics created through other
         nodes may lag (``docs/cluster.md#doors``); elsewhere the second look
         changes nothing. Callers ask ``partitions_count`` first."""
-        if is_valid_topic(topic):
+        if is_valid_topic(topic) or stream_of(topic) is not None:
             await self.controller.refresh()
         return self.partitions_count(topic)
 
     def is_read_only(self, topic: str) -> bool:
-        stream = self._stream(topic)
-        return stream is not None and self.controller.is_sealed(self.scope, stream)
+        located = self.locate(topic)
+        return located is not None and self.controller.is_sealed(*located)
 
     def topics(self) -> list[tuple[str, int, bool]]:
         """(topic, partitions, enabled) for every stream of the scope that is a topic."""
@@ -491,10 +568,21 @@ class TankBroker:
 
     async def partition(self, topic: str, partition_id: int) -> Partition:
         """The loaded state of an existing partition (check ``partitions_count`` first)."""
-        name = segment_name(self.scope, stream_name(topic), segment_id(0, partition_id))
+        foreign = False
+        if "." in topic:  # SCOPE.STREAM: partition n is the stream's segment number n
+            located = self.locate(topic)
+            assert located is not None
+            if located[0] != self.scope:
+                foreign = True
+                seg = self._segments_of(*located)[partition_id]
+                name = segment_name(*located, seg.id)
+            else:
+                name = segment_name(*located, segment_id(0, partition_id))
+        else:
+            name = segment_name(self.scope, stream_name(topic), segment_id(0, partition_id))
         part = self._partitions.get(name)
         if part is None:
-            part = self._partitions[name] = Partition(name)
+            part = self._partitions[name] = Partition(name, foreign)
         if not part.loaded:
             async with part.lock:
                 if not part.loaded:
@@ -528,6 +616,7 @@ class TankBroker:
         part.anchors = {o: s for o, s in stored.items() if info.start_offset <= o < info.length}
         part.start = info.start_offset
         part.length = info.length
+        part.sealed = info.sealed
         part.index_offsets, part.index_seqs = [], []
         part.first_seq = part.hwm = 0
         if part.start == 0:
@@ -550,6 +639,8 @@ class TankBroker:
             async for bundle in self._walk(part, offset, next_seq, part.length):
                 part.note(bundle.offset, bundle.first)
                 last = bundle
+        if part.foreign:  # a byte stream's last piece may wait for more bytes (or the seal)
+            part.length = last.end if last is not None else part.start
         if last is not None:
             part.hwm = last.last
             if last.offset > part.checkpoint_offset:
@@ -571,7 +662,8 @@ class TankBroker:
         index we had before a reload, or a sparse bundle), or else from the
         high-water mark we had before a reload."""
         count = 0
-        async for offset, end, payload in self._events(part.segment, part.start, part.length):
+        events = self._events(part.segment, part.start, part.length, pieces=part.foreign)
+        async for offset, end, payload in events:
             header = self._bundle_header(part, offset, end, payload)
             if header is None:
                 continue
@@ -590,9 +682,10 @@ class TankBroker:
         return 1
 
     async def _events(
-        self, segment: str, offset: int, end: int
+        self, segment: str, offset: int, end: int, *, pieces: bool = False, sealed: bool = True
     ) -> AsyncIterator[tuple[int, int, memoryview]]:
-        """Yield (offset, end, payload) of each event in ``[offset, end)``."""
+        """Yield (offset, end, payload) of each event in ``[offset, end)``; with
+        ``pieces``, bytes that are not events then as ``_raw_pieces``."""
         view = memoryview(b"")
         base = offset
         position = offset
@@ -610,6 +703,10 @@ class TankBroker:
                     return
             kind, length = EVENT_HEADER.unpack_from(view, rel)
             if kind != EVENT_TYPE or length < 0 or position + EVENT_HEADER.size + length > end:
+                if pieces:
+                    async for piece in self._raw_pieces(segment, position, end, sealed):
+                        yield piece
+                    return
                 log.warning("tank: %s has no event at offset %d; stopping there", segment, position)
                 return
             if len(view) - rel < EVENT_HEADER.size + length:
@@ -621,6 +718,24 @@ class TankBroker:
             next_position = position + EVENT_HEADER.size + length
             yield position, next_position, view[start : start + length]
             position = next_position
+
+    async def _raw_pieces(
+        self, segment: str, offset: int, end: int, sealed: bool
+    ) -> AsyncIterator[tuple[int, int, memoryview]]:
+        """A byte stream's bytes from ``offset`` as ``RAW_PIECE_BYTES`` pieces; the last,
+        shorter one only if the segment is ``sealed`` (it could still grow)."""
+        position = offset
+        while position < end:
+            stop = position + RAW_PIECE_BYTES
+            if stop > end:
+                if not sealed:
+                    return
+                stop = end
+            view = await self._read(segment, position, stop - position)
+            if len(view) < stop - position:
+                return
+            yield position, stop, view
+            position = stop
 
     async def _read(self, segment: str, offset: int, count: int) -> memoryview:
         """Read ``count`` bytes at ``offset`` (fewer only if the segment ends first)."""
@@ -639,7 +754,10 @@ class TankBroker:
     ) -> t.BundleHeader | None:
         """The header of the event at ``offset`` if it is a valid bundle, else None
         (counted as skipped). Checked in full unless ``part.verified`` covers it, so
-        every walk over the same bytes sees the same bundles, and the numbering holds."""
+        every walk over the same bytes sees the same bundles, and the numbering holds.
+        An event of a stream that is not a TANK topic is one message."""
+        if part.foreign:
+            return _EVENT_AS_BUNDLE
         if part.verified.end_of(offset) >= end:
             return _header(payload)
         header = _validate_bundle(payload)
@@ -656,8 +774,11 @@ class TankBroker:
         what the bundle at ``offset`` gets unless it is sparse or anchored. Events
         that are not bundles (stored behind the broker's back) are skipped."""
         verified_end = part.verified.end_of(offset)
-        async for position, event_end, payload in self._events(part.segment, offset, end):
-            if event_end <= verified_end:
+        events = self._events(part.segment, offset, end, pieces=part.foreign, sealed=part.sealed)
+        async for position, event_end, payload in events:
+            if part.foreign:
+                header: t.BundleHeader | None = _EVENT_AS_BUNDLE
+            elif event_end <= verified_end:
                 header = _header(payload)
             else:
                 header = self._bundle_header(part, position, event_end, payload)
@@ -709,6 +830,9 @@ class TankBroker:
         """Append a valid bundle under the partition lock. A failed append leaves
         the partition to be reloaded at its next use; ``BadOffset`` says the
         segment had grown behind our back (another front door appended)."""
+        if part.foreign:
+            await self._append_events(part, bundle, header, explicit_first)
+            return
         if header.sparse:
             assert header.first_seq_num is not None and header.last_seq_num is not None
             first, last = header.first_seq_num, header.last_seq_num
@@ -756,6 +880,36 @@ class TankBroker:
                 await self._put_anchor(part, offset, first)
             except StoreError as exc:  # only a restart's speed depends on it
                 log.warning("tank: checkpoint of %s failed: %s", part.segment, exc)
+
+    async def _append_events(
+        self, part: Partition, bundle: bytes, header: t.BundleHeader, explicit_first: int
+    ) -> None:
+        """``_append_locked`` for a stream that is not a TANK topic: each message of
+        the bundle becomes one ordinary event (its key and timestamp are not kept),
+        numbered after the partition's last; one store append for them all."""
+        if header.sparse or explicit_first:
+            raise InvalidSeqNums(f"{part.segment} numbers its events itself")
+        messages = t.decode_bundle(bundle, 1, max_unpacked_bytes=t.MAX_STORED_UNPACKED_BYTES)
+        frame = b"".join(
+            EVENT_HEADER.pack(EVENT_TYPE, len(m.content)) + m.content for m in messages
+        )
+        if len(frame) > MAX_APPEND_BYTES:
+            raise InvalidBundle(f"a bundle whose events take {len(frame)} bytes")
+        first = part.hwm + 1 if part.hwm else part.origin_seq
+        offset = part.length
+        try:
+            result = await self.store.append(part.segment, frame, expected_offset=offset)
+        except StoreError:
+            part.loaded = False  # the next use rebuilds the numbering from the store
+            raise
+        if not part.first_seq:
+            part.first_seq = first
+        part.hwm = first + len(messages) - 1
+        part.length = result.length
+        part.note(offset, first)
+        entry_bytes = len(encode_varint(len(bundle))) + len(bundle)
+        for waiter in list(part.waiters):
+            waiter.appended(entry_bytes)
 
     async def catch_up(self, part: Partition) -> int:
         """Re-read a partition whose segment grew through another front door (a
@@ -822,6 +976,8 @@ class TankBroker:
         ``partitions_count`` first. Raises StoreError.
         """
         part = await self.partition(topic, partition_id)
+        if part.foreign and part.hwm + 1 < seq_num < t.SEQ_NUM_TAIL:
+            await self.catch_up(part)  # written through other doors since it was loaded
         try:
             return part, await self._read_from(part, seq_num, fetch_size, budget)
         except SegmentTruncated:
@@ -983,16 +1139,17 @@ class TankBroker:
             if bundle.first > hwm:
                 break
             previous_last = bundle.last
-            entry = encode_varint(len(bundle.payload))
-            if size and size + len(entry) + len(bundle.payload) > budget:
+            payload = _event_bundle(bundle.payload) if part.foreign else bundle.payload
+            entry = encode_varint(len(payload))
+            if size and size + len(entry) + len(payload) > budget:
                 break
             out += entry
-            if len(bundle.payload) >= VIEW_MIN_BYTES:
-                chunk.parts += (out, bundle.payload)
+            if len(payload) >= VIEW_MIN_BYTES:
+                chunk.parts += (out, payload)
                 out = bytearray()
             else:
-                out += bundle.payload
-            size += len(entry) + len(bundle.payload)
+                out += payload
+            size += len(entry) + len(payload)
             if size >= yielded + YIELD_EVERY_BYTES:  # let other connections in
                 yielded = size
                 await asyncio.sleep(0)

@@ -6,6 +6,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from headrace.errors import RemoteProtocolError
+from headrace.protocols.records import MAX_EVENT_BYTES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,7 +35,8 @@ def frame_starts(buf: bytes) -> tuple[list[pa.Array], int]:
     with Arrow compute, keeping the run up to the first mismatch.
 
     Raises:
-        RemoteProtocolError: something else than an event frame.
+        RemoteProtocolError: something else than an event frame (the record
+            layer reads such bytes as raw chunks).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -50,7 +52,7 @@ def frame_starts(buf: bytes) -> tuple[list[pa.Array], int]:
     data = pa.py_buffer(buf)
     while end - pos >= header_size:
         kind, length = unpack(buf, pos)
-        if kind != 0 or length < 0:
+        if kind != 0 or not 0 <= length <= MAX_EVENT_BYTES:
             raise RemoteProtocolError(f"not an event at buffer position {pos}: type {kind}")
         stride = header_size + length
         if pos + stride > end:

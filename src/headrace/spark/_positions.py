@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from headrace.client import PravegaClient, Segment
 from headrace.client.errors import NoSuchSegmentError
 from headrace.errors import HeadraceError
+from headrace.protocols.records import MAX_EVENT_BYTES
 
 from ._connect import Target, run, split_name
 from ._frames import EVENT_HEADER
@@ -298,7 +299,9 @@ async def walk(
             break  # nothing more to read below ``end``
         pos = 0
         while pos + EVENT_HEADER.size <= len(data):
-            _, length = EVENT_HEADER.unpack_from(data, pos)
+            kind, length = EVENT_HEADER.unpack_from(data, pos)
+            if kind != 0 or not 0 <= length <= MAX_EVENT_BYTES:
+                return offset + pos  # not events (a byte stream): no cut inside them
             nxt = offset + pos + EVENT_HEADER.size + length
             if nxt > end:
                 return offset + pos
