@@ -18,6 +18,8 @@ record batches whose types match the schema exactly.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,14 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from . import _connect, _planning, _positions, _reads, _txns
 from .options import ReadOptions, WriteOptions, read_options, write_options
@@ -180,9 +189,21 @@ class HeadraceDataSource(DataSource):
 def _checked(opts: ReadOptions) -> ReadOptions:
     """``opts`` once the driver reaches the controller with its TLS settings and
     credentials (``_connect.check_connection``): a wrong CA or password fails the
-    query at planning time, not after the clients' retries in every task."""
-    _connect.check_connection(opts.connection, opts.streams[0])
+    query at planning time, not after the clients' retries in every task.
+    With ``streamPattern``, the streams that match it now."""
+    _connect.check_connection(opts.connection)
+    opts = _matched(opts)
+    if opts.streams:
+        _connect.check_connection(opts.connection, opts.streams[0])
     return opts
+
+
+def _matched(opts: ReadOptions) -> ReadOptions:
+    """``opts`` with ``streams`` listed again from ``streamPattern`` (if given)."""
+    if opts.stream_pattern is None:
+        return opts
+    found = _positions.matching_streams(opts.connection, opts.stream_pattern)
+    return dataclasses.replace(opts, streams=tuple(found))
 
 
 # --------------------------------------------------------------------------- readers
@@ -210,27 +231,72 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over the streams' segments; offsets as :data:`_positions.Position`.
 
     State on ``self`` lives in the driver-side runner process for the query's
-    lifetime (the ``availableNow`` target); everything else is in the offsets.
+    lifetime (the ``availableNow`` target, the latest offsets last seen, the
+    time of the last micro-batch for ``maxTriggerDelay``); everything else is
+    in the offsets.
     """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self.target: _positions.Position | None = None
+        self.latest: _positions.Position | None = None
+        self.last_trigger_ms = 0.0  # as Kafka's: the first look may always trigger
 
     def initialOffset(self) -> dict[str, Any]:
+        self.opts = _matched(self.opts)
         return _positions.starting_position(self.opts, "latest")
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self.opts = _matched(self.opts)
         self.target = _positions.latest(self.opts.connection, self.opts.streams)
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """The limit options as Spark's read limit. Spark hands it back to
+        :meth:`latestOffset`, or ``ReadAllAvailable`` for a trigger that reads
+        everything (``Trigger.Once``); the options themselves say the limits."""
+        o = self.opts
+        if o.max_events is not None:
+            return ReadMaxRows(o.max_events)
+        if o.max_bytes is not None:
+            return ReadMaxBytes(o.max_bytes)
+        if o.min_events is not None:
+            return ReadMinRows(o.min_events)
+        return ReadAllAvailable()
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        end = _positions.advance(self.opts.connection, start, self.opts)
+        self._follow_pattern(start)
+        limited = not isinstance(limit, ReadAllAvailable)
+        found = _positions.next_batch(start, self.opts, limited=limited)
+        self.latest = found.latest
+        end = found.end
         if self.target is not None:
-            end = _cap(start, end, self.target)
+            return _cap(start, end, self.target)  # availableNow: never wait for more
+        if limited and self.opts.min_events is not None:
+            now = time.time() * 1000
+            if now - self.last_trigger_ms < self.opts.max_trigger_delay_ms and not found.enough:
+                return start  # too few events yet: no micro-batch this time
+            self.last_trigger_ms = now
         return end
 
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Every segment's length at the last :meth:`latestOffset` (Spark's
+        ``latestOffset`` in the query progress; with ``endOffset`` it gives
+        the lag, :func:`headrace.spark.progress.offsets_behind_latest`)."""
+        return self.latest
+
+    def _follow_pattern(self, start: _positions.Position) -> None:
+        """With ``streamPattern``: read the streams that match now (new ones
+        from their head); a stream of ``start`` that is gone is data loss."""
+        if self.opts.stream_pattern is None:
+            return
+        self.opts = _matched(self.opts)
+        for name in sorted(set(start) - set(self.opts.streams)):
+            _positions.lost(self.opts, f"stream {name} no longer exists")
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = _planning.plan_ranges(self.opts.connection, start, end, self.opts.min_partitions)
+        ranges = _planning.plan_ranges(
+            self.opts.connection, start, end, self.opts.min_partitions, self.opts
+        )
         return _partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
