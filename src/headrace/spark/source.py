@@ -343,6 +343,12 @@ class TxnMessage(WriterCommitMessage):
 SINK_TEXT_TYPES = ("string", "binary")
 """Types the sink takes for ``value`` and ``key``."""
 
+SINK_PARTITION_TYPES = ("int", "bigint")
+"""Types the sink takes for ``partition`` (a segment id)."""
+
+SINK_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+"""The type of Kafka's ``headers`` column, which the sink takes (empty or null only)."""
+
 
 def _check_sink_schema(schema: StructType) -> bool:
     """Refuse a DataFrame the sink cannot write; returns whether it has a
@@ -355,6 +361,12 @@ def _check_sink_schema(schema: StructType) -> bool:
     for name in ("stream", "scope"):
         if name in types and types[name] != "string":
             raise OptionError(f"the headrace sink's '{name}' column must be a string")
+    if "partition" in types and types["partition"] not in SINK_PARTITION_TYPES:
+        raise OptionError(
+            "the headrace sink's 'partition' column must be an int or bigint (a segment id)"
+        )
+    if "headers" in types and types["headers"] != SINK_HEADERS_TYPE:
+        raise OptionError(f"the headrace sink's 'headers' column must be {SINK_HEADERS_TYPE}")
     return "stream" in types
 
 
@@ -368,15 +380,23 @@ def _write(opts: WriteOptions, rows: Iterator[Row]) -> TxnMessage:
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         batch_id = int(raw_batch) if raw_batch is not None else None
 
-    def triples() -> Iterator[tuple[str, object, object]]:
+    def sink_rows() -> Iterator[_txns.SinkRow]:
         for row in rows:
             d = row.asDict()
             value = d.get("value")
             if value is None:
                 raise ValueError("the headrace sink got a row whose 'value' is null")
-            yield opts.stream_of(d.get("stream"), d.get("scope")), d.get("key"), value
+            if d.get("headers"):
+                raise ValueError(
+                    "the headrace sink got a row with headers: headrace stores no record "
+                    "headers (drop the 'headers' column, or leave it null or empty)"
+                )
+            name = opts.stream_of(d.get("stream"), d.get("scope"))
+            yield name, d.get("key"), value, d.get("partition")
 
-    refs, count = _txns.write_txns(opts, triples())
+    if not opts.exactly_once:
+        return TxnMessage([], _txns.write_plain(opts, sink_rows()), query_id, batch_id)
+    refs, count = _txns.write_txns(opts, sink_rows())
     txns = [(r.scope, r.stream, r.high_bits, r.low_bits) for r in refs]
     return TxnMessage(txns, count, query_id, batch_id)
 
@@ -400,6 +420,8 @@ class HeadraceWriter(DataSourceWriter):
         return _write(self.opts, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if not self.opts.exactly_once:
+            return  # the tasks appended their rows themselves
         _txns.commit_batch(
             self.opts.connection,
             self.opts.commit_scope,
@@ -427,7 +449,7 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         refs = _refs(messages)
         if not refs:
-            return  # an empty batch: no task wrote anything
+            return  # an empty batch, or exactlyOnce=false: nothing to commit
         writer_id = self.opts.writer_id
         if writer_id is None:
             ids = {m.query_id for m in messages if isinstance(m, TxnMessage) and m.query_id}
