@@ -257,6 +257,10 @@ KAFKA_ONLY: Final = {
     "endingoffsetsbytimestamp": "it is not supported: end a batch read with 'endingOffsets'",
     "startingoffsetsbytimestampstrategy": "it is not supported: a time before a "
     "stream's data starts at its head",
+    "kafkaconsumer.polltimeoutms": "reads are not polled: an executor's read waits for "
+    "the segment store, whose client retries on its own",
+    "fetchoffset.numretries": "the client retries looking up segment lengths on its own",
+    "fetchoffset.retryintervalms": "the client retries looking up segment lengths on its own",
     "groupidprefix": "headrace keeps no consumer groups for Spark: positions live in "
     "the query's checkpoint",
     "kafka.group.id": "headrace keeps no consumer groups for Spark: positions live in "
@@ -264,6 +268,16 @@ KAFKA_ONLY: Final = {
 }
 """Options of Spark's Kafka source and sink that headrace does not take, and
 what to do instead (``docs/spark.md``)."""
+
+
+KAFKA_CLIENT_PREFIX: Final = "kafka."
+"""Spark's Kafka source hands options so named to the Kafka client."""
+
+KAFKA_CLIENT_HINT: Final = (
+    "headrace's client takes 'controller', and for TLS and credentials 'tls', "
+    "'caFile', 'clientCert'/'clientKey', 'user' and 'passwordFile'"
+)
+"""What to use instead of a ``kafka.*`` option (``docs/spark.md``)."""
 
 
 def _check_names(opts: Mapping[str, str], known: tuple[str, ...]) -> None:
@@ -281,6 +295,8 @@ def _check_names(opts: Mapping[str, str], known: tuple[str, ...]) -> None:
             continue
         if lower in KAFKA_ONLY:
             raise OptionError(f"option '{given}' is Kafka's: {KAFKA_ONLY[lower]}")
+        if lower.startswith(KAFKA_CLIENT_PREFIX):
+            raise OptionError(f"option '{given}' is a Kafka client setting: {KAFKA_CLIENT_HINT}")
         close = difflib.get_close_matches(lower, list(names), n=1, cutoff=0.75)
         hint = f"did you mean '{names[close[0]]}'?" if close else "see docs/spark.md"
         raise OptionError(f"unknown option '{given}': {hint}")
