@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pyspark.sql.types import (
 from headrace.client.tank import TankClient
 from headrace.protocols.tank.commands import BundleMessage
 from headrace.spark import read_options, write_options
+from headrace.spark.options import KAFKA_ONLY, READ_OPTIONS, WRITE_OPTIONS
 from headrace.spark.progress import offsets_behind_latest
 from headrace.spark.source import (
     SCHEMA,
@@ -247,3 +249,13 @@ def test_the_sink_refuses_headers_and_a_segment_that_is_not_open(
         _write(opts, iter([Row(value=b"x", headers=[Row(key="h", value=b"v")])]))
     with pytest.raises(ValueError, match=r"'partition' column: segment 7 is not an open segment"):
         _write(opts, iter([Row(value=b"x", partition=7)]))
+
+
+def test_docs_name_every_option_and_every_kafka_option() -> None:
+    """``docs/spark.md`` stays current: every option the source and sink take,
+    and every Kafka option they refuse, is in its tables."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
+    named = {m.lower() for m in re.findall(r"`([A-Za-z.]+)`", docs)}
+    taken = {o.lower() for o in (*READ_OPTIONS, *WRITE_OPTIONS)}
+    assert taken - named == set()
+    assert set(KAFKA_ONLY) - named == set()

@@ -191,10 +191,12 @@ def _checked(opts: ReadOptions) -> ReadOptions:
     credentials (``_connect.check_connection``): a wrong CA or password fails the
     query at planning time, not after the clients' retries in every task.
     With ``streamPattern``, the streams that match it now."""
-    _connect.check_connection(opts.connection)
-    opts = _matched(opts)
-    if opts.streams:
-        _connect.check_connection(opts.connection, opts.streams[0])
+    if opts.stream_pattern is not None:
+        _connect.check_connection(opts.connection)  # the TLS check, before listing
+        opts = _matched(opts)
+        if not opts.streams:
+            return opts
+    _connect.check_connection(opts.connection, opts.streams[0])
     return opts
 
 
