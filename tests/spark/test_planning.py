@@ -55,6 +55,11 @@ def test_trigger_limits_cut_batches_on_event_boundaries(server: Server, stream_n
             {"controller": "tcp://h:1", "stream": "a/b", "startingOffsetsByTimestamp": "[1]"},
             "startingOffsetsByTimestamp",
         ),
+        ({"controller": "h:1", "stream": "a/b", "maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+        ({"controller": "h:1", "stream": "a/b", "minOffsetsPerTrigger": "0"}, "minOffsets"),
+        ({"controller": "h:1", "stream": "a/b", "maxRecordsPerPartition": "x"}, "maxRecords"),
+        ({"controller": "h:1", "streamPattern": "a/("}, "not a regular expression"),
+        ({"controller": "h:1", "stream": "a/b", "streamPattern": "a/.*"}, "excludes"),
     ],
 )
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -97,7 +102,9 @@ def test_the_stream_option_wins_over_the_stream_column() -> None:
         ("kafka.bootstrap.servers", "option 'controller'"),
         ("subscribe", "'stream' or 'streams'"),
         ("endingTimestamp", "not supported: end a batch read with 'endingOffsets'"),
-        ("maxRecordsPerPartition", "'minPartitions'"),
+        ("subscribePattern", "option 'streamPattern'"),
+        ("kafka.security.protocol", "'caFile'"),
+        ("fetchOffset.numRetries", "retries"),
     ],
 )
 def test_an_option_no_reader_takes_is_refused_with_what_to_use(given: str, says: str) -> None:

@@ -780,7 +780,42 @@ class EventWriter:
         """Write one event and wait until it is stored."""
         await (await self.write_future(event, routing_key))
 
-    def _put(self, event: bytes, routing_key: str | None, fut: asyncio.Future[None] | None) -> None:
+    async def write_to_segment(self, event: bytes, segment_id: int) -> None:
+        """Queue one event for the open segment ``segment_id`` (as a Kafka
+        producer names a partition); returns once it is queued.
+
+        The event takes the middle of that segment's key range, so if the
+        segment is sealed before it is stored it goes where a key there would.
+
+        Raises:
+            ValueError: ``segment_id`` is not an open segment of the stream
+                (for a transaction: when it began), or the event is too large.
+        """
+        self._put(event, None, None, self._segment_position(segment_id))
+        self._since_yield += 1
+        if self._since_yield >= YIELD_EVERY_EVENTS or self._full():
+            await self._pace()
+
+    def _segment_position(self, segment_id: int) -> float:
+        ranges = self._ranges
+        assert ranges is not None
+        for i, w in enumerate(ranges.segments):
+            if w.segment.segment_id == segment_id:
+                low = ranges.upper_bounds[i - 1] if i else 0.0
+                return (low + ranges.upper_bounds[i]) / 2
+        open_ids = sorted(w.segment.segment_id for w in ranges.segments)
+        raise ValueError(
+            f"segment {segment_id} is not an open segment of {self.scope}/{self.stream} "
+            f"(open: {open_ids})"
+        )
+
+    def _put(
+        self,
+        event: bytes,
+        routing_key: str | None,
+        fut: asyncio.Future[None] | None,
+        position: float | None = None,
+    ) -> None:
         if self._closed:
             raise WriterClosedError("the writer is closed")
         if self._fatal is not None:
@@ -788,7 +823,9 @@ class EventWriter:
         size = len(event)
         if size > MAX_EVENT_BYTES:
             raise ValueError(f"event of {size} bytes exceeds {MAX_EVENT_BYTES}")
-        if routing_key is None:
+        if position is not None:
+            pass
+        elif routing_key is None:
             position = random.random()
         elif self._rust_compat:
             position = routing_key_position(routing_key, rust_client_compat=True)

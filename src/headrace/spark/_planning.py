@@ -10,7 +10,16 @@ from headrace.client import PravegaClient, Segment
 from headrace.client.errors import NoSuchSegmentError
 
 from ._connect import Target, run, split_name
-from ._positions import Position, all_segments, lost, resolve, starting_position, successors, walk
+from ._positions import (
+    Position,
+    all_segments,
+    lost,
+    resolve,
+    scan,
+    starting_position,
+    successors,
+    walk,
+)
 
 if TYPE_CHECKING:
     from .options import ReadOptions
@@ -33,8 +42,15 @@ class Range:
         return Segment(self.scope, self.stream, self.segment_id)
 
 
-def plan_ranges(uri: Target, start: Position, end: Position, min_partitions: int) -> list[Range]:
-    """The ranges between two positions, split so there are at least
+def plan_ranges(
+    uri: Target,
+    start: Position,
+    end: Position,
+    min_partitions: int,
+    opts: ReadOptions | None = None,
+) -> list[Range]:
+    """The ranges between two positions, split so each holds at most
+    ``opts.max_records_per_partition`` records and there are at least
     ``min_partitions`` (splits fall on event boundaries)."""
     ranges: list[Range] = []
     for name, segs in end.items():
@@ -44,9 +60,32 @@ def plan_ranges(uri: Target, start: Position, end: Position, min_partitions: int
             lo = begin.get(seg_id, 0)
             if stop > lo:
                 ranges.append(Range(scope, stream, int(seg_id), lo, stop))
+    if opts is not None and opts.max_records_per_partition is not None:
+        ranges = _split_records(uri, ranges, opts.max_records_per_partition, opts)
     if 0 < len(ranges) < min_partitions:
         ranges = _split_all(uri, ranges, min_partitions)
     return ranges
+
+
+def _split_records(uri: Target, ranges: list[Range], most: int, opts: ReadOptions) -> list[Range]:
+    """``ranges`` cut so each holds at most ``most`` records (TANK messages;
+    a bundle is never cut, so one larger than ``most`` is a range of its own).
+    Reads the event headers of every range once, on the driver."""
+
+    async def work(client: PravegaClient) -> list[Range]:
+        out: list[Range] = []
+        for r in ranges:
+            tank = opts.is_tank(f"{r.scope}/{r.stream}")
+            lo = r.start
+            while lo < r.end:
+                hi, _ = await scan(client, r.segment, lo, r.end, most, None, tank=tank)
+                if hi <= lo:  # nothing readable below the end: leave the rest whole
+                    hi = r.end
+                out.append(Range(r.scope, r.stream, r.segment_id, lo, hi))
+                lo = hi
+        return out
+
+    return run(uri, work)
 
 
 def batch_plan(opts: ReadOptions) -> list[Range]:
@@ -80,6 +119,8 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
         hi = resolve(opts.connection, opts.ending, opts.streams, "latest")
         ranges = [_clip(r, hi, lower=False) for r in ranges]
     ranges = [r for r in ranges if r.end > r.start]
+    if opts.max_records_per_partition is not None:
+        ranges = _split_records(opts.connection, ranges, opts.max_records_per_partition, opts)
     if 0 < len(ranges) < opts.min_partitions:
         ranges = _split_all(opts.connection, ranges, opts.min_partitions)
     return ranges

@@ -11,13 +11,16 @@ across scaling).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headrace.client import PravegaClient, Segment
 from headrace.client.errors import NoSuchSegmentError
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, RemoteProtocolError
 from headrace.protocols.records import MAX_EVENT_BYTES
+from headrace.protocols.tank.bundle import decode_bundle_header
 
 from ._connect import Target, run, split_name
 from ._frames import EVENT_HEADER
@@ -26,15 +29,21 @@ if TYPE_CHECKING:
     from .options import ReadOptions
 
 __all__ = [
+    "BUNDLE_HEADER_PEEK",
+    "INTERNAL_STREAM_PREFIX",
     "SCAN_READ_BYTES",
     "DataLossError",
+    "NextBatch",
     "Position",
     "advance",
     "all_segments",
     "earliest",
     "latest",
     "lost",
+    "matching_streams",
+    "next_batch",
     "resolve",
+    "scan",
     "starting_position",
     "successors",
     "walk",
@@ -148,6 +157,28 @@ async def _at_time(client: PravegaClient, name: str, ms: int, *, tank: bool) -> 
     return out
 
 
+INTERNAL_STREAM_PREFIX = "_"
+"""Streams whose name starts so are the server's own (readers' groups, marks):
+``streamPattern`` never matches them."""
+
+
+def matching_streams(uri: Target, pattern: str) -> list[str]:
+    """Every ``scope/stream`` the regular expression ``pattern`` matches as a
+    whole (as Kafka's ``subscribePattern`` matches topic names), sorted."""
+
+    async def work(client: PravegaClient) -> list[str]:
+        regex = re.compile(pattern)
+        found: list[str] = []
+        async for scope in client.controller.list_scopes():
+            async for stream in client.controller.list_streams(scope):
+                name = f"{scope}/{stream}"
+                if not stream.startswith(INTERNAL_STREAM_PREFIX) and regex.fullmatch(name):
+                    found.append(name)
+        return sorted(found)
+
+    return run(uri, work)
+
+
 def starting_position(opts: ReadOptions, default: str) -> Position:
     """The starting position of a read: ``startingTimestamp`` /
     ``startingOffsetsByTimestamp`` for the streams they name
@@ -186,64 +217,111 @@ async def all_segments(client: PravegaClient, scope: str, stream: str) -> list[t
 
 
 def advance(uri: Target, start: Position, opts: ReadOptions) -> Position:
-    """The end of the next micro-batch from ``start``: every segment's current
-    length, segments that finished replaced by their successors, within the
-    trigger limits of ``opts``.
+    """The end of the next micro-batch from ``start``, within the trigger
+    limits of ``opts`` (:func:`next_batch`)."""
+    return next_batch(start, opts, limited=True).end
+
+
+@dataclass(frozen=True, slots=True)
+class NextBatch:
+    """What :func:`next_batch` found.
+
+    Attributes:
+        latest: every segment still to read, at its current length (what the
+            query reports as ``latestOffset``).
+        end: the end of the next micro-batch (``latest`` within the limits).
+        enough: whether at least ``min_events`` events (TANK messages) lie
+            between the start and ``latest`` (True without that option).
+    """
+
+    latest: Position
+    end: Position
+    enough: bool
+
+
+def next_batch(start: Position, opts: ReadOptions, *, limited: bool) -> NextBatch:
+    """The next micro-batch from ``start``: every segment's current length,
+    segments that finished replaced by their successors, and (``limited``)
+    cut to ``maxEventsPerTrigger``/``maxBytesPerTrigger``. Streams of
+    ``opts.streams`` that ``start`` lacks start at their head.
 
     Raises:
         DataLossError: a start lies before a segment's start (``failOnDataLoss``).
     """
 
-    async def work(client: PravegaClient) -> Position:
+    async def work(client: PravegaClient) -> NextBatch:
+        latest: Position = {}
         end: Position = {}
+        counted = 0
+        want = opts.min_events if limited else None
         for name in opts.streams:
             scope, stream = split_name(name)
-            cur = dict(start.get(name, {}))
-            if not cur:
-                cur = (await _earliest(client, [name]))[name]
-            out: dict[str, int] = {}
-            finished: set[int] = set()
-            candidates: dict[Segment, list[int]] = {}
-            for seg_id, off in cur.items():
-                seg = Segment(scope, stream, int(seg_id))
-                try:
-                    stat = await client.segments.stat(seg)
-                except NoSuchSegmentError:
-                    lost(opts, f"segment {seg.name} no longer exists")
-                    finished.add(seg.segment_id)
-                    continue
-                if off < stat.start_offset:
-                    lost(
-                        opts,
-                        f"{seg.name} was truncated to offset {stat.start_offset}; "
-                        f"the query was at {off}",
-                    )
-                    off = cur[seg_id] = stat.start_offset  # skipping: limits count from here
-                out[seg_id] = max(stat.length, off)
-                if stat.sealed and off >= stat.length:
-                    finished.add(seg.segment_id)
-                    for nxt, preds in (await successors(client, seg)).items():
-                        candidates[nxt] = preds
-            for nxt, preds in candidates.items():
-                key = str(nxt.segment_id)
-                known = [p for p in preds if str(p) in cur]
-                if key not in out and all(p in finished for p in known):
-                    out[key] = (await client.segments.stat(nxt)).length
-                    cur[key] = 0
-            # Segments read to the end whose successors are all in: no longer needed.
-            for seg_id in list(out):
-                if int(seg_id) in finished:
-                    succ = await successors(client, Segment(scope, stream, int(seg_id)))
-                    if all(str(s.segment_id) in out for s in succ):
-                        del out[seg_id]
-                        cur.pop(seg_id, None)
-            start_here = {k: cur.get(k, 0) for k in out}
-            if opts.max_events is not None or opts.max_bytes is not None:
+            out, start_here = await _available(client, scope, stream, start.get(name, {}), opts)
+            latest[name] = dict(out)
+            if want is not None and counted < want:
+                for seg_id, stop in out.items():
+                    seg = Segment(scope, stream, int(seg_id))
+                    tank = opts.is_tank(name)
+                    lo = start_here[seg_id]
+                    off, n = await scan(client, seg, lo, stop, want - counted, None, tank=tank)
+                    # Cut short by the count: more than enough lie beyond.
+                    counted = want if off < stop else counted + n
+                    if counted >= want:
+                        break
+            if limited and (opts.max_events is not None or opts.max_bytes is not None):
                 out = await _limit(client, scope, stream, start_here, out, opts)
             end[name] = out
-        return end
+        return NextBatch(latest, end, want is None or counted >= want)
 
     return run(opts.connection, work)
+
+
+async def _available(
+    client: PravegaClient, scope: str, stream: str, begin: dict[str, int], opts: ReadOptions
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Every segment of one stream with data to read from ``begin`` (its
+    segments' offsets; empty: the head), at its current length, and where
+    the read of each starts."""
+    name = f"{scope}/{stream}"
+    cur = dict(begin)
+    if not cur:
+        cur = (await _earliest(client, [name]))[name]
+    out: dict[str, int] = {}
+    finished: set[int] = set()
+    candidates: dict[Segment, list[int]] = {}
+    for seg_id, off in cur.items():
+        seg = Segment(scope, stream, int(seg_id))
+        try:
+            stat = await client.segments.stat(seg)
+        except NoSuchSegmentError:
+            lost(opts, f"segment {seg.name} no longer exists")
+            finished.add(seg.segment_id)
+            continue
+        if off < stat.start_offset:
+            lost(
+                opts,
+                f"{seg.name} was truncated to offset {stat.start_offset}; the query was at {off}",
+            )
+            off = cur[seg_id] = stat.start_offset  # skipping: limits count from here
+        out[seg_id] = max(stat.length, off)
+        if stat.sealed and off >= stat.length:
+            finished.add(seg.segment_id)
+            for nxt, preds in (await successors(client, seg)).items():
+                candidates[nxt] = preds
+    for nxt, preds in candidates.items():
+        key = str(nxt.segment_id)
+        known = [p for p in preds if str(p) in cur]
+        if key not in out and all(p in finished for p in known):
+            out[key] = (await client.segments.stat(nxt)).length
+            cur[key] = 0
+    # Segments read to the end whose successors are all in: no longer needed.
+    for seg_id in list(out):
+        if int(seg_id) in finished:
+            succ = await successors(client, Segment(scope, stream, int(seg_id)))
+            if all(str(s.segment_id) in out for s in succ):
+                del out[seg_id]
+                cur.pop(seg_id, None)
+    return out, {k: cur.get(k, 0) for k in out}
 
 
 def lost(opts: ReadOptions, what: str) -> None:
@@ -276,7 +354,10 @@ async def _limit(
         max_events = None if opts.max_events is None else max(1, int(opts.max_events * share))
         max_bytes = None if opts.max_bytes is None else max(1, int(opts.max_bytes * share))
         seg = Segment(scope, stream, int(seg_id))
-        out[seg_id] = await walk(client, seg, start[seg_id], end[seg_id], max_events, max_bytes)
+        tank = opts.is_tank(f"{scope}/{stream}")
+        out[seg_id], _ = await scan(
+            client, seg, start[seg_id], end[seg_id], max_events, max_bytes, tank=tank
+        )
     return out
 
 
@@ -290,6 +371,38 @@ async def walk(
 ) -> int:
     """The offset after at most ``max_events`` events / ``max_bytes`` bytes from
     ``start`` (at least one event), not beyond ``end``; reads the event headers."""
+    return (await scan(client, seg, start, end, max_events, max_bytes))[0]
+
+
+BUNDLE_HEADER_PEEK = 32
+"""Bytes of a TANK bundle enough to hold its header (flags, message count and
+the sparse sequence numbers: at most 1 + 3 + 8 + 10), read to count its messages."""
+
+
+def _messages(payload: bytes | memoryview) -> int:
+    """Messages in a stored TANK bundle; 0 for an event that is not one (the
+    reader skips it)."""
+    try:
+        return decode_bundle_header(payload).msg_count
+    except RemoteProtocolError:
+        return 0
+
+
+async def scan(
+    client: PravegaClient,
+    seg: Segment,
+    start: int,
+    end: int,
+    max_events: int | None,
+    max_bytes: int | None,
+    *,
+    tank: bool = False,
+) -> tuple[int, int]:
+    """The offset after at most ``max_events`` records / ``max_bytes`` bytes
+    from ``start`` (at least one event), not beyond ``end``, and how many
+    records lie before it. Reads the event headers; with ``tank`` a record is
+    a message of a bundle (read from the bundle's header), so a cut falls
+    between bundles and holds at least one."""
     offset = start  # always the offset of an event header
     count = 0
     while offset < end:
@@ -301,16 +414,23 @@ async def walk(
         while pos + EVENT_HEADER.size <= len(data):
             kind, length = EVENT_HEADER.unpack_from(data, pos)
             if kind != 0 or not 0 <= length <= MAX_EVENT_BYTES:
-                return offset + pos  # not events (a byte stream): no cut inside them
+                return offset + pos, count  # not events (a byte stream): no cut inside them
             nxt = offset + pos + EVENT_HEADER.size + length
             if nxt > end:
-                return offset + pos
+                return offset + pos, count
+            weight = 1
+            if tank:
+                body = pos + EVENT_HEADER.size
+                peek = min(length, BUNDLE_HEADER_PEEK)
+                if body + peek > len(data) and pos > 0:
+                    break  # read again from this event for its bundle header
+                weight = _messages(memoryview(data)[body : body + peek])
             if count > 0 and (
-                (max_events is not None and count >= max_events)
+                (max_events is not None and count + weight > max_events)
                 or (max_bytes is not None and nxt - start > max_bytes)
             ):
-                return offset + pos
-            count += 1
+                return offset + pos, count
+            count += weight
             pos += EVENT_HEADER.size + length
         offset += pos  # the next header, maybe past this read (a long event)
-    return min(offset, end)
+    return min(offset, end), count

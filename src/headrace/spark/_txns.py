@@ -14,6 +14,7 @@ from headrace.client import PravegaClient, TxnId
 from headrace.client.errors import ControllerError, TableKeyVersionError
 from headrace.client.kvtable import NOT_EXISTS, KeyValueTable
 from headrace.client.transactions import Transaction
+from headrace.client.writer import EventWriter
 from headrace.errors import HeadraceError
 
 from ._connect import Target, run, split_name
@@ -24,12 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMIT_TABLE",
+    "SinkRow",
     "TxnRef",
     "abort_txns",
     "commit_batch",
     "new_writer_id",
     "prune_commits",
     "write_batch",
+    "write_plain",
     "write_txns",
 ]
 
@@ -73,12 +76,25 @@ def _routing_key(key: object) -> str | None:
     raise TypeError(f"column 'key' must be string or binary, got {type(key).__name__}")
 
 
-def write_txns(
-    opts: WriteOptions, rows: Iterator[tuple[str, object, object]]
-) -> tuple[list[TxnRef], int]:
-    """Write ``(scope/stream, key, value)`` rows into one new transaction per
-    target stream and leave them open (stored, lease no longer renewed) for
-    the driver.
+SinkRow = tuple[str, object, object] | tuple[str, object, object, int | None]
+"""``(scope/stream, key, value)``, optionally with the segment to write to
+(the ``partition`` column; None: where the key routes)."""
+
+
+async def _put(writer: EventWriter, key: object, value: object, segment: int | None) -> None:
+    if segment is None:
+        await writer.write(_encode(value), _routing_key(key))
+        return
+    try:
+        await writer.write_to_segment(_encode(value), segment)
+    except ValueError as exc:
+        raise ValueError(f"the headrace sink's 'partition' column: {exc}") from None
+
+
+def write_txns(opts: WriteOptions, rows: Iterator[SinkRow]) -> tuple[list[TxnRef], int]:
+    """Write ``(scope/stream, key, value[, segment])`` rows into one new
+    transaction per target stream and leave them open (stored, lease no
+    longer renewed) for the driver.
 
     Every transaction opened is aborted if anything fails; returns them (in
     the order the streams first appeared) and the row count. No rows, no
@@ -87,17 +103,53 @@ def write_txns(
     return run(opts.connection, lambda c: _write(c, opts, rows))
 
 
+def write_plain(opts: WriteOptions, rows: Iterator[SinkRow]) -> int:
+    """Append ``(scope/stream, key, value[, segment])`` rows directly, one
+    writer per target stream, and wait until they are stored (``exactlyOnce=false``:
+    a retried task writes its rows again). Returns the row count."""
+
+    async def work(client: PravegaClient) -> int:
+        writers: dict[str, EventWriter] = {}
+        count = 0
+        try:
+            for name, key, value, *segment in rows:
+                writer = writers.get(name)
+                if writer is None:
+                    writer = writers[name] = await _open_writer(client, name)
+                await _put(writer, key, value, segment[0] if segment else None)
+                count += 1
+            for writer in writers.values():
+                await writer.flush()
+        finally:
+            for writer in writers.values():
+                with contextlib.suppress(Exception):
+                    await writer.aclose()
+        return count
+
+    return run(opts.connection, work)
+
+
+async def _open_writer(client: PravegaClient, name: str) -> EventWriter:
+    scope, stream = split_name(name)
+    try:
+        return await client.create_writer(scope, stream)
+    except ControllerError as exc:
+        raise HeadraceError(
+            f"the headrace sink cannot write to {name} (it must exist): {exc}"
+        ) from exc
+
+
 async def _write(
-    client: PravegaClient, opts: WriteOptions, rows: Iterator[tuple[str, object, object]]
+    client: PravegaClient, opts: WriteOptions, rows: Iterator[SinkRow]
 ) -> tuple[list[TxnRef], int]:
     txns: dict[str, Transaction] = {}
     count = 0
     try:
-        for name, key, value in rows:
+        for name, key, value, *segment in rows:
             txn = txns.get(name)
             if txn is None:
                 txn = txns[name] = await _begin(client, name, opts.lease_ms)
-            await txn.write(_encode(value), _routing_key(key))
+            await _put(txn, key, value, segment[0] if segment else None)
             count += 1
         for txn in txns.values():
             await txn.detach()  # stored, left open: the driver commits or aborts it
@@ -110,7 +162,7 @@ async def _write(
     return refs, count
 
 
-def write_batch(opts: WriteOptions, rows: Iterator[tuple[str, object, object]]) -> int:
+def write_batch(opts: WriteOptions, rows: Iterator[SinkRow]) -> int:
     """Write rows held by the driver as batch ``(opts.writer_id, opts.batch_id)``,
     exactly once: :func:`write_txns` then :func:`commit_batch`, on one client.
 

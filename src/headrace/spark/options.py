@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,11 @@ batch after the last one it marked done, so this is a wide margin."""
 
 MAX_LEASE_MS = 600_000
 """The controller's largest lease (``controller.model.MAX_TXN_LEASE_MS``)."""
+
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+"""``maxTriggerDelay`` default (Kafka's 15 minutes): how long a query with
+``minOffsetsPerTrigger`` waits for that many events before it reads what
+there is."""
 
 DEFAULT_TANK_SCOPE = "tank"
 """Scope holding TANK topics, whose events are bundles to unpack."""
@@ -130,6 +136,20 @@ class ReadOptions:
     """``scope/stream`` -> epoch ms (``startingTimestamp`` /
     ``startingOffsetsByTimestamp``): start there, and drop rows whose
     timestamp is earlier (``docs/spark.md``, "Starting at a time")."""
+    min_events: int | None = None
+    """``minOffsetsPerTrigger``: a micro-batch waits for this many events
+    (TANK messages) ..."""
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    """... or until this long after the previous one (``maxTriggerDelay``)."""
+    max_records_per_partition: int | None = None
+    """``maxRecordsPerPartition``: most events (TANK messages) per Spark partition."""
+    stream_pattern: str | None = None
+    """``streamPattern``: a regular expression that whole ``scope/stream``
+    names match; ``streams`` is then what matched when last listed."""
+
+    def is_tank(self, name: str) -> bool:
+        """Whether ``scope/stream`` holds TANK bundles (limits count their messages)."""
+        return name.partition("/")[0] == self.tank_scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +158,14 @@ class WriteOptions:
     connection: Connection
     target: str | None  # "scope/stream" of the 'stream' option: wins over the column
     default_scope: str | None  # for bare names in the 'stream' column
-    commit_scope: str  # where the COMMIT_TABLE record of each batch lives
+    commit_scope: str  # where the COMMIT_TABLE record of each batch lives ("": no record)
     lease_ms: int
     writer_id: str | None
     batch_id: int | None
     commits_to_retain: int
+    exactly_once: bool = True
+    """``exactlyOnce=false``: tasks append their rows directly (at least once:
+    a retried task or a replayed batch writes them again)."""
 
     def stream_of(self, column: object, scope_column: object = None) -> str:
         """The target ``scope/stream`` of one row: the ``stream`` option if set,
@@ -188,6 +211,7 @@ READ_OPTIONS: Final = (
     *CONNECTION_OPTIONS,
     "stream",
     "streams",
+    "streamPattern",
     "scope",
     "startingOffsets",
     "startingTimestamp",
@@ -196,7 +220,10 @@ READ_OPTIONS: Final = (
     "maxEventsPerTrigger",
     "maxOffsetsPerTrigger",
     "maxBytesPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "minPartitions",
+    "maxRecordsPerPartition",
     "failOnDataLoss",
     "includeHeaders",
     "tankScope",
@@ -212,6 +239,7 @@ WRITE_OPTIONS: Final = (
     "transactionTimeoutMs",
     "writerId",
     "batchId",
+    "exactlyOnce",
 )
 """Every option a write takes (``docs/spark.md``)."""
 
@@ -222,16 +250,17 @@ streaming query's checkpoint): accepted and not used."""
 KAFKA_ONLY: Final = {
     "kafka.bootstrap.servers": "give the headrace controller URI as option 'controller'",
     "subscribe": "name the streams with option 'stream' or 'streams' (scope/stream)",
-    "subscribepattern": "name the streams with option 'streams' (a comma-separated list)",
+    "subscribepattern": "give a regular expression over 'scope/stream' as option 'streamPattern'",
     "assign": "name the streams with option 'streams'; segments are not assigned by hand",
     "topic": "name the target stream with option 'stream' (scope/stream)",
     "endingtimestamp": "it is not supported: end a batch read with 'endingOffsets'",
     "endingoffsetsbytimestamp": "it is not supported: end a batch read with 'endingOffsets'",
     "startingoffsetsbytimestampstrategy": "it is not supported: a time before a "
     "stream's data starts at its head",
-    "minoffsetspertrigger": "it is not supported: limit batches with 'maxEventsPerTrigger'",
-    "maxtriggerdelay": "it is not supported: limit batches with 'maxEventsPerTrigger'",
-    "maxrecordsperpartition": "it is not supported: split work with 'minPartitions'",
+    "kafkaconsumer.polltimeoutms": "reads are not polled: an executor's read waits for "
+    "the segment store, whose client retries on its own",
+    "fetchoffset.numretries": "the client retries looking up segment lengths on its own",
+    "fetchoffset.retryintervalms": "the client retries looking up segment lengths on its own",
     "groupidprefix": "headrace keeps no consumer groups for Spark: positions live in "
     "the query's checkpoint",
     "kafka.group.id": "headrace keeps no consumer groups for Spark: positions live in "
@@ -239,6 +268,16 @@ KAFKA_ONLY: Final = {
 }
 """Options of Spark's Kafka source and sink that headrace does not take, and
 what to do instead (``docs/spark.md``)."""
+
+
+KAFKA_CLIENT_PREFIX: Final = "kafka."
+"""Spark's Kafka source hands options so named to the Kafka client."""
+
+KAFKA_CLIENT_HINT: Final = (
+    "headrace's client takes 'controller', and for TLS and credentials 'tls', "
+    "'caFile', 'clientCert'/'clientKey', 'user' and 'passwordFile'"
+)
+"""What to use instead of a ``kafka.*`` option (``docs/spark.md``)."""
 
 
 def _check_names(opts: Mapping[str, str], known: tuple[str, ...]) -> None:
@@ -256,6 +295,8 @@ def _check_names(opts: Mapping[str, str], known: tuple[str, ...]) -> None:
             continue
         if lower in KAFKA_ONLY:
             raise OptionError(f"option '{given}' is Kafka's: {KAFKA_ONLY[lower]}")
+        if lower.startswith(KAFKA_CLIENT_PREFIX):
+            raise OptionError(f"option '{given}' is a Kafka client setting: {KAFKA_CLIENT_HINT}")
         close = difflib.get_close_matches(lower, list(names), n=1, cutoff=0.75)
         hint = f"did you mean '{names[close[0]]}'?" if close else "see docs/spark.md"
         raise OptionError(f"unknown option '{given}': {hint}")
@@ -416,10 +457,20 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         names.append(_qualify(opts["stream"], scope, "stream"))
     if opts.get("streams"):
         names += [_qualify(n, scope, "streams") for n in opts["streams"].split(",") if n.strip()]
-    if not names:
-        raise OptionError("option 'stream' (or 'streams') is required")
+    pattern = _pattern(opts)
+    if pattern is not None and names:
+        raise OptionError("option 'streamPattern' excludes 'stream' and 'streams'")
+    if not names and pattern is None:
+        raise OptionError("option 'stream' (or 'streams', or 'streamPattern') is required")
     names = list(dict.fromkeys(names))
     starting_times = _starting_times(opts, names)
+    if pattern is not None and (
+        "startingtimestamp" in opts or "startingoffsetsbytimestamp" in opts
+    ):
+        raise OptionError(
+            "option 'streamPattern' does not go with 'startingTimestamp' or "
+            "'startingOffsetsByTimestamp': name the streams with 'streams'"
+        )
     if starting_times and "startingoffsets" in opts:
         raise OptionError(
             "options 'startingOffsets' and 'startingTimestamp'/'startingOffsetsByTimestamp' "
@@ -449,7 +500,47 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         include_headers=_bool(opts, "includeHeaders", False),
         tank_scope=opts.get("tankscope", DEFAULT_TANK_SCOPE),
         starting_times=starting_times,
+        min_events=_int(opts, "minOffsetsPerTrigger", minimum=1),
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", minimum=1),
+        stream_pattern=pattern,
     )
+
+
+def _pattern(opts: dict[str, str]) -> str | None:
+    raw = opts.get("streampattern")
+    if raw is None:
+        return None
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise OptionError(f"option 'streamPattern': not a regular expression: {exc}") from None
+    return raw
+
+
+DURATION_UNITS_MS: Final = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+"""Units of a duration option, as Spark reads them (``15m``, ``30s``; a bare
+number is milliseconds)."""
+
+
+def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if found is None or found.group(2) not in {"", *DURATION_UNITS_MS}:
+        raise OptionError(
+            f"option '{name}' must be a duration such as 500ms, 30s, 15m or 1h, got {raw!r}"
+        )
+    return int(int(found.group(1)) * DURATION_UNITS_MS.get(found.group(2), 1))
 
 
 def _starting_times(opts: dict[str, str], names: list[str]) -> dict[str, int]:
@@ -505,7 +596,8 @@ def write_options(options: Mapping[str, str], *, stream_column: bool = False) ->
         )
     commit_scope = opts.get("commitscope") or (target and target.partition("/")[0])
     commit_scope = commit_scope or default_scope
-    if not commit_scope:
+    exactly_once = _bool(opts, "exactlyOnce", True)
+    if not commit_scope and exactly_once:
         raise OptionError(
             "option 'commitScope' (or 'scope') is required when the target streams come "
             "from the 'stream' column: the scope whose 'spark-commits' table records "
@@ -524,9 +616,10 @@ def write_options(options: Mapping[str, str], *, stream_column: bool = False) ->
         _connection(opts, controller),
         target,
         default_scope,
-        commit_scope,
+        commit_scope or "",
         lease_ms,
         writer_id,
         batch_id,
         retain,
+        exactly_once=exactly_once,
     )

@@ -18,6 +18,8 @@ record batches whose types match the schema exactly.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,14 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from . import _connect, _planning, _positions, _reads, _txns
 from .options import ReadOptions, WriteOptions, read_options, write_options
@@ -180,9 +189,23 @@ class HeadraceDataSource(DataSource):
 def _checked(opts: ReadOptions) -> ReadOptions:
     """``opts`` once the driver reaches the controller with its TLS settings and
     credentials (``_connect.check_connection``): a wrong CA or password fails the
-    query at planning time, not after the clients' retries in every task."""
+    query at planning time, not after the clients' retries in every task.
+    With ``streamPattern``, the streams that match it now."""
+    if opts.stream_pattern is not None:
+        _connect.check_connection(opts.connection)  # the TLS check, before listing
+        opts = _matched(opts)
+        if not opts.streams:
+            return opts
     _connect.check_connection(opts.connection, opts.streams[0])
     return opts
+
+
+def _matched(opts: ReadOptions) -> ReadOptions:
+    """``opts`` with ``streams`` listed again from ``streamPattern`` (if given)."""
+    if opts.stream_pattern is None:
+        return opts
+    found = _positions.matching_streams(opts.connection, opts.stream_pattern)
+    return dataclasses.replace(opts, streams=tuple(found))
 
 
 # --------------------------------------------------------------------------- readers
@@ -210,27 +233,72 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over the streams' segments; offsets as :data:`_positions.Position`.
 
     State on ``self`` lives in the driver-side runner process for the query's
-    lifetime (the ``availableNow`` target); everything else is in the offsets.
+    lifetime (the ``availableNow`` target, the latest offsets last seen, the
+    time of the last micro-batch for ``maxTriggerDelay``); everything else is
+    in the offsets.
     """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self.target: _positions.Position | None = None
+        self.latest: _positions.Position | None = None
+        self.last_trigger_ms = 0.0  # as Kafka's: the first look may always trigger
 
     def initialOffset(self) -> dict[str, Any]:
+        self.opts = _matched(self.opts)
         return _positions.starting_position(self.opts, "latest")
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self.opts = _matched(self.opts)
         self.target = _positions.latest(self.opts.connection, self.opts.streams)
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """The limit options as Spark's read limit. Spark hands it back to
+        :meth:`latestOffset`, or ``ReadAllAvailable`` for a trigger that reads
+        everything (``Trigger.Once``); the options themselves say the limits."""
+        o = self.opts
+        if o.max_events is not None:
+            return ReadMaxRows(o.max_events)
+        if o.max_bytes is not None:
+            return ReadMaxBytes(o.max_bytes)
+        if o.min_events is not None:
+            return ReadMinRows(o.min_events)
+        return ReadAllAvailable()
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        end = _positions.advance(self.opts.connection, start, self.opts)
+        self._follow_pattern(start)
+        limited = not isinstance(limit, ReadAllAvailable)
+        found = _positions.next_batch(start, self.opts, limited=limited)
+        self.latest = found.latest
+        end = found.end
         if self.target is not None:
-            end = _cap(start, end, self.target)
+            return _cap(start, end, self.target)  # availableNow: never wait for more
+        if limited and self.opts.min_events is not None:
+            now = time.time() * 1000
+            if now - self.last_trigger_ms < self.opts.max_trigger_delay_ms and not found.enough:
+                return start  # too few events yet: no micro-batch this time
+            self.last_trigger_ms = now
         return end
 
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Every segment's length at the last :meth:`latestOffset` (Spark's
+        ``latestOffset`` in the query progress; with ``endOffset`` it gives
+        the lag, :func:`headrace.spark.progress.offsets_behind_latest`)."""
+        return self.latest
+
+    def _follow_pattern(self, start: _positions.Position) -> None:
+        """With ``streamPattern``: read the streams that match now (new ones
+        from their head); a stream of ``start`` that is gone is data loss."""
+        if self.opts.stream_pattern is None:
+            return
+        self.opts = _matched(self.opts)
+        for name in sorted(set(start) - set(self.opts.streams)):
+            _positions.lost(self.opts, f"stream {name} no longer exists")
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = _planning.plan_ranges(self.opts.connection, start, end, self.opts.min_partitions)
+        ranges = _planning.plan_ranges(
+            self.opts.connection, start, end, self.opts.min_partitions, self.opts
+        )
         return _partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -277,6 +345,12 @@ class TxnMessage(WriterCommitMessage):
 SINK_TEXT_TYPES = ("string", "binary")
 """Types the sink takes for ``value`` and ``key``."""
 
+SINK_PARTITION_TYPES = ("int", "bigint")
+"""Types the sink takes for ``partition`` (a segment id)."""
+
+SINK_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+"""The type of Kafka's ``headers`` column, which the sink takes (empty or null only)."""
+
 
 def _check_sink_schema(schema: StructType) -> bool:
     """Refuse a DataFrame the sink cannot write; returns whether it has a
@@ -289,6 +363,12 @@ def _check_sink_schema(schema: StructType) -> bool:
     for name in ("stream", "scope"):
         if name in types and types[name] != "string":
             raise OptionError(f"the headrace sink's '{name}' column must be a string")
+    if "partition" in types and types["partition"] not in SINK_PARTITION_TYPES:
+        raise OptionError(
+            "the headrace sink's 'partition' column must be an int or bigint (a segment id)"
+        )
+    if "headers" in types and types["headers"] != SINK_HEADERS_TYPE:
+        raise OptionError(f"the headrace sink's 'headers' column must be {SINK_HEADERS_TYPE}")
     return "stream" in types
 
 
@@ -302,15 +382,23 @@ def _write(opts: WriteOptions, rows: Iterator[Row]) -> TxnMessage:
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         batch_id = int(raw_batch) if raw_batch is not None else None
 
-    def triples() -> Iterator[tuple[str, object, object]]:
+    def sink_rows() -> Iterator[_txns.SinkRow]:
         for row in rows:
             d = row.asDict()
             value = d.get("value")
             if value is None:
                 raise ValueError("the headrace sink got a row whose 'value' is null")
-            yield opts.stream_of(d.get("stream"), d.get("scope")), d.get("key"), value
+            if d.get("headers"):
+                raise ValueError(
+                    "the headrace sink got a row with headers: headrace stores no record "
+                    "headers (drop the 'headers' column, or leave it null or empty)"
+                )
+            name = opts.stream_of(d.get("stream"), d.get("scope"))
+            yield name, d.get("key"), value, d.get("partition")
 
-    refs, count = _txns.write_txns(opts, triples())
+    if not opts.exactly_once:
+        return TxnMessage([], _txns.write_plain(opts, sink_rows()), query_id, batch_id)
+    refs, count = _txns.write_txns(opts, sink_rows())
     txns = [(r.scope, r.stream, r.high_bits, r.low_bits) for r in refs]
     return TxnMessage(txns, count, query_id, batch_id)
 
@@ -334,6 +422,8 @@ class HeadraceWriter(DataSourceWriter):
         return _write(self.opts, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if not self.opts.exactly_once:
+            return  # the tasks appended their rows themselves
         _txns.commit_batch(
             self.opts.connection,
             self.opts.commit_scope,
@@ -361,7 +451,7 @@ class HeadraceStreamWriter(DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         refs = _refs(messages)
         if not refs:
-            return  # an empty batch: no task wrote anything
+            return  # an empty batch, or exactlyOnce=false: nothing to commit
         writer_id = self.opts.writer_id
         if writer_id is None:
             ids = {m.query_id for m in messages if isinstance(m, TxnMessage) and m.query_id}
