@@ -84,8 +84,9 @@ or past the mark, even with valid records after it: cut) from damage to
 synced records (refused). A mark whose CRC fails says nothing (the file is then
 read as a version 2 file is: damage with valid records after it is refused).
 
-Version 1 and 2 data dirs are read as they are (their WAL files have no mark);
-opening one with this version rewrites its manifest to version 3 before any
+Version 1, 2 and 3 data dirs are read as they are (version 1 and 2 WAL files
+have no mark, no snapshot before version 4 has a time index); opening one with
+this version rewrites its manifest to version 4 before any
 record is written, so that an older release refuses the dir instead of
 misreading the newer files.
 
