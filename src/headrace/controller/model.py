@@ -99,7 +99,7 @@ from headrace.controller.records import (
     txn_key,
 )
 from headrace.errors import SegmentExists, SegmentNotFound
-from headrace.store.api import SegmentStore
+from headrace.store.api import SegmentStore, offset_at_time
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
@@ -497,7 +497,9 @@ class ControllerModel:
 
     async def segments_at(self, scope: str, stream: str, timestamp_ms: int) -> list[HeadSegment]:
         """The segments of the epoch that was current at ``timestamp_ms`` (the head
-        for ``timestamp_ms <= 0`` or for a time before the head cut).
+        for ``timestamp_ms <= 0`` or for a time before the head cut), each at the
+        first event appended at or after ``timestamp_ms`` (its time index;
+        ``store.api.TimeIndexed``), or at its start where the store keeps none.
 
         Raises: ScopeNotFound, StreamNotFound.
         """
@@ -513,10 +515,28 @@ class ControllerModel:
             return await self.head_segments(scope, stream)
         return [
             HeadSegment(
-                seg, await self._start_offset(scope, stream, seg, rec.head_cut.get(seg.id, 0))
+                seg,
+                await self._offset_at(
+                    scope,
+                    stream,
+                    seg,
+                    await self._start_offset(scope, stream, seg, rec.head_cut.get(seg.id, 0)),
+                    timestamp_ms,
+                ),
             )
             for seg in segs
         ]
+
+    async def _offset_at(
+        self, scope: str, stream: str, seg: SegmentRecord, start: int, timestamp_ms: int
+    ) -> int:
+        try:
+            found = await offset_at_time(
+                self._store, segment_name(scope, stream, seg.id), timestamp_ms
+            )
+        except SegmentNotFound:
+            return start
+        return start if found is None else max(start, found)
 
     def successors(self, scope: str, stream: str, sid: int) -> list[Successor]:
         """The segments that replaced ``sid`` in a scale, each with all its
