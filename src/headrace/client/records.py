@@ -92,6 +92,9 @@ class RecordReader:
         follow: keep reading at the tail (never ends); default read what is
             there when each segment is reached, then end.
         tank_scope: the scope whose streams hold TANK bundles.
+        until: ``{segment: offset}`` where to stop (a stream cut, e.g. the
+            controller's segments at a time): each of those segments is read
+            up to the offset and none of its successors is read.
     """
 
     def __init__(
@@ -103,8 +106,10 @@ class RecordReader:
         start: Mapping[Segment, int] | None = None,
         follow: bool = False,
         tank_scope: str = DEFAULT_TANK_SCOPE,
+        until: Mapping[Segment, int] | None = None,
     ) -> None:
         self._client = client
+        self._until = dict(until) if until is not None else {}
         self.scope = scope
         self.stream = stream
         self._start = dict(start) if start is not None else None
@@ -160,6 +165,9 @@ class RecordReader:
             if not self.follow:
                 stat = await segments.stat(segment)
                 limit, sealed_at_start = stat.length, stat.sealed
+            stop = self._until.get(segment)
+            if stop is not None and (limit is None or stop <= limit):
+                limit = stop  # the cut
             buf = _EventBuffer(offset)
             sealed_end = False
             while limit is None or offset < limit:
@@ -175,12 +183,16 @@ class RecordReader:
                         self.name, segment.name, events, tank=self.tank, skipped=self._skipped
                     )
                 )
+                if stop is not None and offset > stop:  # the read went past the cut
+                    records = [r for r in records if r.offset < stop]
                 if records:
                     await self._queue.put((segment, buf.offset, records))
                 if got.end_of_segment:
                     sealed_end = True
                     break
-            if sealed_end or (sealed_at_start and limit is not None and offset >= limit):
+            if stop is not None:
+                pass  # read up to the cut: none of its successors is read
+            elif sealed_end or (sealed_at_start and limit is not None and offset >= limit):
                 await self._segment_finished(segment)
         except asyncio.CancelledError:
             raise
