@@ -186,7 +186,7 @@ def _quiet_boundary(server: Server, name: str) -> int:
     return boundary
 
 
-def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
+def test_starting_timestamp_on_pravega_events_starts_at_the_first_event_appended_since(
     server: Server, spark: Any, stream_name: str
 ) -> None:
     server.create_stream("sp", stream_name, segments=1)
@@ -199,6 +199,7 @@ def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
     server.run(scale)
     low, high = _key_in(0.0, 0.5), _key_in(0.5, 1.0)
     server.write("sp", stream_name, [(low, b"one-low-%03d" % i) for i in range(100)])
+    server.write("sp", stream_name, [(high, b"one-high-%03d" % i) for i in range(3)])
     boundary = _quiet_boundary(server, name)
     # Phase 2, after the boundary: only the upper segment is appended to.
     phase2 = [b"two-%03d" % i for i in range(100)]
@@ -206,10 +207,11 @@ def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
 
     rows = _read(spark, server, name, startingTimestamp=str(boundary)).collect()
     # The first segment was sealed before the boundary (an earlier epoch), the lower
-    # one has not been appended to since: neither is read.
+    # one has not been appended to since: neither is read; the upper one is read from
+    # its first event appended at or after the boundary (the store's time index).
     assert sorted(bytes(r.value) for r in rows) == phase2
     assert {r.timestamp for r in rows} == {None}
     everything = _read(spark, server, name, startingTimestamp="0").count()
-    assert everything == 300
+    assert everything == 303
     with pytest.raises(Exception, match="exclude each other"):
         _read(spark, server, name, startingTimestamp="0", startingOffsets="earliest").count()
