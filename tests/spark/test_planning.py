@@ -55,6 +55,11 @@ def test_trigger_limits_cut_batches_on_event_boundaries(server: Server, stream_n
             {"controller": "tcp://h:1", "stream": "a/b", "startingOffsetsByTimestamp": "[1]"},
             "startingOffsetsByTimestamp",
         ),
+        ({"controller": "tcp://h:1", "stream": "a/b", "endingTimestamp": "1"}, "batch reads only"),
+        (
+            {"controller": "h:1", "stream": "a/b", "startingOffsetsByTimestampStrategy": "x"},
+            "latest or error",
+        ),
     ],
 )
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -96,7 +101,7 @@ def test_the_stream_option_wins_over_the_stream_column() -> None:
         ("compression", "unknown option 'compression': see docs/spark.md"),
         ("kafka.bootstrap.servers", "option 'controller'"),
         ("subscribe", "'stream' or 'streams'"),
-        ("endingTimestamp", "not supported: end a batch read with 'endingOffsets'"),
+        ("groupIdPrefix", "headrace keeps no consumer groups"),
         ("maxRecordsPerPartition", "'minPartitions'"),
     ],
 )

@@ -12,7 +12,11 @@ What a record is
   position a reader resumes from; Pravega's event offset);
 * an ordinary Pravega event (written by a Pravega client, Lumberjack, RS-IO)
   is one record: ``key`` is ``None`` (Pravega does not store routing keys),
-  ``value`` the event bytes, ``timestamp_ms`` ``None``;
+  ``value`` the event bytes, ``timestamp_ms`` the event's own time where it
+  carries one (a JSON document's ``@timestamp``, as Lumberjack shippers
+  send), else the time the store appended it (asked with
+  ``ReadSegmentTimes`` per read; ``append_time`` is then True), else ``None``
+  (events stored before the server kept a time index);
 * in a TANK topic (scope ``tank`` by default, ``tank_scope`` to change) each
   stored event is one TANK bundle as produced; it is unpacked with
   ``headrace.protocols.tank.bundle.decode_bundle`` into one record per
@@ -51,6 +55,7 @@ from headrace.protocols.records import (
     SkipCount,
     iter_events,
     records_from_events,
+    stamp_append_times,
 )
 
 from .controller import Segment
@@ -185,6 +190,11 @@ class RecordReader:
                 )
                 if stop is not None and offset > stop:  # the read went past the cut
                     records = [r for r in records if r.offset < stop]
+                if records and not self.tank and any(r.timestamp_ms is None for r in records):
+                    times = await segments.append_times(
+                        segment, records[0].offset, records[-1].offset + 1
+                    )
+                    records = stamp_append_times(records, times)
                 if records:
                     await self._queue.put((segment, buf.offset, records))
                 if got.end_of_segment:

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs
 from headrace.controller.naming import segment_name
 from headrace.errors import SegmentTruncated
 from headrace.protocols.pravega import EVENT_HEADER
-from headrace.protocols.records import EventBuffer, Record, bundle_records
+from headrace.protocols.records import EventBuffer, Record, bundle_records, event_time_ms
 from headrace.protocols.rsio.codec import encode_varint
 from headrace.server._context import ListenerContext
 from headrace.store.api import MAX_WAIT_S, TimeIndexed
@@ -490,9 +490,11 @@ class StreamCursor:
         """
         fmt = self._query.fmt
         if not self.tank:
-            times = seg.times
-            i = bisect.bisect_right(times, (offset, _LAST)) - 1
-            ms = times[i][1] if i >= 0 else None
+            ms = event_time_ms(payload)
+            if ms is None:
+                times = seg.times
+                i = bisect.bisect_right(times, (offset, _LAST)) - 1
+                ms = times[i][1] if i >= 0 else None
             return [encode_record(Record(self.name, seg.name, offset, None, payload, ms), seg.sid)]
         records = bundle_records(self.name, seg.name, offset, payload)
         if records is None:

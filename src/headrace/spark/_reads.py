@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from headrace.client import PravegaClient
 from headrace.client.errors import NoSuchSegmentError, SegmentIsTruncatedError
 from headrace.client.records import records_from_events
+from headrace.protocols.records import event_time_ms
 
 from ._connect import Target, make_client
 from ._frames import split_frames
@@ -19,11 +21,53 @@ if TYPE_CHECKING:
 
     from ._planning import Range
 
-__all__ = ["Columns", "read_range"]
+__all__ = ["CREATE_TIME", "LOG_APPEND_TIME", "Columns", "read_range"]
 
-Columns = tuple["pa.Array", "pa.Array", "pa.Array", "pa.Array"]
+Columns = tuple["pa.Array", "pa.Array", "pa.Array", "pa.Array", "pa.Array"]
 """Records of one read reply as Arrow arrays: keys (binary), values (binary),
-offsets (int64), timestamps (``timestamp[us, UTC]``)."""
+offsets (int64), timestamps (``timestamp[us, UTC]``), timestamp types (int32:
+``CREATE_TIME`` for an event's own time, ``LOG_APPEND_TIME`` for the time the
+store appended it, null without a timestamp)."""
+
+CREATE_TIME = 0
+"""``timestampType`` of a time the record carries (Kafka's CreateTime)."""
+
+LOG_APPEND_TIME = 1
+"""``timestampType`` of the store's append time (Kafka's LogAppendTime)."""
+
+
+def _times_of(offsets: pa.Array, times: list[tuple[int, int]]) -> pa.Array:
+    """The append time (ms, int64) of the events at ``offsets`` (ascending): the
+    time of the last index entry at or below each; null before the first."""
+    import pyarrow as pa
+
+    n = len(offsets)
+    if not times:
+        return pa.nulls(n, pa.int64())
+    rows = offsets.to_pylist()
+    starts = [bisect.bisect_left(rows, off) for off, _ in times] + [n]
+    runs = [pa.nulls(starts[0], pa.int64())]  # events before the first entry
+    for i, (_, ms) in enumerate(times):
+        count = starts[i + 1] - max(starts[i], 0)
+        if count > 0:
+            runs.append(pa.repeat(pa.scalar(ms, pa.int64()), count))
+    return pa.concat_arrays(runs)
+
+
+def _own_times(values: pa.Array) -> pa.Array | None:
+    """The ``@timestamp`` of each JSON document that has one (ms, int64; null
+    for the others), or None when no value has one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    candidates = pc.and_(pc.starts_with(values, "{"), pc.match_substring(values, '"@timestamp"'))
+    if not pc.any(candidates).as_py():
+        return None
+    flags = candidates.to_pylist()
+    return pa.array(
+        [event_time_ms(v) if f else None for v, f in zip(values.to_pylist(), flags, strict=True)],
+        pa.int64(),
+    )
 
 
 def read_range(
@@ -102,7 +146,17 @@ async def _read_batches(
             continue
         offsets = pc.add(starts.cast(pa.int64()), pa.scalar(base, pa.int64()))
         if not tank:
-            yield pa.nulls(n, pa.binary()), values, offsets, pa.nulls(n, stamp_type)
+            last = offsets[n - 1].as_py()
+            times = await client.segments.append_times(seg, offsets[0].as_py(), last + 1)
+            ms = _times_of(offsets, times)
+            types = pc.if_else(pc.is_null(ms), None, LOG_APPEND_TIME).cast(pa.int32())
+            own = _own_times(values)
+            if own is not None:
+                has_own = pc.is_valid(own)
+                ms = pc.if_else(has_own, own, ms)
+                types = pc.if_else(has_own, pa.scalar(CREATE_TIME, pa.int32()), types)
+            micros = pc.multiply(ms, pa.scalar(1000, pa.int64())).cast(stamp_type)
+            yield pa.nulls(n, pa.binary()), values, offsets, micros, types
             continue
         keys: list[bytes | None] = []
         tvalues: list[bytes] = []
@@ -119,4 +173,5 @@ async def _read_batches(
             pa.array(tvalues, pa.binary()),
             pa.array(toffsets, pa.int64()),
             pa.array(stamps, pa.int64()).cast(stamp_type),
+            pa.array([None if t is None else CREATE_TIME for t in stamps], pa.int32()),
         )

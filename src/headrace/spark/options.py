@@ -130,6 +130,14 @@ class ReadOptions:
     """``scope/stream`` -> epoch ms (``startingTimestamp`` /
     ``startingOffsetsByTimestamp``): start there, and drop rows whose
     timestamp is earlier (``docs/spark.md``, "Starting at a time")."""
+    ending_times: dict[str, int] = field(default_factory=dict)
+    """``scope/stream`` -> epoch ms (``endingTimestamp`` /
+    ``endingOffsetsByTimestamp``, batch only): end before the events
+    appended at or after it."""
+    time_strategy: str = "latest"
+    """``startingOffsetsByTimestampStrategy``: ``latest`` (a stream with
+    nothing appended at or after the time starts at its end) or ``error``
+    (such a stream fails the read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +200,10 @@ READ_OPTIONS: Final = (
     "startingOffsets",
     "startingTimestamp",
     "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
     "maxEventsPerTrigger",
     "maxOffsetsPerTrigger",
     "maxBytesPerTrigger",
@@ -225,10 +236,6 @@ KAFKA_ONLY: Final = {
     "subscribepattern": "name the streams with option 'streams' (a comma-separated list)",
     "assign": "name the streams with option 'streams'; segments are not assigned by hand",
     "topic": "name the target stream with option 'stream' (scope/stream)",
-    "endingtimestamp": "it is not supported: end a batch read with 'endingOffsets'",
-    "endingoffsetsbytimestamp": "it is not supported: end a batch read with 'endingOffsets'",
-    "startingoffsetsbytimestampstrategy": "it is not supported: a time before a "
-    "stream's data starts at its head",
     "minoffsetspertrigger": "it is not supported: limit batches with 'maxEventsPerTrigger'",
     "maxtriggerdelay": "it is not supported: limit batches with 'maxEventsPerTrigger'",
     "maxrecordsperpartition": "it is not supported: split work with 'minPartitions'",
@@ -419,7 +426,22 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     if not names:
         raise OptionError("option 'stream' (or 'streams') is required")
     names = list(dict.fromkeys(names))
-    starting_times = _starting_times(opts, names)
+    starting_times = _times(opts, names, "startingTimestamp", "startingOffsetsByTimestamp")
+    ending_times = _times(opts, names, "endingTimestamp", "endingOffsetsByTimestamp")
+    if ending_times and "endingoffsets" in opts:
+        raise OptionError(
+            "options 'endingOffsets' and 'endingTimestamp'/'endingOffsetsByTimestamp' "
+            "exclude each other"
+        )
+    if streaming and ending_times:
+        raise OptionError(
+            "options 'endingTimestamp'/'endingOffsetsByTimestamp' apply to batch reads only"
+        )
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "latest").lower()
+    if strategy not in ("latest", "error"):
+        raise OptionError(
+            f"option 'startingOffsetsByTimestampStrategy' must be latest or error, got {strategy!r}"
+        )
     if starting_times and "startingoffsets" in opts:
         raise OptionError(
             "options 'startingOffsets' and 'startingTimestamp'/'startingOffsetsByTimestamp' "
@@ -449,22 +471,23 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         include_headers=_bool(opts, "includeHeaders", False),
         tank_scope=opts.get("tankscope", DEFAULT_TANK_SCOPE),
         starting_times=starting_times,
+        ending_times=ending_times,
+        time_strategy=strategy,
     )
 
 
-def _starting_times(opts: dict[str, str], names: list[str]) -> dict[str, int]:
-    """``startingTimestamp`` (every stream) or ``startingOffsetsByTimestamp``
-    (JSON ``{"scope/stream": ms}``; streams left out start as
-    ``startingOffsets`` says) as ``scope/stream`` -> epoch ms."""
-    if "startingtimestamp" in opts and "startingoffsetsbytimestamp" in opts:
-        raise OptionError(
-            "options 'startingTimestamp' and 'startingOffsetsByTimestamp' exclude each other"
-        )
-    if "startingtimestamp" in opts:
-        ms = _int(opts, "startingTimestamp", minimum=0)
+def _times(opts: dict[str, str], names: list[str], every: str, each: str) -> dict[str, int]:
+    """``every`` (a time for every stream: ``startingTimestamp``,
+    ``endingTimestamp``) or ``each`` (JSON ``{"scope/stream": ms}``; streams
+    left out start or end as the offsets options say) as ``scope/stream`` ->
+    epoch ms."""
+    if every.lower() in opts and each.lower() in opts:
+        raise OptionError(f"options '{every}' and '{each}' exclude each other")
+    if every.lower() in opts:
+        ms = _int(opts, every, minimum=0)
         assert ms is not None
         return dict.fromkeys(names, ms)
-    raw = opts.get("startingoffsetsbytimestamp")
+    raw = opts.get(each.lower())
     if raw is None:
         return {}
     try:
@@ -475,12 +498,12 @@ def _starting_times(opts: dict[str, str], names: list[str]) -> dict[str, int]:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in given.values()
     ):
         raise OptionError(
-            "option 'startingOffsetsByTimestamp' must be JSON "
+            f"option '{each}' must be JSON "
             f'{{"scope/stream": epoch milliseconds}}, got {raw!r}'
         )
     unknown = sorted(set(given) - set(names))
     if unknown:
-        raise OptionError(f"option 'startingOffsetsByTimestamp' names streams not read: {unknown}")
+        raise OptionError(f"option '{each}' names streams not read: {unknown}")
     return {name: given[name] for name in names if name in given}
 
 
