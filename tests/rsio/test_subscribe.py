@@ -146,9 +146,11 @@ async def test_from_and_until_a_time_and_append_times(
     t2 = await _next_ms()
     await write_events(pravega, scope, stream, [b"late-a"], key="a")
     await write_events(pravega, scope, stream, [b"late-b"], key="b")
-    iso = datetime.datetime.fromtimestamp(t2 / 1000, datetime.UTC).isoformat(
-        timespec="milliseconds"
-    ).replace("+00:00", "Z")  # a + in a query is a space
+    iso = (
+        datetime.datetime.fromtimestamp(t2 / 1000, datetime.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )  # a + in a query is a space
     client = await RsioClient.connect("127.0.0.1", server.rsio_port)
     try:
         sub = client.subscribe(f"{scope}/{stream}?from=time:{t1}&until=time:{iso}&format=record")

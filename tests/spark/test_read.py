@@ -235,7 +235,11 @@ def test_starting_timestamp_on_pravega_events_starts_at_the_first_event_appended
     future = str(boundary + 86_400_000)
     with pytest.raises(Exception, match="nothing in"):
         _read(
-            spark, server, name, startingTimestamp=future, startingOffsetsByTimestampStrategy="error"
+            spark,
+            server,
+            name,
+            startingTimestamp=future,
+            startingOffsetsByTimestampStrategy="error",
         ).count()
     with pytest.raises(Exception, match="exclude each other"):
         _read(spark, server, name, startingTimestamp="0", startingOffsets="earliest").count()

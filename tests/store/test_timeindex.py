@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from headrace.store._timeindex import MAX_TIME_INDEX_ENTRIES, TimeIndex
 
 
@@ -13,7 +15,7 @@ def test_a_full_index_thins_to_half_and_doubles_its_step() -> None:
     assert index.step_ms == 4
     entries = index.entries()
     assert entries[0] == (0, 1000)
-    assert all(b[1] - a[1] == index.step_ms for a, b in zip(entries, entries[1:], strict=False))
+    assert all(b[1] - a[1] == index.step_ms for a, b in itertools.pairwise(entries))
     # every event's time agrees with the lookup: the first offset at or after T
     for offset in range(0, 4 * MAX_TIME_INDEX_ENTRIES * 10, 70):
         time_ms = index.time_at(offset)

@@ -98,6 +98,13 @@ from headrace.controller.records import (
     stream_key,
     txn_key,
 )
+from headrace.controller.watermarks import (
+    WRITER_TIMEOUT_MS,
+    MarkResult,
+    WriterMarks,
+    event_frame,
+    mark_stream,
+)
 from headrace.errors import SegmentExists, SegmentNotFound
 from headrace.store.api import SegmentStore, offset_at_time
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
@@ -259,6 +266,9 @@ class ControllerModel:
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
+        self.watermarks = WriterMarks()
+        """Pravega writers' time marks (``controller/watermarks.py``); kept in
+        memory: writers note their time again at every flush."""
 
     @classmethod
     async def open(
@@ -321,6 +331,11 @@ class ControllerModel:
         """
         if not is_valid_name(stream):
             raise InvalidName("stream", stream)
+        await self._new_stream(scope, stream, config)
+
+    async def _new_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
+        """``create_stream`` without the name check: also a watermark stream
+        (``_MARK<name>``), a name only the controller itself creates."""
         config = _checked_config(config)
         count = config.scaling.min_num_segments
         async with self._membership:
@@ -526,6 +541,55 @@ class ControllerModel:
             )
             for seg in segs
         ]
+
+    # ------------------------------------------------------------------ watermarks
+
+    def note_writer_time(
+        self, scope: str, stream: str, writer: str, time_ms: int, position: Mapping[int, int]
+    ) -> int:
+        """Record a Pravega writer's time mark; a ``MarkResult`` status (a
+        position naming a segment of another stream is ``INVALID_POSITION``).
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        rec = self._stream(scope, stream)
+        if any(rec.segment(sid) is None or off < 0 for sid, off in position.items()):
+            return MarkResult.INVALID_POSITION
+        return self.watermarks.note(scope, stream, writer, time_ms, position, self._clock_ms())
+
+    def remove_writer(self, scope: str, stream: str, writer: str) -> bool:
+        """Forget a writer's mark; whether it had one. Raises: StreamNotFound."""
+        self._stream(scope, stream)
+        return self.watermarks.remove(scope, stream, writer)
+
+    async def emit_watermarks(self) -> int:
+        """Append each stream's next watermark to its ``_MARK`` stream (created
+        at the first one); how many were appended."""
+        emitted = 0
+        now = self._clock_ms()
+        for scope, stream in list(self.watermarks.marks):
+            entry = self._streams.get((scope, stream))
+            if entry is None:
+                self.watermarks.forget_stream(scope, stream)
+                continue
+            rec = entry[0]
+            ranges = {seg.id: (seg.min_key, seg.max_key) for seg in rec.segments}
+            after = {
+                seg.id: [s.segment.id for s in self.successors(scope, stream, seg.id)]
+                for seg in rec.segments
+                if seg.sealed_epoch is not None
+            }
+            mark = self.watermarks.next_watermark(
+                scope, stream, now, WRITER_TIMEOUT_MS, ranges, after
+            )
+            if mark is None:
+                continue
+            target = mark_stream(stream)
+            if (scope, target) not in self._streams:
+                await self._new_stream(scope, target, StreamConfig())
+            await self._store.append(segment_name(scope, target, 0), event_frame(mark))
+            emitted += 1
+        return emitted
 
     async def _offset_at(
         self, scope: str, stream: str, seg: SegmentRecord, start: int, timestamp_ms: int

@@ -37,10 +37,10 @@ from headrace.protocols.pravega.commands import CommandType
 from headrace.protocols.tank.bundle import MAX_STORED_UNPACKED_BYTES, decode_bundle
 
 __all__ = [
+    "MAX_EVENT_TIME_JSON_BYTES",
     "EventBuffer",
     "Record",
     "SkipCount",
-    "MAX_EVENT_TIME_JSON_BYTES",
     "bundle_records",
     "event_time_ms",
     "iter_events",

@@ -110,9 +110,7 @@ def _parse_time(text: str, what: str) -> int:
     try:
         when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
-            f"{what}={text!r}: a time is time:<epoch ms> or time:<ISO 8601>"
-        ) from None
+        raise ValueError(f"{what}={text!r}: a time is time:<epoch ms> or time:<ISO 8601>") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return int(when.timestamp() * 1000)

@@ -498,8 +498,7 @@ def _times(opts: dict[str, str], names: list[str], every: str, each: str) -> dic
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in given.values()
     ):
         raise OptionError(
-            f"option '{each}' must be JSON "
-            f'{{"scope/stream": epoch milliseconds}}, got {raw!r}'
+            f"option '{each}' must be JSON {{\"scope/stream\": epoch milliseconds}}, got {raw!r}"
         )
     unknown = sorted(set(given) - set(names))
     if unknown:

@@ -41,9 +41,7 @@ class TimeIndex:
 
     __slots__ = ("offsets", "step_ms", "times")
 
-    def __init__(
-        self, entries: list[tuple[int, int]] | None = None, step_ms: int = 1
-    ) -> None:
+    def __init__(self, entries: list[tuple[int, int]] | None = None, step_ms: int = 1) -> None:
         self.offsets: array[int] = array("q")
         self.times: array[int] = array("q")
         self.step_ms = max(1, step_ms)
