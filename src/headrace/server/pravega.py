@@ -924,7 +924,7 @@ class PravegaHandler(ConnectionHandler):
 
     async def _read_times(self, cmd: p.ReadSegmentTimes) -> None:
         times: list[int] = []
-        if isinstance(self._store, TimeIndexed):  # a cluster's forwarding store has none
+        if isinstance(self._store, TimeIndexed):  # every store here; an index-less one: none
             for offset, ms in await self._store.append_times(cmd.segment, cmd.offset, cmd.end):
                 times += (offset, ms)
         self._reply(p.SegmentTimesRead(cmd.request_id, cmd.segment, tuple(times)))

@@ -449,8 +449,9 @@ class TimeIndexed(Protocol):
 
 
 async def offset_at_time(store: SegmentStore, name: str, time_ms: int) -> int | None:
-    """``store.offset_at_time`` if the store keeps time indexes, else None (a
-    store that forwards to other nodes has none to consult)."""
+    """``store.offset_at_time`` if the store keeps time indexes (the two stores,
+    and a cluster node's ``RoutedStore``, which asks each segment's owner),
+    else None."""
     if isinstance(store, TimeIndexed):
         return await store.offset_at_time(name, time_ms)
     return None
