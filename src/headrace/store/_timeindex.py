@@ -16,6 +16,7 @@ exact to the millisecond while the segment has had fewer than
 ``MAX_TIME_INDEX_ENTRIES`` distinct milliseconds of appends, and exact to
 ``step_ms`` after that. Lookups by time agree with those times exactly.
 
+Only stream segments keep one (table segments are read by key, never by time).
 The disk store keeps the index in its snapshot and rebuilds the entries
 since the snapshot from the WAL's APPEND records (which carry the append's
 time), through the same ``note`` calls, so a restarted store has the same

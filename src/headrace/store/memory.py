@@ -131,7 +131,7 @@ class MemoryStore(BaseStore):
                 s.attributes, writer.writer_id, writer.event_number, self.max_segment_attributes
             )
         s.last_modified_ms = now_ms()
-        if len(data):
+        if len(data) and s.kind is SegmentKind.STREAM:  # tables need no times
             s.times.note(offset, s.last_modified_ms)
         self._notify(name)
         return AppendResult(offset, s.length, previous)

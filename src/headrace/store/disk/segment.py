@@ -318,7 +318,7 @@ class ContainerState:
             raise ReplayError(f"append to sealed segment {record.segment_id}")
         data = record.data
         seg.extend_checksum(record.offset, data)
-        if len(data):
+        if len(data) and seg.kind is SegmentKind.STREAM:  # tables need no times
             seg.times.note(record.offset, record.modified_ms)
         seg.length += len(data)
         if record.writer is not None:
@@ -380,7 +380,7 @@ class ContainerState:
         writer: WriterAppend | None,
         data: bytes | memoryview,
     ) -> list[Write]:
-        if len(data):
+        if len(data) and seg.kind is SegmentKind.STREAM:
             seg.times.note(offset, modified_ms)
         seg.length += len(data)
         if writer is not None:
