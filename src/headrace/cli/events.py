@@ -366,7 +366,8 @@ async def _last_records(
     segment's reading stopped. Each of those segments is read from its start:
     Pravega events can only be found walking forward."""
     now_ms = int(time.time() * 1000)
-    start = await client.controller.get_segments_at(scope, st, now_ms)
+    last_epoch = await client.controller.get_segments_at(scope, st, now_ms)
+    start = {seg: (await client.segments.stat(seg)).start_offset for seg in last_epoch}
     kept: dict[str, deque[Record]] = {}
     async with client.record_reader(scope, st, start=start) as reader:
         async for record in reader:
