@@ -560,6 +560,44 @@ def scale_while_writing(uri: str) -> dict[str, Any]:
     }
 
 
+def rolling_transaction(uri: str) -> dict[str, Any]:
+    """A transaction stays open across a scale and is committed afterwards."""
+    from headrace.protocols.pravega import controller_pb2 as pb
+
+    m = _manager(uri)
+    m.create_scope("e2e5")
+    m.create_stream("e2e5", "st", 1)
+    writer = m.create_writer("e2e5", "st")
+    writer.write_event("before", routing_key="k")
+    writer.flush()
+    txn_writer = m.create_transaction_writer("e2e5", "st", 12)  # holds the lease pinger
+    txn = txn_writer.begin_txn()
+    txn.write_event("tx1", routing_key="k")
+    txn.write_event("tx2", routing_key="k")
+    reply = _controller_call(
+        uri,
+        "scale",
+        pb.ScaleRequest(
+            streamInfo=pb.StreamInfo(scope="e2e5", stream="st"),
+            sealedSegments=[0],
+            newKeyRanges=[
+                pb.ScaleRequest.KeyRangeEntry(start=0.0, end=0.5),
+                pb.ScaleRequest.KeyRangeEntry(start=0.5, end=1.0),
+            ],
+        ),
+    )
+    writer.write_event("scaled", routing_key="k")
+    writer.flush()
+    txn.commit()
+    writer.write_event("after", routing_key="k")
+    writer.flush()
+    return {
+        "scale_status": reply.status,
+        "segments": _current_segments(uri, "e2e5", "st"),
+        "events": _read_group(m, "e2e5", "st", "rg5", 5),
+    }
+
+
 def byte_stream_head(uri: str) -> dict[str, Any]:
     m = _manager(uri)
     m.create_scope("e2e3")
@@ -1198,6 +1236,7 @@ SCENARIOS: Final[dict[str, Callable[..., dict[str, Any]]]] = {
         restart_read,
         events_and_transactions,
         scale_while_writing,
+        rolling_transaction,
         byte_stream_head,
         auto_scale,
         retention_by_size,

@@ -259,6 +259,9 @@ def test_group_describe_shows_the_lag_of_what_was_not_read(hr: Cli, server: Serv
     )
     first = hr("read", "grp/st", "--group", "g1", "--until", "4").stdout.splitlines()
     assert len(first) == 4
+    # the group's state stream is the controller's own: listed only with --all
+    assert hr("stream", "list", "grp", "-q").stdout.split() == ["grp/st"]
+    assert hr("stream", "list", "grp", "-q", "--all").stdout.split() == ["grp/_RGg1", "grp/st"]
 
     lag = json.loads(hr("group", "describe", "grp/g1", "--json").stdout)
     assert lag["lag_events"] == 10 - 4

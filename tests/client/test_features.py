@@ -1,10 +1,11 @@
-"""Transactions, byte streams, key-value tables, TANK records, admin calls."""
+"""Transactions, byte streams, key-value tables (partitioned too), TANK records, admin calls."""
 
 from __future__ import annotations
 
 import pytest
 
 from headrace.client import (
+    KeyValueTableConfig,
     PravegaClient,
     RetentionPolicy,
     ScalingPolicy,
@@ -20,6 +21,7 @@ from headrace.client.errors import (
 )
 from headrace.client.kvtable import NOT_EXISTS
 from headrace.client.writer import MAX_INLINE_EVENT_BYTES
+from headrace.protocols.pravega.routing import table_key_position
 from headrace.protocols.tank.bundle import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
@@ -146,6 +148,52 @@ async def test_key_value_table(server: Server) -> None:
         await table.remove(b"b")
         assert await table.get(b"b") is None
         assert await table.delete()
+
+
+async def test_partitioned_table_through_the_client(server: Server) -> None:
+    config = KeyValueTableConfig(partition_count=3, primary_key_length=4, secondary_key_length=2)
+    async with PravegaClient(server.uri) as client:
+        ctl = client.controller
+        await ctl.create_scope("kvt1")
+        assert await ctl.create_key_value_table("kvt1", "orders", config)
+        assert not await ctl.create_key_value_table("kvt1", "orders", config)
+        assert await ctl.get_key_value_table_config("kvt1", "orders") == config
+        assert [t async for t in ctl.list_key_value_tables("kvt1")] == ["orders"]
+        ranges = await ctl.get_key_value_table_segments("kvt1", "orders")
+        assert [(r.segment.segment_id, r.min_key, r.max_key) for r in ranges] == [
+            (0, 0.0, 1 / 3),
+            (1, 1 / 3, 2 / 3),
+            (2, 2 / 3, 1.0),
+        ]
+
+        table = await client.kv_table("kvt1", "orders")
+        assert table.config == config
+        keys = [f"k{i:03d}".encode() + b"s0" for i in range(30)]
+        for key in keys:
+            await table.put(key, b"v" + key)
+        # Each key sits in the partition its primary key hashes to, and only there.
+        for key in keys:
+            position = table_key_position(key[:4])
+            expected = next(r for r in ranges if position <= r.max_key)  # Java's ceiling rule
+            for seg in table.partitions:
+                (found,) = await client.segments.table_get(seg, seg.name, [key])
+                assert (found is not None) == (seg.segment_id == expected.segment.segment_id)
+        assert {k for k, _, _ in await table.items()} == set(keys)
+        assert len({table.partition_of(k) for k in keys}) == 3  # every partition used
+
+        # One primary key: updated together, atomically.
+        versions = await table.put_all([(b"k000s1", b"a", -1), (b"k000s2", b"b", -1)])
+        assert len(versions) == 2
+        with pytest.raises(ValueError, match="share a partition"):
+            multi = [k for k in keys if table.partition_of(k) != table.partition_of(keys[0])]
+            await table.put_all([(keys[0], b"x", -1), (multi[0], b"y", -1)])
+        with pytest.raises(ValueError, match="6 bytes"):
+            await table.put(b"short", b"x")
+
+        assert await table.delete()
+        assert await ctl.get_key_value_table_config("kvt1", "orders") is None
+        assert not await ctl.delete_key_value_table("kvt1", "orders")
+        assert [t async for t in ctl.list_key_value_tables("kvt1")] == []
 
 
 async def test_tank_bundles_become_records_with_keys_and_timestamps(server: Server) -> None:

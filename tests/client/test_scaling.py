@@ -79,3 +79,31 @@ async def test_empty_sealed_segment_leads_to_its_successors(server: Server) -> N
         async with client.record_reader("sc2", "st") as reader:
             records = [r async for r in reader]
     _check_per_key_order([r.value for r in records], 1)
+
+
+async def test_transaction_open_across_a_scale_is_read_in_order(server: Server) -> None:
+    async with PravegaClient(server.uri) as client:
+        await client.controller.create_scope("sc4")
+        await client.controller.create_stream("sc4", "st", StreamConfig(ScalingPolicy.fixed(1)))
+        async with await client.create_writer("sc4", "st") as writer:
+            for key in KEYS:
+                await writer.write(f"{key}:0".encode(), routing_key=key)
+            await writer.flush()
+            txn = await client.begin_transaction("sc4", "st")
+            for key in KEYS:
+                await txn.write(f"{key}:2".encode(), routing_key=key)
+            await txn.flush()
+            (old,) = await client.controller.get_current_segments("sc4", "st")
+            await client.controller.scale_stream(
+                "sc4", "st", [old.segment.segment_id], [(0.0, 0.5), (0.5, 1.0)]
+            )
+            for key in KEYS:
+                await writer.write(f"{key}:1".encode(), routing_key=key)
+            await writer.flush()
+            await txn.commit()
+            for key in KEYS:
+                await writer.write(f"{key}:3".encode(), routing_key=key)
+        async with client.record_reader("sc4", "st") as reader:
+            records = [r async for r in reader]
+    _check_per_key_order([r.value for r in records], 4)
+    assert {r.segment for r in records if r.value.endswith(b":2")} == {"sc4/st/0.#epoch.2"}

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from headrace.cluster.metadata import ClusterModel
-from headrace.controller.records import StreamConfig
+from headrace.controller.records import KeyValueTableConfig, StreamConfig
 from headrace.errors import OwnerUnavailable
 from headrace.store.memory import MemoryStore
 
@@ -102,3 +102,26 @@ async def test_leadership_moves_and_the_new_leader_writes(pair: tuple[Node, Node
     assert second.model.scope_exists("kept")
     await second.model.create_scope("added")
     await first.until(lambda: first.model.scope_exists("added"))
+
+
+async def test_key_value_tables_are_written_by_the_leader_and_seen_by_a_follower(
+    pair: tuple[Node, Node],
+) -> None:
+    leader, follower = pair
+    leader.leads = True
+    await leader.until(lambda: leader.model.leading)
+    await follower.until(lambda: follower.model.loaded)
+    config = KeyValueTableConfig(partition_count=2, primary_key_length=4)
+    with pytest.raises(OwnerUnavailable):
+        await follower.model.create_kvtable("sc", "kv", config)
+    await leader.model.create_scope("sc")
+    await leader.model.create_kvtable("sc", "kv", config)
+    await follower.until(
+        lambda: (
+            follower.model.scope_exists("sc")
+            and follower.model.list_kvtables("sc", limit=10) == ["kv"]
+        )
+    )
+    assert follower.model.kvtable_config("sc", "kv") == config
+    with pytest.raises(OwnerUnavailable):
+        await follower.model.delete_kvtable("sc", "kv")

@@ -1,7 +1,7 @@
 """One controller for the whole cluster: metadata written by the leader, seen by every node.
 
-Real ``headrace serve --cluster`` nodes and a real ZooKeeper. Scopes
-and streams created through any node's controller (our client, and the real
+Real ``headrace serve --cluster`` nodes and a real ZooKeeper. Scopes,
+streams and key-value tables created through any node's controller (our client, and the real
 ``pravega`` client in a child process) are seen through every other node's;
 the TANK door of a follower creates its topic's stream at the leader;
 after the leader restarts, the new leader loads the same metadata.
@@ -24,7 +24,12 @@ from headrace.cluster.layout import encode
 from headrace.controller.records import SCOPES_TABLE
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.auth import Permission, TokenClaims, encode_token
-from headrace.protocols.pravega.controller import Segment
+from headrace.protocols.pravega.controller import (
+    GroupRetention,
+    KeyValueTableConfig,
+    ReaderGroupConfig,
+    Segment,
+)
 from headrace.store.disk.layout import container_of
 from tests._real_pravega import SCENARIO_TIMEOUT_S, result_of, run_scenario, start_scenario
 from tests._server import ServerProcess
@@ -43,6 +48,7 @@ from tests.server.test_pravega_server import Raw
 NODES = ("n1", "n2", "n3")
 WAIT_S = 30.0
 """Bound on reaching ZooKeeper from the test."""
+KV_CONFIG = KeyValueTableConfig(partition_count=2, primary_key_length=8)
 
 
 @pytest.fixture
@@ -66,8 +72,10 @@ async def test_what_one_node_creates_every_node_sees(nodes: dict[str, ServerProc
         assert await controller.create_scope("shared")
         assert not await controller.create_scope("shared")  # the leader knows it now
         assert await controller.create_stream("shared", "st")
+        assert await controller.create_key_value_table("shared", "kv", KV_CONFIG)
     async with ControllerClient(nodes[other].uri) as controller:
         assert await controller.stream_exists("shared", "st")
+        assert await controller.get_key_value_table_config("shared", "kv") == KV_CONFIG
         assert not await controller.create_stream("shared", "st")
         assert await controller.create_stream("shared", "second")
     for name in NODES:
@@ -99,14 +107,23 @@ def test_the_real_client_writes_and_reads_through_any_node(
 
 async def test_a_new_leader_loads_the_same_metadata(nodes: dict[str, ServerProcess]) -> None:
     boss = leader(nodes)
+    follower = next(n for n in NODES if n != boss)
     async with ControllerClient(nodes[boss].uri) as controller:
         assert await controller.create_scope("kept")
         assert await controller.create_stream("kept", "st")
+    # A reader group made through a follower: its records are the leader's tables'.
+    async with ControllerClient(nodes[follower].uri) as controller:
+        group = await controller.create_reader_group(
+            ReaderGroupConfig("kept", "rg", start={"kept/st": {}}, retention=GroupRetention.MANUAL)
+        )
     nodes[boss].restart()
     wait_for_metadata(nodes)
     for name in NODES:
         async with ControllerClient(nodes[name].uri) as controller:
             assert await controller.stream_exists("kept", "st"), name
+            assert await controller.get_reader_group_config("kept", "rg") == group, name
+            assert await controller.list_subscribers("kept", "st") == ["kept/rg"], name
+            assert await controller.stream_exists("kept", "_RGrg"), name
     async with ControllerClient(nodes[boss].uri) as controller:
         assert await controller.create_stream("kept", "after")
 

@@ -112,6 +112,7 @@ async def test_a_released_container_arrives_whole_and_replaces_the_old_copy(
         (None, None, "owned", "is not released by a to b"),
         (None, None, "released-to-c", "is not released by a to b"),
     ],
+    ids=["no-token", "another-key", "owned", "released-to-c"],
 )
 async def test_a_request_not_from_the_node_it_was_released_to_gets_nothing(
     stores: tuple[DiskStore, DiskStore],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from headrace.controller.errors import (
     StreamNotFound,
     StreamNotSealed,
     StreamSealed,
+    TableExists,
+    TableNotFound,
     TxnNotFound,
     TxnNotOpen,
 )
@@ -34,12 +37,16 @@ from headrace.controller.model import (
     LEASE_SLACK_FACTOR,
     MAX_RETENTION_CUTS,
     MAX_SEGMENTS_PER_EPOCH,
+    MAX_TABLE_PARTITIONS,
     MAX_TXN_LEASE_MS,
     TRANSIENT_SEGMENT_MAX_IDLE_MS,
     ControllerModel,
 )
 from headrace.controller.naming import TxnId, segment_id, segment_name
 from headrace.controller.records import (
+    STREAMS_TABLE,
+    TRANSACTIONS_TABLE,
+    KeyValueTableConfig,
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
@@ -240,12 +247,12 @@ async def test_update_auto_scaling_minimum_only_scales_up(env: Env) -> None:
     assert len(env.model.current_segments("sc", "st")) == 5
 
 
-async def test_update_with_open_transaction_records_but_does_not_rescale(env: Env) -> None:
+async def test_update_with_open_transaction_rescales(env: Env) -> None:
     await make_stream(env, 1)
     await env.model.create_txn("sc", "st", 90_000)
     await env.model.update_stream("sc", "st", fixed(2))
     assert env.model.stream_config("sc", "st").scaling.min_num_segments == 2
-    assert len(env.model.current_segments("sc", "st")) == 1
+    assert len(env.model.current_segments("sc", "st")) == 2
 
 
 async def test_update_missing_stream_raises_stream_not_found(env: Env) -> None:
@@ -382,11 +389,72 @@ async def test_scale_with_ranges_that_do_not_fit_fails(
     assert [s.id for s in env.model.current_segments("sc", "st")] == [0]
 
 
-async def test_scale_with_open_transaction_fails(env: Env) -> None:
+async def test_commit_after_a_scale_rolls_the_transaction_into_new_epochs(env: Env) -> None:
+    await make_stream(env, 2)
+    await env.store.append("sc/st/0.#epoch.0", b"a0|")
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    t0, t1 = env.model.txn_segments("sc", "st", txn.txn)
+    await env.store.append(t0, b"t0|")
+    await env.store.append(t1, b"t1|")
+    # The scale does not wait for the open transaction.
+    _, new = await env.model.scale("sc", "st", [1], [(0.5, 0.75), (0.75, 1.0)])
+    await env.store.append("sc/st/0.#epoch.0", b"a1|")
+
+    await env.model.commit_txn("sc", "st", txn.txn)
+
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.COMMITTED
+    assert env.model.current_epoch("sc", "st") == 3
+    # Epoch 2 copies epoch 0's segments and holds the transaction; sealed.
+    copies = env.model.epoch_segments("sc", "st", 2)
+    assert [(s.id, s.min_key, s.max_key) for s in copies] == [
+        (segment_id(2, 0), 0.0, 0.5),
+        (segment_id(2, 1), 0.5, 1.0),
+    ]
+    for seg, data in zip(copies, (b"t0|", b"t1|"), strict=True):
+        name = segment_name("sc", "st", seg.id)
+        assert (await env.store.read(name, 0, 100)).data == data
+        assert (await env.store.info(name)).sealed
+    # Epoch 3 copies epoch 1's segments and is the active one.
+    assert [s.id for s in env.model.current_segments("sc", "st")] == [
+        segment_id(3, 0),
+        segment_id(3, 2),
+        segment_id(3, 3),
+    ]
+    for sid in (0, new[0].id, new[1].id):
+        assert (await env.store.info(segment_name("sc", "st", sid))).sealed
+    # Readers go from epoch 1 through the transaction's events to epoch 3.
+    assert [s.segment.id for s in env.model.successors("sc", "st", 0)] == [segment_id(2, 0)]
+    [(after_new)] = env.model.successors("sc", "st", new[0].id)
+    assert after_new.segment.id == segment_id(2, 1)
+    assert after_new.predecessors == (new[0].id, new[1].id)
+    assert [s.segment.id for s in env.model.successors("sc", "st", segment_id(2, 1))] == [
+        segment_id(3, 2),
+        segment_id(3, 3),
+    ]
+    for name in (t0, t1):
+        with pytest.raises(SegmentNotFound):
+            await env.store.info(name)
+    # A transaction of the current epoch merges straight into its parents.
+    later, _ = await env.model.create_txn("sc", "st", 90_000)
+    await env.model.commit_txn("sc", "st", later.txn)
+    assert env.model.current_epoch("sc", "st") == 3
+    await env.restart()
+    assert env.model.current_epoch("sc", "st") == 3
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.COMMITTED
+
+
+async def test_commits_arriving_together_share_one_rolling_commit(env: Env) -> None:
     await make_stream(env, 1)
-    await env.model.create_txn("sc", "st", 90_000)
-    with pytest.raises(ScalePreconditionFailed):
-        await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+    txns = [(await env.model.create_txn("sc", "st", 90_000))[0].txn for _ in range(3)]
+    for i, txn in enumerate(txns):
+        [seg] = env.model.txn_segments("sc", "st", txn)
+        await env.store.append(seg, f"t{i}|".encode())
+    await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+    await asyncio.gather(*(env.model.commit_txn("sc", "st", t) for t in txns))
+    assert env.model.current_epoch("sc", "st") == 3  # one roll: epochs 2 and 3
+    [copy] = env.model.epoch_segments("sc", "st", 2)
+    data = (await env.store.read(segment_name("sc", "st", copy.id), 0, 100)).data
+    assert sorted(data.split(b"|")[:-1]) == [b"t0", b"t1", b"t2"]
 
 
 async def test_stream_cut_validity(env: Env) -> None:
@@ -641,6 +709,115 @@ async def test_restart_finishes_an_interrupted_commit(env: Env) -> None:
         await env.store.info(txn_seg)
 
 
+class FailingStreamSave:
+    """A store that fails the first write of a stream record holding no rolling
+    commit: a crash in the middle of a rolling commit, before its epochs are recorded."""
+
+    def __init__(self, inner: SegmentStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def update_table(self, table: str, updates: list[Any], *args: Any) -> Any:
+        if table == STREAMS_TABLE and b'"rolling"' not in updates[0].value:
+            raise OSError("injected: the process dies here")
+        return await self._inner.update_table(table, updates, *args)
+
+
+class FailingCommittedSave:
+    """A store that fails recording a transaction ``committed``: a crash after a
+    rolling commit recorded its epochs."""
+
+    def __init__(self, inner: SegmentStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def update_table(self, table: str, updates: list[Any], *args: Any) -> Any:
+        if table == TRANSACTIONS_TABLE and b'"committed"' in updates[0].value:
+            raise OSError("injected: the process dies here")
+        return await self._inner.update_table(table, updates, *args)
+
+
+@pytest.mark.parametrize("failing", [FailingStreamSave, FailingCommittedSave])
+async def test_restart_finishes_an_interrupted_rolling_commit(env: Env, failing: type) -> None:
+    await make_stream(env, 1)
+    txn, _ = await env.model.create_txn("sc", "st", 90_000)
+    [txn_seg] = env.model.txn_segments("sc", "st", txn.txn)
+    await env.store.append(txn_seg, b"payload")
+    await env.model.scale("sc", "st", [0], [(0.0, 0.5), (0.5, 1.0)])
+    broken = await ControllerModel.open(failing(env.store), clock_ms=env.clock)
+    with pytest.raises(OSError, match="injected"):
+        await broken.commit_txn("sc", "st", txn.txn)
+    assert broken.txn_state("sc", "st", txn.txn) is TxnState.COMMITTING
+
+    await env.restart()
+
+    assert env.model.txn_state("sc", "st", txn.txn) is TxnState.COMMITTED
+    assert env.model.current_epoch("sc", "st") == 3
+    copy = segment_name("sc", "st", segment_id(2, 0))
+    assert (await env.store.read(copy, 0, 100)).data == b"payload"
+    assert (await env.store.info(copy)).sealed
+    assert all(s.created_epoch == 3 for s in env.model.current_segments("sc", "st"))
+
+
+# --------------------------------------------------------------------------- key-value tables
+
+
+async def test_key_value_table_lifecycle(env: Env) -> None:
+    await env.model.create_scope("sc")
+    config = KeyValueTableConfig(partition_count=3, primary_key_length=4, secondary_key_length=2)
+    await env.model.create_kvtable("sc", "kv", config)
+    with pytest.raises(TableExists):
+        await env.model.create_kvtable("sc", "kv", config)
+    names = [f"sc/kv_kvtable/{n}.#epoch.0" for n in range(3)]
+    for name in names:
+        assert (await env.store.table_info(name)).length == 0
+    parts = env.model.kvtable_partitions("sc", "kv")
+    assert [(p.id, p.min_key, p.max_key) for p in parts] == [
+        (0, 0.0, 1 / 3),
+        (1, 1 / 3, 2 / 3),
+        (2, 2 / 3, 1.0),
+    ]
+    with pytest.raises(ScopeNotEmpty):
+        await env.model.delete_scope("sc")
+    await env.restart()
+    assert env.model.kvtable_config("sc", "kv") == config
+    assert env.model.list_kvtables("sc", limit=10) == ["kv"]
+    await env.model.delete_kvtable("sc", "kv")
+    assert env.model.list_kvtables("sc", limit=10) == []
+    for name in names:
+        with pytest.raises(SegmentNotFound):
+            await env.store.table_info(name)
+    with pytest.raises(TableNotFound):
+        await env.model.delete_kvtable("sc", "kv")
+    await env.model.delete_scope("sc")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        KeyValueTableConfig(partition_count=0),
+        KeyValueTableConfig(partition_count=MAX_TABLE_PARTITIONS + 1),
+        KeyValueTableConfig(primary_key_length=0),
+        KeyValueTableConfig(secondary_key_length=-1),
+        KeyValueTableConfig(primary_key_length=8192, secondary_key_length=1),
+        KeyValueTableConfig(rollover_size_bytes=-1),
+    ],
+)
+async def test_key_value_table_shapes_java_refuses_are_refused(
+    env: Env, config: KeyValueTableConfig
+) -> None:
+    await env.model.create_scope("sc")
+    with pytest.raises(InvalidArgument):
+        await env.model.create_kvtable("sc", "kv", config)
+    with pytest.raises(InvalidName):
+        await env.model.create_kvtable("sc", "_kv", KeyValueTableConfig())
+    assert env.model.list_kvtables("sc", limit=10) == []
+
+
 # --------------------------------------------------------------------------- retention
 
 
@@ -826,13 +1003,14 @@ async def test_cold_neighbours_merge_but_not_below_the_minimum(env: Env) -> None
     assert segs[0].min_key == 0.0 and segs[-1].max_key == 1.0
 
 
-async def test_open_transaction_blocks_auto_scaling(env: Env) -> None:
+async def test_open_transaction_does_not_hold_back_auto_scaling(env: Env) -> None:
     await make_auto_stream(env, ScalingType.BY_RATE_IN_KBYTES_PER_SEC, 1)
     await env.model.create_txn("sc", "st", 90_000)
     await sample(env)
-    for _ in range(AUTO_SCALE_HOT_SAMPLES + 1):
+    for _ in range(AUTO_SCALE_HOT_SAMPLES):
         await env.store.append("sc/st/0.#epoch.0", b"x" * 4096)
-        assert await sample(env) == 0
+        scaled = await sample(env)
+    assert scaled == 1
 
 
 async def test_fixed_streams_are_not_sampled(env: Env) -> None:

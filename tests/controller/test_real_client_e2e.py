@@ -2,7 +2,9 @@
 
 What only the controller decides, seen end to end: transactions commit as a
 block and aborted ones vanish; a scale hands writers and readers over to the
-successor segments without losing or reordering events of a key; a byte
+successor segments without losing or reordering events of a key; a
+transaction open across a scale commits by rolling, its events after those
+written before the commit and before those written after; a byte
 stream's head comes from ``getSegments``; an auto-scaling policy splits a hot
 segment. (Size retention, end to end: ``tests/pravega/test_real_client.py``.)
 """
@@ -42,6 +44,13 @@ def test_scale_moves_writers_and_readers_to_successors_in_order(server: Controll
     assert sorted(events) == sorted([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
     assert [e for e in events if e.startswith("a")] == [f"a{i}" for i in range(10)]
     assert [e for e in events if e.startswith("b")] == [f"b{i}" for i in range(10)]
+
+
+def test_transaction_open_across_a_scale_commits_in_order(server: Controller) -> None:
+    r = run_scenario("rolling_transaction", server.uri)
+    assert r["scale_status"] == 0  # STARTED, with the transaction open
+    assert r["segments"] == 2
+    assert r["events"] == ["before", "scaled", "tx1", "tx2", "after"]
 
 
 def test_byte_stream_head_follows_truncation(server: Controller) -> None:

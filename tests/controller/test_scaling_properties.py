@@ -1,9 +1,10 @@
 """Hypothesis: any sequence of splits and merges keeps the epoch history consistent.
 
-After every scale, each epoch's segments tile [0, 1) exactly, the successors of
-every replaced segment cover its key range and list it among their
-predecessors, and the store holds exactly the sealed/active segments the
-metadata says.
+Transactions are opened and committed between the scales, so some commit by
+rolling. Afterwards each epoch's segments tile [0, 1) exactly, the successors
+of every replaced segment cover its key range and list it among their
+predecessors, the store holds exactly the sealed/active segments the metadata
+says, and every committed transaction's events are in the stream exactly once.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headrace.controller.model import ControllerModel
-from headrace.controller.naming import segment_name
+from headrace.controller.naming import TxnId, segment_name
 from headrace.controller.records import ScalingPolicy, SegmentRecord, StreamConfig
 from headrace.store.memory import MemoryStore
 from tests._hypothesis import examples
 
-# A step: (split?, which segment/pair by index modulo the current count, split point).
+# A step: (split?, which segment/pair by index modulo the current count, split point,
+# what to do with transactions first).
 steps = st.lists(
-    st.tuples(st.booleans(), st.integers(0, 1000), st.floats(0.05, 0.95)),
+    st.tuples(
+        st.booleans(),
+        st.integers(0, 1000),
+        st.floats(0.05, 0.95),
+        st.sampled_from(["", "open", "commit"]),
+    ),
     min_size=1,
     max_size=12,
 )
@@ -36,12 +43,23 @@ def assert_tiles(segs: list[SegmentRecord]) -> None:
         assert a.max_key == b.min_key
 
 
-async def run(initial: int, plan: list[tuple[bool, int, float]]) -> None:
+async def run(initial: int, plan: list[tuple[bool, int, float, str]]) -> None:
     store = MemoryStore()
     model = await ControllerModel.open(store)
+    model.rolling_commit_window_s = 0
     await model.create_scope("sc")
     await model.create_stream("sc", "st", StreamConfig(ScalingPolicy(min_num_segments=initial)))
-    for split, pick, point in plan:
+    txns: list[tuple[TxnId, int]] = []  # (id, number of parents)
+    pending: list[TxnId] = []
+    for split, pick, point, action in plan:
+        if action == "open":
+            txn, parents = await model.create_txn("sc", "st", 90_000)
+            for name in model.txn_segments("sc", "st", txn.txn):
+                await store.append(name, f"<{txn.txn.hex}>".encode())
+            txns.append((txn.txn, len(parents)))
+            pending.append(txn.txn)
+        elif action == "commit" and pending:
+            await model.commit_txn("sc", "st", pending.pop(0))
         current = model.current_segments("sc", "st")
         if split or len(current) == 1:
             seg = current[pick % len(current)]
@@ -54,6 +72,8 @@ async def run(initial: int, plan: list[tuple[bool, int, float]]) -> None:
             a, b = current[i], current[i + 1]
             await model.scale("sc", "st", [a.id, b.id], [(a.min_key, b.max_key)])
 
+    for txn in pending:
+        await model.commit_txn("sc", "st", txn)
     epoch = model.current_epoch("sc", "st")
     for e in range(epoch + 1):
         assert_tiles(model.epoch_segments("sc", "st", e))
@@ -73,12 +93,17 @@ async def run(initial: int, plan: list[tuple[bool, int, float]]) -> None:
         for (_, hi), (lo, _) in itertools.pairwise(covered):
             assert hi == lo
         assert all(seg.id in s.predecessors for s in successors)
+    data = b"".join(
+        [(await store.read(segment_name("sc", "st", seg.id), 0, 1 << 20)).data for seg in history]
+    )
+    for txn, parents in txns:
+        assert data.count(f"<{txn.hex}>".encode()) == parents
     await store.close()
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial=st.integers(1, 4), plan=steps)
 def test_scaling_keeps_epochs_tiled_and_successors_consistent(
-    initial: int, plan: list[tuple[bool, int, float]]
+    initial: int, plan: list[tuple[bool, int, float, str]]
 ) -> None:
     asyncio.run(run(initial, plan))

@@ -52,6 +52,7 @@ SPEC_RPCS = [
     "createKeyValueTable",
     "getCurrentSegmentsKeyValueTable",
     "listKeyValueTablesInScope",
+    "getKeyValueTableConfiguration",
     "deleteKeyValueTable",
     "listSubscribers",
     "updateSubscriberStreamCut",
@@ -256,6 +257,80 @@ async def test_transaction_lifecycle(call: Client) -> None:
     assert abort.status == pb.TxnStatus.TRANSACTION_NOT_FOUND
 
 
+async def test_scale_with_an_open_transaction_then_commit_rolls(call: Client) -> None:
+    await make_stream(call, 1)
+    created = await call("createTransaction", pb.CreateTxnRequest(streamInfo=info(), lease=90_000))
+    scale = pb.ScaleRequest(
+        streamInfo=info(),
+        sealedSegments=[0],
+        newKeyRanges=[
+            pb.ScaleRequest.KeyRangeEntry(start=0.0, end=0.5),
+            pb.ScaleRequest.KeyRangeEntry(start=0.5, end=1.0),
+        ],
+    )
+    assert (await call("scale", scale)).status == pb.ScaleResponse.STARTED
+    req = pb.TxnRequest(streamInfo=info(), txnId=created.txnId)
+    assert (await call("checkTransactionState", req)).state == pb.TxnState.OPEN
+    assert (await call("commitTransaction", req)).status == pb.TxnStatus.SUCCESS
+    assert (await call("checkTransactionState", req)).state == pb.TxnState.COMMITTED
+    current = await call("getCurrentSegments", info())
+    assert [r.segmentId.segmentId for r in current.segmentRanges] == [3 << 32 | 1, 3 << 32 | 2]
+    copy = await call("getEpochSegments", pb.GetEpochSegmentsRequest(streamInfo=info(), epoch=2))
+    assert [r.segmentId.segmentId for r in copy.segmentRanges] == [2 << 32 | 0]
+
+
+async def test_key_value_table_rpcs(call: Client) -> None:
+    kvt = pb.KeyValueTableInfo(scope="sc", kvtName="kv")
+    config = pb.KeyValueTableConfig(
+        scope="sc", kvtName="kv", partitionCount=2, primaryKeyLength=8, secondaryKeyLength=4
+    )
+    missing_scope = await call("createKeyValueTable", config)
+    assert missing_scope.status == pb.CreateKeyValueTableStatus.SCOPE_NOT_FOUND
+    await call("createScope", pb.ScopeInfo(scope="sc"))
+    created = await call("createKeyValueTable", config)
+    assert created.status == pb.CreateKeyValueTableStatus.SUCCESS
+    again = await call("createKeyValueTable", config)
+    assert again.status == pb.CreateKeyValueTableStatus.TABLE_EXISTS
+    bad_name = pb.KeyValueTableConfig(scope="sc", kvtName="a/b", partitionCount=1)
+    bad_name.primaryKeyLength = 1
+    assert (
+        await call("createKeyValueTable", bad_name)
+    ).status == pb.CreateKeyValueTableStatus.INVALID_TABLE_NAME
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call("createKeyValueTable", pb.KeyValueTableConfig(scope="sc", kvtName="z"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # no partitions, no key
+
+    got = await call("getKeyValueTableConfiguration", kvt)
+    assert got.status == pb.KeyValueTableConfigResponse.SUCCESS
+    assert got.config == config
+    segs = await call("getCurrentSegmentsKeyValueTable", kvt)
+    assert [(r.segmentId.segmentId, r.minKey, r.maxKey) for r in segs.segmentRanges] == [
+        (0, 0.0, 0.5),
+        (1, 0.5, 1.0),
+    ]
+    listing = await call(
+        "listKeyValueTablesInScope",
+        pb.KVTablesInScopeRequest(scope=pb.ScopeInfo(scope="sc")),
+    )
+    assert [t.kvtName for t in listing.kvtables] == ["kv"]
+    assert listing.continuationToken.token == "kv"
+    nothing = await call(
+        "listKeyValueTablesInScope",
+        pb.KVTablesInScopeRequest(scope=pb.ScopeInfo(scope="nope")),
+    )
+    assert nothing.status == pb.KVTablesInScopeResponse.SCOPE_NOT_FOUND
+
+    deleted = await call("deleteKeyValueTable", kvt)
+    assert deleted.status == pb.DeleteKVTableStatus.SUCCESS
+    gone = await call("deleteKeyValueTable", kvt)
+    assert gone.status == pb.DeleteKVTableStatus.TABLE_NOT_FOUND
+    absent = await call("getKeyValueTableConfiguration", kvt)
+    assert absent.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call("getCurrentSegmentsKeyValueTable", kvt)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
 async def test_abort_then_state_is_aborted(call: Client) -> None:
     await make_stream(call, 1)
     created = await call("createTransaction", pb.CreateTxnRequest(streamInfo=info(), lease=90_000))
@@ -331,9 +406,15 @@ async def test_stream_cut_rpcs(call: Client) -> None:
     assert truncated.status == pb.UpdateStreamStatus.SUCCESS
 
 
-async def test_unimplemented_rpcs_say_so(call: Client) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call("createKeyValueTable", pb.KeyValueTableConfig(scope="sc", kvtName="t"))
+async def test_unknown_rpcs_say_so(server: ControllerServer) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE_NAME}/noSuchRpc",
+            request_serializer=bytes,
+            response_deserializer=bytes,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call(b"", timeout=CALL_TIMEOUT_S)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

@@ -152,6 +152,26 @@ def stored_events(data_dir: Path, stream: str = STREAM) -> dict[str, list[bytes]
     return asyncio.run(read_all())
 
 
+LOOPBACK_METADATA: bytes = b'{"@metadata":{"ip_address":"127.0.0.1"},'
+"""What the door puts before a loopback client's event that has no ``@metadata``."""
+
+
+def as_stored(payload: bytes) -> bytes:
+    """``payload`` (a JSON object without ``@metadata``, sent over plain TCP from
+    loopback) as the door stores it: the connection's ``@metadata`` first, then
+    the rest of the bytes as sent."""
+    assert payload.startswith(b"{") and payload != b"{}"
+    return LOOPBACK_METADATA + payload[1:]
+
+
+def without_metadata(document: dict[str, object]) -> dict[str, object]:
+    """``document`` with the door's ``@metadata`` taken off, after checking it
+    names the loopback client."""
+    meta = document.pop("@metadata")
+    assert isinstance(meta, dict) and meta["ip_address"] == "127.0.0.1", meta
+    return document
+
+
 def stored_documents(data_dir: Path, stream: str = STREAM) -> dict[str, list[dict[str, object]]]:
     """``stored_events`` decoded as JSON objects."""
     return {

@@ -94,7 +94,11 @@ def test_v1_client_windows_are_acked_with_last_seq_and_stored_once(
     docs = _all_docs(tmp_path / "data")
     assert len(docs) == 150
     assert {str(d["line"]) for d in docs} == {f"w{w} line {i}" for w in range(3) for i in range(50)}
-    assert all(set(d) == {"file", "host", "offset", "line"} for d in docs)
+    assert all(set(d) == {"@metadata", "file", "host", "offset", "line"} for d in docs)
+    meta: dict[str, object] = {"ip_address": "127.0.0.1"}
+    if use_tls:
+        meta["tls_peer"] = {"status": "unverified"}  # no client certificate asked for
+    assert all(d["@metadata"] == meta for d in docs)
     offsets = [int(str(d["offset"])) for d in docs]  # one host: one segment, wire order
     assert offsets == sorted(offsets)
 
@@ -232,7 +236,11 @@ def test_tls_client_certificate_is_required_with_tls_ca(
                     client.wait_for_ack(1, timeout_s=IO_TIMEOUT_S)
     finally:
         assert server.stop() == 0, server.stderr
-    assert [d["who"] for d in _all_docs(tmp_path / "data")] == ["beat-1"]
+    docs = _all_docs(tmp_path / "data")
+    assert [d["who"] for d in docs] == ["beat-1"]
+    # the verified client certificate's subject, as Logstash's beats input records it
+    tls_peer = {"status": "verified", "subject": f"CN={certs['client'].cert.stem}"}
+    assert docs[0]["@metadata"] == {"ip_address": "127.0.0.1", "tls_peer": tls_peer}
 
 
 def test_tls_listener_not_started_without_a_certificate(tmp_path: Path) -> None:
@@ -297,7 +305,7 @@ def test_captured_client_bytes_get_the_exact_ack_bytes(tmp_path: Path, client_na
     assert len(docs) == 2
     if client_name.startswith("logstash"):
         assert {str(d["line"]) for d in docs} == {"hello", "world"}
-        assert all(list(d) == ["file", "host", "offset", "line"] for d in docs)
+        assert all(list(d) == ["@metadata", "file", "host", "offset", "line"] for d in docs)
     else:
         assert {str(d["message"]) for d in docs} == {"hello", "world"}
 

@@ -11,12 +11,22 @@ from click.testing import CliRunner
 from headrace.cli import main
 from headrace.errors import ConfigError
 from headrace.protocols.lumberjack import parse_json_object
+from headrace.protocols.lumberjack.codec import document_parser
 from headrace.server.lumberjack_config import (
     DEFAULT_ROUTING_KEY_FIELDS,
     LumberjackConfig,
+    StreamTemplate,
     parse_field_path,
 )
-from headrace.server.lumberjack_target import _routing_key
+from headrace.server.lumberjack_target import (
+    _field_text,
+    _routing_key,
+    add_metadata,
+    certificate_subject,
+    connection_metadata,
+)
+
+_DOC_PARSER = document_parser(("@metadata",))
 
 PATHS = tuple(parse_field_path(f) for f in DEFAULT_ROUTING_KEY_FIELDS)
 
@@ -81,3 +91,77 @@ def test_serve_flags_refuse_a_tls_key_without_a_certificate(tmp_path: Path) -> N
     assert result.exit_code == 2  # a bad value is a usage error naming the option
     assert "--lumberjack-stream" in result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_stream_template_names_a_stream_from_fields() -> None:
+    template = StreamTemplate.parse("logs/{[@metadata][beat]}")
+    assert template.fields == (("@metadata", "beat"),)
+    assert template.render(("filebeat",)) == "logs/filebeat"
+    assert template.render(("my_app  v2",)) == "logs/my-app-v2"  # runs of bad characters
+    assert template.render((None,)) is None
+    assert template.render(("",)) is None
+    assert template.render(("___",)) is None  # nothing of the value is left
+    assert template.render(("x" * 300,)) is None  # over the name length
+    both = StreamTemplate.parse("%{team}/app-{[fields][app]}")  # Logstash's %{...} too
+    assert both.render(("ops", "web")) == "ops/app-web"
+    assert StreamTemplate.parse("logs/beats").fields == ()
+    for bad in ("logs", "logs/{host}/x", "{host}", "lo gs/{host}", "logs/{[a]b}", "logs/{}"):
+        with pytest.raises(ConfigError):
+            StreamTemplate.parse(bad)
+
+
+def test_template_field_text() -> None:
+    def text(doc: object, path: tuple[str, ...]) -> str | None:
+        payload = json.dumps(doc).encode()
+        return _field_text(parse_json_object(payload), payload, path)
+
+    assert text({"a": {"b": "x"}}, ("a", "b")) == "x"
+    assert text({"host": {"name": "web-1"}}, ("host",)) == "web-1"
+    assert text({"n": 7, "t": True}, ("n",)) == "7"
+    assert text({"n": 7, "t": True}, ("t",)) == "true"
+    for absent in ({"a": None}, {"a": [1]}, {"a": {"c": 1}}, {}):
+        assert text(absent, ("a",)) is None
+
+
+def test_template_config_validation() -> None:
+    config = LumberjackConfig(stream="logs/{[@metadata][beat]}", default_stream="logs/other")
+    config.validate()
+    assert config.template is not None
+    assert config.scope_and_stream == ("logs", "other")
+    assert config.scopes() == ("logs",)
+    assert LumberjackConfig(stream="{team}/x", default_stream="d/y").scopes() == ("d",)
+    with pytest.raises(ConfigError, match="--lumberjack-default-stream"):
+        LumberjackConfig(stream="logs/{x}", default_stream="nope").validate()
+
+
+def test_metadata_goes_first_or_replaces_the_clients_own() -> None:
+    meta: dict[str, object] = {"ip_address": "10.0.0.7"}
+    meta_json = b'{"ip_address":"10.0.0.7"}'
+
+    def added(payload: bytes) -> bytes:
+        return add_metadata(payload, _DOC_PARSER(payload), meta, meta_json)
+
+    assert added(b'{"message":"hi" }') == b'{"@metadata":{"ip_address":"10.0.0.7"},"message":"hi" }'
+    assert added(b" { } ") == b'{"@metadata":{"ip_address":"10.0.0.7"}}'
+    forged = b'{"@metadata":{"beat":"filebeat","ip_address":"6.6.6.6"},"message":"hi"}'
+    assert json.loads(added(forged)) == {
+        "@metadata": {"beat": "filebeat", "ip_address": "10.0.0.7"},
+        "message": "hi",
+    }
+    assert json.loads(added(b'{"@metadata":"text","n":1e400}'))["@metadata"] == meta
+
+
+def test_connection_metadata_names_the_peer_and_its_certificate() -> None:
+    assert connection_metadata(("127.0.0.1", 5), False, None) == {"ip_address": "127.0.0.1"}
+    assert connection_metadata(("::1", 5, 0, 0), True, None) == {
+        "ip_address": "::1",
+        "tls_peer": {"status": "unverified"},
+    }
+    cert = {
+        "subject": (
+            (("countryName", "FR"),),
+            (("organizationName", "A, B"),),
+            (("commonName", "beat-1"),),
+        )
+    }
+    assert certificate_subject(cert) == "CN=beat-1,O=A\\, B,C=FR"

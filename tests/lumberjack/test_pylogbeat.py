@@ -21,6 +21,7 @@ from headrace.protocols.pravega.routing import segment_for_key
 from tests.lumberjack.harness import (
     IO_TIMEOUT_S,
     TlsFiles,
+    as_stored,
     make_certificate,
     start_server,
     stored_documents,
@@ -130,4 +131,5 @@ def test_pylogbeat_payload_is_stored_as_sent(tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0, server.stderr
     payloads = [p for docs in stored_events(tmp_path / "data").values() for p in docs]
-    assert payloads == [json.dumps(sent).encode()]  # byte for byte what pylogbeat sent
+    # byte for byte what pylogbeat sent, after the connection's @metadata
+    assert payloads == [as_stored(json.dumps(sent).encode())]

@@ -12,7 +12,7 @@ from headrace.client import PravegaClient
 from headrace.client.records import Record, RecordReader
 from headrace.protocols.lumberjack import Compressed, Data, JsonData, ProtocolVersion, WindowSize
 from tests._real_pravega import run_scenario
-from tests.lumberjack.harness import LumberjackClient, Server, start_server
+from tests.lumberjack.harness import LumberjackClient, Server, as_stored, start_server
 
 READER_TIMEOUT_S = 90.0
 V2_EVENTS = 300
@@ -28,13 +28,13 @@ def _ship(server: Server) -> set[bytes]:
                 n = window * 100 + i
                 payload = json.dumps({"message": f"event {n}", "host": f"h{n % 6}"}).encode()
                 frames.append(JsonData(i + 1, payload))
-                sent.add(payload)
+                sent.add(as_stored(payload))
             client.send(WindowSize(100), Compressed(tuple(frames)))
             client.wait_for_ack(100)
     with LumberjackClient(server.port, ProtocolVersion.V1) as client:
         client.send(WindowSize(2), Data(1, ((b"line", b"a"),)), Data(2, ((b"line", b"b"),)))
         client.wait_for_ack(2)
-    return sent | {b'{"line":"a"}', b'{"line":"b"}'}
+    return sent | {as_stored(b'{"line":"a"}'), as_stored(b'{"line":"b"}')}
 
 
 async def _read_records(uri: str) -> list[Record]:

@@ -320,6 +320,42 @@ def test_reader_may_look_but_not_change(auth_server: ServerProcess, stream: str)
     scopes = _call(auth_server, "listScopes", pb.ScopesRequest(), READER).scopes
     assert list(scopes) == [SCOPE]  # the reader sees only what it may read
     assert "hidden" in _call(auth_server, "listScopes", pb.ScopesRequest(), ADMIN).scopes
+    # A reader group's resource is its state stream: reading the scope allows looking only.
+    group = pb.ReaderGroupConfiguration(
+        scope=SCOPE, readerGroupName="rg", startingStreamCuts=[pb.StreamCut(streamInfo=info)]
+    )
+    assert _code(auth_server, "createReaderGroup", group, READER) == denied
+    cut = pb.SubscriberStreamCut(subscriber=f"{SCOPE}/rg", streamCut=pb.StreamCut(streamInfo=info))
+    assert _code(auth_server, "updateSubscriberStreamCut", cut, READER) == denied
+    looked = _call(
+        auth_server,
+        "getReaderGroupConfig",
+        pb.ReaderGroupInfo(scope=SCOPE, readerGroup="rg"),
+        READER,
+    )
+    assert looked.status == pb.ReaderGroupConfigResponse.RG_NOT_FOUND
+
+
+def test_key_value_tables_need_a_grant_on_their_pseudo_stream(
+    auth_server: ServerProcess, stream: str
+) -> None:
+    denied = grpc.StatusCode.PERMISSION_DENIED
+    config = pb.KeyValueTableConfig(scope=SCOPE, kvtName="kv", partitionCount=2, primaryKeyLength=4)
+    assert _code(auth_server, "createKeyValueTable", config, READER) == denied
+    created = _call(auth_server, "createKeyValueTable", config, ADMIN)
+    assert created.status == pb.CreateKeyValueTableStatus.SUCCESS
+    kvt = pb.KeyValueTableInfo(scope=SCOPE, kvtName="kv")
+    got = _call(auth_server, "getKeyValueTableConfiguration", kvt, READER)
+    assert got.config.partitionCount == 2
+    listing = pb.KVTablesInScopeRequest(scope=pb.ScopeInfo(scope=SCOPE))
+    assert [
+        t.kvtName for t in _call(auth_server, "listKeyValueTablesInScope", listing, READER).kvtables
+    ] == ["kv"]
+    assert _code(auth_server, "deleteKeyValueTable", kvt, READER) == denied
+    elsewhere = pb.KeyValueTableInfo(scope="elsewhere", kvtName="kv")
+    assert _code(auth_server, "getKeyValueTableConfiguration", elsewhere, READER) == denied
+    deleted = _call(auth_server, "deleteKeyValueTable", kvt, ADMIN)
+    assert deleted.status == pb.DeleteKVTableStatus.SUCCESS
 
 
 def _token(server: ServerProcess, creds: tuple[str, str], scope: str, stream: str) -> str:
@@ -362,6 +398,9 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
         (SCOPE, "_system"),
         (SCOPE, "_kvtable"),
         (SCOPE, "_hrgroupsx"),
+        (SCOPE, "_RG"),
+        (SCOPE, "_RG_x"),
+        (SCOPE, "_MARK*"),
         (SCOPE, "T_other"),
         ("*", "T"),
         ("S/stream:T", "T"),
@@ -369,7 +408,16 @@ def test_delegation_tokens_name_only_valid_streams(auth_server: ServerProcess) -
     ]:
         request = pb.StreamInfo(scope=scope, stream=stream)
         assert _code(auth_server, "getDelegationToken", request, ADMIN) == invalid, (scope, stream)
-    for stream in ["T", "t-1.x", "rg_kvtable", "my_group_kvtable", "g_hrgroup", "_hrgroups"]:
+    for stream in [
+        "T",
+        "t-1.x",
+        "rg_kvtable",
+        "my_group_kvtable",
+        "g_hrgroup",
+        "_hrgroups",
+        "_RGrg",
+        "_MARKT",
+    ]:
         token = _token(auth_server, ADMIN, SCOPE, stream)
         claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         assert claims["res"] == f"prn::/scope:{SCOPE}/stream:{stream}"

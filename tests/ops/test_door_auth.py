@@ -397,6 +397,32 @@ def test_lumberjack_needs_a_certificate_user_who_may_write(server: ServerProcess
     assert "reason=access_denied" in log
 
 
+def test_lumberjack_template_checks_each_stream_an_event_goes_to(tmp_path: Path, pki: Pki) -> None:
+    """With a stream template, a window is stored only if its client may write
+    to every stream its events go to: the shipper may write ``logs/beats``
+    (the default stream) and nothing else."""
+    with ServerProcess(
+        tmp_path / "data",
+        ports={"lumberjack_tls": FREE, "lumberjack": 0},
+        args=[
+            "--auth-password-file",
+            str(users_file(tmp_path)),
+            "--lumberjack-stream",
+            "logs/{[@metadata][beat]}",
+        ],
+        tls=pki.server,
+        tls_ca=pki.ca,
+    ) as srv:
+        port, context = srv.port_of("lumberjack_tls"), pki.context("shipper-host")
+        with LumberjackClient(port, ProtocolVersion.V2, ssl_context=context) as client:
+            client.send(WindowSize(1), JsonData(1, b'{"message":"to the default stream"}'))
+            assert client.wait_for_ack(1, WAIT_S) == [1]
+            client.send(WindowSize(1), JsonData(2, b'{"@metadata":{"beat":"filebeat"}}'))
+            assert client.wait_closed(WAIT_S) == [1]  # logs/filebeat: not granted, no ack
+        log = srv.log_text()
+    assert "user 'shipper' needs READ_UPDATE on prn::/scope:logs/stream:filebeat" in log
+
+
 # --------------------------------------------------------------------------- RS-IO
 
 

@@ -14,9 +14,9 @@ import pytest
 
 from headrace.client._conn import RetryPolicy
 from headrace.client.controller import ControllerClient
-from headrace.controller.rpc import METHODS
+from headrace.client.errors import StreamNotFoundError
 from headrace.controller.service import ControllerServer
-from headrace.errors import ConnectionLost, ServerError
+from headrace.errors import ConnectionLost
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.server.controller_proxy import ControllerProxy
 from headrace.store.memory import MemoryStore
@@ -60,13 +60,9 @@ async def test_calls_and_error_statuses_go_through(upstream: ControllerServer) -
                 pb.NodeUri,
             )
             assert (uri.endpoint, uri.port) == ("127.0.0.1", 12345)
-            # A method the upstream does not serve: its status comes back as it was.
-            with pytest.raises(ServerError, match="UNIMPLEMENTED"):
-                await via_proxy._rpc(
-                    "createReaderGroup",
-                    METHODS["createReaderGroup"].request(),
-                    METHODS["createReaderGroup"].response,
-                )
+            # A call the upstream refuses with a gRPC status: it comes back as it was.
+            with pytest.raises(StreamNotFoundError, match="does not exist"):
+                await via_proxy.get_current_segments("sc", "missing")
     finally:
         await proxy.stop(None)
         await channel.close()

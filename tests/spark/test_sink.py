@@ -126,6 +126,39 @@ def test_commit_after_an_interrupted_commit_finishes_it_and_drops_the_replay(
     assert _stored(server, f"sp/{stream_name}") == Counter(b"first-%d" % i for i in range(50))
 
 
+def test_tasks_transactions_commit_after_the_stream_scaled(
+    server: Server, stream_name: str
+) -> None:
+    """A scale does not wait for the tasks' open transactions; the driver's
+    commit rolls them, all of them into one new epoch."""
+    server.create_stream("sp", stream_name, segments=1)
+    opts = write_options({"controller": server.uri, "stream": f"sp/{stream_name}"})
+    target = f"sp/{stream_name}"
+    refs = [
+        _txns.write_txns(opts, iter([(target, None, b"task%d-%d" % (t, i)) for i in range(20)]))[0][
+            0
+        ]
+        for t in range(3)
+    ]
+
+    async def scale(client: PravegaClient) -> None:
+        (old,) = await client.controller.get_current_segments("sp", stream_name)
+        await client.controller.scale_stream(
+            "sp", stream_name, [old.segment.segment_id], [(0.0, 0.5), (0.5, 1.0)]
+        )
+
+    server.run(scale)
+    assert _txns.commit_batch(server.uri, "sp", "w-scaled", 0, refs) == refs
+    want = Counter(b"task%d-%d" % (t, i) for t in range(3) for i in range(20))
+    assert _stored(server, target) == want
+
+    async def epoch(client: PravegaClient) -> int:
+        segs = await client.controller.get_current_segments("sp", stream_name)
+        return max(s.segment.epoch for s in segs)
+
+    assert server.run(epoch) == 3  # scale to 1, one rolling commit to 2 and 3
+
+
 def _records(server: Server, scope: str, writer_id: str) -> set[int]:
     """Batch ids of ``writer_id`` in the scope's exactly-once table."""
 

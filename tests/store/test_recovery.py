@@ -174,7 +174,9 @@ async def test_torn_tail_at_any_position_is_backed_up_and_cut(tmp_path: Path) ->
         assert (await asyncio.to_thread(verify_data_dir, root)).ok
 
 
-@pytest.mark.parametrize("garbage", [b"\x00" * 100, b"\xff" * 3, os.urandom(4096)])
+@pytest.mark.parametrize(
+    "garbage", [b"\x00" * 100, b"\xff" * 3, os.urandom(4096)], ids=["zeros", "ff", "random"]
+)
 async def test_garbage_after_the_last_record_is_backed_up(tmp_path: Path, garbage: bytes) -> None:
     crashed = await _crash_copy(tmp_path, _appends)
     wal = _last_wal(crashed)

@@ -52,12 +52,11 @@ def _with_table(
     async def go() -> T:
         client: PravegaClient
         async with pravega_client(controller) as client:
-            if create:
-                kvt = await client.kv_table(scope, table)
-            else:
-                kvt = KeyValueTable(client, scope, table)
+            kvt = await KeyValueTable.open(client, scope, table, create=create)
             try:
                 return await action(kvt)
+            except ValueError as exc:  # a key of the wrong length for a partitioned table
+                raise click.ClickException(str(exc)) from exc
             except NoSuchSegmentError as exc:
                 raise click.ClickException(f"no table {scope}/{table}") from exc
             except TableKeyVersionError as exc:

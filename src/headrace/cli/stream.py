@@ -104,12 +104,21 @@ async def _usage(client: PravegaClient, scope: str, st: str) -> _Usage:
 @controller_option
 @click.argument("scope", required=False)
 @click.option("-q", "--names", is_flag=True, help="Only the names, one a line.")
+@click.option(
+    "-a",
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also the controller's own streams (_RG<group>, _MARK<stream>).",
+)
 @json_option
-def list_(controller: str, scope: str | None, names: bool, as_json: bool) -> None:
+def list_(controller: str, scope: str | None, names: bool, show_all: bool, as_json: bool) -> None:
     """List the streams of SCOPE (default: of every scope) with their sizes.
 
     BYTES is what the stream holds now (after truncation); EVENTS is counted by
-    reading the stream, and left out (-) for one larger than 64 MiB.
+    reading the stream, and left out (-) for one larger than 64 MiB. Streams
+    whose names begin with _ (a reader group's state, a stream's watermarks)
+    are left out unless --all.
     """
 
     async def go() -> list[_Usage] | list[str]:
@@ -120,6 +129,8 @@ def list_(controller: str, scope: str | None, names: bool, as_json: bool) -> Non
                 )
             scopes = [scope] if scope else [s async for s in client.controller.list_scopes()]
             found = [(sc, st) for sc in scopes async for st in client.controller.list_streams(sc)]
+            if not show_all:
+                found = [(sc, st) for sc, st in found if not st.startswith("_")]
             if names:
                 return [f"{sc}/{st}" for sc, st in found]
             return [await _usage(client, sc, st) for sc, st in found]

@@ -27,6 +27,9 @@ from ._conn import ConnectionPool, RetryPolicy, SegmentStoreConnection, map_exce
 from .bytestream import ByteStream
 from .controller import (
     ControllerClient,
+    GroupRetention,
+    KeyValueTableConfig,
+    ReaderGroupConfig,
     RetentionPolicy,
     ScalingPolicy,
     Segment,
@@ -50,9 +53,12 @@ __all__ = [
     "EventRead",
     "EventReader",
     "EventWriter",
+    "GroupRetention",
     "KeyValueTable",
+    "KeyValueTableConfig",
     "PravegaClient",
     "ReaderGroup",
+    "ReaderGroupConfig",
     "Record",
     "RecordReader",
     "RetentionPolicy",

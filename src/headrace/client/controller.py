@@ -1,4 +1,4 @@
-"""Controller client: scopes, streams, segments and transactions over gRPC (``grpc.aio``).
+"""Controller client: scopes, streams, segments, transactions, key-value tables (``grpc.aio``).
 
 Speaks the controller API of ``pravega-controller.md`` with the message
 classes generated from our ``controller.proto``
@@ -39,6 +39,9 @@ from headrace.errors import ConnectionLost, ControllerError, RequestTimeout, Ser
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.auth import basic_header, token_expiry
 from headrace.protocols.pravega.controller import (
+    GroupRetention,
+    KeyValueTableConfig,
+    ReaderGroupConfig,
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
@@ -50,6 +53,10 @@ from headrace.protocols.pravega.controller import (
     TxnState,
     config_from_proto,
     config_to_proto,
+    kvtable_config_from_proto,
+    kvtable_config_to_proto,
+    reader_group_config_from_proto,
+    reader_group_config_to_proto,
     txn_id_from_proto,
     txn_id_to_proto,
 )
@@ -63,6 +70,9 @@ __all__ = [
     "DEFAULT_TXN_LEASE_MS",
     "TOKEN_REFRESH_MARGIN_S",
     "ControllerClient",
+    "GroupRetention",
+    "KeyValueTableConfig",
+    "ReaderGroupConfig",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",
@@ -582,6 +592,186 @@ class ControllerClient:
             "checkTransactionState", self._txn_request(scope, stream, txn), pb.TxnState
         )
         return TxnState(r.state)
+
+    # ------------------------------------------------------------------ reader groups
+
+    async def create_reader_group(self, config: ReaderGroupConfig) -> ReaderGroupConfig:
+        """Create a reader group in the controller (its record and its state stream
+        ``_RG<group>``); returns the group as stored, with its id and generation.
+        An existing group of that name is returned as it is.
+
+        Raises:
+            ControllerError: missing scope, invalid name, or failure.
+            ServerError: ``NOT_FOUND``: a stream the group reads does not exist.
+        """
+        req = reader_group_config_to_proto(config)
+        r = await self._rpc("createReaderGroup", req, pb.CreateReaderGroupResponse)
+        if r.status != pb.CreateReaderGroupResponse.SUCCESS:
+            raise _refused(
+                f"create reader group {config.scope}/{config.group}",
+                pb.CreateReaderGroupResponse.Status.Name(r.status),
+            )
+        return reader_group_config_from_proto(r.config)
+
+    async def get_reader_group_config(self, scope: str, group: str) -> ReaderGroupConfig | None:
+        """The group's configuration; ``None`` if it does not exist."""
+        req = pb.ReaderGroupInfo(scope=scope, readerGroup=group)
+        r = await self._rpc("getReaderGroupConfig", req, pb.ReaderGroupConfigResponse)
+        if r.status == pb.ReaderGroupConfigResponse.RG_NOT_FOUND:
+            return None
+        if r.status != pb.ReaderGroupConfigResponse.SUCCESS:
+            raise _refused(
+                f"reader group {scope}/{group}", pb.ReaderGroupConfigResponse.Status.Name(r.status)
+            )
+        return reader_group_config_from_proto(r.config)
+
+    async def update_reader_group(self, config: ReaderGroupConfig) -> int:
+        """Replace a group's configuration; ``config.generation`` and ``group_id``
+        must be the group's current ones. Returns the new generation.
+
+        Raises:
+            ControllerError: ``RG_NOT_FOUND``, ``INVALID_CONFIG`` (another
+                generation or id, an invalid cut), or failure.
+        """
+        req = reader_group_config_to_proto(config)
+        r = await self._rpc("updateReaderGroup", req, pb.UpdateReaderGroupResponse)
+        if r.status != pb.UpdateReaderGroupResponse.SUCCESS:
+            raise _refused(
+                f"update reader group {config.scope}/{config.group}",
+                pb.UpdateReaderGroupResponse.Status.Name(r.status),
+            )
+        return int(r.generation)
+
+    async def delete_reader_group(self, scope: str, group: str, group_id: str) -> bool:
+        """Delete a group (its record, subscriptions and state stream); ``False`` if
+        no group of that name and id exists."""
+        req = pb.ReaderGroupInfo(scope=scope, readerGroup=group, readerGroupId=group_id)
+        r = await self._rpc("deleteReaderGroup", req, pb.DeleteReaderGroupStatus)
+        if r.status == pb.DeleteReaderGroupStatus.SUCCESS:
+            return True
+        if r.status == pb.DeleteReaderGroupStatus.RG_NOT_FOUND:
+            return False
+        raise _refused(
+            f"delete reader group {scope}/{group}",
+            pb.DeleteReaderGroupStatus.Status.Name(r.status),
+        )
+
+    async def list_subscribers(self, scope: str, stream: str) -> list[str]:
+        """The subscribing groups of a stream, as ``<scope>/<group>``.
+
+        Raises:
+            ControllerError: missing stream, or failure.
+        """
+        r = await self._rpc("listSubscribers", self._info(scope, stream), pb.SubscribersResponse)
+        if r.status != pb.SubscribersResponse.SUCCESS:
+            raise _refused(
+                f"subscribers of {scope}/{stream}", pb.SubscribersResponse.Status.Name(r.status)
+            )
+        return list(r.subscribers)
+
+    async def update_subscriber_stream_cut(
+        self,
+        scope: str,
+        stream: str,
+        subscriber: str,
+        group_id: str,
+        generation: int,
+        cut: dict[int, int],
+    ) -> None:
+        """Report where subscriber ``<scope>/<group>`` is in a stream: retention
+        keeps everything from there on.
+
+        Raises:
+            ControllerError: ``STREAM_NOT_FOUND``, ``SUBSCRIBER_NOT_FOUND``,
+                ``GENERATION_MISMATCH``, ``STREAM_CUT_NOT_VALID`` (invalid, or
+                behind the cut reported before), or failure.
+        """
+        req = pb.SubscriberStreamCut(
+            subscriber=subscriber,
+            generation=generation,
+            readerGroupId=group_id,
+            streamCut=pb.StreamCut(streamInfo=self._info(scope, stream), cut=cut),
+        )
+        r = await self._rpc("updateSubscriberStreamCut", req, pb.UpdateSubscriberStatus)
+        if r.status != pb.UpdateSubscriberStatus.SUCCESS:
+            raise _refused(
+                f"subscriber {subscriber} on {scope}/{stream}",
+                pb.UpdateSubscriberStatus.Status.Name(r.status),
+            )
+
+    # ------------------------------------------------------------------ key-value tables
+
+    async def create_key_value_table(
+        self, scope: str, table: str, config: KeyValueTableConfig | None = None
+    ) -> bool:
+        """Create a key-value table (``config``: partitions and key lengths,
+        default one partition, one-byte primary keys); ``False`` if it exists.
+
+        Raises:
+            ControllerError: missing scope, invalid name, or failure.
+            ServerError: ``INVALID_ARGUMENT`` for a shape the server refuses.
+        """
+        req = kvtable_config_to_proto(scope, table, config or KeyValueTableConfig())
+        r = await self._rpc("createKeyValueTable", req, pb.CreateKeyValueTableStatus)
+        if r.status == pb.CreateKeyValueTableStatus.SUCCESS:
+            return True
+        if r.status == pb.CreateKeyValueTableStatus.TABLE_EXISTS:
+            return False
+        raise _refused(
+            f"create key-value table {scope}/{table}",
+            pb.CreateKeyValueTableStatus.Status.Name(r.status),
+        )
+
+    async def get_key_value_table_config(
+        self, scope: str, table: str
+    ) -> KeyValueTableConfig | None:
+        """A key-value table's shape; ``None`` if there is no such table."""
+        req = pb.KeyValueTableInfo(scope=scope, kvtName=table)
+        r = await self._rpc("getKeyValueTableConfiguration", req, pb.KeyValueTableConfigResponse)
+        if r.status == pb.KeyValueTableConfigResponse.SUCCESS:
+            return kvtable_config_from_proto(r.config)
+        if r.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND:
+            return None
+        raise _refused(
+            f"key-value table {scope}/{table}",
+            pb.KeyValueTableConfigResponse.Status.Name(r.status),
+        )
+
+    async def get_key_value_table_segments(self, scope: str, table: str) -> list[SegmentRange]:
+        """A key-value table's partitions by key range (segments under the table's
+        name; ``kvtable_segment_name`` names their table segments)."""
+        req = pb.KeyValueTableInfo(scope=scope, kvtName=table)
+        r = await self._rpc("getCurrentSegmentsKeyValueTable", req, pb.SegmentRanges)
+        return self._ranges(r.segmentRanges)
+
+    async def list_key_value_tables(self, scope: str) -> AsyncIterator[str]:
+        """Every key-value table of a scope, page by page (nothing for a missing scope)."""
+        token = ""
+        while True:
+            req = pb.KVTablesInScopeRequest(
+                scope=pb.ScopeInfo(scope=scope), continuationToken=pb.ContinuationToken(token=token)
+            )
+            r = await self._rpc("listKeyValueTablesInScope", req, pb.KVTablesInScopeResponse)
+            if not r.kvtables:
+                return
+            for info in r.kvtables:
+                yield info.kvtName
+            if r.continuationToken.token == token:
+                return
+            token = r.continuationToken.token
+
+    async def delete_key_value_table(self, scope: str, table: str) -> bool:
+        """Delete a key-value table and its data; ``False`` if it does not exist."""
+        req = pb.KeyValueTableInfo(scope=scope, kvtName=table)
+        r = await self._rpc("deleteKeyValueTable", req, pb.DeleteKVTableStatus)
+        if r.status == pb.DeleteKVTableStatus.SUCCESS:
+            return True
+        if r.status == pb.DeleteKVTableStatus.TABLE_NOT_FOUND:
+            return False
+        raise _refused(
+            f"delete key-value table {scope}/{table}",
+            pb.DeleteKVTableStatus.Status.Name(r.status),
+        )
 
 
 def ranges_partition(ranges: Sequence[SegmentRange]) -> bool:

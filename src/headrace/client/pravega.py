@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 
 from ._conn import DEFAULT_RETRY, ConnectionPool, RetryPolicy
 from .bytestream import ByteStream
-from .controller import DEFAULT_TXN_LEASE_MS, ControllerClient, Segment
+from .controller import DEFAULT_TXN_LEASE_MS, ControllerClient, GroupRetention, Segment
 from .kvtable import KeyValueTable
-from .reader import ReaderGroup
+from .reader import CHECKPOINT_INTERVAL_S, ReaderGroup
 from .records import DEFAULT_TANK_SCOPE, RecordReader
 from .segments import SegmentClient
 from .tls import TlsOptions
@@ -127,10 +127,28 @@ class PravegaClient:
         )
 
     async def reader_group(
-        self, scope: str, name: str, streams: Sequence[str], *, from_tail: bool = False
+        self,
+        scope: str,
+        name: str,
+        streams: Sequence[str],
+        *,
+        from_tail: bool = False,
+        start: Mapping[str, Mapping[int, int]] | None = None,
+        retention: GroupRetention = GroupRetention.NONE,
+        checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
     ) -> ReaderGroup:
-        """Create (or open) reader group ``name`` over ``streams``."""
-        return await ReaderGroup.create(self, scope, name, streams, from_tail=from_tail)
+        """Create (or open) reader group ``name`` over ``streams`` (see
+        :meth:`ReaderGroup.create` for the arguments)."""
+        return await ReaderGroup.create(
+            self,
+            scope,
+            name,
+            streams,
+            from_tail=from_tail,
+            start=start,
+            retention=retention,
+            checkpoint_interval_s=checkpoint_interval_s,
+        )
 
     async def byte_stream(self, scope: str, stream: str) -> ByteStream:
         """Open a one-segment stream as a :class:`ByteStream`."""

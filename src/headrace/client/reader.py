@@ -12,11 +12,16 @@ of the same name apart. Keys are UTF-8, values JSON:
 =========================  ====================================================
 key                        value
 =========================  ====================================================
-``config``                 ``{"streams": ["S/st", ...]}``
-``segment/<name>``         ``{"offset": int, "owner": str | null, "done": bool}``:
-                           the read position of one segment (bytes consumed by
-                           the group: the next event starts there), its current
-                           reader, and whether it was read to its sealed end
+``config``                 ``{"streams": ["S/st", ...], "id": str,
+                           "generation": int, "retention": int}``: the streams,
+                           and the group's id, generation and retention type
+                           in the controller (absent for an unregistered group)
+``segment/<name>``         ``{"offset": int, "owner": str | null, "done": bool,
+                           "next": [int, ...]}``: the read position of one
+                           segment (bytes consumed by the group: the next event
+                           starts there), its current reader, whether it was
+                           read to its sealed end, and then the ids of its
+                           successors (``next``)
 ``reader/<name>``          ``{"seen_ms": int}``: a reader's last heartbeat
 =========================  ====================================================
 
@@ -41,6 +46,27 @@ extra ones (with their positions). A segment read to its sealed end is marked
 ``done`` and its successors (from the controller) get entries once all their
 predecessors are done, so per-key order holds across scaling.
 
+The controller (``createReaderGroup``)
+-----------------------------------------
+``create`` also registers the group with the controller, as Pravega's own
+clients do: the controller keeps its configuration (streams and starting
+cuts, retention type, id, generation) and creates its state stream
+``_RG<group>``; ``delete`` deletes it there too. A group whose retention
+type is MANUAL or AUTOMATIC is a *subscriber* of its streams: retention
+never truncates a stream past the last stream cut the group reported
+(``checkpoint``; an AUTOMATIC group's readers report one every
+``checkpoint_interval_s``). A group of retention type NONE works without the
+controller's record (a server that answers ``UNIMPLEMENTED``, a user allowed
+only on the streams).
+
+Positions: ``stream_cuts`` turns the stored positions into one stream cut per
+stream (the unfinished segments at their positions, plus finished ones whose
+successors the group has not reached yet, or that have none, at their end), which ``create``
+accepts back as ``start`` to begin a new group where an old one was.
+``checkpoint`` returns the same cuts and, for a subscriber, reports them.
+Readers store their positions every ``SYNC_INTERVAL_S``, so a cut lags the
+events returned by at most that.
+
 Delivery: ``read_next`` advances a segment's position past the event it
 returns; ``release``/``aclose`` and every sync store positions, so a segment
 handed from one reader to another gracefully continues exactly after the
@@ -57,12 +83,13 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from headrace.errors import ControllerError, ServerError
 from headrace.protocols import pravega as p
+from headrace.protocols.pravega.controller import GroupRetention, ReaderGroupConfig
 
 from .controller import Segment
 from .errors import NoSuchSegmentError, SegmentIsTruncatedError, TableKeyVersionError
@@ -72,6 +99,7 @@ if TYPE_CHECKING:
     from .pravega import PravegaClient
 
 __all__ = [
+    "CHECKPOINT_INTERVAL_S",
     "READER_TIMEOUT_S",
     "SYNC_INTERVAL_S",
     "EventRead",
@@ -89,6 +117,10 @@ events re-delivered after a crash, traded against table writes."""
 READER_TIMEOUT_S = 30.0
 """A reader not heard of for this long is considered dead and its segments are
 taken over (from their stored positions)."""
+
+CHECKPOINT_INTERVAL_S = 30.0
+"""How often the readers of an AUTOMATIC group report its stream cuts to the
+controller (Java's default automatic checkpoint interval)."""
 
 MAX_PREFETCH_BYTES = 4 * 1024 * 1024
 """Bytes read ahead per owned segment before the reader waits for the application."""
@@ -155,6 +187,13 @@ class ReaderGroup:
         self.sync_interval_s = sync_interval_s
         self.table = group_table_name(scope, name)
         self._anchor = Segment(scope, f"{name}{_TABLE_STREAM_SUFFIX}", 0)
+        self.retention = GroupRetention.NONE
+        """Whether the group is a subscriber of its streams (see the module docstring)."""
+        self.group_id = ""
+        """The group's id in the controller; empty while it has no record there."""
+        self.generation = 0
+        self.checkpoint_interval_s = CHECKPOINT_INTERVAL_S
+        self._next_checkpoint = 0.0
 
     @classmethod
     async def create(
@@ -165,11 +204,23 @@ class ReaderGroup:
         streams: Sequence[str],
         *,
         from_tail: bool = False,
+        start: Mapping[str, Mapping[int, int]] | None = None,
+        retention: GroupRetention = GroupRetention.NONE,
+        checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         reader_timeout_s: float = READER_TIMEOUT_S,
         sync_interval_s: float = SYNC_INTERVAL_S,
     ) -> ReaderGroup:
         """Create the group (or open it if it exists) over ``streams`` (``"stream"`` or
-        ``"scope/stream"``), starting at their heads (or tails)."""
+        ``"scope/stream"``), starting at their heads (or tails), or where ``start``
+        says for the streams it names (``"scope/stream"`` -> a stream cut, as
+        ``stream_cuts`` returns). The group is registered with the controller
+        (``createReaderGroup``) with ``retention`` as its retention type.
+
+        Raises:
+            ControllerError, ServerError: the controller refused to register a
+                subscribing group (for NONE, a refusal leaves the group working
+                without the controller's record).
+        """
         group = cls(
             client,
             scope,
@@ -177,25 +228,59 @@ class ReaderGroup:
             reader_timeout_s=reader_timeout_s,
             sync_interval_s=sync_interval_s,
         )
+        group.checkpoint_interval_s = checkpoint_interval_s
         segs = client.segments
-        await segs.create_table(group._anchor, group.table)
         qualified = [s if "/" in s else f"{scope}/{s}" for s in streams]
-        entries: list[tuple[bytes, bytes, int]] = [
-            (b"config", json.dumps({"streams": qualified}).encode(), p.NOT_EXISTS)
-        ]
+        starts = {q: dict((start or {}).get(q, {})) for q in qualified}
+        heads: dict[str, dict[Segment, int]] = {}
         for q in qualified:
             sc, st = q.split("/")
-            if from_tail:
-                start = {
+            if starts[q]:
+                heads[q] = {Segment(sc, st, sid): off for sid, off in starts[q].items()}
+            elif from_tail:
+                heads[q] = {
                     r.segment: (await segs.stat(r.segment)).length
                     for r in await client.controller.get_current_segments(sc, st)
                 }
             else:
-                start = await client.controller.get_head_segments(sc, st)
-            for segment, offset in start.items():
+                heads[q] = await client.controller.get_head_segments(sc, st)
+        config = ReaderGroupConfig(
+            scope,
+            name,
+            start={q: {seg.segment_id: off for seg, off in h.items()} for q, h in heads.items()},
+            retention=retention,
+            checkpoint_ms=int(checkpoint_interval_s * 1000),
+        )
+        try:
+            registered: ReaderGroupConfig | None = await client.controller.create_reader_group(
+                config
+            )
+        except (ServerError, ControllerError) as exc:
+            if retention is not GroupRetention.NONE or not _unregistrable(exc):
+                raise
+            registered = None
+        await segs.create_table(group._anchor, group.table)
+        settings: dict[str, Any] = {"streams": qualified}
+        if registered is not None:
+            group._registered(registered)
+            settings.update(
+                id=registered.group_id,
+                generation=registered.generation,
+                retention=int(registered.retention),
+            )
+        entries: list[tuple[bytes, bytes, int]] = [
+            (b"config", json.dumps(settings).encode(), p.NOT_EXISTS)
+        ]
+        for h in heads.values():
+            for segment, offset in h.items():
                 entries.append((_seg_key(segment), _seg_value(offset, None, False), p.NOT_EXISTS))
-        with contextlib.suppress(TableKeyVersionError):  # it exists: open it as it is
+        try:
             await segs.table_update(group._anchor, group.table, entries)
+        except TableKeyVersionError:  # it exists: open it as it is
+            if registered is None:
+                await group._load_settings()
+            else:
+                await group._store_settings()
         # The index only serves listings: a user not allowed to write it (auth
         # grants naming single streams) still gets a working group.
         with contextlib.suppress(ServerError, ControllerError):
@@ -209,6 +294,93 @@ class ReaderGroup:
                 )
         return group
 
+    def _registered(self, config: ReaderGroupConfig) -> None:
+        self.group_id = config.group_id
+        self.generation = config.generation
+        self.retention = config.retention
+
+    async def _load_settings(self) -> None:
+        """Take the controller id, generation and retention type the table holds."""
+        state = await self.state()
+        settings = state.get("config", ({}, 0))[0]
+        self.group_id = str(settings.get("id", ""))
+        self.generation = int(settings.get("generation", 0))
+        self.retention = GroupRetention(int(settings.get("retention", 0)))
+
+    async def _store_settings(self) -> None:
+        """Record the controller's id, generation and retention type in an existing
+        table made without them (a group older than its controller record)."""
+        state = await self.state()
+        settings, version = state.get("config", ({}, p.NOT_EXISTS))
+        if settings.get("id") == self.group_id:
+            return
+        settings = {
+            **settings,
+            "id": self.group_id,
+            "generation": self.generation,
+            "retention": int(self.retention),
+        }
+        with contextlib.suppress(TableKeyVersionError):  # another process did it
+            await self._client.segments.table_update(
+                self._anchor, self.table, [(b"config", json.dumps(settings).encode(), version)]
+            )
+
+    async def stream_cuts(self) -> dict[str, dict[int, int]]:
+        """Where the group is: per stream (``"scope/stream"``) a stream cut
+        (segment id -> offset) from the positions its readers stored (a stream
+        read to its sealed end: its last segments at their ends)."""
+        state = await self.state()
+        present = {
+            Segment.parse(k.removeprefix("segment/")).segment_id
+            for k in state
+            if k.startswith("segment/")
+        }
+        cuts: dict[str, dict[int, int]] = {}
+        for k, (v, _) in state.items():
+            if not k.startswith("segment/"):
+                continue
+            seg = Segment.parse(k.removeprefix("segment/"))
+            # A finished segment stays in the cut (at its end) until the group
+            # reached its successors; the last ones of a sealed stream stay.
+            following = set(v.get("next", ()))
+            if v["done"] and following and following <= present:
+                continue
+            cuts.setdefault(f"{seg.scope}/{seg.stream}", {})[seg.segment_id] = v["offset"]
+        return cuts
+
+    async def checkpoint(self) -> dict[str, dict[int, int]]:
+        """The group's stream cuts (``stream_cuts``); a subscribing group also
+        reports them to the controller (``updateSubscriberStreamCut``), so that
+        retention may truncate its streams up to there. A cut behind one already
+        reported (another process of the group was quicker) is not an error.
+
+        Raises:
+            ControllerError: the controller refused a cut for another reason.
+        """
+        cuts = await self.stream_cuts()
+        if self.retention is GroupRetention.NONE or not self.group_id:
+            return cuts
+        subscriber = f"{self.scope}/{self.name}"
+        for stream_name, cut in sorted(cuts.items()):
+            sc, _, st = stream_name.partition("/")
+            try:
+                await self._client.controller.update_subscriber_stream_cut(
+                    sc, st, subscriber, self.group_id, self.generation, cut
+                )
+            except ControllerError as exc:
+                if exc.status != "STREAM_CUT_NOT_VALID":
+                    raise
+        return cuts
+
+    async def _auto_checkpoint(self) -> None:
+        """An AUTOMATIC group's periodic report (called from its readers' syncs)."""
+        now = time.monotonic()
+        if self.retention is not GroupRetention.AUTOMATIC or now < self._next_checkpoint:
+            return
+        self._next_checkpoint = now + self.checkpoint_interval_s
+        with contextlib.suppress(ControllerError, ServerError):
+            await self.checkpoint()
+
     async def create_reader(self, name: str) -> EventReader:
         """Join the group as reader ``name`` and take a fair share of its segments."""
         reader = EventReader(self._client, self, name)
@@ -216,8 +388,17 @@ class ReaderGroup:
         return reader
 
     async def delete(self) -> bool:
-        """Delete the group's state (and its index entry); ``False`` if it did not exist."""
+        """Delete the group's state (and its index entry, and its record in the
+        controller); ``False`` if it did not exist."""
         segs = self._client.segments
+        if not self.group_id:
+            with contextlib.suppress(ServerError, ControllerError, NoSuchSegmentError):
+                await self._load_settings()
+        if self.group_id:
+            with contextlib.suppress(ServerError, ControllerError):
+                await self._client.controller.delete_reader_group(
+                    self.scope, self.name, self.group_id
+                )
         with contextlib.suppress(ServerError, ControllerError):
             await segs.table_remove(
                 Segment(self.scope, _INDEX_STREAM, 0),
@@ -241,12 +422,29 @@ class ReaderGroup:
         }
 
 
+_UNREGISTRABLE_CODES = frozenset({"UNIMPLEMENTED", "PERMISSION_DENIED"})
+"""gRPC codes with which a controller refuses to keep a group's record while the
+group itself still works: a server without the RPC, a user allowed only on the
+streams (the group's record needs a grant on its state stream)."""
+
+
+def _unregistrable(exc: Exception) -> bool:
+    """Whether a refusal of ``createReaderGroup`` leaves a NONE group usable: the
+    codes above, or a group name the controller's rule refuses (``_`` in it)."""
+    if isinstance(exc, ServerError):
+        return getattr(exc.code, "name", exc.code) in _UNREGISTRABLE_CODES
+    return isinstance(exc, ControllerError) and exc.status == "INVALID_RG_NAME"
+
+
 def _seg_key(segment: Segment | str) -> bytes:
     return f"segment/{segment}".encode()
 
 
-def _seg_value(offset: int, owner: str | None, done: bool) -> bytes:
-    return json.dumps({"offset": offset, "owner": owner, "done": done}).encode()
+def _seg_value(offset: int, owner: str | None, done: bool, successors: Sequence[int] = ()) -> bytes:
+    value: dict[str, Any] = {"offset": offset, "owner": owner, "done": done}
+    if done:
+        value["next"] = list(successors)
+    return json.dumps(value).encode()
 
 
 class _Feed:
@@ -316,6 +514,7 @@ class EventReader:
         self._next_sync = 0.0
         self._closed = False
         self._reader_key = f"reader/{name}".encode()
+        self._exhausted = False
 
     @property
     def segments(self) -> list[Segment]:
@@ -380,6 +579,7 @@ class EventReader:
             ],
         )
         await self._store_positions()
+        await self.group._auto_checkpoint()
         state = await self._entries()
         now = _now_ms()
         alive = {
@@ -393,6 +593,16 @@ class EventReader:
             for k, (v, ver) in state.items()
             if k.startswith("segment/") and not v["done"]
         }
+        present = {k.removeprefix("segment/") for k in state if k.startswith("segment/")}
+        ids = {Segment.parse(n).segment_id for n in present}
+        # Read to the end: every segment done, and every successor of one reached
+        # (a finished segment records its successors; one without that record
+        # might still have some, so it never counts as the end).
+        self._exhausted = bool(present) and all(
+            v["done"] and "next" in v and set(v["next"]) <= ids
+            for k, (v, _) in state.items()
+            if k.startswith("segment/")
+        )
         share = math.ceil(len(unfinished) / len(alive)) if unfinished else 0
         # Give back what is over the fair share: a reader that joined takes it.
         mine = list(self._feeds)
@@ -412,6 +622,19 @@ class EventReader:
             if new is not None:
                 self._feeds[seg] = _Feed(self, seg, v["offset"], new)
                 self._order.append(seg)
+
+    def __aiter__(self) -> AsyncIterator[EventRead]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[EventRead]:
+        """Every event, as ``read_next`` returns them, until the reader is closed or
+        the group has read every stream to its sealed end."""
+        while not self._closed:
+            event = await self.read_next()
+            if event is not None:
+                yield event
+            elif self._exhausted and not self._feeds:
+                return
 
     async def _store_positions(self) -> None:
         for seg, feed in list(self._feeds.items()):
@@ -443,9 +666,12 @@ class EventReader:
     async def _finish(self, feed: _Feed) -> None:
         """A segment read to its sealed end: mark it done; open successors when ready."""
         seg = feed.segment
-        await self._put(_seg_key(seg), _seg_value(feed.position, None, True), feed.version)
-        await self._drop(seg)
         successors = await self._client.controller.get_successors(seg)
+        following = sorted(rng.segment.segment_id for rng in successors)
+        await self._put(
+            _seg_key(seg), _seg_value(feed.position, None, True, following), feed.version
+        )
+        await self._drop(seg)
         if not successors:
             return
         state = await self._entries()

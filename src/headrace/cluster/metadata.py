@@ -40,10 +40,12 @@ from headrace.client._conn import RetryPolicy
 from headrace.client.controller import ControllerClient
 from headrace.client.tls import TlsOptions
 from headrace.controller.errors import ScopeExists, StreamExists
+from headrace.controller.groups import ReaderGroupRecord
 from headrace.controller.model import ControllerModel, SweepResult, wall_clock_ms
 from headrace.controller.naming import TxnId
 from headrace.controller.records import (
     METADATA_TABLES,
+    KeyValueTableConfig,
     SegmentRecord,
     StreamConfig,
     TxnRecord,
@@ -354,6 +356,44 @@ class ClusterModel(ControllerModel):
         if not self._leading:
             raise self._following()
         return super().ping_txn(scope, stream, txn, lease_ms)
+
+    async def create_kvtable(self, scope: str, table: str, config: KeyValueTableConfig) -> None:
+        if not self._leading:
+            raise self._following()
+        await super().create_kvtable(scope, table, config)
+
+    async def delete_kvtable(self, scope: str, table: str) -> None:
+        if not self._leading:
+            raise self._following()
+        await super().delete_kvtable(scope, table)
+
+    async def create_reader_group(self, template: ReaderGroupRecord) -> ReaderGroupRecord:
+        if not self._leading:
+            raise self._following()
+        return await super().create_reader_group(template)
+
+    async def update_reader_group(self, new: ReaderGroupRecord) -> int:
+        if not self._leading:
+            raise self._following()
+        return await super().update_reader_group(new)
+
+    async def delete_reader_group(self, scope: str, group: str, group_id: str) -> None:
+        if not self._leading:
+            raise self._following()
+        await super().delete_reader_group(scope, group, group_id)
+
+    async def update_subscriber_cut(
+        self,
+        scope: str,
+        stream: str,
+        subscriber: str,
+        group_id: str,
+        generation: int,
+        cut: Mapping[int, int],
+    ) -> None:
+        if not self._leading:
+            raise self._following()
+        await super().update_subscriber_cut(scope, stream, subscriber, group_id, generation, cut)
 
     # ------------------------------------------------------------------ periodic jobs
 

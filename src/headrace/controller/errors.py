@@ -20,7 +20,13 @@ place: ``service.py``'s error tables. ::
         ├── TxnNotOpen(scope, stream, txn, state)
         ├── LeaseTooLarge(lease_ms, limit_ms)
         ├── ScalePreconditionFailed(message)
-        └── TooMany(what, limit)
+        ├── TooMany(what, limit)
+        ├── ReaderGroupNotFound(scope, group)
+        ├── ReaderGroupMismatch(scope, group, message)
+        ├── SubscriberNotFound(scope, stream, subscriber)
+        ├── GenerationMismatch(subscriber, expected, got)
+        ├── TableNotFound(scope, table)        (a key-value table)
+        └── TableExists(scope, table)
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ from headrace.errors import ControllerError
 
 __all__ = [
     "ControllerError",
+    "GenerationMismatch",
     "InvalidArgument",
     "InvalidName",
     "LeaseTooLarge",
+    "ReaderGroupMismatch",
+    "ReaderGroupNotFound",
     "ScalePreconditionFailed",
     "ScopeExists",
     "ScopeNotEmpty",
@@ -41,6 +50,9 @@ __all__ = [
     "StreamNotFound",
     "StreamNotSealed",
     "StreamSealed",
+    "SubscriberNotFound",
+    "TableExists",
+    "TableNotFound",
     "TooMany",
     "TxnNotFound",
     "TxnNotOpen",
@@ -147,3 +159,51 @@ class TooMany(ControllerError):
         super().__init__(f"too many {what}: the limit is {limit}")
         self.what = what
         self.limit = limit
+
+
+class ReaderGroupNotFound(ControllerError):
+    def __init__(self, scope: str, group: str) -> None:
+        super().__init__(f"reader group {scope}/{group} does not exist")
+        self.scope = scope
+        self.group = group
+
+
+class ReaderGroupMismatch(ControllerError):
+    """An update names another generation or id than the group has (INVALID_CONFIG)."""
+
+    def __init__(self, scope: str, group: str, message: str) -> None:
+        super().__init__(f"reader group {scope}/{group}: {message}")
+        self.scope = scope
+        self.group = group
+
+
+class SubscriberNotFound(ControllerError):
+    def __init__(self, scope: str, stream: str, subscriber: str) -> None:
+        super().__init__(f"stream {scope}/{stream} has no subscriber {subscriber!r}")
+        self.scope = scope
+        self.stream = stream
+        self.subscriber = subscriber
+
+
+class GenerationMismatch(ControllerError):
+    def __init__(self, subscriber: str, expected: int, got: int) -> None:
+        super().__init__(f"subscriber {subscriber!r} is at generation {expected}, not {got}")
+        self.subscriber = subscriber
+        self.expected = expected
+        self.got = got
+
+
+class TableNotFound(ControllerError):
+    """No key-value table of that name in the scope."""
+
+    def __init__(self, scope: str, table: str) -> None:
+        super().__init__(f"key-value table {scope}/{table} does not exist")
+        self.scope = scope
+        self.table = table
+
+
+class TableExists(ControllerError):
+    def __init__(self, scope: str, table: str) -> None:
+        super().__init__(f"key-value table {scope}/{table} already exists")
+        self.scope = scope
+        self.table = table

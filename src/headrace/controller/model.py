@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-All metadata lives in three table segments of the store (layout in
-``records.py``) and is mirrored in memory: ``ControllerModel.open`` loads the
+All metadata lives in table segments of the store (layout in
+``records.py`` and, for reader groups and subscribers, ``groups.py``) and is
+mirrored in memory: ``ControllerModel.open`` loads the
 tables once, and every change is written to its table first (a conditional
 update against the version the mirror holds) and applied to the mirror after
 the store acknowledged it. Reads never touch the tables. The model must
@@ -23,15 +24,35 @@ finish or ignore a half-done operation:
   what the record says is sealed;
 * commit / abort: ``COMMITTING`` / ``ABORTING`` is recorded first, then the
   merges / seals (both idempotent), then the final state; ``open``
-  finishes any transaction left in between. An aborted transaction's sealed
+  finishes any transaction left in between;
+* rolling commit (a transaction opened in an epoch that has ended, see
+  ``records.py``): the stream record names the commit (``rolling``) first;
+  then the copies of the segments are created (kept if they exist: they can
+  only be this commit's), the transactions merged into them (a missing
+  transaction segment was merged already) and the copies sealed; then the
+  record gains the two epochs and loses ``rolling``, the old active segments
+  are sealed and the transactions recorded ``COMMITTED``. ``open`` resumes a
+  recorded rolling commit, and takes an older epoch's ``COMMITTING``
+  transaction whose segments are all gone as committed (the record of its
+  rolling commit was written, its own final state not yet). An aborted transaction's sealed
   segments are deleted by ``sweep`` once ``ABORTED_SEGMENT_GRACE_MS`` passed
   since the abort (deletion is idempotent; after a restart the sweep tries
   again for every aborted record it still holds);
-* delete stream: segments first (missing ones are fine), then the record.
+* delete stream: segments first (missing ones are fine), then the record;
+* create key-value table: its table segments first (one that exists already is
+  kept: an earlier attempt's, or a table the client made without the
+  controller), then the record; delete: segments first, then the record.
 
 Concurrency: one asyncio lock per stream serialises changes to that stream
 and its transactions; a membership lock serialises creating and deleting
-scopes and streams. Both are held across store calls.
+scopes and streams. Both are held across store calls. A commit takes the
+stream lock twice, once to record ``COMMITTING`` and once to commit every
+transaction then ``COMMITTING``: commits that arrive together (a Spark job's
+tasks) share one rolling commit instead of adding two epochs each.
+
+Scaling never waits for transactions (as in Pravega): a transaction keeps
+writing to its own segments after its parents were sealed, and its commit
+rolls it into the current epoch.
 """
 
 from __future__ import annotations
@@ -43,12 +64,15 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from headrace.controller.errors import (
+    GenerationMismatch,
     InvalidArgument,
     InvalidName,
     LeaseTooLarge,
+    ReaderGroupMismatch,
+    ReaderGroupNotFound,
     ScalePreconditionFailed,
     ScopeExists,
     ScopeNotEmpty,
@@ -58,26 +82,55 @@ from headrace.controller.errors import (
     StreamNotFound,
     StreamNotSealed,
     StreamSealed,
+    SubscriberNotFound,
+    TableExists,
+    TableNotFound,
     TooMany,
     TxnNotFound,
     TxnNotOpen,
 )
+from headrace.controller.groups import (
+    READER_GROUPS_TABLE,
+    SUBSCRIBERS_TABLE,
+    GroupRetention,
+    ReaderGroupRecord,
+    SubscriberRecord,
+    decode_group,
+    decode_subscriber,
+    encode_group,
+    encode_subscriber,
+    group_key,
+    scoped_name,
+    split_subscriber_key,
+    subscriber_key,
+)
 from headrace.controller.naming import (
+    MAX_NAME_CHARS,
     MAX_SEGMENT_NUMBER,
+    READER_GROUP_STREAM_PREFIX,
     TRANSIENT_INFIX,
     TxnId,
     is_valid_name,
+    reader_group_stream,
+    segment_id,
     segment_name,
+    segment_number,
     transaction_segment_name,
 )
 from headrace.controller.records import (
+    KVTABLES_TABLE,
     METADATA_TABLES,
     RETENTION_TABLE,
     SCOPES_TABLE,
     STREAMS_TABLE,
     TRANSACTIONS_TABLE,
+    KeyValueTableConfig,
+    KeyValueTableRecord,
     RetentionCut,
+    RetentionPolicy,
     RetentionType,
+    RollingTxn,
+    ScalingPolicy,
     ScalingType,
     ScopeRecord,
     SegmentRecord,
@@ -88,10 +141,12 @@ from headrace.controller.records import (
     TxnState,
     cut_key,
     decode_cut,
+    decode_kvtable,
     decode_scope,
     decode_stream,
     decode_txn,
     encode_cut,
+    encode_kvtable,
     encode_scope,
     encode_stream,
     encode_txn,
@@ -106,7 +161,8 @@ from headrace.controller.watermarks import (
     mark_stream,
 )
 from headrace.errors import SegmentExists, SegmentNotFound
-from headrace.store.api import SegmentStore, offset_at_time
+from headrace.protocols.pravega.controller import INT64_MAX, kvtable_segment_name
+from headrace.store.api import MAX_TABLE_KEY_BYTES, SegmentStore, offset_at_time
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
@@ -115,14 +171,19 @@ __all__ = [
     "AUTO_SCALE_HOT_SAMPLES",
     "COMPLETED_TXN_KEEP_MS",
     "LEASE_SLACK_FACTOR",
+    "MAX_GROUP_STREAMS",
+    "MAX_KEY_VALUE_TABLES",
     "MAX_OPEN_TXNS_PER_STREAM",
+    "MAX_READER_GROUPS",
     "MAX_RETENTION_CUTS",
     "MAX_SCOPES",
     "MAX_SEGMENTS_PER_EPOCH",
     "MAX_STREAMS",
+    "MAX_TABLE_PARTITIONS",
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_TXN_LEASE_MS",
+    "ROLLING_COMMIT_WINDOW_S",
     "TRANSIENT_SEGMENT_MAX_IDLE_MS",
     "ControllerModel",
     "HeadSegment",
@@ -137,6 +198,14 @@ MAX_SCOPES = 10_000
 
 MAX_STREAMS = 100_000
 """Streams (all scopes together) held in memory; each costs one small record."""
+
+MAX_KEY_VALUE_TABLES = 10_000
+"""Key-value tables (all scopes together) held in memory; each costs one small
+record and ``partitionCount`` table segments."""
+
+MAX_TABLE_PARTITIONS = 1_000
+"""Partitions (table segments) of one key-value table: a client opens a
+connection per partition, as a writer does per segment of an epoch."""
 
 MAX_SEGMENTS_PER_EPOCH = 1_000
 """Segments one epoch may have: every writer opens a connection per segment,
@@ -193,6 +262,22 @@ is not a trend (with the 10 s default period, 30 s of sustained load)."""
 AUTO_SCALE_COLD_SAMPLES = 30
 """Consecutive samples under half the target before two neighbours merge: merging
 is cheap to get wrong and slow to undo, so it waits longer (5 minutes)."""
+
+ROLLING_COMMIT_WINDOW_S = 0.2
+"""How long a commit that must roll waits for other commits of the same stream
+before it starts: each rolling commit adds two epochs and copies every segment
+of two epochs, so the commits a Spark driver sends together for a batch's
+tasks should share one. A rolling commit happens at most once per older epoch
+that still has transactions; a fifth of a second on it is nothing next to a
+transaction's lease."""
+
+MAX_READER_GROUPS = 10_000
+"""Reader groups (all scopes together) held in memory; each also owns a
+one-segment state stream, which counts against ``MAX_STREAMS``."""
+
+MAX_GROUP_STREAMS = 1_000
+"""Streams one reader group may read: each is a stream cut in the group's
+record and, for a subscribing group, one subscriber record to write."""
 
 TABLE_PAGE_COUNT = 1_000
 """Entries read per page while loading the metadata tables."""
@@ -263,9 +348,15 @@ class ControllerModel:
         # (not persisted: after a restart the sweep deletes again, idempotently).
         self._cleaned: set[tuple[str, str, TxnId]] = set()
         self._cuts: dict[StreamKey, list[tuple[RetentionCut, int]]] = {}
+        self._kvtables: dict[StreamKey, tuple[KeyValueTableRecord, int]] = {}
         self._loads: dict[StreamKey, dict[int, _Load]] = {}
+        self._groups: dict[tuple[str, str], tuple[ReaderGroupRecord, int]] = {}
+        self._subscribers: dict[StreamKey, dict[str, tuple[SubscriberRecord, int]]] = {}
         self._membership = asyncio.Lock()
         self._stream_locks: dict[StreamKey, asyncio.Lock] = {}
+        self.rolling_commit_window_s = ROLLING_COMMIT_WINDOW_S
+        """How long a commit that must roll waits for others (tests that scale
+        and commit in a loop set 0: a yield then gathers what is scheduled)."""
         self.watermarks = WriterMarks()
         """Pravega writers' time marks (``controller/watermarks.py``); kept in
         memory: writers note their time again at every flush."""
@@ -307,7 +398,7 @@ class ControllerModel:
             entry = self._scopes.get(scope)
             if entry is None:
                 raise ScopeNotFound(scope)
-            if any(key[0] == scope for key in self._streams):
+            if any(key[0] == scope for key in (*self._streams, *self._kvtables)):
                 raise ScopeNotEmpty(scope)
             await self._remove(SCOPES_TABLE, scope.encode(), entry[1])
             del self._scopes[scope]
@@ -331,40 +422,39 @@ class ControllerModel:
         """
         if not is_valid_name(stream):
             raise InvalidName("stream", stream)
-        await self._new_stream(scope, stream, config)
-
-    async def _new_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
-        """``create_stream`` without the name check: also a watermark stream
-        (``_MARK<name>``), a name only the controller itself creates."""
-        config = _checked_config(config)
-        count = config.scaling.min_num_segments
         async with self._membership:
-            if scope not in self._scopes:
-                raise ScopeNotFound(scope)
-            if (scope, stream) in self._streams:
-                raise StreamExists(scope, stream)
-            if len(self._streams) >= MAX_STREAMS:
-                raise TooMany("streams", MAX_STREAMS)
-            segments = tuple(
-                SegmentRecord(i, 0, i / count, 1.0 if i == count - 1 else (i + 1) / count)
-                for i in range(count)
-            )
-            for seg in segments:
-                await self._create_fresh_segment(segment_name(scope, stream, seg.id))
-            now = self._clock_ms()
-            rec = StreamRecord(
-                scope=scope,
-                stream=stream,
-                created_ms=now,
-                config=config,
-                state=StreamState.ACTIVE,
-                epoch=0,
-                next_number=count,
-                segments=segments,
-                epoch_times_ms=(now,),
-            )
-            version = await self._put(STREAMS_TABLE, stream_key(scope, stream), encode_stream(rec))
-            self._streams[(scope, stream)] = (rec, version)
+            await self._create_stream(scope, stream, _checked_config(config))
+
+    async def _create_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
+        """``create_stream`` with the membership lock held and the name and
+        configuration checked (internal streams come here directly)."""
+        count = config.scaling.min_num_segments
+        if scope not in self._scopes:
+            raise ScopeNotFound(scope)
+        if (scope, stream) in self._streams:
+            raise StreamExists(scope, stream)
+        if len(self._streams) >= MAX_STREAMS:
+            raise TooMany("streams", MAX_STREAMS)
+        segments = tuple(
+            SegmentRecord(i, 0, i / count, 1.0 if i == count - 1 else (i + 1) / count)
+            for i in range(count)
+        )
+        for seg in segments:
+            await self._create_fresh_segment(segment_name(scope, stream, seg.id))
+        now = self._clock_ms()
+        rec = StreamRecord(
+            scope=scope,
+            stream=stream,
+            created_ms=now,
+            config=config,
+            state=StreamState.ACTIVE,
+            epoch=0,
+            next_number=count,
+            segments=segments,
+            epoch_times_ms=(now,),
+        )
+        version = await self._put(STREAMS_TABLE, stream_key(scope, stream), encode_stream(rec))
+        self._streams[(scope, stream)] = (rec, version)
 
     async def update_stream(self, scope: str, stream: str, config: StreamConfig) -> None:
         """Replace the stream's configuration (scaling policy, retention, tags).
@@ -380,17 +470,13 @@ class ControllerModel:
             rec = await self._save_stream(dataclasses.replace(rec, config=config))
             # As Java's UpdateStreamTask does: a fixed policy whose count differs
             # from the active segment count, or any policy whose minimum is above
-            # it, rescales the stream to that many equal key ranges (not while
-            # transactions are open, which a scale would strand; the policy is
-            # recorded either way).
+            # it, rescales the stream to that many equal key ranges (open
+            # transactions commit by rolling afterwards).
             target = config.scaling.min_num_segments
             active = rec.active_segments()
             fixed = config.scaling.scale_type is ScalingType.FIXED_NUM_SEGMENTS
-            open_txns = any(
-                t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()
-            )
             rescale = len(active) != target if fixed else len(active) < target
-            if rec.state is StreamState.ACTIVE and rescale and not open_txns:
+            if rec.state is StreamState.ACTIVE and rescale:
                 ranges = [
                     (i / target, 1.0 if i == target - 1 else (i + 1) / target)
                     for i in range(target)
@@ -424,8 +510,9 @@ class ControllerModel:
         return _page(names, after, limit)
 
     async def seal_stream(self, scope: str, stream: str) -> None:
-        """Seal every active segment; open transactions are aborted first.
-        Idempotent. Afterwards there are no current segments and no successors.
+        """Seal every active segment; open transactions are aborted first and
+        committing ones finished. Idempotent. Afterwards there are no current
+        segments and no successors.
 
         Raises: ScopeNotFound, StreamNotFound.
         """
@@ -434,6 +521,8 @@ class ControllerModel:
             for txn_rec, _ in list(self._txns.get((scope, stream), {}).values()):
                 if txn_rec.state is TxnState.OPEN:
                     await self._abort(rec, txn_rec)
+            if rec.state is not StreamState.SEALED:
+                rec = await self._commit_pending(rec)
             active = rec.active_segments()
             if rec.state is not StreamState.SEALED:
                 await self._save_stream(dataclasses.replace(rec, state=StreamState.SEALED))
@@ -464,10 +553,86 @@ class ControllerModel:
             for seg in rec.segments:
                 await self._delete_segment(segment_name(scope, stream, seg.id))
             await self._drop_cuts(scope, stream, lambda _: True)
+            await self._drop_subscribers(scope, stream, lambda _: True)
             await self._remove(STREAMS_TABLE, stream_key(scope, stream), version)
             del self._streams[(scope, stream)]
             self._txns.pop((scope, stream), None)
             self._stream_locks.pop((scope, stream), None)
+
+    # ------------------------------------------------------------------ key-value tables
+
+    async def create_kvtable(self, scope: str, table: str, config: KeyValueTableConfig) -> None:
+        """Create a key-value table: ``partition_count`` table segments, partition
+        ``n`` owning the key range ``[n/count, (n+1)/count)``.
+
+        Raises:
+            InvalidName, InvalidArgument (a shape Java refuses), ScopeNotFound,
+            TableExists, TooMany.
+        """
+        if not is_valid_name(table):
+            raise InvalidName("key-value table", table)
+        _check_kvtable_config(config)
+        async with self._membership:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            if (scope, table) in self._kvtables:
+                raise TableExists(scope, table)
+            if len(self._kvtables) >= MAX_KEY_VALUE_TABLES:
+                raise TooMany("key-value tables", MAX_KEY_VALUE_TABLES)
+            for n in range(config.partition_count):
+                with contextlib.suppress(SegmentExists):
+                    await self._store.create_table(kvtable_segment_name(scope, table, n))
+            rec = KeyValueTableRecord(created_ms=self._clock_ms(), config=config)
+            version = await self._put(KVTABLES_TABLE, stream_key(scope, table), encode_kvtable(rec))
+            self._kvtables[(scope, table)] = (rec, version)
+
+    async def delete_kvtable(self, scope: str, table: str) -> None:
+        """Delete a key-value table and its data.
+
+        Raises: TableNotFound.
+        """
+        async with self._membership:
+            entry = self._kvtables.get((scope, table))
+            if entry is None:
+                raise TableNotFound(scope, table)
+            rec, version = entry
+            for n in range(rec.config.partition_count):
+                with contextlib.suppress(SegmentNotFound):
+                    await self._store.delete(kvtable_segment_name(scope, table, n))
+            await self._remove(KVTABLES_TABLE, stream_key(scope, table), version)
+            del self._kvtables[(scope, table)]
+
+    def kvtable_config(self, scope: str, table: str) -> KeyValueTableConfig:
+        """Raises: ScopeNotFound, TableNotFound."""
+        return self._kvtable(scope, table).config
+
+    def kvtable_partitions(self, scope: str, table: str) -> list[SegmentRecord]:
+        """The table's partitions as epoch-0 segments of its pseudo-stream, by key range.
+
+        Raises: ScopeNotFound, TableNotFound.
+        """
+        count = self._kvtable(scope, table).config.partition_count
+        return [
+            SegmentRecord(n, 0, n / count, 1.0 if n == count - 1 else (n + 1) / count)
+            for n in range(count)
+        ]
+
+    def list_kvtables(self, scope: str, *, after: str = "", limit: int) -> list[str]:
+        """Key-value table names of ``scope`` in order.
+
+        Raises: ScopeNotFound.
+        """
+        if scope not in self._scopes:
+            raise ScopeNotFound(scope)
+        return _page((t for s, t in self._kvtables if s == scope), after, limit)
+
+    def _kvtable(self, scope: str, table: str) -> KeyValueTableRecord:
+        entry = self._kvtables.get((scope, table))
+        if entry is None:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            raise TableNotFound(scope, table)
+        return entry[0]
 
     # ------------------------------------------------------------------ segments
 
@@ -585,8 +750,9 @@ class ControllerModel:
             if mark is None:
                 continue
             target = mark_stream(stream)
-            if (scope, target) not in self._streams:
-                await self._new_stream(scope, target, StreamConfig())
+            async with self._membership:
+                if (scope, target) not in self._streams:
+                    await self._create_stream(scope, target, _checked_config(StreamConfig()))
             await self._store.append(segment_name(scope, target, 0), event_frame(mark))
             emitted += 1
         return emitted
@@ -674,9 +840,12 @@ class ControllerModel:
         which must cover exactly the same keys. Runs to completion; returns the
         epoch the scale started from and the new segments.
 
+        Open transactions do not stop a scale: their commit rolls them into
+        the current epoch (``commit_txn``).
+
         Raises:
             ScopeNotFound, StreamNotFound, ScalePreconditionFailed (sealed stream,
-            segments not active, ranges that do not fit, open transactions), TooMany.
+            segments not active, ranges that do not fit), TooMany.
         """
         async with self._stream_lock(scope, stream):
             return await self._scale(self._stream(scope, stream), sealed, new_ranges)
@@ -694,8 +863,6 @@ class ControllerModel:
         active = {seg.id: seg for seg in rec.active_segments()}
         if not sealed or len(set(sealed)) != len(sealed) or any(s not in active for s in sealed):
             raise ScalePreconditionFailed("the segments to seal must be distinct active segments")
-        if any(t.state is TxnState.OPEN for t, _ in self._txns.get((scope, stream), {}).values()):
-            raise ScalePreconditionFailed(f"stream {scope}/{stream} has open transactions")
         old = sorted((active[s] for s in sealed), key=lambda s: s.min_key)
         ranges = sorted(new_ranges)
         if not _ranges_replace(old, ranges):
@@ -762,8 +929,8 @@ class ControllerModel:
         (SIZE) or a cut at least ``retentionParam`` ms old (TIME). Truncation
         only happens at recorded cuts, which are event boundaries, so it never
         splits an event; a stream may hold somewhat more than the minimum.
-        ``retentionMax`` is recorded but not used (the Python client always
-        sends the int64 maximum).
+        A stream with subscribers is truncated no further than they are, within
+        ``retentionMax`` (``_retain_for_subscribers``).
         """
         truncated = 0
         for key in list(self._streams):
@@ -780,6 +947,251 @@ class ControllerModel:
         """The recorded retention cuts, oldest first (for tests and tools)."""
         return [c for c, _ in self._cuts.get((scope, stream), [])]
 
+    # ------------------------------------------------------------------ reader groups
+
+    async def create_reader_group(self, template: ReaderGroupRecord) -> ReaderGroupRecord:
+        """Create reader group ``template.group`` in ``template.scope`` as Java's
+        ``createReaderGroup`` does: its state stream ``_RG<group>`` (one fixed
+        segment), a subscriber record on every stream it reads when its
+        retention type is not NONE, then its record at generation 0 with
+        ``template.group_id`` (a new UUID when empty). A group that exists
+        already is returned as it is (the call is idempotent).
+
+        A subscriber's first stream cut is the group's starting cut (the
+        stream's head when unbounded), so retention keeps what the group has
+        yet to read from the moment it exists.
+
+        Raises:
+            InvalidName, ScopeNotFound, StreamNotFound (a stream it reads),
+            InvalidArgument (no streams, an invalid cut), TooMany.
+        """
+        scope, group = template.scope, template.group
+        if not is_valid_name(group) or len(reader_group_stream(group)) > MAX_NAME_CHARS:
+            raise InvalidName("reader group", group)
+        async with self._membership:
+            if scope not in self._scopes:
+                raise ScopeNotFound(scope)
+            entry = self._groups.get((scope, group))
+            if entry is not None:
+                return entry[0]
+            if len(self._groups) >= MAX_READER_GROUPS:
+                raise TooMany("reader groups", MAX_READER_GROUPS)
+            self._check_group_cuts(template)
+            rec = dataclasses.replace(
+                template,
+                group_id=template.group_id or str(uuid4()),
+                generation=0,
+                created_ms=self._clock_ms(),
+            )
+            state = (scope, reader_group_stream(group))
+            if state not in self._streams:
+                await self._create_stream(scope, state[1], _GROUP_STREAM_CONFIG)
+            await self._subscribe(rec)
+            key = group_key(scope, group)
+            version = await self._put(READER_GROUPS_TABLE, key, encode_group(rec))
+            self._groups[(scope, group)] = (rec, version)
+            return rec
+
+    def reader_group(self, scope: str, group: str) -> ReaderGroupRecord:
+        """Raises: ReaderGroupNotFound."""
+        entry = self._groups.get((scope, group))
+        if entry is None:
+            raise ReaderGroupNotFound(scope, group)
+        return entry[0]
+
+    async def update_reader_group(self, new: ReaderGroupRecord) -> int:
+        """Replace a group's configuration; returns its new generation.
+
+        ``new.generation`` and ``new.group_id`` must be the group's (Java
+        answers INVALID_CONFIG otherwise). Streams it no longer reads, or all
+        of them when it stops subscribing, lose its subscriber record; streams
+        it starts reading as a subscriber get one (from their starting cut);
+        the others keep their cut under the new generation.
+
+        Raises:
+            ReaderGroupNotFound, ReaderGroupMismatch, StreamNotFound,
+            InvalidArgument, TooMany.
+        """
+        scope, group = new.scope, new.group
+        async with self._membership:
+            old = self.reader_group(scope, group)
+            if new.generation != old.generation:
+                raise ReaderGroupMismatch(
+                    scope, group, f"generation {new.generation} is not {old.generation}"
+                )
+            if new.group_id != old.group_id:
+                raise ReaderGroupMismatch(scope, group, f"id {new.group_id!r} is not the group's")
+            self._check_group_cuts(new)
+            rec = dataclasses.replace(new, generation=old.generation + 1, created_ms=old.created_ms)
+            keep = set(rec.start_cuts) if rec.retention is not GroupRetention.NONE else set()
+            name = scoped_name(scope, group)
+            for stream_name in old.start_cuts:
+                if stream_name not in keep:
+                    sc, st = stream_name.split("/", 1)
+                    async with self._stream_lock(sc, st):
+                        await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
+            await self._subscribe(rec)
+            _, version = self._groups[(scope, group)]
+            version = await self._put(
+                READER_GROUPS_TABLE, group_key(scope, group), encode_group(rec), version
+            )
+            self._groups[(scope, group)] = (rec, version)
+            return rec.generation
+
+    async def delete_reader_group(self, scope: str, group: str, group_id: str) -> None:
+        """Delete a group: its subscriber records, its record, then its state
+        stream (sealed and deleted). ``group_id`` must be the group's.
+
+        Raises: ReaderGroupNotFound (also for another id).
+        """
+        async with self._membership:
+            rec = self.reader_group(scope, group)
+            if group_id != rec.group_id:
+                raise ReaderGroupNotFound(scope, group)
+            name = scoped_name(scope, group)
+            for sc, st in rec.streams:
+                async with self._stream_lock(sc, st):
+                    await self._drop_subscribers(sc, st, lambda sub: sub.subscriber == name)
+            _, version = self._groups[(scope, group)]
+            await self._remove(READER_GROUPS_TABLE, group_key(scope, group), version)
+            del self._groups[(scope, group)]
+        await self._drop_group_stream(scope, reader_group_stream(group))
+
+    def list_reader_groups(self, scope: str) -> list[str]:
+        """The names of ``scope``'s reader groups, in order."""
+        return sorted(g for sc, g in self._groups if sc == scope)
+
+    def list_subscribers(self, scope: str, stream: str) -> list[str]:
+        """The subscribing groups of a stream (``<scope>/<group>``), in order.
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        self._stream(scope, stream)
+        return sorted(self._subscribers.get((scope, stream), {}))
+
+    def subscriber_cut(self, scope: str, stream: str, subscriber: str) -> dict[int, int]:
+        """The stream cut ``subscriber`` last reported on a stream (for tests and tools).
+
+        Raises: ScopeNotFound, StreamNotFound, SubscriberNotFound.
+        """
+        self._stream(scope, stream)
+        entry = self._subscribers.get((scope, stream), {}).get(subscriber)
+        if entry is None:
+            raise SubscriberNotFound(scope, stream, subscriber)
+        return dict(entry[0].cut)
+
+    async def update_subscriber_cut(
+        self,
+        scope: str,
+        stream: str,
+        subscriber: str,
+        group_id: str,
+        generation: int,
+        cut: Mapping[int, int],
+    ) -> None:
+        """Record where subscriber ``subscriber`` (``<scope>/<group>``) is in a stream:
+        retention does not truncate the stream past it. As in Java, a cut behind
+        the recorded one is refused (a subscriber only moves forward).
+
+        Raises:
+            ScopeNotFound, StreamNotFound, SubscriberNotFound (also for another
+            group id), GenerationMismatch, InvalidArgument (an invalid cut, or
+            one behind the recorded cut).
+        """
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            subs = self._subscribers.get((scope, stream), {})
+            entry = subs.get(subscriber)
+            group_scope, _, group = subscriber.partition("/")
+            owner = self._groups.get((group_scope, group))
+            if entry is None or owner is None or owner[0].group_id != group_id:
+                raise SubscriberNotFound(scope, stream, subscriber)
+            sub, version = entry
+            if sub.generation != generation:
+                raise GenerationMismatch(subscriber, sub.generation, generation)
+            if _cut_segments(rec, cut) is None:
+                raise InvalidArgument(f"not a valid stream cut of {scope}/{stream}")
+            for sid, off in cut.items():
+                _, length = await self._extent(segment_name(scope, stream, sid))
+                if off > length:
+                    raise InvalidArgument(f"offset {off} is beyond segment {sid}'s length")
+            if sub.cut and not _not_after(rec, sub.cut, cut):
+                raise InvalidArgument(f"the cut is behind {subscriber!r}'s recorded cut")
+            new = dataclasses.replace(sub, cut=dict(cut))
+            version = await self._put(
+                SUBSCRIBERS_TABLE,
+                subscriber_key(scope, stream, subscriber),
+                encode_subscriber(new),
+                version,
+            )
+            subs[subscriber] = (new, version)
+
+    def _check_group_cuts(self, rec: ReaderGroupRecord) -> None:
+        """Raises: InvalidArgument, StreamNotFound, TooMany (see ``create_reader_group``)."""
+        if not rec.start_cuts:
+            raise InvalidArgument("a reader group reads at least one stream")
+        if len(rec.start_cuts) > MAX_GROUP_STREAMS:
+            raise TooMany("streams in a reader group", MAX_GROUP_STREAMS)
+        if not set(rec.end_cuts) <= set(rec.start_cuts):
+            raise InvalidArgument("an ending stream cut names a stream the group does not read")
+        for cuts in (rec.start_cuts, rec.end_cuts):
+            for name, cut in cuts.items():
+                sc, _, st = name.partition("/")
+                entry = self._streams.get((sc, st))
+                if entry is None:
+                    raise StreamNotFound(sc, st)
+                if cut and _cut_segments(entry[0], cut) is None:
+                    raise InvalidArgument(f"not a valid stream cut of {name}")
+
+    async def _subscribe(self, rec: ReaderGroupRecord) -> None:
+        """Give a subscribing group a subscriber record at its generation on every
+        stream it reads: new ones start at the group's starting cut (or the head)."""
+        if rec.retention is GroupRetention.NONE:
+            return
+        name = scoped_name(rec.scope, rec.group)
+        for stream_name, start in sorted(rec.start_cuts.items()):
+            sc, _, st = stream_name.partition("/")
+            async with self._stream_lock(sc, st):
+                await self._subscribe_one(sc, st, name, rec.generation, start)
+
+    async def _subscribe_one(
+        self, sc: str, st: str, name: str, generation: int, start: Mapping[int, int]
+    ) -> None:
+        """``_subscribe`` for one stream, with its lock held."""
+        subs = self._subscribers.setdefault((sc, st), {})
+        entry = subs.get(name)
+        if entry is not None:
+            sub = dataclasses.replace(entry[0], generation=generation)
+        else:
+            cut = dict(start) or {h.segment.id: h.offset for h in await self.head_segments(sc, st)}
+            sub = SubscriberRecord(name, generation, cut)
+        version = await self._put(
+            SUBSCRIBERS_TABLE,
+            subscriber_key(sc, st, name),
+            encode_subscriber(sub),
+            None if entry is None else entry[1],
+        )
+        subs[name] = (sub, version)
+
+    async def _drop_subscribers(
+        self, scope: str, stream: str, which: Callable[[SubscriberRecord], bool]
+    ) -> None:
+        subs = self._subscribers.get((scope, stream), {})
+        for name, (sub, version) in list(subs.items()):
+            if which(sub):
+                await self._remove(SUBSCRIBERS_TABLE, subscriber_key(scope, stream, name), version)
+                del subs[name]
+        if not subs:
+            self._subscribers.pop((scope, stream), None)
+
+    async def _drop_group_stream(self, scope: str, stream: str) -> None:
+        """Seal and delete a group's state stream (gone already is fine)."""
+        if (scope, stream) not in self._streams:
+            return
+        await self.seal_stream(scope, stream)
+        with contextlib.suppress(StreamNotFound, ScopeNotFound):
+            await self.delete_stream(scope, stream)
+
     # ------------------------------------------------------------------ auto-scaling
 
     async def auto_scale(self) -> int:
@@ -792,8 +1204,8 @@ class ControllerModel:
         for ``AUTO_SCALE_HOT_SAMPLES`` calls in a row is split into
         ``max(2, scaleFactor)`` equal parts; two neighbours both under half
         the target for ``AUTO_SCALE_COLD_SAMPLES`` calls in a row are merged,
-        never below ``minNumSegments``. At most one scale per stream per call,
-        none while the stream has open transactions.
+        never below ``minNumSegments``. At most one scale per stream per call;
+        open transactions do not hold it back (they commit by rolling).
         """
         scaled = 0
         for key in list(self._streams):
@@ -825,8 +1237,6 @@ class ControllerModel:
         for seg in rec.active_segments():
             loads[seg.id] = await self._sample(rec, seg, now, previous.get(seg.id), target)
         self._loads[key] = loads
-        if any(t.state is TxnState.OPEN for t, _ in self._txns.get(key, {}).values()):
-            return False
         active = rec.active_segments()
         hot = [s for s in active if loads[s.id].hot >= AUTO_SCALE_HOT_SAMPLES]
         parts = max(2, policy.scale_factor)
@@ -931,17 +1341,23 @@ class ControllerModel:
         so a transaction's events land contiguously in each segment. Committing a
         committed transaction is a success.
 
-        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted).
+        A transaction opened in an epoch that a scale has ended commits by
+        rolling (``_roll``): its events come after everything written to the
+        active segments before the commit, and before everything written after.
+
+        Raises: ScopeNotFound, StreamNotFound, TxnNotFound, TxnNotOpen (aborted),
+            TooMany (no epoch numbers left for a rolling commit).
         """
         async with self._stream_lock(scope, stream):
             rec = self._stream(scope, stream)
             txn_rec = self._txn(scope, stream, txn)
+            rolls = txn_rec.epoch < rec.epoch
             if txn_rec.state in (TxnState.ABORTING, TxnState.ABORTED):
                 raise TxnNotOpen(scope, stream, txn.hex, txn_rec.state.name.lower())
             if txn_rec.state is TxnState.COMMITTED:
                 return
             if txn_rec.state is TxnState.OPEN:
-                txn_rec = await self._save_txn(
+                await self._save_txn(
                     scope,
                     stream,
                     dataclasses.replace(
@@ -951,7 +1367,15 @@ class ControllerModel:
                         commit_timestamp=timestamp,
                     ),
                 )
-            await self._finish_commit(rec, txn_rec)
+        # A second turn: commits queued behind this one have recorded COMMITTING
+        # meanwhile, and are done together (one rolling commit for all of an epoch).
+        # One that must roll gives the others sent with it time to arrive; any
+        # other yields once, so that commits already scheduled get in line first.
+        await asyncio.sleep(self.rolling_commit_window_s if rolls else 0)
+        async with self._stream_lock(scope, stream):
+            rec = self._stream(scope, stream)
+            if self._txn(scope, stream, txn).state is TxnState.COMMITTING:
+                await self._commit_pending(rec)
 
     async def abort_txn(self, scope: str, stream: str, txn: TxnId) -> None:
         """Seal the transaction's segments (``sweep`` deletes them after
@@ -1119,6 +1543,123 @@ class ControllerModel:
         txns[txn_rec.txn] = (txn_rec, new_version)
         return txn_rec
 
+    async def _commit_pending(self, rec: StreamRecord) -> StreamRecord:
+        """Commit every ``COMMITTING`` transaction of the stream (and finish a
+        recorded rolling commit): those of the active epoch by merging into
+        their parents, those of older epochs by one rolling commit per epoch,
+        oldest first. Returns the stream record as it is afterwards."""
+        if rec.rolling is not None:
+            rec = await self._roll(rec, rec.rolling)
+        key = (rec.scope, rec.stream)
+        committing = [
+            t for t, _ in self._txns.get(key, {}).values() if t.state is TxnState.COMMITTING
+        ]
+        for txn_rec in committing:
+            if txn_rec.epoch == rec.epoch:
+                await self._finish_commit(rec, txn_rec)
+        older: dict[int, list[TxnId]] = {}
+        for txn_rec in committing:
+            if txn_rec.epoch == rec.epoch:
+                continue
+            if await self._merged_already(rec, txn_rec):
+                await self._committed(rec, txn_rec)
+            else:
+                older.setdefault(txn_rec.epoch, []).append(txn_rec.txn)
+        for epoch in sorted(older):
+            if rec.epoch + 2 > MAX_SEGMENT_NUMBER:
+                raise TooMany("epochs", MAX_SEGMENT_NUMBER)
+            roll = RollingTxn(txn_epoch=epoch, active_epoch=rec.epoch, txns=tuple(older[epoch]))
+            rec = await self._save_stream(dataclasses.replace(rec, rolling=roll))
+            rec = await self._roll(rec, roll)
+        return rec
+
+    async def _merged_already(self, rec: StreamRecord, txn_rec: TxnRecord) -> bool:
+        """Whether every segment of an older epoch's committing transaction is
+        gone: only its rolling commit merges them, so that commit got as far as
+        recording its epochs (see the module docstring)."""
+        for parent_id in txn_rec.parents:
+            parent = segment_name(rec.scope, rec.stream, parent_id)
+            try:
+                await self._store.info(transaction_segment_name(parent, txn_rec.txn))
+            except SegmentNotFound:
+                continue
+            return False
+        return True
+
+    async def _roll(self, rec: StreamRecord, roll: RollingTxn) -> StreamRecord:
+        """Carry out the rolling commit ``roll``, which ``rec.rolling`` records.
+
+        Epoch ``A+1`` (``A`` = ``roll.active_epoch``) gets a copy of each segment
+        of the transactions' epoch, the transactions are merged into the copies
+        and the copies sealed; epoch ``A+2`` gets a copy of each segment of
+        epoch ``A`` and becomes the active epoch, and ``A``'s segments are
+        sealed. A reader of a key thus reads ``A``'s segment to its end, then the
+        transactions' events, then what came after. Idempotent up to the
+        record's save, so a restart can run it again (``_repair``).
+        """
+        scope, stream = rec.scope, rec.stream
+        copy_epoch, active_epoch = roll.active_epoch + 1, roll.active_epoch + 2
+        sources = rec.epoch_segments(roll.txn_epoch)
+        actives = rec.epoch_segments(roll.active_epoch)
+        copies = [
+            SegmentRecord(s.number, copy_epoch, s.min_key, s.max_key, sealed_epoch=active_epoch)
+            for s in sources
+        ]
+        successors = [SegmentRecord(s.number, active_epoch, s.min_key, s.max_key) for s in actives]
+        for seg in (*copies, *successors):
+            with contextlib.suppress(SegmentExists):
+                await self._store.create_segment(segment_name(scope, stream, seg.id))
+        txns = self._txns.get((scope, stream), {})
+        committing = [txns[t][0] for t in roll.txns if t in txns]
+        for txn_rec in committing:
+            for parent_id in txn_rec.parents:
+                parent = segment_name(scope, stream, parent_id)
+                target = segment_name(
+                    scope, stream, segment_id(copy_epoch, segment_number(parent_id))
+                )
+                with contextlib.suppress(SegmentNotFound):  # merged before a restart
+                    await self._store.merge(target, transaction_segment_name(parent, txn_rec.txn))
+        for seg in copies:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        active_ids = {s.id for s in actives}
+        now = self._clock_ms()
+        rec = await self._save_stream(
+            dataclasses.replace(
+                rec,
+                epoch=active_epoch,
+                segments=tuple(
+                    dataclasses.replace(s, sealed_epoch=copy_epoch) if s.id in active_ids else s
+                    for s in rec.segments
+                )
+                + tuple(copies)
+                + tuple(successors),
+                epoch_times_ms=(*rec.epoch_times_ms, now, now),
+                rolling=None,
+            )
+        )
+        for seg in actives:
+            await self._seal_segment(segment_name(scope, stream, seg.id))
+        for txn_rec in committing:
+            await self._committed(rec, txn_rec)
+        log.info(
+            "rolling commit of %d transactions of %s/%s from epoch %d into epoch %d",
+            len(committing),
+            scope,
+            stream,
+            roll.txn_epoch,
+            copy_epoch,
+        )
+        return rec
+
+    async def _committed(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
+        """Record a transaction whose segments are merged as ``COMMITTED``."""
+        await self._save_txn(
+            rec.scope,
+            rec.stream,
+            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
+        )
+        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+
     async def _finish_commit(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
         for parent_id in txn_rec.parents:
             parent = segment_name(rec.scope, rec.stream, parent_id)
@@ -1128,12 +1669,7 @@ class ControllerModel:
             except SegmentNotFound as exc:
                 # Merged before a restart and forgotten by the store since: done.
                 log.info("commit of %s: %s; treating as merged", txn_rec.txn.hex, exc)
-        await self._save_txn(
-            rec.scope,
-            rec.stream,
-            dataclasses.replace(txn_rec, state=TxnState.COMMITTED, closed_ms=self._clock_ms()),
-        )
-        self._deadlines.pop((rec.scope, rec.stream, txn_rec.txn), None)
+        await self._committed(rec, txn_rec)
 
     async def _abort(self, rec: StreamRecord, txn_rec: TxnRecord) -> None:
         if txn_rec.state is TxnState.OPEN:
@@ -1226,6 +1762,13 @@ class ControllerModel:
                         segment_name(rec.scope, rec.stream, seg.id)
                     )
                 await self._add_cut(rec, RetentionCut(now, tail))
+        subscribed = [
+            sub.cut
+            for sub, _ in self._subscribers.get(key, {}).values()
+            if sub.cut and _cut_segments(rec, sub.cut) is not None
+        ]
+        if subscribed:
+            return await self._retain_for_subscribers(rec, subscribed, now)
         target: RetentionCut | None = None
         if policy.retention_type is RetentionType.TIME:
             for c, _ in cuts:
@@ -1247,6 +1790,59 @@ class ControllerModel:
         )
         rec = await self._truncate(rec, target.cut)
         await self._drop_cuts(rec.scope, rec.stream, lambda c: c.time_ms <= target.time_ms)
+        return True
+
+    async def _retain_for_subscribers(
+        self, rec: StreamRecord, subscribed: list[dict[int, int]], now: int
+    ) -> bool:
+        """Retention of a stream with subscribers (Java's consumption-based
+        retention): truncate at the furthest cut that keeps the policy's minimum
+        and lies at or behind every subscriber's cut (recorded cuts and the
+        subscribers' own cuts are the candidates); but if what that keeps is
+        more than ``retentionMax`` allows, truncate at the oldest recorded cut
+        within both bounds, subscribers or not (a lagging group loses data,
+        as in Java). With the default maximum nothing a subscriber has yet to
+        read is ever truncated."""
+        policy = rec.config.retention
+        cuts = [c for c, _ in self._cuts.get((rec.scope, rec.stream), [])]
+        extents = {
+            seg.id: await self._extent(segment_name(rec.scope, rec.stream, seg.id))
+            for seg in rec.segments
+        }
+
+        def kept(cut: Mapping[int, int]) -> int:
+            return _bytes_after(rec, cut, extents)
+
+        def within(c: RetentionCut, bound: int) -> bool:
+            if policy.retention_type is RetentionType.TIME:
+                return now - c.time_ms >= bound
+            return kept(c.cut) >= bound
+
+        keeping_min = [c for c in cuts if within(c, policy.retention_param)]
+        candidates = [c.cut for c in keeping_min]
+        if keeping_min:
+            newest = keeping_min[-1].cut
+            candidates += [sub for sub in subscribed if _not_after(rec, sub, newest)]
+        allowed = [c for c in candidates if all(_not_after(rec, c, sub) for sub in subscribed)]
+        chosen: dict[int, int] | None = min(allowed, key=kept) if allowed else None
+        if policy.retention_max < INT64_MAX:
+            retained = kept(chosen if chosen is not None else rec.head_cut)
+            if policy.retention_type is RetentionType.TIME:
+                older = [c for c in cuts if now - c.time_ms > policy.retention_max]
+                over = any(kept(c.cut) < retained for c in older)
+                bounded = [
+                    c for c in keeping_min if now - c.time_ms <= policy.retention_max
+                ] or older[-1:]
+            else:
+                over = retained > policy.retention_max
+                bounded = [c for c in keeping_min if kept(c.cut) <= policy.retention_max]
+            if over and bounded and kept(bounded[0].cut) < retained:
+                chosen = bounded[0].cut
+        if chosen is None or not _ahead(rec, chosen) or kept(chosen) >= kept(rec.head_cut):
+            return False  # nothing to drop
+        log.info("retention: truncating %s/%s behind its subscribers", rec.scope, rec.stream)
+        rec = await self._truncate(rec, chosen)
+        await self._drop_cuts(rec.scope, rec.stream, lambda c: not _ahead(rec, c.cut))
         return True
 
     async def _add_cut(self, rec: StreamRecord, cut: RetentionCut) -> None:
@@ -1290,10 +1886,22 @@ class ControllerModel:
             self._cuts.setdefault((scope, stream), []).append((decode_cut(value), version))
         for cuts in self._cuts.values():
             cuts.sort(key=lambda pair: pair[0].time_ms)
+        async for key, value, version in self._entries(KVTABLES_TABLE):
+            scope, table = key.decode().split("/")
+            self._kvtables[(scope, table)] = (decode_kvtable(value), version)
         async for key, value, version in self._entries(TRANSACTIONS_TABLE):
             scope, stream, _ = key.decode().split("/")
             txn_rec = decode_txn(value)
             self._txns.setdefault((scope, stream), {})[txn_rec.txn] = (txn_rec, version)
+        async for _, value, version in self._entries(READER_GROUPS_TABLE):
+            group = decode_group(value)
+            self._groups[(group.scope, group.group)] = (group, version)
+        async for key, value, version in self._entries(SUBSCRIBERS_TABLE):
+            scope, stream, name = split_subscriber_key(key)
+            self._subscribers.setdefault((scope, stream), {})[name] = (
+                decode_subscriber(value),
+                version,
+            )
 
     def _adopt(self, other: ControllerModel) -> None:
         """Take ``other``'s mirror (loaded from the same tables) as this one's, in one step."""
@@ -1303,6 +1911,9 @@ class ControllerModel:
         self._deadlines = other._deadlines
         self._cleaned = other._cleaned
         self._cuts = other._cuts
+        self._kvtables = other._kvtables
+        self._groups = other._groups
+        self._subscribers = other._subscribers
         self._loads = {}
 
     async def _entries(self, table: str) -> AsyncIterator[tuple[bytes, bytes, int]]:
@@ -1321,7 +1932,13 @@ class ControllerModel:
         """Finish what a crash interrupted (see the module docstring)."""
         now = self._clock_ms()
         for rec, _ in list(self._streams.values()):
-            pending = [s for s in rec.segments if s.sealed_epoch == rec.epoch]
+            # The last scale sealed segments of the current epoch's start; a
+            # rolling commit those of the epoch before it too.
+            pending = [
+                s
+                for s in rec.segments
+                if s.sealed_epoch is not None and s.sealed_epoch >= rec.epoch - 1
+            ]
             if rec.state is StreamState.SEALED:
                 pending += rec.epoch_segments(rec.epoch)
             for seg in pending:
@@ -1332,6 +1949,10 @@ class ControllerModel:
             if (scope, stream) not in self._streams:  # the stream's deletion was interrupted
                 await self._drop_cuts(scope, stream, lambda _: True)
                 del self._cuts[(scope, stream)]
+        await self._repair_groups()
+        committing: set[StreamKey] = {
+            key for key, (rec, _) in self._streams.items() if rec.rolling is not None
+        }
         for (scope, stream), txns in list(self._txns.items()):
             entry = self._streams.get((scope, stream))
             for txn, (txn_rec, version) in list(txns.items()):
@@ -1339,17 +1960,69 @@ class ControllerModel:
                     await self._remove(TRANSACTIONS_TABLE, txn_key(scope, stream, txn), version)
                     del txns[txn]
                 elif txn_rec.state is TxnState.COMMITTING:
-                    await self._finish_commit(entry[0], txn_rec)
+                    committing.add((scope, stream))
                 elif txn_rec.state is TxnState.ABORTING:
                     await self._abort(entry[0], txn_rec)
                 elif txn_rec.state is TxnState.OPEN:
                     self._deadlines[(scope, stream, txn)] = (
                         now + LEASE_SLACK_FACTOR * txn_rec.lease_ms
                     )
+        for key in sorted(committing):
+            await self._commit_pending(self._streams[key][0])
+
+    async def _repair_groups(self) -> None:
+        """Undo what a crash left of a reader group's creation or deletion: a
+        subscriber record without its group (or one the group no longer
+        subscribes with), a state stream ``_RG<group>`` without its group.
+        A creation that is retried makes them again."""
+        wanted = {
+            (stream_name, scoped_name(rec.scope, rec.group))
+            for rec, _ in self._groups.values()
+            if rec.retention is not GroupRetention.NONE
+            for stream_name in rec.start_cuts
+        }
+        for scope, stream in list(self._subscribers):
+            stream_name = scoped_name(scope, stream)
+
+            def orphan(sub: SubscriberRecord, name: str = stream_name) -> bool:
+                return (name, sub.subscriber) not in wanted
+
+            await self._drop_subscribers(scope, stream, orphan)
+        for scope, stream in list(self._streams):
+            group = stream.removeprefix(READER_GROUP_STREAM_PREFIX)
+            if group != stream and (scope, group) not in self._groups:
+                log.warning("state stream %s/%s has no reader group; deleting it", scope, stream)
+                await self._drop_group_stream(scope, stream)
+
+
+def _not_after(rec: StreamRecord, cut: Mapping[int, int], bound: Mapping[int, int]) -> bool:
+    """Whether truncating at ``cut`` keeps everything from ``bound`` on: no
+    segment of ``bound`` is cut short or deleted by it, and none of ``cut``
+    lies past ``bound``."""
+    for sid, off in bound.items():
+        seg = rec.segment(sid)
+        if seg is None:
+            continue
+        if sid in cut:
+            if cut[sid] > off:
+                return False
+        elif _before_cut(rec, seg, cut):
+            return False
+    for sid in cut:
+        seg = rec.segment(sid)
+        if seg is None or (sid not in bound and not _before_cut(rec, seg, bound)):
+            return False
+    return True
 
 
 def _page(names: Iterable[str], after: str, limit: int) -> list[str]:
     return sorted(n for n in names if n > after)[:limit]
+
+
+_GROUP_STREAM_CONFIG = StreamConfig(
+    scaling=ScalingPolicy(ScalingType.FIXED_NUM_SEGMENTS, 0, 0, 1), retention=RetentionPolicy()
+)
+"""A reader group's state stream: one fixed segment, as Java creates it."""
 
 
 def _checked_config(config: StreamConfig) -> StreamConfig:
@@ -1368,7 +2041,31 @@ def _checked_config(config: StreamConfig) -> StreamConfig:
             raise InvalidArgument(f"tags must have 1..{MAX_TAG_CHARS} characters")
     if config.retention.retention_param < 0:
         raise InvalidArgument("retentionParam must not be negative")
+    if config.retention.retention_max == 0:  # unset in the message: no upper bound
+        config = dataclasses.replace(
+            config, retention=dataclasses.replace(config.retention, retention_max=INT64_MAX)
+        )
+    if config.retention.retention_max < config.retention.retention_param:
+        raise InvalidArgument("retentionMax must not be below retentionParam")
     return dataclasses.replace(config, tags=tuple(dict.fromkeys(config.tags)))
+
+
+def _check_kvtable_config(config: KeyValueTableConfig) -> None:
+    """Java's ``KeyValueTableConfiguration`` rules, plus the partition limit."""
+    if not 1 <= config.partition_count <= MAX_TABLE_PARTITIONS:
+        raise InvalidArgument(
+            f"partitionCount must be in 1..{MAX_TABLE_PARTITIONS}, got {config.partition_count}"
+        )
+    if config.primary_key_length <= 0 or config.secondary_key_length < 0:
+        raise InvalidArgument(
+            "primaryKeyLength must be positive and secondaryKeyLength not negative"
+        )
+    if config.key_length > MAX_TABLE_KEY_BYTES:
+        raise InvalidArgument(
+            f"primaryKeyLength + secondaryKeyLength must be at most {MAX_TABLE_KEY_BYTES}"
+        )
+    if config.rollover_size_bytes < 0:
+        raise InvalidArgument("rolloverSizeBytes must not be negative")
 
 
 def _check_lease(lease_ms: int) -> None:

@@ -16,6 +16,13 @@ Rust client) or ``<name>_hrgroup`` (our client's reader groups), which are
 never created through the controller but are named in delegation tokens.
 Segments under ``INTERNAL_PREFIX`` (the controller's metadata tables, TANK's
 sequence-number tables) belong to the server alone.
+
+Pravega's own internal streams are the exception to the ``_`` rule: the
+state stream of reader group ``G``, ``_RG<G>`` (``reader_group_stream``),
+which ``createReaderGroup`` creates, and a stream's watermark stream
+``_MARK<stream>``. ``is_internal_stream_name`` recognises them; the
+controller creates them itself and refuses them from ``createStream``,
+while the calls that read a stream (segments, delegation tokens) accept them.
 """
 
 from __future__ import annotations
@@ -35,13 +42,19 @@ from headrace.protocols.pravega.controller import (
 __all__ = [
     "GROUP_INDEX_STREAM",
     "INTERNAL_PREFIX",
+    "INTERNAL_STREAM_PREFIXES",
+    "MARK_STREAM_PREFIX",
     "MAX_NAME_CHARS",
     "MAX_SEGMENT_NUMBER",
+    "READER_GROUP_STREAM_PREFIX",
     "TRANSIENT_INFIX",
     "TxnId",
     "is_internal_segment",
+    "is_internal_stream_name",
     "is_valid_name",
+    "is_valid_stream_name",
     "is_valid_token_stream",
+    "reader_group_stream",
     "segment_epoch",
     "segment_id",
     "segment_name",
@@ -68,6 +81,15 @@ GROUP_INDEX_STREAM = "_hrgroups"
 """The pseudo-stream of a scope's index of reader groups (the client's
 ``group_index_name``): no user stream, table or group name starts with ``_``."""
 
+READER_GROUP_STREAM_PREFIX = "_RG"
+"""Prefix of a reader group's state stream (Java's ``NameUtils.READER_GROUP_STREAM_PREFIX``)."""
+
+MARK_STREAM_PREFIX = "_MARK"
+"""Prefix of a stream's watermark stream (Java's ``NameUtils.MARK_PREFIX``)."""
+
+INTERNAL_STREAM_PREFIXES = (READER_GROUP_STREAM_PREFIX, MARK_STREAM_PREFIX)
+"""Prefixes of the internal streams Pravega's clients name (see above)."""
+
 _NAME = re.compile(r"[A-Za-z0-9.\-]+")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9.\-][A-Za-z0-9.\-_]*")
 
@@ -75,6 +97,25 @@ _TABLE_NAME = re.compile(r"[A-Za-z0-9.\-][A-Za-z0-9.\-_]*")
 def is_valid_name(name: str) -> bool:
     """A user scope or stream name (Java's ``NameUtils`` rule), at most ``MAX_NAME_CHARS``."""
     return len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name) is not None
+
+
+def is_internal_stream_name(name: str) -> bool:
+    """``_RG<group>`` or ``_MARK<stream>`` with a valid user name after the prefix,
+    at most ``MAX_NAME_CHARS`` in all."""
+    return len(name) <= MAX_NAME_CHARS and any(
+        name.startswith(prefix) and is_valid_name(name[len(prefix) :])
+        for prefix in INTERNAL_STREAM_PREFIXES
+    )
+
+
+def is_valid_stream_name(name: str) -> bool:
+    """A stream the controller may hold: a user name or an internal stream name."""
+    return is_valid_name(name) or is_internal_stream_name(name)
+
+
+def reader_group_stream(group: str) -> str:
+    """The state stream of reader group ``group``: ``_RG<group>``."""
+    return f"{READER_GROUP_STREAM_PREFIX}{group}"
 
 
 def is_valid_token_stream(name: str) -> bool:
@@ -86,6 +127,8 @@ def is_valid_token_stream(name: str) -> bool:
     if len(name) > MAX_NAME_CHARS:
         return False
     if _NAME.fullmatch(name) is not None or name == GROUP_INDEX_STREAM:
+        return True
+    if is_internal_stream_name(name):
         return True
     return any(
         name.endswith(suffix) and _TABLE_NAME.fullmatch(name[: -len(suffix)]) is not None

@@ -6,6 +6,9 @@ Layout in the store (each a table segment; keys and values are UTF-8)::
     _system/controller/streams       key "<scope>/<stream>"         value StreamRecord JSON
     _system/controller/transactions  key "<scope>/<stream>/<32hex>" value TxnRecord JSON
     _system/controller/retention     key "<scope>/<stream>/<ms:020>" value RetentionCut JSON
+    _system/controller/kvtables      key "<scope>/<table>"          value KeyValueTableRecord JSON
+
+Reader groups and subscribers have two more tables (``groups.py``).
 
 JSON keeps the records readable with any table dump, and every field has a
 default so that records written by an older version still load. ``/`` can
@@ -20,6 +23,14 @@ the epoch that created it and the epoch that replaced it (``sealed_epoch``,
 ``created_epoch <= e < sealed_epoch``. Sealing the whole stream does not
 open an epoch: it sets ``state`` to ``sealed`` and leaves the last epoch's
 segments as they are.
+
+A rolling commit (a transaction committed after the epoch it was opened in
+ended, Pravega's rolling transaction) adds two epochs at once: epoch ``A+1``
+holds copies of the transaction's epoch's segments (same numbers and key
+ranges, new ids), into which the transactions are merged, sealed at once;
+epoch ``A+2`` holds copies of epoch ``A``'s segments and becomes the active
+one. While such a commit is under way ``rolling`` records it, so that a
+restart finishes it.
 """
 
 from __future__ import annotations
@@ -29,8 +40,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.controller.groups import READER_GROUPS_TABLE, SUBSCRIBERS_TABLE
 from headrace.protocols.pravega.controller import (
     INT64_MAX,
+    KeyValueTableConfig,
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
@@ -42,14 +55,18 @@ from headrace.protocols.pravega.controller import (
 )
 
 __all__ = [
+    "KVTABLES_TABLE",
     "METADATA_TABLES",
     "RETENTION_TABLE",
     "SCOPES_TABLE",
     "STREAMS_TABLE",
     "TRANSACTIONS_TABLE",
+    "KeyValueTableConfig",
+    "KeyValueTableRecord",
     "RetentionCut",
     "RetentionPolicy",
     "RetentionType",
+    "RollingTxn",
     "ScalingPolicy",
     "ScalingType",
     "ScopeRecord",
@@ -61,10 +78,12 @@ __all__ = [
     "TxnState",
     "cut_key",
     "decode_cut",
+    "decode_kvtable",
     "decode_scope",
     "decode_stream",
     "decode_txn",
     "encode_cut",
+    "encode_kvtable",
     "encode_scope",
     "encode_stream",
     "encode_txn",
@@ -76,7 +95,16 @@ SCOPES_TABLE = "_system/controller/scopes"
 STREAMS_TABLE = "_system/controller/streams"
 TRANSACTIONS_TABLE = "_system/controller/transactions"
 RETENTION_TABLE = "_system/controller/retention"
-METADATA_TABLES = (SCOPES_TABLE, STREAMS_TABLE, TRANSACTIONS_TABLE, RETENTION_TABLE)
+KVTABLES_TABLE = "_system/controller/kvtables"
+METADATA_TABLES = (
+    SCOPES_TABLE,
+    STREAMS_TABLE,
+    TRANSACTIONS_TABLE,
+    RETENTION_TABLE,
+    READER_GROUPS_TABLE,
+    SUBSCRIBERS_TABLE,
+    KVTABLES_TABLE,
+)
 """Every table of the controller's metadata, in the order they are loaded."""
 
 
@@ -114,6 +142,17 @@ class SegmentRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RollingTxn:
+    """A rolling commit under way: the transactions of ``txn_epoch`` (``txns``)
+    are being merged into copies of that epoch's segments in epoch
+    ``active_epoch + 1``; epoch ``active_epoch + 2`` copies the active segments."""
+
+    txn_epoch: int
+    active_epoch: int
+    txns: tuple[TxnId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StreamRecord:
     """A stream: its configuration, state, segment history and counters.
 
@@ -132,6 +171,7 @@ class StreamRecord:
     epoch_times_ms: tuple[int, ...]
     next_txn: int = 1
     head_cut: dict[int, int] = field(default_factory=dict)
+    rolling: RollingTxn | None = None
     _by_id: dict[int, SegmentRecord] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -181,6 +221,16 @@ class RetentionCut:
 
     time_ms: int
     cut: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueTableRecord:
+    """A key-value table: its shape. Its partitions are the table segments
+    ``<scope>/<table>_kvtable/<n>.#epoch.0``, n < ``config.partition_count``,
+    each owning the key range ``[n/count, (n+1)/count)``."""
+
+    created_ms: int
+    config: KeyValueTableConfig
 
 
 # --------------------------------------------------------------------------- keys
@@ -267,7 +317,26 @@ def encode_stream(rec: StreamRecord) -> bytes:
             "epoch_times_ms": list(rec.epoch_times_ms),
             "next_txn": rec.next_txn,
             "head_cut": [[sid, off] for sid, off in sorted(rec.head_cut.items())],
+            **({} if rec.rolling is None else {"rolling": _encode_rolling(rec.rolling)}),
         }
+    )
+
+
+def _encode_rolling(roll: RollingTxn) -> dict[str, Any]:
+    return {
+        "txn_epoch": roll.txn_epoch,
+        "active_epoch": roll.active_epoch,
+        "txns": [[t.high_bits, t.low_bits] for t in roll.txns],
+    }
+
+
+def _decode_rolling(obj: dict[str, Any] | None) -> RollingTxn | None:
+    if obj is None:
+        return None
+    return RollingTxn(
+        txn_epoch=int(obj["txn_epoch"]),
+        active_epoch=int(obj["active_epoch"]),
+        txns=tuple(TxnId(int(h), int(lo)) for h, lo in obj.get("txns", ())),
     )
 
 
@@ -288,6 +357,7 @@ def decode_stream(data: bytes) -> StreamRecord:
         epoch_times_ms=tuple(int(t) for t in obj.get("epoch_times_ms", ())),
         next_txn=int(obj.get("next_txn", 1)),
         head_cut={int(sid): int(off) for sid, off in obj.get("head_cut", ())},
+        rolling=_decode_rolling(obj.get("rolling")),
     )
 
 
@@ -331,4 +401,30 @@ def decode_cut(data: bytes) -> RetentionCut:
     obj = json.loads(data)
     return RetentionCut(
         time_ms=int(obj["time_ms"]), cut={int(k): int(v) for k, v in obj.get("cut", ())}
+    )
+
+
+def encode_kvtable(rec: KeyValueTableRecord) -> bytes:
+    cfg = rec.config
+    return _dumps(
+        {
+            "created_ms": rec.created_ms,
+            "partitions": cfg.partition_count,
+            "primary_key_length": cfg.primary_key_length,
+            "secondary_key_length": cfg.secondary_key_length,
+            "rollover_size_bytes": cfg.rollover_size_bytes,
+        }
+    )
+
+
+def decode_kvtable(data: bytes) -> KeyValueTableRecord:
+    obj = json.loads(data)
+    return KeyValueTableRecord(
+        created_ms=int(obj.get("created_ms", 0)),
+        config=KeyValueTableConfig(
+            partition_count=int(obj["partitions"]),
+            primary_key_length=int(obj.get("primary_key_length", 1)),
+            secondary_key_length=int(obj.get("secondary_key_length", 0)),
+            rollover_size_bytes=int(obj.get("rollover_size_bytes", 0)),
+        ),
     )

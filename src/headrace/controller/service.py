@@ -3,9 +3,8 @@
 ``ControllerService`` has one coroutine per implemented RPC, named exactly
 as the RPC, taking the request message and returning the reply message; it
 converts between protobuf messages and the model's records and nothing
-else. RPCs it does not define (key-value tables, reader groups in the
-controller, subscriber stream cuts) answer ``UNIMPLEMENTED``, which the
-Rust client treats as a final error (it never calls them).
+else. An RPC it does not define would answer ``UNIMPLEMENTED``, which the
+Rust client treats as a final error.
 
 Errors are translated in exactly one place, ``reply_for_error``:
 
@@ -41,9 +40,12 @@ from google.protobuf.message import Message
 from headrace.controller.auth import Authenticator, AuthFailed, PermissionDenied, TokenIssuer
 from headrace.controller.errors import (
     ControllerError,
+    GenerationMismatch,
     InvalidArgument,
     InvalidName,
     LeaseTooLarge,
+    ReaderGroupMismatch,
+    ReaderGroupNotFound,
     ScalePreconditionFailed,
     ScopeExists,
     ScopeNotEmpty,
@@ -53,12 +55,20 @@ from headrace.controller.errors import (
     StreamNotFound,
     StreamNotSealed,
     StreamSealed,
+    SubscriberNotFound,
+    TableExists,
+    TableNotFound,
     TooMany,
     TxnNotFound,
     TxnNotOpen,
 )
+from headrace.controller.groups import GroupRetention, ReaderGroupRecord, scoped_name
 from headrace.controller.model import ControllerModel, HeadSegment
-from headrace.controller.naming import is_valid_name, is_valid_token_stream
+from headrace.controller.naming import (
+    is_valid_name,
+    is_valid_token_stream,
+    reader_group_stream,
+)
 from headrace.controller.records import SegmentRecord
 from headrace.controller.rpc import METHODS, SERVICE_NAME
 from headrace.controller.watermarks import WATERMARK_INTERVAL_S
@@ -73,10 +83,13 @@ from headrace.protocols.pravega.auth import (
     stream_resource,
 )
 from headrace.protocols.pravega.controller import (
+    KVTABLE_SUFFIX,
     StreamConfig,
     TxnState,
     config_from_proto,
     config_to_proto,
+    kvtable_config_from_proto,
+    kvtable_config_to_proto,
     segment_name,
     txn_id_from_proto,
     txn_id_to_proto,
@@ -188,6 +201,44 @@ STATUS_REPLIES: dict[type[Message], dict[type[ControllerError], int]] = {
         StreamNotFound: pb.SubscribersResponse.STREAM_NOT_FOUND,
         ScopeNotFound: pb.SubscribersResponse.STREAM_NOT_FOUND,
     },
+    pb.CreateKeyValueTableStatus: {
+        TableExists: pb.CreateKeyValueTableStatus.TABLE_EXISTS,
+        ScopeNotFound: pb.CreateKeyValueTableStatus.SCOPE_NOT_FOUND,
+        InvalidName: pb.CreateKeyValueTableStatus.INVALID_TABLE_NAME,
+    },
+    pb.KeyValueTableConfigResponse: {
+        TableNotFound: pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND,
+        ScopeNotFound: pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND,
+    },
+    pb.KVTablesInScopeResponse: {
+        ScopeNotFound: pb.KVTablesInScopeResponse.SCOPE_NOT_FOUND,
+    },
+    pb.DeleteKVTableStatus: {
+        TableNotFound: pb.DeleteKVTableStatus.TABLE_NOT_FOUND,
+        ScopeNotFound: pb.DeleteKVTableStatus.TABLE_NOT_FOUND,
+    },
+    pb.UpdateSubscriberStatus: {
+        StreamNotFound: pb.UpdateSubscriberStatus.STREAM_NOT_FOUND,
+        ScopeNotFound: pb.UpdateSubscriberStatus.STREAM_NOT_FOUND,
+        SubscriberNotFound: pb.UpdateSubscriberStatus.SUBSCRIBER_NOT_FOUND,
+        GenerationMismatch: pb.UpdateSubscriberStatus.GENERATION_MISMATCH,
+        InvalidArgument: pb.UpdateSubscriberStatus.STREAM_CUT_NOT_VALID,
+    },
+    pb.CreateReaderGroupResponse: {
+        ScopeNotFound: pb.CreateReaderGroupResponse.SCOPE_NOT_FOUND,
+        InvalidName: pb.CreateReaderGroupResponse.INVALID_RG_NAME,
+    },
+    pb.ReaderGroupConfigResponse: {
+        ReaderGroupNotFound: pb.ReaderGroupConfigResponse.RG_NOT_FOUND,
+    },
+    pb.DeleteReaderGroupStatus: {
+        ReaderGroupNotFound: pb.DeleteReaderGroupStatus.RG_NOT_FOUND,
+    },
+    pb.UpdateReaderGroupResponse: {
+        ReaderGroupNotFound: pb.UpdateReaderGroupResponse.RG_NOT_FOUND,
+        ReaderGroupMismatch: pb.UpdateReaderGroupResponse.INVALID_CONFIG,
+        InvalidArgument: pb.UpdateReaderGroupResponse.INVALID_CONFIG,
+    },
 }
 """Reply message type -> error -> value of its ``status`` field."""
 
@@ -206,9 +257,15 @@ GRPC_CODES: dict[type[ControllerError], Any] = {
     StreamNotFound: grpc.StatusCode.NOT_FOUND,
     SegmentNotInStream: grpc.StatusCode.NOT_FOUND,
     TxnNotFound: grpc.StatusCode.NOT_FOUND,
+    TableNotFound: grpc.StatusCode.NOT_FOUND,
     ScopeExists: grpc.StatusCode.ALREADY_EXISTS,
     StreamExists: grpc.StatusCode.ALREADY_EXISTS,
+    TableExists: grpc.StatusCode.ALREADY_EXISTS,
     TooMany: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ReaderGroupNotFound: grpc.StatusCode.NOT_FOUND,
+    SubscriberNotFound: grpc.StatusCode.NOT_FOUND,
+    ReaderGroupMismatch: grpc.StatusCode.INVALID_ARGUMENT,
+    GenerationMismatch: grpc.StatusCode.INVALID_ARGUMENT,
 }
 """Errors of RPCs whose reply has no status for them -> gRPC status code."""
 
@@ -269,6 +326,55 @@ def _cut(cut: Mapping[int, int]) -> dict[int, int]:
     return dict(cut.items())
 
 
+def _group_from_proto(msg: pb.ReaderGroupConfiguration) -> ReaderGroupRecord:
+    """The group a ``ReaderGroupConfiguration`` describes (id and generation as sent)."""
+    try:
+        retention = GroupRetention(msg.retentionType)
+    except ValueError:
+        raise InvalidArgument(f"unknown reader group retention type {msg.retentionType}") from None
+    cuts: list[dict[str, dict[int, int]]] = [{}, {}]
+    for cuts_of, field in zip(cuts, (msg.startingStreamCuts, msg.endingStreamCuts), strict=True):
+        for cut in field:
+            name = scoped_name(cut.streamInfo.scope, cut.streamInfo.stream)
+            if name in cuts_of:
+                raise InvalidArgument(f"stream {name} is named twice")
+            cuts_of[name] = _cut(cut.cut)
+    return ReaderGroupRecord(
+        scope=msg.scope,
+        group=msg.readerGroupName,
+        group_id=msg.readerGroupId,
+        generation=msg.generation,
+        refresh_ms=msg.groupRefreshTimeMillis,
+        checkpoint_ms=msg.automaticCheckpointIntervalMillis,
+        max_outstanding_checkpoints=msg.maxOutstandingCheckpointRequest,
+        retention=retention,
+        start_cuts=cuts[0],
+        end_cuts=cuts[1],
+    )
+
+
+def _group_to_proto(rec: ReaderGroupRecord) -> pb.ReaderGroupConfiguration:
+    def stream_cuts(cuts: Mapping[str, Mapping[int, int]]) -> list[pb.StreamCut]:
+        out = []
+        for name, cut in sorted(cuts.items()):
+            scope, _, stream = name.partition("/")
+            out.append(pb.StreamCut(streamInfo=_stream_info(scope, stream), cut=dict(cut)))
+        return out
+
+    return pb.ReaderGroupConfiguration(
+        scope=rec.scope,
+        readerGroupName=rec.group,
+        groupRefreshTimeMillis=rec.refresh_ms,
+        automaticCheckpointIntervalMillis=rec.checkpoint_ms,
+        maxOutstandingCheckpointRequest=rec.max_outstanding_checkpoints,
+        retentionType=int(rec.retention),
+        generation=rec.generation,
+        readerGroupId=rec.group_id,
+        startingStreamCuts=stream_cuts(rec.start_cuts),
+        endingStreamCuts=stream_cuts(rec.end_cuts),
+    )
+
+
 _PING = {
     TxnState.OPEN: pb.PingTxnStatus.OK,
     TxnState.COMMITTING: pb.PingTxnStatus.COMMITTED,
@@ -317,7 +423,27 @@ def _stream_in(field: str | None) -> Callable[[Any], str]:
     return resource
 
 
+def _kvtable_of(req: Any) -> str:
+    """A key-value table's resource: its pseudo-stream ``<table>_kvtable``, the
+    resource its delegation tokens name, so one grant covers managing the
+    table and reading and writing its partitions."""
+    return stream_resource(req.scope, req.kvtName + KVTABLE_SUFFIX)
+
+
 _R, _RU = Permission.READ, Permission.READ_UPDATE
+
+
+def _group_stream(scope_field: str, group_field: str) -> Callable[[Any], str]:
+    """A reader group's resource: its state stream ``_RG<group>`` (a grant on the
+    scope covers it)."""
+
+    def resource(req: Any) -> str:
+        group = getattr(req, group_field)
+        return stream_resource(getattr(req, scope_field), reader_group_stream(group))
+
+    return resource
+
+
 _STREAM, _STREAM_INFO = _stream_in("streamInfo"), _stream_in(None)
 
 RPC_ACCESS: dict[str, tuple[Callable[[Any], str], Permission] | None] = {
@@ -351,6 +477,12 @@ RPC_ACCESS: dict[str, tuple[Callable[[Any], str], Permission] | None] = {
     "checkStreamExists": (_STREAM_INFO, _R),
     "getCurrentSegments": (_STREAM_INFO, _R),
     "listSubscribers": (_STREAM_INFO, _R),
+    "updateSubscriberStreamCut": (lambda req: _STREAM_INFO(req.streamCut.streamInfo), _RU),
+    # reader groups: their state stream _RG<group> is the resource
+    "createReaderGroup": (_group_stream("scope", "readerGroupName"), _RU),
+    "updateReaderGroup": (_group_stream("scope", "readerGroupName"), _RU),
+    "deleteReaderGroup": (_group_stream("scope", "readerGroup"), _RU),
+    "getReaderGroupConfig": (_group_stream("scope", "readerGroup"), _R),
     "getEpochSegments": (_STREAM, _R),
     "getSegments": (_STREAM, _R),
     "getSegmentsImmediatelyFollowing": (_STREAM, _R),
@@ -361,6 +493,12 @@ RPC_ACCESS: dict[str, tuple[Callable[[Any], str], Permission] | None] = {
     "isSegmentValid": (_STREAM, _R),
     "isStreamCutValid": (_STREAM, _R),
     "checkTransactionState": (_STREAM, _R),
+    # key-value tables: as streams, on the table's pseudo-stream
+    "createKeyValueTable": (_kvtable_of, _RU),
+    "deleteKeyValueTable": (_kvtable_of, _RU),
+    "getKeyValueTableConfiguration": (_kvtable_of, _R),
+    "getCurrentSegmentsKeyValueTable": (_kvtable_of, _R),
+    "listKeyValueTablesInScope": (lambda req: scope_resource(req.scope.scope), _R),
 }
 """RPC -> (the resource its request names, the permission it needs), or None
 for RPCs any authenticated user may call. An RPC not listed needs READ_UPDATE
@@ -695,7 +833,45 @@ class ControllerService:
         state = self.model.txn_state(info.scope, info.stream, txn_id_from_proto(req.txnId))
         return pb.TxnState(state=int(state))  # type: ignore[arg-type]
 
-    # -- writers (watermarks, controller/watermarks.py) and subscribers (no retention yet)
+    # -- key-value tables
+
+    async def createKeyValueTable(
+        self, req: pb.KeyValueTableConfig
+    ) -> pb.CreateKeyValueTableStatus:
+        await self.model.create_kvtable(req.scope, req.kvtName, kvtable_config_from_proto(req))
+        return pb.CreateKeyValueTableStatus(status=pb.CreateKeyValueTableStatus.SUCCESS)
+
+    async def getKeyValueTableConfiguration(
+        self, req: pb.KeyValueTableInfo
+    ) -> pb.KeyValueTableConfigResponse:
+        config = self.model.kvtable_config(req.scope, req.kvtName)
+        return pb.KeyValueTableConfigResponse(
+            config=kvtable_config_to_proto(req.scope, req.kvtName, config),
+            status=pb.KeyValueTableConfigResponse.SUCCESS,
+        )
+
+    async def getCurrentSegmentsKeyValueTable(self, req: pb.KeyValueTableInfo) -> pb.SegmentRanges:
+        # As Java's: segment ids under the table's own name; the client adds
+        # the ``_kvtable`` suffix when it names a partition's table segment.
+        segs = self.model.kvtable_partitions(req.scope, req.kvtName)
+        return _segment_ranges(req.scope, req.kvtName, segs)
+
+    async def listKeyValueTablesInScope(
+        self, req: pb.KVTablesInScopeRequest
+    ) -> pb.KVTablesInScopeResponse:
+        scope, token = req.scope.scope, req.continuationToken.token
+        names = self.model.list_kvtables(scope, after=token, limit=LIST_PAGE_COUNT)
+        return pb.KVTablesInScopeResponse(
+            kvtables=[pb.KeyValueTableInfo(scope=scope, kvtName=n) for n in names],
+            continuationToken=pb.ContinuationToken(token=names[-1] if names else token),
+            status=pb.KVTablesInScopeResponse.SUCCESS,
+        )
+
+    async def deleteKeyValueTable(self, req: pb.KeyValueTableInfo) -> pb.DeleteKVTableStatus:
+        await self.model.delete_kvtable(req.scope, req.kvtName)
+        return pb.DeleteKVTableStatus(status=pb.DeleteKVTableStatus.SUCCESS)
+
+    # -- writers (watermarks, controller/watermarks.py) and subscribers
 
     async def removeWriter(self, req: pb.RemoveWriterRequest) -> pb.RemoveWriterResponse:
         scope, stream = req.stream.scope, req.stream.stream
@@ -718,8 +894,52 @@ class ControllerService:
         return pb.TimestampResponse(result=result)  # type: ignore[arg-type]
 
     async def listSubscribers(self, req: pb.StreamInfo) -> pb.SubscribersResponse:
-        self.model.stream_config(req.scope, req.stream)  # raises for unknown streams
-        return pb.SubscribersResponse(status=pb.SubscribersResponse.SUCCESS)
+        return pb.SubscribersResponse(
+            subscribers=self.model.list_subscribers(req.scope, req.stream),
+            status=pb.SubscribersResponse.SUCCESS,
+        )
+
+    async def updateSubscriberStreamCut(
+        self, req: pb.SubscriberStreamCut
+    ) -> pb.UpdateSubscriberStatus:
+        info = req.streamCut.streamInfo
+        await self.model.update_subscriber_cut(
+            info.scope,
+            info.stream,
+            req.subscriber,
+            req.readerGroupId,
+            req.generation,
+            _cut(req.streamCut.cut),
+        )
+        return pb.UpdateSubscriberStatus(status=pb.UpdateSubscriberStatus.SUCCESS)
+
+    # -- reader groups (Java's records; the readers' own state is the clients')
+
+    async def createReaderGroup(
+        self, req: pb.ReaderGroupConfiguration
+    ) -> pb.CreateReaderGroupResponse:
+        rec = await self.model.create_reader_group(_group_from_proto(req))
+        return pb.CreateReaderGroupResponse(
+            status=pb.CreateReaderGroupResponse.SUCCESS, config=_group_to_proto(rec)
+        )
+
+    async def getReaderGroupConfig(self, req: pb.ReaderGroupInfo) -> pb.ReaderGroupConfigResponse:
+        rec = self.model.reader_group(req.scope, req.readerGroup)
+        return pb.ReaderGroupConfigResponse(
+            status=pb.ReaderGroupConfigResponse.SUCCESS, config=_group_to_proto(rec)
+        )
+
+    async def updateReaderGroup(
+        self, req: pb.ReaderGroupConfiguration
+    ) -> pb.UpdateReaderGroupResponse:
+        generation = await self.model.update_reader_group(_group_from_proto(req))
+        return pb.UpdateReaderGroupResponse(
+            status=pb.UpdateReaderGroupResponse.SUCCESS, generation=generation
+        )
+
+    async def deleteReaderGroup(self, req: pb.ReaderGroupInfo) -> pb.DeleteReaderGroupStatus:
+        await self.model.delete_reader_group(req.scope, req.readerGroup, req.readerGroupId)
+        return pb.DeleteReaderGroupStatus(status=pb.DeleteReaderGroupStatus.SUCCESS)
 
 
 # --------------------------------------------------------------------------- grpc glue

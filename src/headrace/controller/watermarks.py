@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from headrace.controller.naming import MARK_STREAM_PREFIX
+
 __all__ = [
     "MARK_PREFIX",
     "MAX_WRITERS_PER_STREAM",
@@ -48,7 +50,7 @@ __all__ = [
     "mark_stream",
 ]
 
-MARK_PREFIX: Final = "_MARK"
+MARK_PREFIX: Final = MARK_STREAM_PREFIX
 """Pravega's name for a stream's watermark stream: ``_MARK<stream>``, same scope."""
 
 WATERMARK_INTERVAL_S: Final = 10.0

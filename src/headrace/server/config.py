@@ -357,10 +357,11 @@ class ServerConfig:
         if (
             "tank" in enabled
             and enabled.keys() & {"lumberjack", "lumberjack_tls"}
-            and self.lumberjack.scope_and_stream[0] == self.tank_scope
+            and self.tank_scope in self.lumberjack.scopes()
         ):
             raise ConfigError(
-                f"--lumberjack-stream {self.lumberjack.stream!r} is in the TANK scope "
+                f"--lumberjack-stream {self.lumberjack.stream!r} (or its default stream) "
+                "is in the TANK scope "
                 f"{self.tank_scope!r}, whose streams hold only TANK bundles"
             )
 
@@ -800,8 +801,34 @@ OPTIONS: tuple[Option, ...] = (
         "lumberjack_stream",
         str,
         DEFAULT_STREAM,
-        "scope/stream that Lumberjack events go to (created with 4 segments).",
+        "scope/stream that Lumberjack events go to (created with 4 segments); "
+        "{field} placeholders route each event by its fields, e.g. logs/{[@metadata][beat]}.",
         "Lumberjack",
+    ),
+    Option(
+        "lumberjack_default_stream",
+        str,
+        DEFAULT_STREAM,
+        "scope/stream for events a --lumberjack-stream template cannot name a stream for.",
+        "Lumberjack",
+    ),
+    Option(
+        "lumberjack_create_streams",
+        str,
+        "on",
+        "on: create the streams a template names when they do not exist; off: their "
+        "events go to the default stream.",
+        "Lumberjack",
+        choices=("on", "off"),
+    ),
+    Option(
+        "lumberjack_metadata",
+        str,
+        "on",
+        "on: add the connection's @metadata (ip_address, tls_peer) to each stored event, "
+        "as Logstash's beats input does; off: store events as sent.",
+        "Lumberjack",
+        choices=("on", "off"),
     ),
     Option(
         "lumberjack_routing_key_fields",
@@ -979,8 +1006,14 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
     if fsync not in {p.value for p in FsyncPolicy}:
         raise ConfigError(f"--fsync {fsync!r} is not one of always, interval, never")
     fields = str(get("lumberjack_routing_key_fields", str))
+    for key in ("lumberjack_create_streams", "lumberjack_metadata"):
+        if str(get(key, str)) not in ("on", "off"):
+            raise ConfigError(f"{OPTIONS_BY_KEY[key].flag} {v[key]!r} is not one of on, off")
     lumberjack = LumberjackConfig(
         stream=str(get("lumberjack_stream", str)),
+        default_stream=str(get("lumberjack_default_stream", str)),
+        create_streams=str(get("lumberjack_create_streams", str)) == "on",
+        metadata=str(get("lumberjack_metadata", str)) == "on",
         routing_key_fields=tuple(f.strip() for f in fields.split(",") if f.strip()),
         keepalive_interval_s=float(get("lumberjack_keepalive_interval", float)),
         window_linger_s=float(get("lumberjack_window_linger", float)),

@@ -270,8 +270,8 @@ class Console:
         truncated = False
         for scope in model.list_scopes(limit=MAX_SCOPES):
             for stream in model.list_streams(scope, limit=MAX_API_STREAMS + 1):
-                if not caller.may_read(scope, stream):
-                    continue
+                if stream.startswith("_") or not caller.may_read(scope, stream):
+                    continue  # the controller's own streams (_RG, _MARK) are not the user's
                 if len(streams) >= MAX_API_STREAMS:
                     truncated = True
                     break

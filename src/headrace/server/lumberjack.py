@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -74,7 +75,11 @@ from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler
 from headrace.server.authz import ConnectionAccess, DoorAuth, peer_address
 from headrace.server.lumberjack_config import MAX_WINDOWS_IN_FLIGHT, LumberjackConfig
-from headrace.server.lumberjack_target import LumberjackTarget
+from headrace.server.lumberjack_target import (
+    LumberjackTarget,
+    add_metadata,
+    connection_metadata,
+)
 
 __all__ = [
     "MAX_EVENT_BYTES",
@@ -105,6 +110,8 @@ class _Window:
     ack_seq: int | None
     payloads: list[bytes]
     keys: list[str | None]
+    streams: list[str] | None
+    """Each event's ``scope/stream`` (a template's routing); None: the one stream."""
     size_bytes: int
     after: asyncio.Future[None] | None
     """Resolved when the previous window has issued its appends."""
@@ -125,6 +132,7 @@ class LumberjackHandler(ConnectionHandler):
         config: the limits.
         name: the listener name, for log lines.
         auth: who may write (``server/authz.py``); None: auth off.
+        tls: whether the listener is a TLS one (for ``@metadata``).
     """
 
     def __init__(
@@ -134,6 +142,7 @@ class LumberjackHandler(ConnectionHandler):
         name: str,
         *,
         auth: DoorAuth | None = None,
+        tls: bool = False,
     ) -> None:
         self.name = name
         self._target = target
@@ -151,7 +160,10 @@ class LumberjackHandler(ConnectionHandler):
         )
         self._open_payloads: list[bytes] = []
         self._open_keys: list[str | None] = []
+        self._open_streams: list[str] | None = [] if target.templated else None
         self._open_bytes = 0
+        self._tls = tls
+        self._metadata: tuple[dict[str, object], bytes] | None = None
         self._pending_bytes = 0  # event bytes received and not yet acked
         self._windows: deque[_Window] = deque()  # closed, not yet acked, in order
         self._last_issued: asyncio.Future[None] | None = None
@@ -211,8 +223,18 @@ class LumberjackHandler(ConnectionHandler):
             self._refuse(batch.seqs, payloads)
         self._pending_bytes += size
         self._open_bytes += size
-        self._open_payloads += payloads
-        self._open_keys += self._target.routing_keys(batch)
+        target = self._target
+        self._open_keys += target.routing_keys(batch)
+        if self._open_streams is not None:
+            self._open_streams += target.stream_names(batch) or ()
+        if target.metadata and payloads:
+            meta, meta_json = self._connection_metadata()
+            self._open_payloads += [
+                add_metadata(payload, document, meta, meta_json)
+                for payload, document in zip(payloads, batch.documents, strict=True)
+            ]
+        else:
+            self._open_payloads += payloads
         if batch.ack_seq is None:
             return None
         self._check_access()  # the grants may have changed since the last window
@@ -220,22 +242,38 @@ class LumberjackHandler(ConnectionHandler):
             batch.ack_seq,
             self._open_payloads,
             self._open_keys,
+            self._open_streams,
             self._open_bytes,
             after=self._last_issued,
         )
         self._last_issued = window.issued
         self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
+        if self._open_streams is not None:
+            self._open_streams = []
         self._windows.append(window)
         return window
 
+    def _connection_metadata(self) -> tuple[dict[str, object], bytes]:
+        """The ``@metadata`` of this connection's events, and its JSON (made once)."""
+        if self._metadata is None:
+            meta = connection_metadata(self.peer, self._tls, self.peer_cert)
+            self._metadata = meta, json.dumps(meta, separators=(",", ":")).encode()
+        return self._metadata
+
     def _check_access(self) -> None:
-        """Raise ``AccessDenied`` unless the client may write to the target stream."""
+        """Raise ``AccessDenied`` unless the client may write to the target
+        stream, or with a template, to each stream of the open window."""
         if self._access is None:
             self._access = ConnectionAccess.of(self._auth, self.name, self.peer, self.peer_cert)
-        resource = stream_resource(self._target.scope, self._target.stream)
-        refusal = self._access.check(resource, Permission.READ_UPDATE)
-        if refusal is not None:
-            raise AccessDenied(refusal)
+        if self._open_streams is None:
+            streams: set[str] = {f"{self._target.scope}/{self._target.stream}"}
+        else:
+            streams = set(self._open_streams)  # none yet: the client is only identified
+        for name in sorted(streams):
+            scope, _, stream = name.partition("/")
+            refusal = self._access.check(stream_resource(scope, stream), Permission.READ_UPDATE)
+            if refusal is not None:
+                raise AccessDenied(refusal)
 
     def _refuse(self, seqs: tuple[int, ...], payloads: tuple[bytes, ...]) -> None:
         """Raise the error for the first event over a limit (the event or pending bytes)."""
@@ -290,7 +328,7 @@ class LumberjackHandler(ConnectionHandler):
     async def _store(self, window: _Window) -> None:
         if window.after is not None:
             await window.after
-        await self._target.write(window.payloads, window.keys, window.issued)
+        await self._target.write(window.payloads, window.keys, window.issued, window.streams)
 
     # ------------------------------------------------------------------ acking
 
@@ -359,10 +397,17 @@ class LumberjackHandler(ConnectionHandler):
     def _linger(self) -> None:
         """Store the open window's events so far; its ack still waits for the rest."""
         part = _Window(
-            None, self._open_payloads, self._open_keys, self._open_bytes, after=self._last_issued
+            None,
+            self._open_payloads,
+            self._open_keys,
+            self._open_streams,
+            self._open_bytes,
+            after=self._last_issued,
         )
         self._last_issued = part.issued
         self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
+        if self._open_streams is not None:
+            self._open_streams = []
         self._windows.append(part)
         task = asyncio.create_task(self._store_part(part), name=f"{self.name}-linger")
         self._parts.add(task)
@@ -421,7 +466,7 @@ async def _start(ctx: ListenerContext, name: str, host: str, port: int, *, tls: 
         name,
         host,
         port,
-        lambda: LumberjackHandler(target, config, name, auth=ctx.door_auth),
+        lambda: LumberjackHandler(target, config, name, auth=ctx.door_auth, tls=tls),
         settings=ctx.settings,
         ssl_context=ssl_context,
         idle_timeout_s=config.idle_timeout_s,

@@ -26,10 +26,12 @@ __all__ = [
     "KEEPALIVE_INTERVAL_S",
     "MAX_ACK_WAIT_S",
     "MAX_PENDING_BYTES",
+    "MAX_ROUTED_STREAMS",
     "MAX_WINDOWS_IN_FLIGHT",
     "STREAM_SEGMENT_COUNT",
     "WINDOW_LINGER_S",
     "LumberjackConfig",
+    "StreamTemplate",
     "parse_field_path",
 ]
 
@@ -82,6 +84,18 @@ MAX_WINDOWS_IN_FLIGHT: Final = 4
 beyond it (TCP back-pressure). libbeat pipelines 2; a ``W`` = 0 ack point
 counts as a window."""
 
+MAX_ROUTED_STREAMS: Final = 256
+"""Distinct streams one listener's template may route to. Each is a stream
+the door may create and keeps open segments of; a client that names more
+(a field holding a request id, say) has the rest of its events go to the
+default stream, logged, instead of growing the server's tables without bound."""
+
+_PLACEHOLDER = re.compile(r"%?\{([^{}]*)\}")
+"""A template's ``{field}`` (Logstash's ``%{field}`` is taken too)."""
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9.-]+")
+"""What a field's value may not bring into a stream name: runs of it become ``-``."""
+
 _FIELD_PART = re.compile(r"\[([^\[\]]+)\]")
 
 
@@ -107,12 +121,96 @@ def parse_field_path(spec: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamTemplate:
+    """``--lumberjack-stream`` with ``{field}`` placeholders: where each event goes.
+
+    ``logs/{[@metadata][beat]}`` sends a Filebeat event to ``logs/filebeat``.
+    A placeholder is a field path as for routing keys (``host``, or ``[a][b]``
+    for nested keys). The value of a present field is used as text with every
+    run of characters a name may not hold replaced by ``-`` (``my_app`` is
+    ``my-app``); an event whose field is absent, empty or ``null``, or whose
+    name comes out invalid, goes to the default stream.
+
+    Attributes:
+        parts: the template's literal text (str) and field paths (tuples), in order.
+    """
+
+    parts: tuple[str | tuple[str, ...], ...]
+
+    @classmethod
+    def parse(cls, spec: str) -> StreamTemplate:
+        """The template of ``spec``; a spec without placeholders is one literal.
+
+        Raises:
+            ConfigError: a placeholder that is not a field path, or literal
+                text that cannot be part of ``scope/stream``.
+        """
+        parts: list[str | tuple[str, ...]] = []
+        at = 0
+        for match in _PLACEHOLDER.finditer(spec):
+            if match.start() > at:
+                parts.append(spec[at : match.start()])
+            try:
+                parts.append(parse_field_path(match[1]))
+            except ConfigError as exc:
+                raise ConfigError(f"--lumberjack-stream {spec!r}: {exc}") from None
+            at = match.end()
+        if at < len(spec):
+            parts.append(spec[at:])
+        literal = "".join(part if isinstance(part, str) else "x" for part in parts)
+        scope, slash, stream = literal.partition("/")
+        shapeless = not (slash and scope and stream) or "/" in stream
+        if shapeless or _NAME_CHARS.search(scope + stream):
+            raise ConfigError(
+                f"--lumberjack-stream {spec!r}: expected scope/stream, each of letters, "
+                "digits, '.', '-' and {field} placeholders"
+            )
+        return cls(tuple(parts))
+
+    @property
+    def fields(self) -> tuple[tuple[str, ...], ...]:
+        """The field paths the template reads, in order."""
+        return tuple(part for part in self.parts if isinstance(part, tuple))
+
+    def render(self, values: tuple[str | None, ...]) -> str | None:
+        """``scope/stream`` with ``values`` (one per field, text or None) in
+        place of the fields; None when a value is missing or the name is invalid."""
+        out: list[str] = []
+        index = 0
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = values[index]
+            index += 1
+            if not value:
+                return None
+            cleaned = _NAME_CHARS.sub("-", value).strip("-")
+            if not cleaned:
+                return None
+            out.append(cleaned)
+        name = "".join(out)
+        scope, _, stream = name.partition("/")
+        if not (is_valid_name(scope) and is_valid_name(stream)):
+            return None
+        return name
+
+
+@dataclass(frozen=True, slots=True)
 class LumberjackConfig:
     """Where Lumberjack events go and the limits each connection runs under.
 
     Attributes:
         stream: target ``scope/stream``, created on first use with
-            ``STREAM_SEGMENT_COUNT`` segments.
+            ``STREAM_SEGMENT_COUNT`` segments; or a template with ``{field}``
+            placeholders (``StreamTemplate``) that routes each event.
+        default_stream: where a template sends events it cannot name a
+            stream for (and, with ``create_streams`` off, events for a stream
+            that does not exist).
+        create_streams: create missing target streams (the default stream
+            is always created).
+        metadata: add the connection's ``@metadata`` (peer address, TLS
+            client) to each stored event, as Logstash's beats input does.
         routing_key_fields: fields tried in order for the routing key (see
             ``parse_field_path``); empty: every event goes without a key.
         keepalive_interval_s: ``KEEPALIVE_INTERVAL_S``.
@@ -127,6 +225,9 @@ class LumberjackConfig:
     """
 
     stream: str = DEFAULT_STREAM
+    default_stream: str = DEFAULT_STREAM
+    create_streams: bool = True
+    metadata: bool = True
     routing_key_fields: tuple[str, ...] = DEFAULT_ROUTING_KEY_FIELDS
     keepalive_interval_s: float = KEEPALIVE_INTERVAL_S
     idle_timeout_s: float = IDLE_TIMEOUT_S
@@ -138,18 +239,42 @@ class LumberjackConfig:
     max_pending_bytes: int = MAX_PENDING_BYTES
 
     @property
+    def template(self) -> StreamTemplate | None:
+        """The stream template, or None when ``stream`` names one stream."""
+        template = StreamTemplate.parse(self.stream)
+        return template if template.fields else None
+
+    @property
     def scope_and_stream(self) -> tuple[str, str]:
-        scope, _, stream = self.stream.partition("/")
+        """The one target stream, or the default stream of a template."""
+        name = self.stream if self.template is None else self.default_stream
+        scope, _, stream = name.partition("/")
         return scope, stream
+
+    def scopes(self) -> tuple[str, ...]:
+        """Scopes events may go to; a template's own scope only if it is literal."""
+        names = [self.scope_and_stream[0]]
+        template = self.template
+        if template is not None and isinstance(template.parts[0], str):
+            head = template.parts[0]
+            if "/" in head:
+                names.append(head.partition("/")[0])
+        return tuple(dict.fromkeys(names))
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for any value out of range."""
-        scope, stream = self.scope_and_stream
-        if not (is_valid_name(scope) and is_valid_name(stream)):
-            raise ConfigError(
-                f"--lumberjack-stream {self.stream!r}: expected scope/stream, "
-                "each of letters, digits, '.' and '-'"
-            )
+        StreamTemplate.parse(self.stream)
+        for flag, name in (
+            ("--lumberjack-stream", self.stream),
+            ("--lumberjack-default-stream", self.default_stream),
+        ):
+            if flag == "--lumberjack-stream" and self.template is not None:
+                continue
+            scope, _, stream = name.partition("/")
+            if not (is_valid_name(scope) and is_valid_name(stream)):
+                raise ConfigError(
+                    f"{flag} {name!r}: expected scope/stream, each of letters, digits, '.' and '-'"
+                )
         for spec in self.routing_key_fields:
             parse_field_path(spec)
         for name in ("keepalive_interval_s", "idle_timeout_s", "max_ack_wait_s"):

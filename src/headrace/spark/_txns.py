@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -190,8 +191,7 @@ async def _commit(
 ) -> list[TxnRef]:
     chosen = list(refs)
     if batch_id is None:
-        for ref in chosen:
-            await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+        await _commit_all(client, chosen)
         return chosen
     table = await client.kv_table(scope, COMMIT_TABLE)
     key = _commit_key(writer_id, batch_id)
@@ -203,10 +203,18 @@ async def _commit(
         assert found is not None
         chosen = [TxnRef(*item) for item in json.loads(found[0])]
         await _abort(client, [r for r in refs if r not in chosen])
-    for ref in chosen:
-        await client.controller.commit_transaction(ref.scope, ref.stream, ref.txn_id)
+    await _commit_all(client, chosen)
     await _prune(table, writer_id, batch_id - retain)
     return chosen
+
+
+async def _commit_all(client: PravegaClient, refs: Sequence[TxnRef]) -> None:
+    """Commit ``refs`` all at once: the controller commits the transactions of a
+    stream that arrive together in one go (one rolling commit for those a scale
+    overtook, instead of one each)."""
+    await asyncio.gather(
+        *(client.controller.commit_transaction(r.scope, r.stream, r.txn_id) for r in refs)
+    )
 
 
 def _commit_key(writer_id: str, batch_id: int) -> bytes:

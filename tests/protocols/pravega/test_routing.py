@@ -127,3 +127,25 @@ def test_key_ranges_reject_non_partitions(bad: list[tuple[str, float, float]]) -
 def test_position_outside_unit_interval_rejected() -> None:
     with pytest.raises(ValueError):
         KeyRanges.from_ranges([("a", 0.0, 1.0)]).segment_for_position(1.5)
+
+
+def test_table_key_seed_is_java_hashcode_of_key_value_table_router() -> None:
+    h = 0
+    for ch in "KeyValueTableRouter":
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    assert h - (1 << 32) == routing.TABLE_KEY_SEED  # negative as a Java int
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        # Guava 31 murmur3_128("KeyValueTableRouter".hashCode()).hashBytes(key).asLong(),
+        # scaled by Pravega's HashHelper.longToDoubleFraction.
+        (b"k000", 0.6996808914797026),
+        (b"abcd", 0.3196015036346609),
+        (b"", 0.42352702020022215),
+        (b"12345678901234567890", 0.3216454534034354),
+    ],
+)
+def test_table_key_position_java_vectors(key: bytes, expected: float) -> None:
+    assert routing.table_key_position(key) == expected

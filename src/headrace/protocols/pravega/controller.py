@@ -23,13 +23,18 @@ themselves (``docs/protocols/pravega-controller.md#naming``):
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import controller_pb2 as pb
 
 __all__ = [
     "INT64_MAX",
+    "KVTABLE_SUFFIX",
     "MAX_SEGMENT_NUMBER",
+    "GroupRetention",
+    "KeyValueTableConfig",
+    "ReaderGroupConfig",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",
@@ -41,6 +46,11 @@ __all__ = [
     "TxnState",
     "config_from_proto",
     "config_to_proto",
+    "kvtable_config_from_proto",
+    "kvtable_config_to_proto",
+    "kvtable_segment_name",
+    "reader_group_config_from_proto",
+    "reader_group_config_to_proto",
     "segment_epoch",
     "segment_id",
     "segment_name",
@@ -230,6 +240,61 @@ def config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
     )
 
 
+# --------------------------------------------------------------------------- key-value tables
+
+KVTABLE_SUFFIX = "_kvtable"
+"""A key-value table ``T`` keeps its partitions in the pseudo-stream ``T_kvtable``
+(Java's ``NameUtils.getQualifiedTableSegmentName``)."""
+
+
+def kvtable_segment_name(scope: str, table: str, partition: int) -> str:
+    """``<scope>/<table>_kvtable/<partition>.#epoch.0``: partition ``partition``
+    of a key-value table (partitions are created in epoch 0 and never scale)."""
+    return segment_name(scope, table + KVTABLE_SUFFIX, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueTableConfig:
+    """A key-value table's shape (``KeyValueTableConfig`` minus its names).
+
+    A key is ``primary_key_length`` bytes of primary key followed by
+    ``secondary_key_length`` bytes of secondary key; the primary key alone picks
+    the partition, so all keys of one primary key share a partition and can be
+    updated together. ``rollover_size_bytes`` is recorded (0: the server's default).
+    """
+
+    partition_count: int = 1
+    primary_key_length: int = 1
+    secondary_key_length: int = 0
+    rollover_size_bytes: int = 0
+
+    @property
+    def key_length(self) -> int:
+        return self.primary_key_length + self.secondary_key_length
+
+
+def kvtable_config_to_proto(
+    scope: str, table: str, config: KeyValueTableConfig
+) -> pb.KeyValueTableConfig:
+    return pb.KeyValueTableConfig(
+        scope=scope,
+        kvtName=table,
+        partitionCount=config.partition_count,
+        primaryKeyLength=config.primary_key_length,
+        secondaryKeyLength=config.secondary_key_length,
+        rolloverSizeBytes=config.rollover_size_bytes,
+    )
+
+
+def kvtable_config_from_proto(msg: pb.KeyValueTableConfig) -> KeyValueTableConfig:
+    return KeyValueTableConfig(
+        partition_count=msg.partitionCount,
+        primary_key_length=msg.primaryKeyLength,
+        secondary_key_length=msg.secondaryKeyLength,
+        rollover_size_bytes=msg.rolloverSizeBytes,
+    )
+
+
 # --------------------------------------------------------------------------- transactions
 
 
@@ -283,3 +348,79 @@ class TxnState(enum.IntEnum):
     COMMITTED = 3
     ABORTING = 4
     ABORTED = 5
+
+
+# --------------------------------------------------------------------------- reader groups
+
+
+class GroupRetention(enum.IntEnum):
+    """``ReaderGroupConfiguration.RetentionType``: whether a reader group holds back
+    the retention of the streams it reads (a *subscriber*), and who reports its
+    stream cuts: nobody (NONE), the application (MANUAL), or the readers at
+    each checkpoint (AUTOMATIC)."""
+
+    NONE = 0
+    MANUAL = 1
+    AUTOMATIC = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderGroupConfig:
+    """A ``ReaderGroupConfiguration``: the streams a group reads, by scoped name
+    ``<scope>/<stream>``, each with the stream cut it starts at (``start``) and,
+    optionally, ends at (``end``); an empty cut is unbounded (the head, the tail).
+    ``group_id`` and ``generation`` are the controller's (empty and 0 to create)."""
+
+    scope: str
+    group: str
+    start: dict[str, dict[int, int]]
+    end: dict[str, dict[int, int]] = field(default_factory=dict)
+    retention: GroupRetention = GroupRetention.NONE
+    refresh_ms: int = 3000
+    checkpoint_ms: int = 30000
+    max_outstanding_checkpoints: int = 3
+    group_id: str = ""
+    generation: int = 0
+
+
+def _cuts_to_proto(cuts: dict[str, dict[int, int]]) -> list[pb.StreamCut]:
+    out = []
+    for name, cut in sorted(cuts.items()):
+        scope, _, stream = name.partition("/")
+        out.append(pb.StreamCut(streamInfo=pb.StreamInfo(scope=scope, stream=stream), cut=cut))
+    return out
+
+
+def _cuts_from_proto(cuts: Iterable[pb.StreamCut]) -> dict[str, dict[int, int]]:
+    return {f"{c.streamInfo.scope}/{c.streamInfo.stream}": dict(c.cut.items()) for c in cuts}
+
+
+def reader_group_config_to_proto(config: ReaderGroupConfig) -> pb.ReaderGroupConfiguration:
+    return pb.ReaderGroupConfiguration(
+        scope=config.scope,
+        readerGroupName=config.group,
+        groupRefreshTimeMillis=config.refresh_ms,
+        automaticCheckpointIntervalMillis=config.checkpoint_ms,
+        maxOutstandingCheckpointRequest=config.max_outstanding_checkpoints,
+        retentionType=int(config.retention),
+        generation=config.generation,
+        readerGroupId=config.group_id,
+        startingStreamCuts=_cuts_to_proto(config.start),
+        endingStreamCuts=_cuts_to_proto(config.end),
+    )
+
+
+def reader_group_config_from_proto(msg: pb.ReaderGroupConfiguration) -> ReaderGroupConfig:
+    """Raises: ValueError: a retention type this API does not define."""
+    return ReaderGroupConfig(
+        scope=msg.scope,
+        group=msg.readerGroupName,
+        start=_cuts_from_proto(msg.startingStreamCuts),
+        end=_cuts_from_proto(msg.endingStreamCuts),
+        retention=GroupRetention(msg.retentionType),
+        refresh_ms=msg.groupRefreshTimeMillis,
+        checkpoint_ms=msg.automaticCheckpointIntervalMillis,
+        max_outstanding_checkpoints=msg.maxOutstandingCheckpointRequest,
+        group_id=msg.readerGroupId,
+        generation=msg.generation,
+    )

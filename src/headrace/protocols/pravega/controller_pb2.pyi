@@ -8,6 +8,9 @@ the Rust client's controller-client/proto/Controller.proto (pravega/pravega-clie
 see docs/protocols/pravega-controller.md#generated-code). Package, service and
 RPC names must stay exactly as they are: the real client's generated stubs
 call "/io.pravega.controller.stream.api.grpc.v1.ControllerService/<rpc>".
+getKeyValueTableConfiguration, KeyValueTableConfigResponse and fields 4-6 of
+KeyValueTableConfig are those of Pravega's own controller API (the Java client's),
+which the Rust client's copy predates.
 
 Regenerate the Python modules next to this file with
     .venv/bin/python scripts/gen_controller_proto.py
@@ -1624,25 +1627,86 @@ class KeyValueTableConfig(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     KVTNAME_FIELD_NUMBER: _builtins.int
     PARTITIONCOUNT_FIELD_NUMBER: _builtins.int
+    PRIMARYKEYLENGTH_FIELD_NUMBER: _builtins.int
+    SECONDARYKEYLENGTH_FIELD_NUMBER: _builtins.int
+    ROLLOVERSIZEBYTES_FIELD_NUMBER: _builtins.int
     scope: _builtins.str
     kvtName: _builtins.str
     partitionCount: _builtins.int
+    primaryKeyLength: _builtins.int
+    secondaryKeyLength: _builtins.int
+    rolloverSizeBytes: _builtins.int
     def __init__(
         self,
         *,
         scope: _builtins.str = ...,
         kvtName: _builtins.str = ...,
         partitionCount: _builtins.int = ...,
+        primaryKeyLength: _builtins.int = ...,
+        secondaryKeyLength: _builtins.int = ...,
+        rolloverSizeBytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "kvtName", b"kvtName", "partitionCount", b"partitionCount", "scope", b"scope"
+        "kvtName",
+        b"kvtName",
+        "partitionCount",
+        b"partitionCount",
+        "primaryKeyLength",
+        b"primaryKeyLength",
+        "rolloverSizeBytes",
+        b"rolloverSizeBytes",
+        "scope",
+        b"scope",
+        "secondaryKeyLength",
+        b"secondaryKeyLength",
     ]
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KeyValueTableConfig: _TypeAlias = KeyValueTableConfig
+
+@_typing.final
+class KeyValueTableConfigResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Status:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType
+
+    class _StatusEnumTypeWrapper(
+        _enum_type_wrapper._EnumTypeWrapper[KeyValueTableConfigResponse._Status.ValueType],
+        _builtins.type,
+    ):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        SUCCESS: KeyValueTableConfigResponse._Status.ValueType  # 0
+        FAILURE: KeyValueTableConfigResponse._Status.ValueType  # 1
+        TABLE_NOT_FOUND: KeyValueTableConfigResponse._Status.ValueType  # 2
+
+    class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
+    SUCCESS: KeyValueTableConfigResponse.Status.ValueType  # 0
+    FAILURE: KeyValueTableConfigResponse.Status.ValueType  # 1
+    TABLE_NOT_FOUND: KeyValueTableConfigResponse.Status.ValueType  # 2
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    status: Global___KeyValueTableConfigResponse.Status.ValueType
+    @_builtins.property
+    def config(self) -> Global___KeyValueTableConfig: ...
+    def __init__(
+        self,
+        *,
+        config: Global___KeyValueTableConfig | None = ...,
+        status: Global___KeyValueTableConfigResponse.Status.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "status", b"status"]
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyValueTableConfigResponse: _TypeAlias = KeyValueTableConfigResponse
 
 @_typing.final
 class KeyValueTableInfo(_message.Message):

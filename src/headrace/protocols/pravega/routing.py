@@ -49,16 +49,22 @@ from typing import Generic, TypeVar
 
 __all__ = [
     "ROUTING_KEY_SEED",
+    "TABLE_KEY_SEED",
     "KeyRanges",
     "murmur3_x64_128",
     "position_to_fraction",
     "routing_key_bytes",
     "routing_key_position",
     "segment_for_key",
+    "table_key_position",
 ]
 
 ROUTING_KEY_SEED = 1741865571
 """Murmur3 seed of Pravega's event router: the Java ``hashCode()`` of ``"EventRouter"``."""
+
+TABLE_KEY_SEED = -2020233499
+"""Murmur3 seed of the Java client's key-value table router: the Java ``hashCode()``
+of ``"KeyValueTableRouter"``. Negative: Guava sign-extends it into both lanes."""
 
 _MASK64 = (1 << 64) - 1
 _C1 = 0x87C37B91114253D5  # MurmurHash3 x64_128 mixing constants (smhasher)
@@ -146,7 +152,8 @@ def murmur3_x64_128(data: bytes, seed: int = ROUTING_KEY_SEED) -> tuple[int, int
 
     Args:
         data: the bytes to hash.
-        seed: a 32-bit unsigned seed, used for both lanes.
+        seed: a 32-bit seed, used for both lanes; a negative one (a Java
+            ``int``) is sign-extended to 64 bits, as Guava does.
 
     Returns:
         ``(h1, h2)`` in the order the algorithm outputs them (h1 is Guava's
@@ -194,6 +201,18 @@ def routing_key_position(key: str, *, rust_client_compat: bool = False) -> float
         has the smallest upper bound ``>= p``.
     """
     h1, _h2 = murmur3_x64_128(routing_key_bytes(key, rust_client_compat=rust_client_compat))
+    return position_to_fraction(h1)
+
+
+def table_key_position(primary_key: bytes) -> float:
+    """Where a key-value table key falls in the table's key space [0, 1).
+
+    The Java client (``KeyValueTableSegments``) hashes the key's primary-key
+    bytes as they are (no UTF-16 step) with seed ``TABLE_KEY_SEED`` and scales
+    the first word as for routing keys; the partition is then chosen by the
+    same ``maxKey`` rule (``KeyRanges.segment_for_position``).
+    """
+    h1, _h2 = murmur3_x64_128(primary_key, TABLE_KEY_SEED)
     return position_to_fraction(h1)
 
 
