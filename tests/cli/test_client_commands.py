@@ -150,6 +150,29 @@ def test_since_skips_segments_not_written_since(hr: Cli) -> None:
     assert "--since" in one_line_error(bad, 2)
 
 
+def _next_ms() -> int:
+    """The wall clock's next millisecond, once it came: what the server stamped
+    before this call is earlier than the value returned."""
+    now = time.time_ns() // 1_000_000
+    deadline = time.monotonic() + 10
+    while time.time_ns() // 1_000_000 <= now:
+        assert time.monotonic() < deadline, "the wall clock stands still"
+        time.sleep(0.0005)  # lets the clock tick; nothing else is waited for
+    return time.time_ns() // 1_000_000
+
+
+def test_since_and_until_time_select_by_append_time_exactly(hr: Cli) -> None:
+    hr("stream", "create", "rw/times")
+    hr("write", "rw/times", stdin=b"a\nb\n")
+    t1 = _next_ms()
+    hr("write", "rw/times", stdin=b"c\n")
+    t2 = _next_ms()
+    hr("write", "rw/times", stdin=b"d\n")
+    window = hr("read", "rw/times", "--since", str(t1), "--until-time", str(t2))
+    assert window.stdout.splitlines() == ["c"]
+    assert hr("read", "rw/times", "--until-time", str(t1)).stdout.splitlines() == ["a", "b"]
+
+
 def test_tank_keys_and_timestamps_in_the_format(hr: Cli, server: ServerProcess) -> None:
     async def produce() -> None:
         async with await TankClient.connect("127.0.0.1", server.port_of("tank")) as client:

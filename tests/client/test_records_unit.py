@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from headrace.client.records import _EventBuffer, iter_events, records_from_events
 from headrace.protocols import pravega as p
+from headrace.protocols.records import MAX_EVENT_TIME_JSON_BYTES, event_time_ms
 from headrace.protocols.tank.bundle import encode_bundle
 from headrace.protocols.tank.commands import BundleMessage
 
@@ -75,3 +76,21 @@ def test_compressed_tank_bundle_unpacked() -> None:
     assert [(r.key, r.value, r.timestamp_ms, r.index) for r in records] == [
         (b"k", m.content, m.timestamp_ms, i) for i, m in enumerate(messages)
     ]
+
+
+def test_a_json_documents_own_time_is_its_timestamp() -> None:
+    shipped = b'{"@timestamp":"2026-01-31T12:00:00.123Z","message":"GET /"}'
+    assert event_time_ms(shipped) == 1_769_860_800_123
+    assert event_time_ms(b'{"@timestamp":"2026-01-31T12:00:00"}') == 1_769_860_800_000  # UTC
+    for other in (
+        b"plain text",
+        b'{"@timestamp": 5}',
+        b'{"@timestamp": "not a time"}',
+        b'{"@timestamp"' + b"\xff",
+        b'{"@timestamp":' + b"[" * 60_000 + b"}",  # too deep to parse: no time, no crash
+        b'{"@timestamp":"2026-01-31T12:00:00Z","pad":"' + b"x" * MAX_EVENT_TIME_JSON_BYTES + b'"}',
+    ):
+        assert event_time_ms(other) is None
+    events = iter_events(p.encode_event(shipped), 0)
+    [record] = records_from_events("sc/st", "sc/st/0.#epoch.0", events, tank=False)
+    assert (record.timestamp_ms, record.append_time) == (1_769_860_800_123, False)

@@ -61,13 +61,16 @@ async def test_write_then_read_records_in_order_per_key(server: Server) -> None:
             assert writer.stats["blocks_sent"] < 20_001 // 10  # many events per block
         records = await _read_all(client, "w1", "st")
     assert len(records) == 20_001
-    assert all(r.stream == "w1/st" and r.key is None and r.timestamp_ms is None for r in records)
+    assert all(r.stream == "w1/st" and r.key is None and r.append_time for r in records)
     _check_per_key_order([r.value for r in records if r.value != b"last"], 2000)
     # Offsets of one segment increase by the framed size.
     segs: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         segs[r.segment].append(r)
     assert len(segs) == 3
+    for seg_records in segs.values():  # append times, from the store's time index
+        stamps = [r.timestamp_ms or 0 for r in seg_records]
+        assert stamps == sorted(stamps) and stamps[0] > 0
     for rs in segs.values():
         for a, b in itertools.pairwise(rs):
             assert b.offset == a.offset + 8 + len(a.value)

@@ -10,8 +10,10 @@ is checked through another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import pylogbeat
 import pytest
 
 from headrace.client.pravega import PravegaClient
-from headrace.client.rsio import RsioClient
+from headrace.client.rsio import RsioClient, decode_record
 from headrace.client.tank import TankClient
 from headrace.controller.records import ScalingPolicy, StreamConfig
 from headrace.protocols import tank as t
@@ -61,6 +63,16 @@ def stranger(nodes: dict[str, ServerProcess], segments: list[str]) -> str:
         followers,
         key=lambda n: sum(by_container[container_of(s, CONTAINERS)] == n for s in segments),
     )
+
+
+def _next_ms() -> int:
+    """The wall clock's next millisecond, once it came: what the servers stamped
+    before this call is earlier than the value returned."""
+    now = time.time_ns() // 1_000_000
+    deadline = time.monotonic() + WAIT_S
+    while time.time_ns() // 1_000_000 <= now:
+        assert time.monotonic() < deadline, "the wall clock stands still"
+    return time.time_ns() // 1_000_000
 
 
 async def read_stream(node: ServerProcess, scope: str, stream: str) -> list[bytes]:
@@ -134,6 +146,9 @@ async def test_rsio_subscription_through_a_node_without_the_data(
         writer = await client.create_writer(scope, stream)
         for i, event in enumerate(events):
             await writer.write(event, f"k{i % 7}")
+            if i == 149:  # the second half is appended after a known time
+                await writer.flush()
+                half_ms = _next_ms()
         await writer.flush()
         await writer.aclose()
         await client.controller.seal_stream(scope, stream)
@@ -146,6 +161,15 @@ async def test_rsio_subscription_through_a_node_without_the_data(
             got.append(await asyncio.wait_for(sub.next(), WAIT_S))
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(sub.next(), WAIT_S)
+        # By append time, through the owners' time indexes (ReadSegmentTimes).
+        sub = rsio.subscribe(f"{scope}/{stream}?from=time:{half_ms}&format=record", batch=0)
+        await sub.request(len(events))
+        later = []
+        with contextlib.suppress(StopAsyncIteration):
+            while True:
+                later.append(decode_record(await asyncio.wait_for(sub.next(), WAIT_S)))
     finally:
         await rsio.goodbye()
     assert sorted(got) == sorted(events)
+    assert sorted(r.value for r in later) == sorted(events[150:])
+    assert all((r.timestamp_ms or 0) >= half_ms for r in later)

@@ -52,12 +52,14 @@ async def _take(cursor: StreamCursor, demand: int, count: int) -> list[bytes]:
 
 
 def _value(record: bytes) -> bytes:
-    """The value of a ``format=record`` element of a plain event (flags 0)."""
+    """The value of a ``format=record`` element of a plain event (no key; its
+    append time, flag 2)."""
     position = 0
     for _ in range(3):  # segment id, offset, index
         _, position = decode_varint(record, position)
-    assert record[position] == 0
-    return record[position + 1 :]
+    assert record[position] == 2
+    _, position = decode_varint(record, position + 1)
+    return record[position:]
 
 
 @pytest.mark.parametrize("fmt", ["value", "record"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import time
 
 import pytest
 
@@ -107,12 +109,56 @@ async def test_record_format_and_until_cut(server: Server, pravega: PravegaClien
         assert {r.segment_id for r in records} == {0}
         offsets = [8 * i + sum(len(e) for e in events[:i]) for i in range(10)]
         assert [r.offset for r in records] == offsets
-        assert all(r.key is None and r.timestamp_ms is None and r.index == 0 for r in records)
+        assert all(r.key is None and r.index == 0 for r in records)
+        assert all(r.timestamp_ms is not None for r in records)  # append time
         # from the 3rd record's position until the 7th's: records 2..6, then onComplete.
         cut_from, cut_until = f"0:{records[2].offset}", f"0:{records[7].offset}"
         sub = client.subscribe(f"{scope}/{stream}?from={cut_from}&until={cut_until}")
         got = [element async for element in sub]
         assert got == events[2:7]
+    finally:
+        await client.goodbye()
+
+
+async def _next_ms() -> int:
+    """The wall clock's next millisecond, once it came: what the server stamped
+    before this call is earlier than the value returned."""
+    now = time.time_ns() // 1_000_000
+    deadline = time.monotonic() + WAIT_S
+    while time.time_ns() // 1_000_000 <= now:
+        assert time.monotonic() < deadline, "the wall clock stands still"
+        await asyncio.sleep(0.0005)  # lets the clock tick; nothing else is waited for
+    return time.time_ns() // 1_000_000
+
+
+async def test_from_and_until_a_time_and_append_times(
+    server: Server, pravega: PravegaClient
+) -> None:
+    """``from=time:`` / ``until=time:`` select by append time, exactly, on a
+    stream of two segments; ``format=record`` elements carry that time."""
+    scope, stream = await new_stream(pravega, segments=2)
+    await write_events(pravega, scope, stream, [b"early-%d" % i for i in range(4)], key="a")
+    await write_events(pravega, scope, stream, [b"early-b"], key="b")
+    t1 = await _next_ms()
+    middle = [b"mid-%d" % i for i in range(3)]
+    await write_events(pravega, scope, stream, middle[:2], key="a")
+    await write_events(pravega, scope, stream, middle[2:], key="b")
+    t2 = await _next_ms()
+    await write_events(pravega, scope, stream, [b"late-a"], key="a")
+    await write_events(pravega, scope, stream, [b"late-b"], key="b")
+    iso = (
+        datetime.datetime.fromtimestamp(t2 / 1000, datetime.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )  # a + in a query is a space
+    client = await RsioClient.connect("127.0.0.1", server.rsio_port)
+    try:
+        sub = client.subscribe(f"{scope}/{stream}?from=time:{t1}&until=time:{iso}&format=record")
+        records = [decode_record(element) async for element in sub]
+        assert sorted(r.value for r in records) == middle
+        assert all(t1 <= (r.timestamp_ms or 0) < t2 for r in records)
+        sub = client.subscribe(f"{scope}/{stream}?from=time:{t2}&until=time:{t2 + 60_000}")
+        assert sorted([element async for element in sub]) == [b"late-a", b"late-b"]
     finally:
         await client.goodbye()
 
@@ -123,6 +169,7 @@ async def test_record_format_and_until_cut(server: Server, pravega: PravegaClien
         ("rsio/no-such-stream", "no such stream rsio/no-such-stream"),
         ("nostream", "expected scope/stream"),
         ("rsio/x?from=yesterday", "a stream cut is"),
+        ("rsio/x?from=time:yesterday", "a time is time:<epoch ms>"),
         ("rsio/x?format=xml", "format='xml'"),
         ("rsio/x?colour=red", "unknown query parameter 'colour'"),
         ("rsio/x?from=earliest&from=latest", "given 2 times"),

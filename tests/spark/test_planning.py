@@ -60,6 +60,11 @@ def test_trigger_limits_cut_batches_on_event_boundaries(server: Server, stream_n
         ({"controller": "h:1", "stream": "a/b", "maxRecordsPerPartition": "x"}, "maxRecords"),
         ({"controller": "h:1", "streamPattern": "a/("}, "not a regular expression"),
         ({"controller": "h:1", "stream": "a/b", "streamPattern": "a/.*"}, "excludes"),
+        ({"controller": "tcp://h:1", "stream": "a/b", "endingTimestamp": "1"}, "batch reads only"),
+        (
+            {"controller": "h:1", "stream": "a/b", "startingOffsetsByTimestampStrategy": "x"},
+            "latest or error",
+        ),
     ],
 )
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -101,10 +106,10 @@ def test_the_stream_option_wins_over_the_stream_column() -> None:
         ("compression", "unknown option 'compression': see docs/spark.md"),
         ("kafka.bootstrap.servers", "option 'controller'"),
         ("subscribe", "'stream' or 'streams'"),
-        ("endingTimestamp", "not supported: end a batch read with 'endingOffsets'"),
         ("subscribePattern", "option 'streamPattern'"),
         ("kafka.security.protocol", "'caFile'"),
         ("fetchOffset.numRetries", "retries"),
+        ("groupIdPrefix", "headrace keeps no consumer groups"),
     ],
 )
 def test_an_option_no_reader_takes_is_refused_with_what_to_use(given: str, says: str) -> None:

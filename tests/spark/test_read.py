@@ -78,13 +78,22 @@ def test_batch_read_of_a_tank_topic_unpacks_bundles(server: Server, spark: Any) 
     assert first.partition == 1
     stamp = 1_700_000_000_000 + 3 * 1000 + 7
     assert first.timestamp == datetime.fromtimestamp(stamp / 1000, UTC).replace(tzinfo=None)
+    assert {r.timestampType for r in rows} == {0}  # the producer's time: CreateTime
 
 
 def test_batch_read_of_lumberjack_events_gives_the_shipped_documents(
     server: Server, spark: Any
 ) -> None:
     marker = stream_suffix()
-    docs = [{"message": f"GET /x/{i}", "host": f"web-{i % 3}", "run": marker} for i in range(500)]
+    docs = [
+        {
+            "message": f"GET /x/{i}",
+            "host": f"web-{i % 3}",
+            "run": marker,
+            "@timestamp": f"2026-01-31T12:{i // 60:02d}:{i % 60:02d}.{i % 1000:03d}Z",
+        }
+        for i in range(500)
+    ]
     beat = pylogbeat.PyLogBeatClient("127.0.0.1", server.ports["lumberjack"], timeout=30.0)
     with beat:
         for first in range(0, len(docs), 100):
@@ -94,6 +103,12 @@ def test_batch_read_of_lumberjack_events_gives_the_shipped_documents(
     mine = [d for d in got if d.get("run") == marker]
     assert sorted(d["message"] for d in mine) == sorted(d["message"] for d in docs)
     assert all(d["host"] == f"web-{int(d['message'].rsplit('/', 1)[1]) % 3}" for d in mine)
+    # each document's own @timestamp is its timestamp (CreateTime)
+    for row in rows:
+        doc = json.loads(bytes(row.value))
+        if doc.get("run") == marker:
+            shipped = datetime.fromisoformat(doc["@timestamp"]).replace(tzinfo=None)
+            assert (row.timestamp, row.timestampType) == (shipped, 0)
 
 
 def test_batch_read_honours_offsets_and_min_partitions(
@@ -186,7 +201,7 @@ def _quiet_boundary(server: Server, name: str) -> int:
     return boundary
 
 
-def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
+def test_starting_timestamp_on_pravega_events_starts_at_the_first_event_appended_since(
     server: Server, spark: Any, stream_name: str
 ) -> None:
     server.create_stream("sp", stream_name, segments=1)
@@ -199,6 +214,7 @@ def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
     server.run(scale)
     low, high = _key_in(0.0, 0.5), _key_in(0.5, 1.0)
     server.write("sp", stream_name, [(low, b"one-low-%03d" % i) for i in range(100)])
+    server.write("sp", stream_name, [(high, b"one-high-%03d" % i) for i in range(3)])
     boundary = _quiet_boundary(server, name)
     # Phase 2, after the boundary: only the upper segment is appended to.
     phase2 = [b"two-%03d" % i for i in range(100)]
@@ -206,10 +222,24 @@ def test_starting_timestamp_on_pravega_events_starts_where_appends_crossed_it(
 
     rows = _read(spark, server, name, startingTimestamp=str(boundary)).collect()
     # The first segment was sealed before the boundary (an earlier epoch), the lower
-    # one has not been appended to since: neither is read.
+    # one has not been appended to since: neither is read; the upper one is read from
+    # its first event appended at or after the boundary (the store's time index).
     assert sorted(bytes(r.value) for r in rows) == phase2
-    assert {r.timestamp for r in rows} == {None}
+    # each event's append time (LogAppendTime), none before the boundary
+    since = datetime.fromtimestamp(boundary / 1000, UTC).replace(tzinfo=None)
+    assert all(r.timestamp >= since and r.timestampType == 1 for r in rows)
     everything = _read(spark, server, name, startingTimestamp="0").count()
-    assert everything == 300
+    assert everything == 303
+    before = _read(spark, server, name, endingTimestamp=str(boundary)).collect()
+    assert len(before) == 203 and not any(bytes(r.value).startswith(b"two") for r in before)
+    future = str(boundary + 86_400_000)
+    with pytest.raises(Exception, match="nothing in"):
+        _read(
+            spark,
+            server,
+            name,
+            startingTimestamp=future,
+            startingOffsetsByTimestampStrategy="error",
+        ).count()
     with pytest.raises(Exception, match="exclude each other"):
         _read(spark, server, name, startingTimestamp="0", startingOffsets="earliest").count()

@@ -43,6 +43,7 @@ from headrace.store.api import (
     MAX_TABLE_VALUE_BYTES,
     MAX_WAIT_S,
     SegmentStore,
+    TimeIndexed,
 )
 from headrace.types import (
     NO_VERSION,
@@ -115,6 +116,17 @@ async def _read_all(store: SegmentStore, name: str, offset: int = 0) -> bytes:
             return b"".join(parts)
         parts.append(result.data)
         offset += len(result.data)
+
+
+async def _next_ms() -> int:
+    """The wall clock's next millisecond, once it came (appends before this call
+    are then stamped strictly earlier than the value returned)."""
+    now = time.time_ns() // 1_000_000
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while time.time_ns() // 1_000_000 <= now:
+        assert time.monotonic() < deadline, "the wall clock stands still"
+        await asyncio.sleep(0.0005)  # lets the clock tick; nothing else is waited for
+    return time.time_ns() // 1_000_000
 
 
 def _as_read(result: ReadResult | RegionRead) -> ReadResult:
@@ -961,6 +973,43 @@ class StoreContract:
         moved = source[(1 << 20) + 5 :]
         assert await store.merge("target", "txn") == 3 + len(moved)
         assert await _read_all(store, "target") == b"abc" + moved
+
+    # ================================================================== append times
+
+    async def test_offset_at_time_finds_the_first_append_at_or_after_a_time(
+        self, store: SegmentStore
+    ) -> None:
+        assert isinstance(store, TimeIndexed)
+        await store.create_segment("s")
+        first = await store.append("s", b"aa")
+        t1 = await _next_ms()
+        second = await store.append("s", b"bbb")
+        await store.append("s", b"c")  # may share the second's millisecond
+        t2 = await _next_ms()
+        third = await store.append("s", b"dddd")
+        times = await store.append_times("s", 0, third.length)
+        assert [o for o, _ in times][:2] == [first.offset, second.offset]
+        assert times[-1][0] == third.offset
+        assert [t for _, t in times] == sorted(t for _, t in times)
+        assert times[0][1] < t1 <= times[1][1] < t2 <= times[-1][1]
+        assert await store.offset_at_time("s", 0) == first.offset
+        assert await store.offset_at_time("s", times[0][1]) == first.offset
+        assert await store.offset_at_time("s", t1) == second.offset
+        assert await store.offset_at_time("s", t2) == third.offset
+        assert await store.offset_at_time("s", times[-1][1] + 1) == third.length
+        assert await store.append_times("s", second.offset + 1, second.length) == [times[1]]
+        await store.truncate("s", second.length)
+        assert await store.offset_at_time("s", 0) == second.length
+        await store.create_segment("txn")
+        await store.append("txn", b"moved")
+        t3 = await _next_ms()
+        await store.merge("s", "txn")
+        assert await store.offset_at_time("s", t3) == third.length
+        await store.create_table("t")
+        with pytest.raises(SegmentTypeMismatch):
+            await store.offset_at_time("t", 0)
+        with pytest.raises(SegmentNotFound):
+            await store.append_times("nope", 0, 1)
 
     # ================================================================== attributes
 

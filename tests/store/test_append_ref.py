@@ -42,6 +42,7 @@ from headrace.store.disk.format import (
     PAYLOAD_HEADER,
     SIDECAR_BLOCK_BYTES,
     SIDECAR_HEADER,
+    SYNCED_MARK_VERSION,
     WAL_HEADER,
     WAL_HEADER_V2,
     AppendRefRecord,
@@ -52,7 +53,9 @@ from headrace.store.disk.format import (
     crc32,
     decode_manifest,
     decode_record,
+    decode_snapshot,
     encode_record,
+    encode_snapshot,
     encode_wal_header,
     scan_frames,
 )
@@ -614,12 +617,14 @@ def _as_old_wal(path: Path, version: int) -> None:
     _rewrite_version(path, 8, WAL_HEADER_V2.size - 4, version)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 async def test_an_older_data_dir_opens_and_is_marked_with_this_version(
     tmp_path: Path, version: int
 ) -> None:
-    """Versions 1 (no APPEND_REF) and 2 (no synced mark) are opened as they are,
-    and the manifest then says this version, so older releases refuse the dir."""
+    """Versions 1 (no APPEND_REF), 2 (no synced mark) and 3 (no time index) are
+    opened as they are, and the manifest then says this version, so older
+    releases refuse the dir. Events from before the time index have no append
+    time; those appended since have one."""
     root = tmp_path / "data"
     store = await DiskStore.open(
         root,
@@ -638,8 +643,12 @@ async def test_an_older_data_dir_opens_and_is_marked_with_this_version(
         paths = _paths(dir_)
         _rewrite_version(manifest_path(dir_), 8, MANIFEST.size - 4, version)
         for _, wal in paths.wal_files():
-            _as_old_wal(wal, version)
-        _rewrite_version(paths.snapshot, 8, None, version)
+            if version < SYNCED_MARK_VERSION:
+                _as_old_wal(wal, version)
+            else:
+                _rewrite_version(wal, 8, WAL_HEADER_V2.size - 4, version)
+        snapshot = decode_snapshot(paths.snapshot.read_bytes(), "s")
+        paths.snapshot.write_bytes(encode_snapshot(snapshot, version=version))
         for sidecar in paths.segments_dir.glob("*.crc"):
             _rewrite_version(sidecar, 8, SIDECAR_HEADER.size - 4, version)
         assert decode_manifest(manifest_path(dir_).read_bytes(), "m").version == version
@@ -649,13 +658,19 @@ async def test_an_older_data_dir_opens_and_is_marked_with_this_version(
             assert (await store.read(SEGMENT, 0, 1 << 20)).data == _payload(1, LARGE)
             manifest = decode_manifest(manifest_path(dir_).read_bytes(), "m")
             assert manifest.version == FORMAT_VERSION
-            await store.append(SEGMENT, _payload(2, LARGE))  # now by reference
+            second = await store.append(SEGMENT, _payload(2, LARGE))  # now by reference
         finally:
             await store.close()
         store = await DiskStore.open(dir_)
         try:
             data = (await store.read(SEGMENT, 0, 1 << 20)).data
             assert data == _payload(1, LARGE) + _payload(2, LARGE)
+            times = await store.append_times(SEGMENT, 0, second.length)
+            if dir_ == root:  # the first append was in the old snapshot, without a time
+                assert [o for o, _ in times] == [second.offset]
+                assert await store.offset_at_time(SEGMENT, 0) == second.offset
+            else:  # replayed from the WAL, whose APPEND records carry their time
+                assert [o for o, _ in times] == [0, second.offset]
         finally:
             await store.close()
 

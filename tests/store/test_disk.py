@@ -96,6 +96,8 @@ async def _dump(store: DiskStore) -> dict[str, object]:
         if info.kind is SegmentKind.TABLE:
             page = await store.iterate_table_entries(name, max_count=1000)
             entry["table"] = (page.items, await store.table_info(name))
+        else:
+            entry["times"] = await store.append_times(name, 0, info.length)
         out[name] = entry
     return out
 

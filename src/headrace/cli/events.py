@@ -297,7 +297,7 @@ def _json(record: Record) -> bytes:
 _UNITS_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-def parse_time_ms(value: str, now_ms: int | None = None) -> int:
+def parse_time_ms(value: str, now_ms: int | None = None, *, hint: str = "--since") -> int:
     """``--since``: a duration ago (``90s``, ``15m``, ``2h``, ``1d``), epoch
     milliseconds, or an ISO 8601 time (``2026-01-31T12:00:00Z``; local time
     without a zone) -> epoch milliseconds."""
@@ -314,7 +314,7 @@ def parse_time_ms(value: str, now_ms: int | None = None) -> int:
     except ValueError as exc:
         raise click.BadParameter(
             "a duration ago (30s, 15m, 2h, 1d), epoch ms, or an ISO time (2026-01-31T12:00:00Z)",
-            param_hint="--since",
+            param_hint=hint,
         ) from exc
     return int(when.timestamp() * 1000)
 
@@ -340,19 +340,22 @@ def _parse_from(value: str) -> dict[Segment, int] | str:
 
 @dataclass(frozen=True, slots=True)
 class _Start:
-    """Where ``read`` begins: head, tail, given positions, a time, or the last N records."""
+    """Where ``read`` begins: head, tail, given positions, a time, or the last N records;
+    and the time it ends at, if any (``--until-time``)."""
 
     kind: str  # "head", "tail", "at", "since", "last"
     positions: dict[Segment, int] | None = None
     since_ms: int = 0
     last: int = 0
+    until_ms: int | None = None
 
 
 async def _since_positions(
     client: PravegaClient, scope: str, st: str, since_ms: int
 ) -> dict[Segment, int]:
-    """The segments open at ``since_ms`` from their offsets then; a segment not
-    written since starts at its end (nothing in it is that recent)."""
+    """The segments open at ``since_ms``, each from its first event appended at
+    or after it (the controller looks it up in the store's time index); a
+    segment not written since starts at its end."""
     start = await client.controller.get_segments_at(scope, st, since_ms)
     for segment in list(start):
         stat = await client.segments.stat(segment)
@@ -369,7 +372,8 @@ async def _last_records(
     segment's reading stopped. Each of those segments is read from its start:
     Pravega events can only be found walking forward."""
     now_ms = int(time.time() * 1000)
-    start = await client.controller.get_segments_at(scope, st, now_ms)
+    last_epoch = await client.controller.get_segments_at(scope, st, now_ms)
+    start = {seg: (await client.segments.stat(seg)).start_offset for seg in last_epoch}
     kept: dict[str, deque[Record]] = {}
     async with client.record_reader(scope, st, start=start) as reader:
         async for record in reader:
@@ -403,7 +407,12 @@ async def _stream_records(
             out.flush()
             if not follow or (limit is not None and count >= limit):
                 return
-        async with client.record_reader(scope, st, start=positions, follow=follow) as reader:
+        until: dict[Segment, int] | None = None
+        if start.until_ms is not None:  # the cut where the events of that time begin
+            until = await client.controller.get_segments_at(scope, st, start.until_ms)
+        async with client.record_reader(
+            scope, st, start=positions, follow=follow, until=until
+        ) as reader:
             async for record in reader:
                 if limit is not None and count >= limit:
                     break
@@ -476,9 +485,13 @@ _FORMAT_HELP: Final = (
 )  # fmt: skip
 @click.option(
     "--since", metavar="TIME",
-    help="Start at TIME: 15m, 2h, 1d ago, epoch ms, or ISO 8601. Coarse for Pravega "
-    "events (no per-event time): from the epoch open then, skipping segments not "
-    "written since; TANK records older than TIME are left out.",
+    help="Start at TIME: 15m, 2h, 1d ago, epoch ms, or ISO 8601: the first events "
+    "appended at or after it (exact to the ms); TANK records whose own time is older "
+    "are left out too.",
+)  # fmt: skip
+@click.option(
+    "--until-time", metavar="TIME",
+    help="Stop before the events appended at or after TIME (same forms as --since).",
 )  # fmt: skip
 @click.option(
     "--last", type=click.IntRange(min=1), metavar="N",
@@ -496,8 +509,8 @@ _FORMAT_HELP: Final = (
 @click.option("--reader", help="Reader name within --group (default: HOST-PID).")
 @click.option("-f", "--format", "fmt", default="raw", show_default=True, help=_FORMAT_HELP)
 def read(
-    controller: str, name: str, from_: str, since: str | None, last: int | None, until: str,
-    group: str | None, reader: str | None, fmt: str,
+    controller: str, name: str, from_: str, since: str | None, until_time: str | None,
+    last: int | None, until: str, group: str | None, reader: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Print the records of SCOPE/STREAM (one line each; any stream, TANK topics unpacked).
 
@@ -506,6 +519,7 @@ def read(
       headrace read sc/st -f '%s %o %k %v'
       headrace read sc/st --last 10 --until never
       headrace read sc/st --since 15m -f json
+      headrace read sc/st --since 2026-01-31T12:00:00Z --until-time 2026-01-31T13:00:00Z
       headrace read sc/st --group g1 --until 100
     """
     scope, st = split_stream(name)
@@ -526,18 +540,25 @@ def read(
         raise click.UsageError(f"{' and '.join(chosen)} exclude each other")
     if reader is not None and group is None:
         raise click.UsageError("--reader needs --group")
+    if until_time is not None and (group is not None or follow):
+        raise click.UsageError("--until-time ends the read: not with --group or --until")
+    until_ms = None if until_time is None else parse_time_ms(until_time, hint="--until-time")
     if group is not None:
         reader_name = reader or f"{socket.gethostname()}-{os.getpid()}"
         run(_group_records(controller, scope, st, group, reader_name, follow, limit, formatter))
         return
     start: _Start
     if since is not None:
-        start = _Start("since", since_ms=parse_time_ms(since))
+        start = _Start("since", since_ms=parse_time_ms(since), until_ms=until_ms)
     elif last is not None:
-        start = _Start("last", last=last)
+        start = _Start("last", last=last, until_ms=until_ms)
     else:
         parsed = _parse_from(from_)
-        start = _Start(parsed) if isinstance(parsed, str) else _Start("at", parsed)
+        start = (
+            _Start(parsed, until_ms=until_ms)
+            if isinstance(parsed, str)
+            else _Start("at", parsed, until_ms=until_ms)
+        )
     run(_stream_records(controller, scope, st, start, follow, limit, formatter))
 
 

@@ -119,9 +119,12 @@ class PravegaClient:
         start: Mapping[Segment, int] | None = None,
         follow: bool = False,
         tank_scope: str = DEFAULT_TANK_SCOPE,
+        until: Mapping[Segment, int] | None = None,
     ) -> RecordReader:
         """A :class:`RecordReader` of ``scope/stream`` (iterate it with ``async for``)."""
-        return RecordReader(self, scope, stream, start=start, follow=follow, tank_scope=tank_scope)
+        return RecordReader(
+            self, scope, stream, start=start, follow=follow, tank_scope=tank_scope, until=until
+        )
 
     async def reader_group(
         self,

@@ -12,7 +12,11 @@ What a record is
   position a reader resumes from; Pravega's event offset);
 * an ordinary Pravega event (written by a Pravega client, Lumberjack, RS-IO)
   is one record: ``key`` is ``None`` (Pravega does not store routing keys),
-  ``value`` the event bytes, ``timestamp_ms`` ``None``;
+  ``value`` the event bytes, ``timestamp_ms`` the event's own time where it
+  carries one (a JSON document's ``@timestamp``, as Lumberjack shippers
+  send), else the time the store appended it (asked with
+  ``ReadSegmentTimes`` per read; ``append_time`` is then True), else ``None``
+  (events stored before the server kept a time index);
 * in a TANK topic (scope ``tank`` by default, ``tank_scope`` to change) each
   stored event is one TANK bundle as produced; it is unpacked with
   ``headrace.protocols.tank.bundle.decode_bundle`` into one record per
@@ -57,6 +61,7 @@ from headrace.protocols.records import (
     SkipCount,
     iter_events,
     records_from_events,
+    stamp_append_times,
 )
 
 from .controller import Segment
@@ -100,6 +105,9 @@ class RecordReader:
         follow: keep reading at the tail (never ends); default read what is
             there when each segment is reached, then end.
         tank_scope: the scope whose streams hold TANK bundles.
+        until: ``{segment: offset}`` where to stop (a stream cut, e.g. the
+            controller's segments at a time): each of those segments is read
+            up to the offset and none of its successors is read.
     """
 
     def __init__(
@@ -111,8 +119,10 @@ class RecordReader:
         start: Mapping[Segment, int] | None = None,
         follow: bool = False,
         tank_scope: str = DEFAULT_TANK_SCOPE,
+        until: Mapping[Segment, int] | None = None,
     ) -> None:
         self._client = client
+        self._until = dict(until) if until is not None else {}
         self.scope = scope
         self.stream = stream
         self._start = dict(start) if start is not None else None
@@ -169,6 +179,9 @@ class RecordReader:
             if not self.follow:
                 stat = await segments.stat(segment)
                 limit, sealed_at_start = stat.length, stat.sealed
+            stop = self._until.get(segment)
+            if stop is not None and (limit is None or stop <= limit):
+                limit = stop  # the cut
             buf = _EventBuffer(offset)
             sealed_end = False
             while limit is None or offset < limit:
@@ -179,11 +192,13 @@ class RecordReader:
                     break
                 offset += len(got.data)
                 ended = got.end_of_segment or (limit is not None and offset >= limit)
-                await self._hand_out(segment, buf, got.data, ended)
+                await self._hand_out(segment, buf, got.data, ended, offset, stop)
                 if got.end_of_segment:
                     sealed_end = True
                     break
-            if sealed_end or (sealed_at_start and limit is not None and offset >= limit):
+            if stop is not None:
+                pass  # read up to the cut: none of its successors is read
+            elif sealed_end or (sealed_at_start and limit is not None and offset >= limit):
                 await self._segment_finished(segment)
         except asyncio.CancelledError:
             raise
@@ -195,10 +210,19 @@ class RecordReader:
                 await self._queue.put(None)
 
     async def _hand_out(
-        self, segment: Segment, buf: EventBuffer, data: bytes | memoryview, ended: bool
+        self,
+        segment: Segment,
+        buf: EventBuffer,
+        data: bytes | memoryview,
+        ended: bool,
+        read_end: int,
+        stop: int | None,
     ) -> None:
         """Queue the records ``data`` completes; at the end of what is read, the
-        bytes of an event that never completed too (as raw bytes)."""
+        bytes of an event that never completed too (as raw bytes). Records at or
+        past the cut ``stop`` are left out (the read ended at ``read_end``); records
+        without a time of their own get their append time from the segment's
+        time index."""
         events = list(buf.feed(data))
         if ended:
             events += buf.flush()
@@ -212,6 +236,13 @@ class RecordReader:
             log.warning(
                 "%s: skipping events of %s that are not TANK bundles", self.name, segment.name
             )
+        if stop is not None and read_end > stop:  # the read went past the cut
+            records = [r for r in records if r.offset < stop]
+        if records and not self.tank and any(r.timestamp_ms is None for r in records):
+            times = await self._client.segments.append_times(
+                segment, records[0].offset, records[-1].offset + 1
+            )
+            records = stamp_append_times(records, times)
         if records:
             await self._queue.put((segment, buf.offset, records))
 

@@ -49,7 +49,7 @@ from ._conn import (
     next_request_id,
 )
 from .controller import ControllerClient, Segment
-from .errors import error_for_reply
+from .errors import ReplyError, error_for_reply
 
 __all__ = [
     "MAX_CACHED_ENDPOINTS",
@@ -261,6 +261,28 @@ class SegmentClient:
             reply.write_offset,
             reply.last_modified,
         )
+
+    async def append_times(self, segment: Segment, offset: int, end: int) -> list[tuple[int, int]]:
+        """When the bytes of ``[offset, end)`` were appended: the store's time index
+        entries ``(offset, ms)`` covering them (``ReadSegmentTimes``, a headrace
+        extension, pravega.md#segment-times); an event's append time is the time
+        of the last entry at or below its offset. Empty where the server keeps
+        no index for the segment, or does not know the request.
+        """
+        try:
+            reply = await self._call(
+                segment,
+                p.ReadSegmentTimes(next_request_id(), segment.name, offset, end),
+                p.SegmentTimesRead,
+                idempotent=True,
+            )
+        except ReplyError as exc:
+            if isinstance(exc.reply, p.OperationUnsupported):
+                return []
+            raise
+        assert isinstance(reply, p.SegmentTimesRead)
+        times = reply.times
+        return list(zip(times[0::2], times[1::2], strict=True))
 
     async def read(
         self,

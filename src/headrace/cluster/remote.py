@@ -123,6 +123,7 @@ from headrace.errors import (
 from headrace.protocols import pravega as p
 from headrace.protocols.pravega.auth import ROOT, Permission
 from headrace.protocols.pravega.codec import FRAME_HEADER
+from headrace.store._timeindex import TimeIndex
 from headrace.store.api import (
     MAX_APPEND_BYTES,
     MAX_TABLE_BATCH_BYTES,
@@ -1311,6 +1312,28 @@ class RemoteStore:
             _Asked(name),
         )
         return reply.success
+
+    async def append_times(self, name: str, offset: int, end: int) -> list[tuple[int, int]]:
+        """The owner's time index entries covering ``[offset, end)`` (``ReadSegmentTimes``)."""
+        self._check_open()
+        self._wire_name(name)
+        reply = await self._call(
+            p.ReadSegmentTimes(next_request_id(), name, offset, end),
+            p.SegmentTimesRead,
+            _Asked(name),
+        )
+        times = reply.times
+        return list(zip(times[0::2], times[1::2], strict=True))
+
+    async def offset_at_time(self, name: str, time_ms: int) -> int:
+        """Where the events appended at or after ``time_ms`` begin, from the owner's
+        whole time index (at most ``MAX_TIME_INDEX_ENTRIES`` entries)."""
+        info = await self.info(name)
+        entries = await self.append_times(name, 0, info.length)
+        found = TimeIndex(entries).offset_at(time_ms)
+        if found is None:
+            return info.length
+        return min(max(found, info.start_offset), info.length)
 
     async def list_segments(self) -> list[str]:
         """Refused: the wire has no request listing segments (the owner's store lists them).

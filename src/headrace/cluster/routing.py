@@ -48,7 +48,7 @@ from uuid import UUID
 from headrace.cluster.remote import Endpoint, RemoteStore
 from headrace.controller.auth import DEFAULT_TOKEN_TTL_S
 from headrace.errors import OwnerUnavailable, StoreClosed, StoreError
-from headrace.store.api import AppendCheck, SegmentStore
+from headrace.store.api import AppendCheck, SegmentStore, TimeIndexed
 from headrace.types import (
     AppendResult,
     ReadResult,
@@ -243,6 +243,22 @@ class RoutedStore:
         return await self.store_for(name).update_attribute(
             name, attribute_id, new_value, expected_value
         )
+
+    async def offset_at_time(self, name: str, time_ms: int) -> int:
+        """``TimeIndexed.offset_at_time`` at the segment's owner (its start, if
+        that store keeps no index)."""
+        store = self.store_for(name)
+        if isinstance(store, TimeIndexed):
+            return await store.offset_at_time(name, time_ms)
+        return (await store.info(name)).start_offset
+
+    async def append_times(self, name: str, offset: int, end: int) -> list[tuple[int, int]]:
+        """``TimeIndexed.append_times`` at the segment's owner (none, if that
+        store keeps no index)."""
+        store = self.store_for(name)
+        if isinstance(store, TimeIndexed):
+            return await store.append_times(name, offset, end)
+        return []
 
     async def list_segments(self) -> list[str]:
         """The segments this node holds (the local store's)."""

@@ -153,9 +153,16 @@ from headrace.controller.records import (
     stream_key,
     txn_key,
 )
+from headrace.controller.watermarks import (
+    WRITER_TIMEOUT_MS,
+    MarkResult,
+    WriterMarks,
+    event_frame,
+    mark_stream,
+)
 from headrace.errors import SegmentExists, SegmentNotFound
 from headrace.protocols.pravega.controller import INT64_MAX, kvtable_segment_name
-from headrace.store.api import MAX_TABLE_KEY_BYTES, SegmentStore
+from headrace.store.api import MAX_TABLE_KEY_BYTES, SegmentStore, offset_at_time
 from headrace.types import NOT_EXISTS, TableKey, TableUpdate
 
 __all__ = [
@@ -350,6 +357,9 @@ class ControllerModel:
         self.rolling_commit_window_s = ROLLING_COMMIT_WINDOW_S
         """How long a commit that must roll waits for others (tests that scale
         and commit in a loop set 0: a yield then gathers what is scheduled)."""
+        self.watermarks = WriterMarks()
+        """Pravega writers' time marks (``controller/watermarks.py``); kept in
+        memory: writers note their time again at every flush."""
 
     @classmethod
     async def open(
@@ -667,7 +677,9 @@ class ControllerModel:
 
     async def segments_at(self, scope: str, stream: str, timestamp_ms: int) -> list[HeadSegment]:
         """The segments of the epoch that was current at ``timestamp_ms`` (the head
-        for ``timestamp_ms <= 0`` or for a time before the head cut).
+        for ``timestamp_ms <= 0`` or for a time before the head cut), each at the
+        first event appended at or after ``timestamp_ms`` (its time index;
+        ``store.api.TimeIndexed``), or at its start where the store keeps none.
 
         Raises: ScopeNotFound, StreamNotFound.
         """
@@ -683,10 +695,78 @@ class ControllerModel:
             return await self.head_segments(scope, stream)
         return [
             HeadSegment(
-                seg, await self._start_offset(scope, stream, seg, rec.head_cut.get(seg.id, 0))
+                seg,
+                await self._offset_at(
+                    scope,
+                    stream,
+                    seg,
+                    await self._start_offset(scope, stream, seg, rec.head_cut.get(seg.id, 0)),
+                    timestamp_ms,
+                ),
             )
             for seg in segs
         ]
+
+    # ------------------------------------------------------------------ watermarks
+
+    def note_writer_time(
+        self, scope: str, stream: str, writer: str, time_ms: int, position: Mapping[int, int]
+    ) -> int:
+        """Record a Pravega writer's time mark; a ``MarkResult`` status (a
+        position naming a segment of another stream is ``INVALID_POSITION``).
+
+        Raises: ScopeNotFound, StreamNotFound.
+        """
+        rec = self._stream(scope, stream)
+        if any(rec.segment(sid) is None or off < 0 for sid, off in position.items()):
+            return MarkResult.INVALID_POSITION
+        return self.watermarks.note(scope, stream, writer, time_ms, position, self._clock_ms())
+
+    def remove_writer(self, scope: str, stream: str, writer: str) -> bool:
+        """Forget a writer's mark; whether it had one. Raises: StreamNotFound."""
+        self._stream(scope, stream)
+        return self.watermarks.remove(scope, stream, writer)
+
+    async def emit_watermarks(self) -> int:
+        """Append each stream's next watermark to its ``_MARK`` stream (created
+        at the first one); how many were appended."""
+        emitted = 0
+        now = self._clock_ms()
+        for scope, stream in list(self.watermarks.marks):
+            entry = self._streams.get((scope, stream))
+            if entry is None:
+                self.watermarks.forget_stream(scope, stream)
+                continue
+            rec = entry[0]
+            ranges = {seg.id: (seg.min_key, seg.max_key) for seg in rec.segments}
+            after = {
+                seg.id: [s.segment.id for s in self.successors(scope, stream, seg.id)]
+                for seg in rec.segments
+                if seg.sealed_epoch is not None
+            }
+            mark = self.watermarks.next_watermark(
+                scope, stream, now, WRITER_TIMEOUT_MS, ranges, after
+            )
+            if mark is None:
+                continue
+            target = mark_stream(stream)
+            async with self._membership:
+                if (scope, target) not in self._streams:
+                    await self._create_stream(scope, target, _checked_config(StreamConfig()))
+            await self._store.append(segment_name(scope, target, 0), event_frame(mark))
+            emitted += 1
+        return emitted
+
+    async def _offset_at(
+        self, scope: str, stream: str, seg: SegmentRecord, start: int, timestamp_ms: int
+    ) -> int:
+        try:
+            found = await offset_at_time(
+                self._store, segment_name(scope, stream, seg.id), timestamp_ms
+            )
+        except SegmentNotFound:
+            return start
+        return start if found is None else max(start, found)
 
     def successors(self, scope: str, stream: str, sid: int) -> list[Successor]:
         """The segments that replaced ``sid`` in a scale, each with all its

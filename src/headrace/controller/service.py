@@ -71,6 +71,7 @@ from headrace.controller.naming import (
 )
 from headrace.controller.records import SegmentRecord
 from headrace.controller.rpc import METHODS, SERVICE_NAME
+from headrace.controller.watermarks import WATERMARK_INTERVAL_S
 from headrace.errors import StoreClosed
 from headrace.protocols.pravega import controller_pb2 as pb
 from headrace.protocols.pravega.auth import (
@@ -468,6 +469,10 @@ RPC_ACCESS: dict[str, tuple[Callable[[Any], str], Permission] | None] = {
     "abortTransaction": (_STREAM, _RU),
     "pingTransaction": (_STREAM, _RU),
     "removeWriter": (_stream_in("stream"), _RU),
+    "noteTimestampFromWriter": (
+        lambda req: stream_resource(req.position.streamInfo.scope, req.position.streamInfo.stream),
+        _RU,
+    ),
     "getStreamConfiguration": (_STREAM_INFO, _R),
     "checkStreamExists": (_STREAM_INFO, _R),
     "getCurrentSegments": (_STREAM_INFO, _R),
@@ -866,18 +871,27 @@ class ControllerService:
         await self.model.delete_kvtable(req.scope, req.kvtName)
         return pb.DeleteKVTableStatus(status=pb.DeleteKVTableStatus.SUCCESS)
 
-    # -- writers and subscribers (no watermarks yet)
+    # -- writers (watermarks, controller/watermarks.py) and subscribers
 
     async def removeWriter(self, req: pb.RemoveWriterRequest) -> pb.RemoveWriterResponse:
-        exists = self.model.stream_exists(req.stream.scope, req.stream.stream)
+        scope, stream = req.stream.scope, req.stream.stream
+        if not self.model.stream_exists(scope, stream):
+            return pb.RemoveWriterResponse(result=pb.RemoveWriterResponse.STREAM_DOES_NOT_EXIST)
+        known = self.model.remove_writer(scope, stream, req.writer)
         return pb.RemoveWriterResponse(
             result=pb.RemoveWriterResponse.SUCCESS
-            if exists
-            else pb.RemoveWriterResponse.STREAM_DOES_NOT_EXIST
+            if known
+            else pb.RemoveWriterResponse.UNKNOWN_WRITER
         )
 
     async def noteTimestampFromWriter(self, req: pb.TimestampFromWriter) -> pb.TimestampResponse:
-        return pb.TimestampResponse(result=pb.TimestampResponse.SUCCESS)
+        info = req.position.streamInfo
+        if not self.model.stream_exists(info.scope, info.stream):
+            return pb.TimestampResponse(result=pb.TimestampResponse.INVALID_POSITION)
+        result = self.model.note_writer_time(
+            info.scope, info.stream, req.writer, req.timestamp, dict(req.position.cut)
+        )
+        return pb.TimestampResponse(result=result)  # type: ignore[arg-type]
 
     async def listSubscribers(self, req: pb.StreamInfo) -> pb.SubscribersResponse:
         return pb.SubscribersResponse(
@@ -1047,6 +1061,7 @@ class ControllerServer:
         retention_interval_s: float = RETENTION_INTERVAL_S,
         model: ControllerModel | None = None,
         auto_scale_interval_s: float = AUTO_SCALE_INTERVAL_S,
+        watermark_interval_s: float = WATERMARK_INTERVAL_S,
         interceptors: Sequence[Any] = (),
         auth: ControllerAuth | None = None,
         credentials: Any = None,
@@ -1066,6 +1081,8 @@ class ControllerServer:
             sweep_interval_s: period of the lease-expiry sweep.
             retention_interval_s: period of the retention job.
             auto_scale_interval_s: period of the auto-scaling job.
+            watermark_interval_s: period of the watermark job (writers' marks
+                folded into ``_MARK<stream>``).
             model: the metadata model to serve, when the caller shares one with
                 other front doors (the server app does); opened from ``store``
                 otherwise.
@@ -1134,6 +1151,7 @@ class ControllerServer:
             asyncio.create_task(
                 self._every(auto_scale_interval_s, "auto-scaling", self._auto_scale)
             ),
+            asyncio.create_task(self._every(watermark_interval_s, "watermarks", self._watermarks)),
         ]
         return self
 
@@ -1159,6 +1177,9 @@ class ControllerServer:
         scaled = await self.model.auto_scale()
         if scaled:
             log.info("auto-scaling: %d streams scaled", scaled)
+
+    async def _watermarks(self) -> None:
+        await self.model.emit_watermarks()
 
     async def _every(
         self, interval_s: float, name: str, job: Callable[[], Awaitable[None]]

@@ -9,7 +9,11 @@ pure and lives here, so that every reader agrees on what a record is.
 * a segment holds Pravega Event frames (``int32 type 0, int32 length,
   payload``); :class:`EventBuffer` cuts them out of consecutive reads;
 * an ordinary event is one record: ``key`` None, ``value`` the payload,
-  ``timestamp_ms`` None, ``format`` ``event``;
+  ``timestamp_ms`` its own time where it has one (a JSON object with an
+  ``@timestamp``, as Beats and other Lumberjack shippers send:
+  :func:`event_time_ms`), else the time the store appended it, which the
+  reader stamps from the store's time index (:func:`stamp_append_times`;
+  ``append_time`` then says so), else None; ``format`` ``event``;
 * bytes that are not Event frames (a Pravega byte stream's data, or a tail
   that never became a whole event) are read as they are: from the first
   header that is not an event's (type not 0, or a length no event has) to
@@ -28,8 +32,11 @@ pure and lives here, so that every reader agrees on what a record is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import bisect
+import datetime
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Final
 
 from headrace.errors import RemoteProtocolError
@@ -42,15 +49,27 @@ __all__ = [
     "FORMAT_BYTES",
     "FORMAT_EVENT",
     "MAX_EVENT_BYTES",
+    "MAX_EVENT_TIME_JSON_BYTES",
     "EventBuffer",
     "RawChunk",
     "Record",
     "SkipCount",
     "bundle_records",
+    "event_time_ms",
     "iter_events",
     "records_from_events",
+    "stamp_append_times",
     "stored_bytes",
 ]
+
+MAX_EVENT_TIME_JSON_BYTES: Final = 64 * 1024
+"""Largest JSON event whose ``@timestamp`` is looked for: a log line shipped by
+Beats is a few KiB; parsing a larger document for its time would cost a reader
+more than the time is worth (such events get their append time)."""
+
+_TIME_FIELD: Final = b'"@timestamp"'
+_LAST: Final = 2**63
+"""Above any time: ``(offset, _LAST)`` sorts after the index entry at ``offset``."""
 
 FORMAT_EVENT: Final = "event"
 """A record that is one stored event (Pravega writer, Lumberjack, RS-IO offer, Spark sink)."""
@@ -109,6 +128,9 @@ class Record:
     format: str = FORMAT_EVENT
     """What the stored bytes were: ``event``, ``bundle`` (a TANK message) or
     ``bytes`` (not Event frames: a byte stream's data, ``RawChunk``)."""
+    append_time: bool = False
+    """``timestamp_ms`` is the time the store appended the event (Kafka's
+    log-append time), not one the event carries (create time)."""
 
 
 class EventBuffer:
@@ -258,6 +280,41 @@ def bundle_records(stream: str, segment: str, offset: int, payload: bytes) -> li
     ]
 
 
+def event_time_ms(payload: bytes) -> int | None:
+    """An event's own time: the ``@timestamp`` (ISO 8601; UTC without a zone) of
+    a JSON object of at most ``MAX_EVENT_TIME_JSON_BYTES``; None for anything else."""
+    if payload[:1] != b"{" or len(payload) > MAX_EVENT_TIME_JSON_BYTES:
+        return None
+    if _TIME_FIELD not in payload:
+        return None
+    try:
+        value = json.loads(payload).get("@timestamp")
+        if not isinstance(value, str):
+            return None
+        when = datetime.datetime.fromisoformat(value)
+    except (ValueError, AttributeError, RecursionError):  # not JSON, an object, a time
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def stamp_append_times(records: list[Record], times: Sequence[tuple[int, int]]) -> list[Record]:
+    """Give each record without a time of its own the append time of its event:
+    the time of the last ``(offset, ms)`` entry at or below its offset
+    (``times`` from the store's time index, ascending)."""
+    if not times:
+        return records
+    out = []
+    for record in records:
+        if record.timestamp_ms is None:
+            i = bisect.bisect_right(times, (record.offset, _LAST)) - 1
+            if i >= 0:
+                record = replace(record, timestamp_ms=times[i][1], append_time=True)
+        out.append(record)
+    return out
+
+
 def records_from_events(
     stream: str,
     segment: str,
@@ -277,7 +334,7 @@ def records_from_events(
             yield Record(stream, segment, offset, None, bytes(payload), None, 0, FORMAT_BYTES)
             continue
         if not tank:
-            yield Record(stream, segment, offset, None, payload, None)
+            yield Record(stream, segment, offset, None, payload, event_time_ms(payload))
             continue
         records = bundle_records(stream, segment, offset, payload)
         if records is None:

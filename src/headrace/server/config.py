@@ -36,6 +36,7 @@ from headrace.controller.auth import (
 )
 from headrace.controller.service import AUTO_SCALE_INTERVAL_S as DEFAULT_AUTO_SCALE_INTERVAL_S
 from headrace.controller.service import RETENTION_INTERVAL_S as DEFAULT_RETENTION_INTERVAL_S
+from headrace.controller.watermarks import WATERMARK_INTERVAL_S
 from headrace.errors import ConfigError
 from headrace.protocols.http import ANY_ORIGIN, HEADER_TIMEOUT_S, normalize_origin
 from headrace.protocols.lumberjack import (
@@ -274,6 +275,8 @@ class ServerConfig:
     the least recently set are dropped past it (``store/api.py``)."""
     retention_interval_s: float = DEFAULT_RETENTION_INTERVAL_S
     auto_scale_interval_s: float = DEFAULT_AUTO_SCALE_INTERVAL_S
+    watermark_interval_s: float = WATERMARK_INTERVAL_S
+    """Seconds between watermark rounds (``controller/watermarks.py``)."""
     tank_scope: str = "tank"  # the scope holding TANK topics (architecture.md#tank-topics)
     tank_first_request_timeout_s: float = TANK_FIRST_REQUEST_TIMEOUT_S
     """A TANK connection with no request this long after opening is closed (as TANK does)."""
@@ -320,6 +323,8 @@ class ServerConfig:
             raise ConfigError("--retention-interval must be positive")
         if self.auto_scale_interval_s <= 0:
             raise ConfigError("--auto-scale-interval must be positive")
+        if self.watermark_interval_s <= 0:
+            raise ConfigError("--watermark-interval must be positive")
         if self.container_count < 1:
             raise ConfigError("container count must be at least 1")
         if self.max_segment_attributes < 1:
@@ -575,6 +580,15 @@ OPTIONS: tuple[Option, ...] = (
         float,
         DEFAULT_AUTO_SCALE_INTERVAL_S,
         "Seconds between checks of auto-scaling stream policies.",
+        "General",
+        0.001,
+    ),
+    Option(
+        "watermark_interval",
+        float,
+        WATERMARK_INTERVAL_S,
+        "Seconds between watermark rounds: the marks Pravega writers note are folded "
+        "into a Watermark appended to the stream's _MARK stream.",
         "General",
         0.001,
     ),
@@ -1040,6 +1054,7 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
         tank_first_request_timeout_s=float(get("tank_first_request_timeout", float)),
         retention_interval_s=float(get("retention_interval", float)),
         auto_scale_interval_s=float(get("auto_scale_interval", float)),
+        watermark_interval_s=float(get("watermark_interval", float)),
         ports={name: int(get(f"{name}_port", int)) for name in DEFAULT_PORTS},
         listeners=listeners,
         tls=None

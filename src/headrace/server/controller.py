@@ -152,6 +152,7 @@ async def start_controller(ctx: ListenerContext, host: str, port: int) -> Listen
         segment_store=segment_store,
         retention_interval_s=retention_interval_s,
         auto_scale_interval_s=config.auto_scale_interval_s,
+        watermark_interval_s=config.watermark_interval_s,
         model=ctx.controller,
         interceptors=[] if observer is None else [_CountCalls(observer)],
         credentials=credentials,

@@ -118,7 +118,7 @@ from headrace.server._context import Listener, ListenerContext, ListenerSettings
 from headrace.server._frames import LargeFrames
 from headrace.server._listen import NO_SETTINGS, start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
-from headrace.store.api import SegmentStore
+from headrace.store.api import SegmentStore, TimeIndexed
 
 if TYPE_CHECKING:  # the cluster modules load kazoo: only with --cluster
     from headrace.server.cluster_node import Owner
@@ -922,6 +922,13 @@ class PravegaHandler(ConnectionHandler):
         await self._store.flush()
         self._reply(p.StorageFlushed(cmd.request_id))
 
+    async def _read_times(self, cmd: p.ReadSegmentTimes) -> None:
+        times: list[int] = []
+        if isinstance(self._store, TimeIndexed):  # every store here; an index-less one: none
+            for offset, ms in await self._store.append_times(cmd.segment, cmd.offset, cmd.end):
+                times += (offset, ms)
+        self._reply(p.SegmentTimesRead(cmd.request_id, cmd.segment, tuple(times)))
+
     # ----------------------------------------------------------- attributes (pravega.md#attributes)
 
     async def _get_attribute(self, cmd: p.GetSegmentAttribute) -> None:
@@ -1179,6 +1186,7 @@ DISPATCH: dict[type[p.Command], _Action] = {
     p.CreateTransientSegment: PravegaHandler._create_transient,
     p.ReadSegment: PravegaHandler._read_segment,
     p.GetStreamSegmentInfo: PravegaHandler._segment_info,
+    p.ReadSegmentTimes: PravegaHandler._read_times,
     p.CreateSegment: PravegaHandler._create_segment,
     p.SealSegment: PravegaHandler._seal_segment,
     p.DeleteSegment: PravegaHandler._delete_segment,
@@ -1236,6 +1244,7 @@ READ_REQUESTS: frozenset[type[p.Command]] = frozenset(
     {
         p.ReadSegment,
         p.GetStreamSegmentInfo,
+        p.ReadSegmentTimes,
         p.GetSegmentAttribute,
         p.LocateOffset,
         p.GetTableSegmentInfo,

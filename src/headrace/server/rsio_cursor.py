@@ -22,6 +22,8 @@ let go of the rest, reading it again later.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import datetime
 import itertools
 import logging
 from collections import deque
@@ -37,11 +39,12 @@ from headrace.protocols.records import (
     RawChunk,
     Record,
     bundle_records,
+    event_time_ms,
     stored_bytes,
 )
 from headrace.protocols.rsio.codec import encode_varint
 from headrace.server._context import ListenerContext
-from headrace.store.api import MAX_WAIT_S
+from headrace.store.api import MAX_WAIT_S, TimeIndexed
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +93,11 @@ class PublisherQuery:
 
     scope: str
     stream: str
-    start: str | dict[int, int] = "earliest"
-    """``"earliest"``, ``"latest"`` or a stream cut ``{segment id: offset}``."""
-    until: dict[int, int] | None = None
+    start: str | dict[int, int] | int = "earliest"
+    """``"earliest"``, ``"latest"``, a stream cut ``{segment id: offset}``, or
+    a time (ms since the epoch: the first events appended at or after it)."""
+    until: dict[int, int] | int | None = None
+    """A stream cut, or a time (stop before the events appended at or after it)."""
     fmt: str = "value"
     offer: bool = False
     key: str | None = None
@@ -106,6 +111,26 @@ def _parse_cut(text: str, what: str) -> dict[int, int]:
             raise ValueError(f"{what}={text!r}: a stream cut is <segment id>:<offset>,...")
         cut[int(sid)] = int(offset)
     return cut
+
+
+def _parse_time(text: str, what: str) -> int:
+    """``time:<ms since the epoch>`` or ``time:<ISO 8601>`` (UTC without a zone)."""
+    value = text.removeprefix("time:")
+    if value.isdigit():
+        return int(value)
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{what}={text!r}: a time is time:<epoch ms> or time:<ISO 8601>") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _parse_position(text: str, what: str) -> dict[int, int] | int:
+    if text.startswith("time:"):
+        return _parse_time(text, what)
+    return _parse_cut(text, what)
 
 
 def parse_publisher(publisher: str) -> PublisherQuery:
@@ -134,10 +159,10 @@ def parse_publisher(publisher: str) -> PublisherQuery:
     one = {param: values[0] for param, values in params.items()}
     if offer:
         return PublisherQuery(scope, stream, offer=True, key=one.get("key"))
-    start: str | dict[int, int] = one.get("from", "earliest")
+    start: str | dict[int, int] | int = one.get("from", "earliest")
     if start not in ("earliest", "latest"):
-        start = _parse_cut(str(start), "from")
-    until = _parse_cut(one["until"], "until") if "until" in one else None
+        start = _parse_position(str(start), "from")
+    until = _parse_position(one["until"], "until") if "until" in one else None
     fmt = one.get("format", "value")
     if fmt not in ("value", "record"):
         raise ValueError(f"format={fmt!r}: expected value or record")
@@ -213,6 +238,9 @@ class _SegmentRead:
     """Read to its end (sealed, or ``until``); finished once everything is handed out."""
     successors: bool = True
     finished: bool = False
+    times: list[tuple[int, int]] = field(default_factory=list)
+    """Append-time index entries (offset, ms) covering the last read, for the
+    timestamps of ``format=record`` elements of ordinary events."""
 
 
 class StreamCursor:
@@ -262,6 +290,9 @@ class StreamCursor:
         self._finished: set[int] = set()
         self._turn = 0
         self._read_turn = 0
+        self._until = query.until if isinstance(query.until, dict) else None
+        self._timed = query.fmt == "record" and not self.tank
+        """Ordinary events as records: each is stamped with its append time."""
 
     @property
     def name(self) -> str:
@@ -284,8 +315,16 @@ class StreamCursor:
                 self.scope, self.stream, cut
             ):
                 raise ValueError(f"{what}: not a stream cut of {self.name}")
+        if isinstance(query.until, int):  # the cut where events of that time begin
+            self._until = {
+                head.segment.id: head.offset
+                for head in await controller.segments_at(self.scope, self.stream, query.until)
+            }
         start: dict[int, int] = {}
-        if query.start == "earliest":
+        if isinstance(query.start, int):
+            for head in await controller.segments_at(self.scope, self.stream, query.start):
+                start[head.segment.id] = head.offset
+        elif query.start == "earliest":
             for head in await controller.head_segments(self.scope, self.stream):
                 start[head.segment.id] = head.offset
         elif query.start == "latest":
@@ -300,7 +339,7 @@ class StreamCursor:
 
     def _launch(self, sid: int, offset: int) -> None:
         self._started.add(sid)
-        until = None if self._query.until is None else self._query.until.get(sid)
+        until = None if self._until is None else self._until.get(sid)
         seg = _SegmentRead(
             sid, segment_name(self.scope, self.stream, sid), EventBuffer(offset), until
         )
@@ -465,9 +504,12 @@ class StreamCursor:
             raw = Record(self.name, seg.name, offset, None, bytes(payload), None, 0, FORMAT_BYTES)
             return [raw.value] if fmt == "value" else [encode_record(raw, seg.sid)]
         if not self.tank:
-            return [
-                encode_record(Record(self.name, seg.name, offset, None, payload, None), seg.sid)
-            ]
+            ms = event_time_ms(payload)
+            if ms is None:
+                times = seg.times
+                i = bisect.bisect_right(times, (offset, _LAST)) - 1
+                ms = times[i][1] if i >= 0 else None
+            return [encode_record(Record(self.name, seg.name, offset, None, payload, ms), seg.sid)]
         records = bundle_records(self.name, seg.name, offset, payload)
         if records is None:
             self._skipped()
@@ -549,6 +591,10 @@ class StreamCursor:
             if got.data or (got.end_of_segment and seg.events.buffer):
                 progress = True
                 got_bytes += len(got.data)
+                if self._timed and isinstance(store, TimeIndexed):  # from a split event's start
+                    seg.times = await store.append_times(
+                        seg.name, seg.events.offset, offset + len(got.data)
+                    )
                 pending = seg.events.feed(got.data)
                 if got.end_of_segment:  # an event that never completed: its bytes as they are
                     pending = itertools.chain(pending, seg.events.flush())
@@ -605,6 +651,10 @@ class StreamCursor:
                 continue
             if all(p in self._finished or p not in self._started for p in succ.predecessors):
                 self._launch(sid, 0)
+
+
+_LAST = 2**63
+"""Above any time: ``(offset, _LAST)`` sorts after the index entry at ``offset``."""
 
 
 def _next_event(seg: _SegmentRead) -> tuple[int, bytes] | None:

@@ -118,6 +118,8 @@ def batch_plan(opts: ReadOptions) -> list[Range]:
     if opts.ending != "latest":
         hi = resolve(opts.connection, opts.ending, opts.streams, "latest")
         ranges = [_clip(r, hi, lower=False) for r in ranges]
+    if opts.ending_times:
+        ranges = _until_time(opts, ranges)
     ranges = [r for r in ranges if r.end > r.start]
     if opts.max_records_per_partition is not None:
         ranges = _split_records(opts.connection, ranges, opts.max_records_per_partition, opts)
@@ -149,6 +151,34 @@ def _from_time(opts: ReadOptions, ranges: list[Range]) -> list[Range]:
         for r in ranges
         if f"{r.scope}/{r.stream}" not in opts.starting_times
         or (f"{r.scope}/{r.stream}", r.segment_id) in keep
+    ]
+
+
+def _until_time(opts: ReadOptions, ranges: list[Range]) -> list[Range]:
+    """End each stream of ``ending_times`` before the events appended at or after
+    its time: the segments open then end where the controller says those
+    events begin (the store's time index), and their successors are not read."""
+
+    async def work(client: PravegaClient) -> tuple[Position, set[tuple[str, int]]]:
+        cut: Position = {}
+        later: set[tuple[str, int]] = set()
+        for name, ms in opts.ending_times.items():
+            scope, stream = split_name(name)
+            at = await client.controller.get_segments_at(scope, stream, ms)
+            cut[name] = {str(seg.segment_id): off for seg, off in at.items()}
+            todo = list(at)
+            while todo:
+                for nxt in await successors(client, todo.pop()):
+                    if (name, nxt.segment_id) not in later:
+                        later.add((name, nxt.segment_id))
+                        todo.append(nxt)
+        return cut, later
+
+    cut, later = run(opts.connection, work)
+    return [
+        _clip(r, cut, lower=False)
+        for r in ranges
+        if (f"{r.scope}/{r.stream}", r.segment_id) not in later
     ]
 
 

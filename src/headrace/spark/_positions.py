@@ -35,6 +35,7 @@ __all__ = [
     "DataLossError",
     "NextBatch",
     "Position",
+    "TimeNotFoundError",
     "advance",
     "all_segments",
     "earliest",
@@ -179,19 +180,47 @@ def matching_streams(uri: Target, pattern: str) -> list[str]:
     return run(uri, work)
 
 
+class TimeNotFoundError(ValueError):
+    """``startingOffsetsByTimestampStrategy=error``: a stream holds nothing
+    appended at or after the time asked for."""
+
+
+async def _check_found(client: PravegaClient, name: str, ms: int, pos: dict[str, int]) -> None:
+    """Raise ``TimeNotFoundError`` unless some event of ``name`` was appended at
+    or after ``ms``: a segment of ``pos`` with bytes after its start there, or
+    a successor (created since)."""
+    scope, stream = split_name(name)
+    for seg_id, off in pos.items():
+        seg = Segment(scope, stream, int(seg_id))
+        if (await client.segments.stat(seg)).length > off or await successors(client, seg):
+            return
+    raise TimeNotFoundError(
+        f"startingOffsetsByTimestampStrategy=error: nothing in {name} was appended at or "
+        f"after {ms} (set it to latest to start at the end)"
+    )
+
+
 def starting_position(opts: ReadOptions, default: str) -> Position:
     """The starting position of a read: ``startingTimestamp`` /
     ``startingOffsetsByTimestamp`` for the streams they name
-    (:func:`_at_time`), ``startingOffsets`` (or ``default``) for the others."""
+    (:func:`_at_time`), ``startingOffsets`` (or ``default``) for the others.
+
+    Raises:
+        TimeNotFoundError: a stream has nothing appended at or after its time
+            and ``startingOffsetsByTimestampStrategy`` is ``error``.
+    """
     others = [n for n in opts.streams if n not in opts.starting_times]
     pos = resolve(opts.connection, opts.starting, others, default) if others else {}
     if opts.starting_times:
 
         async def work(client: PravegaClient) -> Position:
-            return {
-                name: await _at_time(client, name, ms, tank=split_name(name)[0] == opts.tank_scope)
-                for name, ms in opts.starting_times.items()
-            }
+            out: Position = {}
+            for name, ms in opts.starting_times.items():
+                tank = split_name(name)[0] == opts.tank_scope
+                out[name] = await _at_time(client, name, ms, tank=tank)
+                if opts.time_strategy == "error" and not tank:
+                    await _check_found(client, name, ms, out[name])
+            return out
 
         pos.update(run(opts.connection, work))
     return pos

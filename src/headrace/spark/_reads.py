@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
@@ -11,7 +12,13 @@ from headrace.client import PravegaClient
 from headrace.client.errors import NoSuchSegmentError, SegmentIsTruncatedError
 from headrace.client.records import records_from_events
 from headrace.errors import RemoteProtocolError
-from headrace.protocols.records import EventBuffer, Record, SkipCount
+from headrace.protocols.records import (
+    EventBuffer,
+    Record,
+    SkipCount,
+    event_time_ms,
+    stamp_append_times,
+)
 
 from ._connect import Target, make_client
 from ._frames import split_frames
@@ -22,13 +29,55 @@ if TYPE_CHECKING:
 
     from ._planning import Range
 
-__all__ = ["Columns", "read_range"]
+__all__ = ["CREATE_TIME", "LOG_APPEND_TIME", "Columns", "read_range"]
 
 log = logging.getLogger(__name__)
 
-Columns = tuple["pa.Array", "pa.Array", "pa.Array", "pa.Array"]
+Columns = tuple["pa.Array", "pa.Array", "pa.Array", "pa.Array", "pa.Array"]
 """Records of one read reply as Arrow arrays: keys (binary), values (binary),
-offsets (int64), timestamps (``timestamp[us, UTC]``)."""
+offsets (int64), timestamps (``timestamp[us, UTC]``), timestamp types (int32:
+``CREATE_TIME`` for an event's own time, ``LOG_APPEND_TIME`` for the time the
+store appended it, null without a timestamp)."""
+
+CREATE_TIME = 0
+"""``timestampType`` of a time the record carries (Kafka's CreateTime)."""
+
+LOG_APPEND_TIME = 1
+"""``timestampType`` of the store's append time (Kafka's LogAppendTime)."""
+
+
+def _times_of(offsets: pa.Array, times: list[tuple[int, int]]) -> pa.Array:
+    """The append time (ms, int64) of the events at ``offsets`` (ascending): the
+    time of the last index entry at or below each; null before the first."""
+    import pyarrow as pa
+
+    n = len(offsets)
+    if not times:
+        return pa.nulls(n, pa.int64())
+    rows = offsets.to_pylist()
+    starts = [bisect.bisect_left(rows, off) for off, _ in times] + [n]
+    runs = [pa.nulls(starts[0], pa.int64())]  # events before the first entry
+    for i, (_, ms) in enumerate(times):
+        count = starts[i + 1] - max(starts[i], 0)
+        if count > 0:
+            runs.append(pa.repeat(pa.scalar(ms, pa.int64()), count))
+    return pa.concat_arrays(runs)
+
+
+def _own_times(values: pa.Array) -> pa.Array | None:
+    """The ``@timestamp`` of each JSON document that has one (ms, int64; null
+    for the others), or None when no value has one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    candidates = pc.and_(pc.starts_with(values, "{"), pc.match_substring(values, '"@timestamp"'))
+    if not pc.any(candidates).as_py():
+        return None
+    flags = candidates.to_pylist()
+    return pa.array(
+        [event_time_ms(v) if f else None for v, f in zip(values.to_pylist(), flags, strict=True)],
+        pa.int64(),
+    )
 
 
 def read_range(
@@ -116,7 +165,17 @@ async def _read_batches(
                 buf_offset += used
                 if n:
                     offsets = pc.add(starts.cast(pa.int64()), pa.scalar(base, pa.int64()))
-                    yield pa.nulls(n, pa.binary()), values, offsets, pa.nulls(n, stamp_type)
+                    last = offsets[n - 1].as_py()
+                    times = await client.segments.append_times(seg, offsets[0].as_py(), last + 1)
+                    ms = _times_of(offsets, times)
+                    types = pc.if_else(pc.is_null(ms), None, LOG_APPEND_TIME).cast(pa.int32())
+                    own = _own_times(values)
+                    if own is not None:
+                        has_own = pc.is_valid(own)
+                        ms = pc.if_else(has_own, own, ms)
+                        types = pc.if_else(has_own, pa.scalar(CREATE_TIME, pa.int32()), types)
+                    micros = pc.multiply(ms, pa.scalar(1000, pa.int64())).cast(stamp_type)
+                    yield pa.nulls(n, pa.binary()), values, offsets, micros, types
                 if not (ended and buf):
                     if got.end_of_segment:
                         return
@@ -127,7 +186,14 @@ async def _read_batches(
         if ended:
             events += slow.flush()
         before = skipped.events
-        records = records_from_events(name, seg.name, iter(events), tank=tank, skipped=skipped)
+        records = list(
+            records_from_events(name, seg.name, iter(events), tank=tank, skipped=skipped)
+        )
+        if records and not tank and any(rec.timestamp_ms is None for rec in records):
+            times = await client.segments.append_times(
+                seg, records[0].offset, records[-1].offset + 1
+            )
+            records = stamp_append_times(records, times)
         columns = _columns(records)
         if before == 0 and skipped.events:  # once per range (a range is in one segment)
             log.warning("%s: skipping events of %s that are not TANK bundles", name, seg.name)
@@ -137,7 +203,7 @@ async def _read_batches(
             return
 
 
-def _columns(records: Iterator[Record]) -> Columns | None:
+def _columns(records: list[Record]) -> Columns | None:
     """Records as :data:`Columns`; None if there are none."""
     import pyarrow as pa
 
@@ -145,11 +211,17 @@ def _columns(records: Iterator[Record]) -> Columns | None:
     values: list[bytes] = []
     offsets: list[int] = []
     stamps: list[int | None] = []
+    types: list[int | None] = []
     for rec in records:
         keys.append(rec.key)
         values.append(rec.value)
         offsets.append(rec.offset)
-        stamps.append(None if rec.timestamp_ms is None else rec.timestamp_ms * 1000)
+        if rec.timestamp_ms is None:
+            stamps.append(None)
+            types.append(None)
+        else:
+            stamps.append(rec.timestamp_ms * 1000)
+            types.append(LOG_APPEND_TIME if rec.append_time else CREATE_TIME)
     if not values:
         return None
     return (
@@ -157,4 +229,5 @@ def _columns(records: Iterator[Record]) -> Columns | None:
         pa.array(values, pa.binary()),
         pa.array(offsets, pa.int64()),
         pa.array(stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(types, pa.int32()),
     )

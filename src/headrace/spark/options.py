@@ -151,6 +151,15 @@ class ReadOptions:
         """Whether ``scope/stream`` holds TANK bundles (limits count their messages)."""
         return name.partition("/")[0] == self.tank_scope
 
+    ending_times: dict[str, int] = field(default_factory=dict)
+    """``scope/stream`` -> epoch ms (``endingTimestamp`` /
+    ``endingOffsetsByTimestamp``, batch only): end before the events
+    appended at or after it."""
+    time_strategy: str = "latest"
+    """``startingOffsetsByTimestampStrategy``: ``latest`` (a stream with
+    nothing appended at or after the time starts at its end) or ``error``
+    (such a stream fails the read)."""
+
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
@@ -216,7 +225,10 @@ READ_OPTIONS: Final = (
     "startingOffsets",
     "startingTimestamp",
     "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
     "maxEventsPerTrigger",
     "maxOffsetsPerTrigger",
     "maxBytesPerTrigger",
@@ -253,10 +265,6 @@ KAFKA_ONLY: Final = {
     "subscribepattern": "give a regular expression over 'scope/stream' as option 'streamPattern'",
     "assign": "name the streams with option 'streams'; segments are not assigned by hand",
     "topic": "name the target stream with option 'stream' (scope/stream)",
-    "endingtimestamp": "it is not supported: end a batch read with 'endingOffsets'",
-    "endingoffsetsbytimestamp": "it is not supported: end a batch read with 'endingOffsets'",
-    "startingoffsetsbytimestampstrategy": "it is not supported: a time before a "
-    "stream's data starts at its head",
     "kafkaconsumer.polltimeoutms": "reads are not polled: an executor's read waits for "
     "the segment store, whose client retries on its own",
     "fetchoffset.numretries": "the client retries looking up segment lengths on its own",
@@ -463,13 +471,28 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     if not names and pattern is None:
         raise OptionError("option 'stream' (or 'streams', or 'streamPattern') is required")
     names = list(dict.fromkeys(names))
-    starting_times = _starting_times(opts, names)
-    if pattern is not None and (
-        "startingtimestamp" in opts or "startingoffsetsbytimestamp" in opts
-    ):
+    starting_times = _times(opts, names, "startingTimestamp", "startingOffsetsByTimestamp")
+    ending_times = _times(opts, names, "endingTimestamp", "endingOffsetsByTimestamp")
+    by_time = ("startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp")
+    if pattern is not None and any(k in opts for k in (*by_time, "endingoffsetsbytimestamp")):
         raise OptionError(
-            "option 'streamPattern' does not go with 'startingTimestamp' or "
-            "'startingOffsetsByTimestamp': name the streams with 'streams'"
+            "option 'streamPattern' does not go with 'startingTimestamp', "
+            "'startingOffsetsByTimestamp', 'endingTimestamp' or 'endingOffsetsByTimestamp': "
+            "name the streams with 'streams'"
+        )
+    if ending_times and "endingoffsets" in opts:
+        raise OptionError(
+            "options 'endingOffsets' and 'endingTimestamp'/'endingOffsetsByTimestamp' "
+            "exclude each other"
+        )
+    if streaming and ending_times:
+        raise OptionError(
+            "options 'endingTimestamp'/'endingOffsetsByTimestamp' apply to batch reads only"
+        )
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "latest").lower()
+    if strategy not in ("latest", "error"):
+        raise OptionError(
+            f"option 'startingOffsetsByTimestampStrategy' must be latest or error, got {strategy!r}"
         )
     if starting_times and "startingoffsets" in opts:
         raise OptionError(
@@ -504,6 +527,8 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition", minimum=1),
         stream_pattern=pattern,
+        ending_times=ending_times,
+        time_strategy=strategy,
     )
 
 
@@ -543,19 +568,18 @@ def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
     return int(int(found.group(1)) * DURATION_UNITS_MS.get(found.group(2), 1))
 
 
-def _starting_times(opts: dict[str, str], names: list[str]) -> dict[str, int]:
-    """``startingTimestamp`` (every stream) or ``startingOffsetsByTimestamp``
-    (JSON ``{"scope/stream": ms}``; streams left out start as
-    ``startingOffsets`` says) as ``scope/stream`` -> epoch ms."""
-    if "startingtimestamp" in opts and "startingoffsetsbytimestamp" in opts:
-        raise OptionError(
-            "options 'startingTimestamp' and 'startingOffsetsByTimestamp' exclude each other"
-        )
-    if "startingtimestamp" in opts:
-        ms = _int(opts, "startingTimestamp", minimum=0)
+def _times(opts: dict[str, str], names: list[str], every: str, each: str) -> dict[str, int]:
+    """``every`` (a time for every stream: ``startingTimestamp``,
+    ``endingTimestamp``) or ``each`` (JSON ``{"scope/stream": ms}``; streams
+    left out start or end as the offsets options say) as ``scope/stream`` ->
+    epoch ms."""
+    if every.lower() in opts and each.lower() in opts:
+        raise OptionError(f"options '{every}' and '{each}' exclude each other")
+    if every.lower() in opts:
+        ms = _int(opts, every, minimum=0)
         assert ms is not None
         return dict.fromkeys(names, ms)
-    raw = opts.get("startingoffsetsbytimestamp")
+    raw = opts.get(each.lower())
     if raw is None:
         return {}
     try:
@@ -566,12 +590,11 @@ def _starting_times(opts: dict[str, str], names: list[str]) -> dict[str, int]:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in given.values()
     ):
         raise OptionError(
-            "option 'startingOffsetsByTimestamp' must be JSON "
-            f'{{"scope/stream": epoch milliseconds}}, got {raw!r}'
+            f"option '{each}' must be JSON {{\"scope/stream\": epoch milliseconds}}, got {raw!r}"
         )
     unknown = sorted(set(given) - set(names))
     if unknown:
-        raise OptionError(f"option 'startingOffsetsByTimestamp' names streams not read: {unknown}")
+        raise OptionError(f"option '{each}' names streams not read: {unknown}")
     return {name: given[name] for name in names if name in given}
 
 

@@ -60,10 +60,12 @@ __all__ = [
 
 SCHEMA = (
     "key BINARY, value BINARY, scope STRING, stream STRING, partition BIGINT, "
-    "offset BIGINT, timestamp TIMESTAMP"
+    "offset BIGINT, timestamp TIMESTAMP, timestampType INT"
 )
 """Kafka's column names: ``partition`` is the segment id (segments split and
-merge, so it is a 64-bit id), ``offset`` the event's byte offset in it."""
+merge, so it is a 64-bit id), ``offset`` the event's byte offset in it;
+``timestamp`` the event's own time (``timestampType`` 0, Kafka's CreateTime)
+or the time the store appended it (1, LogAppendTime)."""
 
 HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 """Added with ``includeHeaders=true`` (Kafka compatibility; always null: no
@@ -81,6 +83,7 @@ def _arrow_schema(headers: bool) -> pa.Schema:
         pa.field("partition", pa.int64()),
         pa.field("offset", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
     ]
     if headers:
         item = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -127,7 +130,7 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
     schema = _arrow_schema(opts.include_headers)
     r = part.to_range()
     since = opts.starting_times.get(f"{r.scope}/{r.stream}")
-    for keys, values, offsets, stamps in _reads.read_range(
+    for keys, values, offsets, stamps, types in _reads.read_range(
         opts.connection,
         r,
         tank_scope=opts.tank_scope,
@@ -142,6 +145,7 @@ def _read(opts: ReadOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
             pa.repeat(pa.scalar(r.segment_id, pa.int64()), n),
             offsets,
             stamps,
+            types,
         ]
         if opts.include_headers:
             columns.append(pa.nulls(n, schema.field("headers").type))

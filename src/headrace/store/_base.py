@@ -25,6 +25,7 @@ from headrace.errors import (
     SegmentTypeMismatch,
     TableNotEmpty,
 )
+from headrace.store._timeindex import TimeIndex
 from headrace.store.api import (
     MAX_APPEND_BYTES,
     MAX_READ_BYTES,
@@ -171,6 +172,10 @@ class BaseStore(abc.ABC):
         """The segment's durable state. Raises SegmentNotFound."""
 
     @abc.abstractmethod
+    def _time_index(self, name: str) -> TimeIndex:
+        """The segment's append-time index. Raises SegmentNotFound."""
+
+    @abc.abstractmethod
     async def _create(self, name: str, kind: SegmentKind) -> None: ...
 
     @abc.abstractmethod
@@ -225,6 +230,25 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    # ------------------------------------------------------------------ append times
+
+    async def offset_at_time(self, name: str, time_ms: int) -> int:
+        """Where the events appended at or after ``time_ms`` begin (``TimeIndexed``)."""
+        state = self._state(name)
+        if state.kind is not SegmentKind.STREAM:
+            raise SegmentTypeMismatch(name, SegmentKind.STREAM.value)
+        found = self._time_index(name).offset_at(time_ms)
+        if found is None:
+            return state.length
+        return min(max(found, state.start_offset), state.length)
+
+    async def append_times(self, name: str, offset: int, end: int) -> list[tuple[int, int]]:
+        """The time index entries covering ``[offset, end)`` (``TimeIndexed``)."""
+        state = self._state(name)
+        if state.kind is not SegmentKind.STREAM:
+            raise SegmentTypeMismatch(name, SegmentKind.STREAM.value)
+        return self._time_index(name).covering(offset, min(end, state.length))
 
     # ------------------------------------------------------------------ change notification
 

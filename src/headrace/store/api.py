@@ -56,6 +56,8 @@ __all__ = [
     "AppendCheck",
     "FsyncPolicy",
     "SegmentStore",
+    "TimeIndexed",
+    "offset_at_time",
 ]
 
 MAX_NAME_BYTES = 65535
@@ -413,3 +415,43 @@ class FsyncPolicy(enum.StrEnum):
     ALWAYS = "always"
     INTERVAL = "interval"
     NEVER = "never"
+
+
+@runtime_checkable
+class TimeIndexed(Protocol):
+    """A store that keeps each stream segment's append-time index.
+
+    Both ``MemoryStore`` and ``DiskStore`` do (``store/_timeindex.py``;
+    on disk in the snapshot, ``docs/storage-format.md#time-index``). An
+    event's append time is the time of the last index entry at or below its
+    offset; events stored before the segment had an index (a data dir of an
+    older format) have none and count as older than any time.
+    """
+
+    async def offset_at_time(self, name: str, time_ms: int) -> int:
+        """The offset of the first event appended at or after ``time_ms``: the
+        durable length if none was, never below the start offset.
+
+        Raises:
+            SegmentNotFound, SegmentTypeMismatch (a table segment).
+        """
+        ...
+
+    async def append_times(self, name: str, offset: int, end: int) -> list[tuple[int, int]]:
+        """``(offset, time_ms)`` index entries that give the append time of every
+        event in ``[offset, end)``: the last at or below ``offset`` (if any) and
+        each one inside, in order.
+
+        Raises:
+            SegmentNotFound, SegmentTypeMismatch (a table segment).
+        """
+        ...
+
+
+async def offset_at_time(store: SegmentStore, name: str, time_ms: int) -> int | None:
+    """``store.offset_at_time`` if the store keeps time indexes (the two stores,
+    and a cluster node's ``RoutedStore``, which asks each segment's owner),
+    else None."""
+    if isinstance(store, TimeIndexed):
+        return await store.offset_at_time(name, time_ms)
+    return None

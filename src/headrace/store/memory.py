@@ -24,6 +24,7 @@ from headrace.errors import (
 )
 from headrace.store._attributes import check_attribute_bound, set_attribute
 from headrace.store._base import BaseStore, SegmentState, check_append
+from headrace.store._timeindex import TimeIndex
 from headrace.store.api import (
     MAX_NAME_BYTES,
     MAX_READ_BYTES,
@@ -65,6 +66,7 @@ class _Segment:
     sealed: bool = False
     attributes: dict[UUID, int] = field(default_factory=dict)
     last_modified_ms: int = field(default_factory=now_ms)
+    times: TimeIndex = field(default_factory=TimeIndex)
 
     @property
     def length(self) -> int:
@@ -98,6 +100,9 @@ class MemoryStore(BaseStore):
         s = self._get(name)
         return SegmentState(s.kind, s.start_offset, s.length, s.sealed)
 
+    def _time_index(self, name: str) -> TimeIndex:
+        return self._get(name).times
+
     async def _create(self, name: str, kind: SegmentKind) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -126,6 +131,8 @@ class MemoryStore(BaseStore):
                 s.attributes, writer.writer_id, writer.event_number, self.max_segment_attributes
             )
         s.last_modified_ms = now_ms()
+        if len(data) and s.kind is SegmentKind.STREAM:  # tables need no times
+            s.times.note(offset, s.last_modified_ms)
         self._notify(name)
         return AppendResult(offset, s.length, previous)
 
@@ -163,6 +170,7 @@ class MemoryStore(BaseStore):
             s.start_offset = offset
             del s.data[: offset - s.data_base]
             s.data_base = offset
+            s.times.truncate(offset)
             s.last_modified_ms = now_ms()
 
     async def _delete(self, name: str) -> None:
@@ -185,6 +193,8 @@ class MemoryStore(BaseStore):
         if t.sealed:
             raise SegmentSealed(target, t.length)
         moved = bytes(s.data[s.start_offset - s.data_base :])
+        if moved:
+            t.times.note(t.length, now_ms())
         t.data += moved
         t.last_modified_ms = now_ms()
         del self._segments[source]

@@ -535,6 +535,8 @@ _LAYOUT_LIST = [
     _layout(c.SegmentRead, _K.STR, _K.I64, _K.BOOL, _K.BOOL, _K.DATA, _opt(_K.I64)),
     # segment management (pravega.md#segments)
     _layout(c.GetStreamSegmentInfo, _K.I64, _K.STR, _K.STR),
+    _layout(c.ReadSegmentTimes, _K.I64, _K.STR, _K.I64, _K.I64, _K.STR),
+    _layout(c.SegmentTimesRead, _K.I64, _K.STR, _K.I64_LIST),
     _layout(
         c.StreamSegmentInfo, _K.I64, _K.STR, _K.BOOL, _K.BOOL, _K.BOOL, _K.I64, _K.I64, _opt(_K.I64)
     ),

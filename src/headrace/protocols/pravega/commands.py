@@ -71,6 +71,7 @@ __all__ = [
     "Padding",
     "PartialEvent",
     "ReadSegment",
+    "ReadSegmentTimes",
     "ReadTable",
     "ReadTableEntries",
     "ReadTableEntriesDelta",
@@ -88,6 +89,7 @@ __all__ = [
     "SegmentPolicyUpdated",
     "SegmentRead",
     "SegmentSealed",
+    "SegmentTimesRead",
     "SegmentTruncated",
     "SegmentsBatchMerged",
     "SegmentsMerged",
@@ -273,6 +275,10 @@ class CommandType(enum.IntEnum):
     """Reply to MergeSegmentsBatch, Java layout."""
     KEEP_ALIVE = 100
     """Idle-connection probe, echoed by the server."""
+    READ_SEGMENT_TIMES = 150
+    """headrace extension: the append-time index entries covering a range of a segment."""
+    SEGMENT_TIMES_READ = 151
+    """headrace extension: reply to ReadSegmentTimes."""
 
 
 class Direction(enum.Enum):
@@ -615,6 +621,35 @@ class SegmentRead(Command):
 
 
 # --------------------------------------------------------- segment management (pravega.md#segments)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSegmentTimes(Command):
+    """headrace extension (pravega.md#segment-times): when the bytes of
+    ``[offset, end)`` of a stream segment were appended."""
+
+    type: ClassVar[CommandType] = CommandType.READ_SEGMENT_TIMES
+    direction: ClassVar[Direction] = Direction.REQUEST
+
+    request_id: int
+    segment: str
+    offset: int
+    end: int
+    delegation_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentTimesRead(Command):
+    """Reply to ReadSegmentTimes: ``times`` is ``offset, ms, offset, ms, ...``,
+    the time index entries that give the append time of every event in the
+    range (the last one at or below ``offset`` and each one inside)."""
+
+    type: ClassVar[CommandType] = CommandType.SEGMENT_TIMES_READ
+    direction: ClassVar[Direction] = Direction.REPLY
+
+    request_id: int
+    segment: str
+    times: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,8 +84,9 @@ or past the mark, even with valid records after it: cut) from damage to
 synced records (refused). A mark whose CRC fails says nothing (the file is then
 read as a version 2 file is: damage with valid records after it is refused).
 
-Version 1 and 2 data dirs are read as they are (their WAL files have no mark);
-opening one with this version rewrites its manifest to version 3 before any
+Version 1, 2 and 3 data dirs are read as they are (version 1 and 2 WAL files
+have no mark, no snapshot before version 4 has a time index); opening one with
+this version rewrites its manifest to version 4 before any
 record is written, so that an older release refuses the dir instead of
 misreading the newer files.
 
@@ -112,6 +113,10 @@ Container snapshot (``containers/NNNN/snapshot``, replaced atomically)::
     +42       8     sidecar size in bytes that covers [0, length) (u64)
     +50       N     name (UTF-8)
     then A x (attribute id 16 bytes, value i64)
+    then (version 4) the segment's append-time index:
+    +0        4     step in ms between entries (u32, at least 1)
+    +4        4     entry count T (u32), at most MAX_TIME_INDEX_ENTRIES
+    then T x (segment offset u64, append time ms i64), both ascending
     M merged sources (recent merges, so a retried merge still succeeds):
     +0        4     source name size (u32)
     +4        4     target name size (u32)
@@ -144,6 +149,7 @@ bytes, offset N at position N, no header and no framing (architecture.md#invaria
 from __future__ import annotations
 
 import enum
+import itertools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -153,6 +159,7 @@ from zlib_ng.zlib_ng import crc32 as _zlib_ng_crc32
 from zlib_ng.zlib_ng import crc32_combine as _zlib_ng_crc32_combine
 
 from headrace.errors import CorruptionError
+from headrace.store._timeindex import MAX_TIME_INDEX_ENTRIES
 from headrace.store.api import MAX_APPEND_BYTES, MAX_NAME_BYTES
 from headrace.store.disk.layout import SegmentMapping
 from headrace.types import SegmentKind, WriterAppend
@@ -168,6 +175,7 @@ __all__ = [
     "SIDECAR_HEADER",
     "SYNCED_MARK",
     "SYNCED_MARK_VERSION",
+    "TIME_INDEX_VERSION",
     "WAL_HEADER",
     "WAL_HEADER_V2",
     "AppendRecord",
@@ -202,15 +210,19 @@ __all__ = [
     "encode_wal_header",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Bumped on any incompatible change; a reader refuses versions it does not know.
 Version 2 added the APPEND_REF record; version 3 the WAL file's synced mark;
-every other layout is version 1's."""
+version 4 the snapshot's per-segment time index; every other layout is version 1's."""
 
-READABLE_VERSIONS = frozenset({1, 2, FORMAT_VERSION})
-"""Versions this code reads: version 1 and 2 data dirs are opened (their files
-are the same layouts, version 1 holds no APPEND_REF, neither has a synced
-mark); files written now carry version 3."""
+READABLE_VERSIONS = frozenset({1, 2, 3, FORMAT_VERSION})
+"""Versions this code reads: version 1, 2 and 3 data dirs are opened (their files
+are the same layouts, version 1 holds no APPEND_REF, neither 1 nor 2 has a
+synced mark, no snapshot before 4 has a time index); files written now carry
+version 4."""
+
+TIME_INDEX_VERSION = 4
+"""First format version whose snapshots carry each segment's time index."""
 
 SYNCED_MARK_VERSION = 3
 """First format version whose WAL files carry a synced mark."""
@@ -287,6 +299,10 @@ SNAPSHOT_SEGMENT = struct.Struct(">QBQQBqIIQ")
 assert SNAPSHOT_SEGMENT.size == 50
 SNAPSHOT_ATTRIBUTE = struct.Struct(">16sq")
 assert SNAPSHOT_ATTRIBUTE.size == 24
+SNAPSHOT_TIME_INDEX = struct.Struct(">II")
+assert SNAPSHOT_TIME_INDEX.size == 8
+SNAPSHOT_TIME_ENTRY = struct.Struct(">Qq")
+assert SNAPSHOT_TIME_ENTRY.size == 16
 SNAPSHOT_MERGED = struct.Struct(">II")
 assert SNAPSHOT_MERGED.size == 8
 SNAPSHOT_COMMIT = struct.Struct(">QII")
@@ -759,6 +775,9 @@ class SnapshotSegment:
     modified_ms: int
     attributes: dict[UUID, int]
     sidecar_size: int
+    time_step_ms: int = 1
+    times: list[tuple[int, int]] = field(default_factory=list)
+    """The append-time index's entries (offset, ms); empty in a snapshot before version 4."""
 
 
 @dataclass(slots=True)
@@ -774,11 +793,13 @@ class Snapshot:
     segments: recovery finishes a merge whose source deletion was not yet durable."""
 
 
-def encode_snapshot(snapshot: Snapshot) -> bytes:
+def encode_snapshot(snapshot: Snapshot, *, version: int = FORMAT_VERSION) -> bytes:
+    """The snapshot's bytes; an older ``version``'s layout (no time index before
+    version 4) only to make test data of that version."""
     parts = [
         SNAPSHOT_HEADER.pack(
             SNAPSHOT_MAGIC,
-            FORMAT_VERSION,
+            version,
             snapshot.container_id,
             snapshot.last_seq,
             snapshot.next_segment_id,
@@ -804,6 +825,9 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
         )
         parts.append(name)
         parts.extend(SNAPSHOT_ATTRIBUTE.pack(a.bytes, v) for a, v in s.attributes.items())
+        if version >= TIME_INDEX_VERSION:
+            parts.append(SNAPSHOT_TIME_INDEX.pack(s.time_step_ms, len(s.times)))
+            parts.extend(SNAPSHOT_TIME_ENTRY.pack(o, t) for o, t in s.times)
     for source, target in snapshot.merged:
         source_raw, target_raw = encode_name(source), encode_name(target)
         parts += [SNAPSHOT_MERGED.pack(len(source_raw), len(target_raw)), source_raw, target_raw]
@@ -861,11 +885,31 @@ def _decode_snapshot(raw: bytes, path: str) -> Snapshot:
         for _ in range(n_attr):
             aid, value = SNAPSHOT_ATTRIBUTE.unpack(take(SNAPSHOT_ATTRIBUTE.size))
             attrs[UUID(bytes=aid)] = value
+        step, times = 1, []
+        if version >= TIME_INDEX_VERSION:
+            step, n_times = SNAPSHOT_TIME_INDEX.unpack(take(SNAPSHOT_TIME_INDEX.size))
+            if step < 1 or n_times > MAX_TIME_INDEX_ENTRIES:
+                raise CorruptionError(path, at, f"segment {sid} has a malformed time index")
+            times = [
+                SNAPSHOT_TIME_ENTRY.unpack(take(SNAPSHOT_TIME_ENTRY.size)) for _ in range(n_times)
+            ]
+            if any(a[0] > b[0] or a[1] > b[1] for a, b in itertools.pairwise(times)):
+                raise CorruptionError(path, at, f"segment {sid} time index is out of order")
         if start > length:
             raise CorruptionError(path, at, f"segment {sid} starts past its length")
         snap.segments.append(
             SnapshotSegment(
-                sid, name, _kind(code, path, at), start, length, bool(sealed), ms, attrs, sidecar
+                sid,
+                name,
+                _kind(code, path, at),
+                start,
+                length,
+                bool(sealed),
+                ms,
+                attrs,
+                sidecar,
+                step,
+                times,
             )
         )
     for _ in range(n_merged):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from headrace.store._attributes import set_attribute, trim_attributes
+from headrace.store._timeindex import TimeIndex
 from headrace.store.api import MAX_SEGMENT_ATTRIBUTES
 from headrace.store.disk.checks import BlockChecks
 from headrace.store.disk.format import (
@@ -95,6 +96,9 @@ class Segment:
     checked (and always for segments created since)."""
     checks: BlockChecks | None = None
     """Which blocks below ``unchecked_end`` were checked (None when it is 0)."""
+    times: TimeIndex = field(default_factory=TimeIndex)
+    """The append-time index (``store/_timeindex.py``): in the snapshot, and
+    rebuilt since it from the APPEND records' times."""
 
     def extend_checksum(self, offset: int, data: bytes | memoryview) -> None:
         assert offset == self.block_offset + self.block_size, (offset, self.block_offset)
@@ -223,6 +227,7 @@ class ContainerState:
                 attributes=dict(s.attributes),
                 sidecar_size=s.sidecar_size,
                 block_offset=s.length,
+                times=TimeIndex(s.times, s.time_step_ms),
             )
             if len(seg.attributes) > max_attributes:  # the bound was lowered since
                 trim_attributes(seg.attributes, max_attributes)
@@ -261,6 +266,8 @@ class ContainerState:
                     seg.modified_ms,
                     dict(seg.attributes),
                     seg.sidecar_size,
+                    seg.times.step_ms,
+                    seg.times.entries(),
                 )
             )
         snap.merged = list(self.merged.items())
@@ -311,6 +318,8 @@ class ContainerState:
             raise ReplayError(f"append to sealed segment {record.segment_id}")
         data = record.data
         seg.extend_checksum(record.offset, data)
+        if len(data) and seg.kind is SegmentKind.STREAM:  # tables need no times
+            seg.times.note(record.offset, record.modified_ms)
         seg.length += len(data)
         if record.writer is not None:
             w = record.writer
@@ -371,6 +380,8 @@ class ContainerState:
         writer: WriterAppend | None,
         data: bytes | memoryview,
     ) -> list[Write]:
+        if len(data) and seg.kind is SegmentKind.STREAM:
+            seg.times.note(offset, modified_ms)
         seg.length += len(data)
         if writer is not None:
             set_attribute(
@@ -407,6 +418,7 @@ class ContainerState:
                 if not seg.start_offset <= offset <= seg.length:
                     raise ReplayError(f"truncate of segment {sid} to {offset} out of range")
                 seg.start_offset = offset
+                seg.times.truncate(offset)
                 seg.modified_ms = ms
             case DeleteRecord(sid, target):
                 seg = self._segment(sid)
@@ -448,6 +460,8 @@ class ContainerState:
                 if seg.sealed:
                     raise ReplayError(f"merge into sealed segment {sid}")
                 seg.add_blocks([b for _, b in chunks])
+                if length > seg.length:
+                    seg.times.note(seg.length, ms)
                 seg.length = length
                 seg.modified_ms = ms
                 self.commits.pop((source_id, source_name), None)

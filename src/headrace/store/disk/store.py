@@ -54,6 +54,7 @@ from headrace.errors import (
 )
 from headrace.store._attributes import check_attribute_bound
 from headrace.store._base import BaseStore, SegmentState, check_append
+from headrace.store._timeindex import TimeIndex
 from headrace.store.api import (
     MAX_READ_BYTES,
     MAX_SEGMENT_ATTRIBUTES,
@@ -356,6 +357,9 @@ class DiskStore(BaseStore):
     def _state(self, name: str) -> SegmentState:
         _, s = self._lookup(name)
         return SegmentState(s.kind, s.start_offset, s.durable_length, s.sealed_durable)
+
+    def _time_index(self, name: str) -> TimeIndex:
+        return self._lookup(name)[1].times
 
     def _advance(self, seg: Segment, end: int) -> None:
         if end > seg.durable_length:
