@@ -38,9 +38,9 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from headrace.controller.errors import ControllerError, StreamExists, TooMany
 from headrace.controller.naming import is_valid_name
@@ -54,6 +54,7 @@ from headrace.errors import (
 from headrace.protocols import tank as t
 from headrace.protocols.pravega.auth import Permission, scope_resource, stream_resource
 from headrace.server._context import Listener, ListenerContext
+from headrace.server._inline import step_now
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.authz import ConnectionAccess, DoorAuth
@@ -171,6 +172,9 @@ class TankHandler(ConnectionHandler):
         self._taken_bytes: deque[int] = deque([0, 0], maxlen=2)  # the writer's last two takes
         self._taken = asyncio.Event()
         self._out: list[OutputPiece] = []
+        self._issuing: asyncio.Future[None] | None = None
+        """Resolved once the last produce that suspended before issuing its
+        appends (a topic to look up) has issued them (``produce``)."""
         """Consume responses sent as pieces, in order ahead of what the connection
         has queued since."""
 
@@ -194,6 +198,12 @@ class TankHandler(ConnectionHandler):
         # Produces (and topic creation) keep wire order; consumes may park, so
         # they run beside everything else.
         return not isinstance(event, t.Consume)
+
+    def pipelined(self, event: object) -> bool:
+        # A produce issues its appends in its first step, or makes the produces
+        # behind it wait until it has (``_issuing``): they need not wait for
+        # its sync.
+        return type(event) in _INLINE_REQUESTS
 
     def inline(self, event: object) -> bool:
         # A produce issues its store append in its first step (the partition's
@@ -371,11 +381,40 @@ class TankHandler(ConnectionHandler):
     # ------------------------------------------------------------------ produce
 
     async def produce(self, request: t.Request) -> t.Response:
+        """Issue the request's appends in order with the produces before it, then
+        answer once they are durable.
+
+        The common case issues them in this coroutine's first step (every topic
+        known, no produce before it still waiting to issue). Otherwise it becomes
+        the connection's ``_issuing`` produce: the produces behind it wait for it
+        to have issued (not for its sync), so none overtakes it.
+        """
         assert isinstance(request, t.Produce | t.ProduceWithSeqnum)
+        broker = self._broker
+        if self._issuing is None and all(
+            broker.partitions_count(topic.name) is not None for topic in request.topics
+        ):
+            return await self._produce(request)
+        before, issued = self._issuing, asyncio.get_running_loop().create_future()
+        self._issuing = issued
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            return await self._produce(request, issued)
+        finally:
+            if self._issuing is issued:
+                self._issuing = None
+            if not issued.done():
+                issued.set_result(None)
+
+    async def _produce(
+        self, request: t.Produce | t.ProduceWithSeqnum, issued: asyncio.Future[None] | None = None
+    ) -> t.Response:
+        """Produce ``request``'s bundles; resolve ``issued`` once all are issued."""
         broker = self._broker
         topics: list[t.ProduceTopicResult] = []
         counts: list[int] = []
-        jobs: list[Awaitable[None]] = []
+        jobs: list[Coroutine[Any, None, None]] = []
         for topic in request.topics:
             if not self._allowed(topic.name, Permission.READ_UPDATE):
                 topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
@@ -395,17 +434,20 @@ class TankHandler(ConnectionHandler):
                 if p.partition_id < count:
                     bundle, first = p.bundle, p.first_seq_num
                     jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
-        # One partition (the common case) is awaited as it is: no gather, no task.
-        # Several append side by side (one sync round for all under fsync always).
-        outcomes: list[BaseException | None]
-        if len(jobs) == 1:
+        # One partition (the common case) is awaited as it is: no task. Several
+        # are issued now, in order, and append side by side (one sync for all).
+        waits: Sequence[Awaitable[None]] = jobs
+        if len(jobs) > 1 or issued is not None:
+            waits = [step_now(job) for job in jobs]
+        if issued is not None:
+            issued.set_result(None)
+        outcomes: list[BaseException | None] = []
+        for wait in waits:
             try:
-                await jobs[0]
-                outcomes = [None]
+                await wait
+                outcomes.append(None)
             except _FAILURES as exc:
-                outcomes = [exc]
-        else:
-            outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+                outcomes.append(exc)
         failures = iter(outcomes)
         results = []
         for topic, result, count in zip(request.topics, topics, counts, strict=True):

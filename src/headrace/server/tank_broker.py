@@ -34,9 +34,13 @@ on first use, not at start-up.
 Acknowledgement (``docs/architecture.md#invariant-durable-acks``): ``append``
 returns once the store's append returned, i.e. once the bundle is durable;
 only then do the partition's high-water mark move and parked consumes wake.
-Appends to one partition are serialised (its lock) and use
-``expected_offset``, so a foreign append to the segment is detected instead of
-corrupting the numbering.
+Appends to one partition are numbered and issued in order, each at the tail
+of the one before (``tail_length``, ``tail_hwm``), and use ``expected_offset``,
+so a foreign append to the segment is detected instead of corrupting the
+numbering. They do not wait for each other's sync: a producer that pipelines
+gets one sync for every bundle issued meanwhile. Whatever must wait first
+(loading, an anchor, a reload after a foreign append) holds the partition's
+lock with no append in flight, and appends arriving meanwhile queue behind it.
 
 Consume (tank.md#consume): ``read`` plans what one partition of a consume
 gets. Chunks hold whole bundles, start at the bundle containing the wanted seq
@@ -324,9 +328,14 @@ class Partition:
 
     def __init__(self, segment: str) -> None:
         self.segment = segment
-        self.lock = asyncio.Lock()  # serialises loading and appends
+        self.lock = asyncio.Lock()  # serialises loading and the appends that wait first
         self.loaded = False
         self.length = 0  # end of the last bundle known (durable)
+        self.tail_length = 0  # end of the last bundle issued (durable or in flight)
+        self.tail_hwm = 0  # last seq num issued
+        self.exclusive = 0  # callers holding or waiting for the lock: appends queue behind
+        self.in_flight = 0  # appends issued, not yet durable (or failed)
+        self._settled: asyncio.Future[None] | None = None
         self.first_seq = 0  # first available seq num; 0 when empty
         self.hwm = 0  # last assigned seq num; 0 when empty
         self.origin_seq = 1  # seq num a non-sparse, unanchored bundle at the start gets
@@ -337,6 +346,21 @@ class Partition:
         self.checkpoint_offset = -CHECKPOINT_INTERVAL_BYTES
         self.waiters: set[Waiter] = set()
         self.verified = _Verified()
+
+    async def settled(self) -> None:
+        """Wait until no append issued to the partition is in flight."""
+        while self.in_flight:
+            if self._settled is None or self._settled.done():
+                self._settled = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._settled)
+
+    def landed(self) -> None:
+        """An append issued is durable, or failed."""
+        self.in_flight -= 1
+        if not self.in_flight and self._settled is not None:
+            if not self._settled.done():
+                self._settled.set_result(None)
+            self._settled = None
 
     def note(self, offset: int, first: int) -> None:
         """Add an index entry for the bundle at ``offset`` unless one is near before it."""
@@ -496,10 +520,22 @@ class TankBroker:
         if part is None:
             part = self._partitions[name] = Partition(name)
         if not part.loaded:
-            async with part.lock:
+            async with self._exclusive(part):
                 if not part.loaded:
                     await self._load(part)
         return part
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, part: Partition) -> AsyncIterator[None]:
+        """Hold the partition's lock with no append in flight: appends that
+        arrive meanwhile queue on the lock instead of being issued (``append``)."""
+        part.exclusive += 1
+        try:
+            async with part.lock:
+                await part.settled()
+                yield
+        finally:
+            part.exclusive -= 1
 
     @property
     def open_partitions(self) -> int:
@@ -527,7 +563,7 @@ class TankBroker:
                 log.warning("tank: removing stale anchors of %s failed: %s", part.segment, exc)
         part.anchors = {o: s for o, s in stored.items() if info.start_offset <= o < info.length}
         part.start = info.start_offset
-        part.length = info.length
+        part.length = part.tail_length = info.length
         part.index_offsets, part.index_seqs = [], []
         part.first_seq = part.hwm = 0
         if part.start == 0:
@@ -560,6 +596,7 @@ class TankBroker:
                     await self._put_anchor(part, last.offset, last.first)
                 except StoreError as exc:  # only a restart's speed depends on it
                     log.warning("tank: anchoring the tail of %s failed: %s", part.segment, exc)
+        part.tail_hwm = part.hwm
         part.loaded = True
         self.open_time_us += int((time.perf_counter() - began) * 1e6)
 
@@ -680,6 +717,13 @@ class TankBroker:
     ) -> None:
         """Validate one produced bundle, store it durably and number its messages.
 
+        An append that needs nothing first (the partition is loaded, no anchor
+        to write, no caller holds its lock) is numbered and issued to the store
+        in this coroutine's first step and then waits for its sync without
+        holding anything: appends behind it are issued meanwhile, so one sync
+        serves them all. Any other queues on the partition's lock, and appends
+        arriving after it queue behind it, in order.
+
         Raises:
             InvalidBundle, InvalidSeqNums: nothing was stored.
             StoreError: the segment could not be read (or is gone), or the
@@ -690,12 +734,18 @@ class TankBroker:
         if header is None:
             raise InvalidBundle(f"a bundle of {len(bundle)} bytes")
         part = await self.partition(topic, partition_id)
-        async with part.lock:
+        if part.loaded and not part.exclusive:
+            first, last, anchored = _numbers(part, header, explicit_first)
+            if not anchored:
+                await self._store(part, bundle, first, last, anchored=False)
+                return
+        async with self._exclusive(part):
             for again in (True, False):  # once more after someone else appended to the segment
                 if not part.loaded:
                     await self._load(part)
                 try:
-                    await self._append_locked(part, bundle, header, explicit_first)
+                    first, last, anchored = _numbers(part, header, explicit_first)
+                    await self._store(part, bundle, first, last, anchored=anchored)
                 except BadOffset:
                     log.info("tank: %s was appended to through another protocol", part.segment)
                     if not again:
@@ -703,30 +753,23 @@ class TankBroker:
                 else:
                     return
 
-    async def _append_locked(
-        self, part: Partition, bundle: bytes, header: t.BundleHeader, explicit_first: int
+    async def _store(
+        self, part: Partition, bundle: bytes, first: int, last: int, *, anchored: bool
     ) -> None:
-        """Append a valid bundle under the partition lock. A failed append leaves
-        the partition to be reloaded at its next use; ``BadOffset`` says the
+        """Append a valid, numbered bundle at the partition's tail (its anchor
+        first if ``anchored``, under the lock). A failed append leaves the
+        partition to be reloaded at its next use; ``BadOffset`` says the
         segment had grown behind our back (another front door appended)."""
-        if header.sparse:
-            assert header.first_seq_num is not None and header.last_seq_num is not None
-            first, last = header.first_seq_num, header.last_seq_num
-        else:
-            first = explicit_first or part.hwm + 1
-            last = first + header.msg_count - 1
-        if (header.sparse or explicit_first) and first <= part.hwm:
-            # seq nums never go backwards (tank.md#produce-semantics)
-            raise InvalidSeqNums(f"{first} is not above the high-water mark {part.hwm}")
-        if last >= t.SEQ_NUM_TAIL:
-            raise InvalidSeqNums(f"last seq num {last} is the tail")
-        offset = part.length
-        walk_would_give = part.hwm + 1 if part.hwm else part.origin_seq
-        anchored = not header.sparse and first != walk_would_give
+        offset = part.tail_length
         if anchored:
             await self._put_anchor(part, offset, first)
         frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
         self._own_frames.add(id(frame))  # validated above: the store's check lets it by
+        # The tail moves as the append is issued (the store fixes its offset in
+        # the call's first step), so the next append is numbered after it.
+        part.tail_length = offset + len(frame)
+        part.tail_hwm = last
+        part.in_flight += 1
         try:
             result = await self.store.append(part.segment, frame, expected_offset=offset)
         except StoreError:
@@ -738,14 +781,17 @@ class TankBroker:
             raise
         finally:
             self._own_frames.discard(id(frame))
-        # Durable: only now do the numbers move and parked consumes wake.
+            part.landed()
+        # Durable: only now do the numbers move and parked consumes wake. Appends
+        # of one partition become durable in the order issued; max() keeps the
+        # numbers monotonic whatever order their callers resume in.
         part.verified.add(offset, result.length)
         if anchored:
             part.anchors[offset] = first
         if not part.first_seq:
             part.first_seq = first
-        part.hwm = last
-        part.length = result.length
+        part.hwm = max(part.hwm, last)
+        part.length = max(part.length, result.length)
         part.note(offset, first)
         entry_bytes = len(encode_varint(len(bundle))) + len(bundle)
         for waiter in list(part.waiters):
@@ -764,7 +810,7 @@ class TankBroker:
         Under the partition's lock, so a TANK append in progress finishes first
         (its own growth is not foreign). Raises StoreError.
         """
-        async with part.lock:
+        async with self._exclusive(part):
             before = part.hwm
             if part.loaded:
                 info = await self.store.info(part.segment)
@@ -1014,6 +1060,28 @@ def _header(payload: memoryview) -> t.BundleHeader | None:
         return t.decode_bundle_header(payload[:BUNDLE_HEADER_MAX_BYTES])
     except RemoteProtocolError:
         return None
+
+
+def _numbers(part: Partition, header: t.BundleHeader, explicit_first: int) -> tuple[int, int, bool]:
+    """A bundle's first and last seq nums at the partition's tail, and whether
+    they need an anchor (a restart's walk would number them otherwise).
+
+    Raises:
+        InvalidSeqNums: they would not be above the last one issued.
+    """
+    if header.sparse:
+        assert header.first_seq_num is not None and header.last_seq_num is not None
+        first, last = header.first_seq_num, header.last_seq_num
+    else:
+        first = explicit_first or part.tail_hwm + 1
+        last = first + header.msg_count - 1
+    if (header.sparse or explicit_first) and first <= part.tail_hwm:
+        # seq nums never go backwards (tank.md#produce-semantics)
+        raise InvalidSeqNums(f"{first} is not above the high-water mark {part.tail_hwm}")
+    if last >= t.SEQ_NUM_TAIL:
+        raise InvalidSeqNums(f"last seq num {last} is the tail")
+    walk_would_give = part.tail_hwm + 1 if part.tail_hwm else part.origin_seq
+    return first, last, not header.sparse and first != walk_would_give
 
 
 def _validate_bundle(bundle: bytes | memoryview) -> t.BundleHeader | None:
