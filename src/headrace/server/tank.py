@@ -172,6 +172,10 @@ class TankHandler(ConnectionHandler):
         self._taken_bytes: deque[int] = deque([0, 0], maxlen=2)  # the writer's last two takes
         self._taken = asyncio.Event()
         self._out: list[OutputPiece] = []
+        self._turns = 0  # requests other than consumes, in wire order
+        self._answered = 0  # those of them answered (or given up)
+        self._held: dict[int, t.Response | None] = {}
+        """Replies ready before the ones ahead of them (``_answer_in_order``)."""
         self._issuing: asyncio.Future[None] | None = None
         """Resolved once the last produce that suspended before issuing its
         appends (a topic to look up) has issued them (``produce``)."""
@@ -221,6 +225,9 @@ class TankHandler(ConnectionHandler):
         if handler is None:  # Ping (ignored, tank.md#message-ids), ConnectionClosed
             return
         assert isinstance(event, t.Request)
+        if not isinstance(event, t.Consume):
+            await self._answer_in_order(handler, event)
+            return
         response = await handler(self, event)
         if self._conn.state is t.ConnectionState.ERROR:
             return
@@ -242,6 +249,28 @@ class TankHandler(ConnectionHandler):
         else:
             self._conn.send(response)
         self._queued_bytes += _chunk_bytes(response)
+
+    async def _answer_in_order(self, handler: Handler, request: t.Request) -> None:
+        """Answer a request that is not a consume after every such request before it.
+
+        Pipelined produces finish out of order (one that had to load its
+        partition first finishes after a later one to a loaded partition), and
+        a reply that is ready early is held until the ones before it went.
+        One that raised gives up its turn, so the ones after it still go.
+        """
+        turn = self._turns
+        self._turns += 1
+        response: t.Response | None = None
+        try:
+            response = await handler(self, request)
+        finally:
+            held = self._held
+            held[turn] = response
+            while self._answered in held:
+                ready = held.pop(self._answered)
+                self._answered += 1
+                if ready is not None and self._conn.state is not t.ConnectionState.ERROR:
+                    self._conn.send(ready)
 
     def output(self) -> list[OutputPiece]:
         self._taken_bytes.append(self._queued_bytes)

@@ -515,14 +515,19 @@ class TankBroker:
 
     async def partition(self, topic: str, partition_id: int) -> Partition:
         """The loaded state of an existing partition (check ``partitions_count`` first)."""
-        name = segment_name(self.scope, stream_name(topic), segment_id(0, partition_id))
-        part = self._partitions.get(name)
-        if part is None:
-            part = self._partitions[name] = Partition(name)
+        part = self._partition(topic, partition_id)
         if not part.loaded:
             async with self._exclusive(part):
                 if not part.loaded:
                     await self._load(part)
+        return part
+
+    def _partition(self, topic: str, partition_id: int) -> Partition:
+        """The state of an existing partition, loaded or not."""
+        name = segment_name(self.scope, stream_name(topic), segment_id(0, partition_id))
+        part = self._partitions.get(name)
+        if part is None:
+            part = self._partitions[name] = Partition(name)
         return part
 
     @contextlib.asynccontextmanager
@@ -733,12 +738,15 @@ class TankBroker:
         header = _validate_bundle(bundle)
         if header is None:
             raise InvalidBundle(f"a bundle of {len(bundle)} bytes")
-        part = await self.partition(topic, partition_id)
+        part = self._partition(topic, partition_id)
         if part.loaded and not part.exclusive:
             first, last, anchored = _numbers(part, header, explicit_first)
             if not anchored:
-                await self._store(part, bundle, first, last, anchored=False)
-                return
+                try:
+                    await self._store(part, bundle, first, last, anchored=False)
+                    return
+                except BadOffset:  # refused as issued: nothing stored; reload below
+                    log.info("tank: %s was appended to through another protocol", part.segment)
         async with self._exclusive(part):
             for again in (True, False):  # once more after someone else appended to the segment
                 if not part.loaded:
