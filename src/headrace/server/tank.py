@@ -272,6 +272,17 @@ class TankHandler(ConnectionHandler):
                 if ready is not None and self._conn.state is not t.ConnectionState.ERROR:
                     self._conn.send(ready)
 
+    def _hold_issuing(self) -> asyncio.Future[None]:
+        """Make the produces that arrive from now on wait until ``_let_go``."""
+        issued = self._issuing = asyncio.get_running_loop().create_future()
+        return issued
+
+    def _let_go(self, issued: asyncio.Future[None]) -> None:
+        if self._issuing is issued:
+            self._issuing = None
+        if not issued.done():
+            issued.set_result(None)
+
     def output(self) -> list[OutputPiece]:
         self._taken_bytes.append(self._queued_bytes)
         self._queued_bytes = 0
@@ -414,62 +425,53 @@ class TankHandler(ConnectionHandler):
         answer once they are durable.
 
         The common case issues them in this coroutine's first step (every topic
-        known, no produce before it still waiting to issue). Otherwise it becomes
-        the connection's ``_issuing`` produce: the produces behind it wait for it
-        to have issued (not for its sync), so none overtakes it.
+        known, no produce before it still waiting to issue). A produce that must
+        wait first (a topic to look up, or a produce before it that waits) holds
+        the connection's ``_issuing`` future until it has issued: the produces
+        behind it wait for that (not for its sync), so none overtakes it.
         """
         assert isinstance(request, t.Produce | t.ProduceWithSeqnum)
         broker = self._broker
-        if self._issuing is None and all(
-            broker.partitions_count(topic.name) is not None for topic in request.topics
-        ):
-            return await self._produce(request)
-        before, issued = self._issuing, asyncio.get_running_loop().create_future()
-        self._issuing = issued
+        issued: asyncio.Future[None] | None = None
         try:
+            before = self._issuing
             if before is not None:
+                issued = self._hold_issuing()
                 await asyncio.shield(before)
-            return await self._produce(request, issued)
+            topics: list[t.ProduceTopicResult] = []
+            counts: list[int] = []
+            jobs: list[Coroutine[Any, None, None]] = []
+            for topic in request.topics:
+                if not self._allowed(topic.name, Permission.READ_UPDATE):
+                    topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
+                    counts.append(0)
+                    continue
+                count = broker.partitions_count(topic.name)
+                if count is None:  # a miss only: the hot path makes no coroutine
+                    if issued is None:
+                        issued = self._hold_issuing()
+                    count = await broker.known_partitions(topic.name)
+                if count is None or broker.is_read_only(topic.name):
+                    error = (
+                        t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
+                    )
+                    topics.append(t.ProduceTopicResult(topic.name, (), error))
+                    counts.append(0)
+                    continue
+                topics.append(t.ProduceTopicResult(topic.name, ()))
+                counts.append(count)
+                for p in topic.partitions:
+                    if p.partition_id < count:
+                        bundle, first = p.bundle, p.first_seq_num
+                        jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
+            # One partition (the common case) is awaited as it is: no task. Several
+            # are issued now, in order, and append side by side (one sync for all).
+            waits: Sequence[Awaitable[None]] = jobs
+            if len(jobs) > 1 or issued is not None:
+                waits = [step_now(job) for job in jobs]
         finally:
-            if self._issuing is issued:
-                self._issuing = None
-            if not issued.done():
-                issued.set_result(None)
-
-    async def _produce(
-        self, request: t.Produce | t.ProduceWithSeqnum, issued: asyncio.Future[None] | None = None
-    ) -> t.Response:
-        """Produce ``request``'s bundles; resolve ``issued`` once all are issued."""
-        broker = self._broker
-        topics: list[t.ProduceTopicResult] = []
-        counts: list[int] = []
-        jobs: list[Coroutine[Any, None, None]] = []
-        for topic in request.topics:
-            if not self._allowed(topic.name, Permission.READ_UPDATE):
-                topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
-                counts.append(0)
-                continue
-            count = broker.partitions_count(topic.name)
-            if count is None:  # a miss only: the hot path makes no coroutine
-                count = await broker.known_partitions(topic.name)
-            if count is None or broker.is_read_only(topic.name):
-                error = t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
-                topics.append(t.ProduceTopicResult(topic.name, (), error))
-                counts.append(0)
-                continue
-            topics.append(t.ProduceTopicResult(topic.name, ()))
-            counts.append(count)
-            for p in topic.partitions:
-                if p.partition_id < count:
-                    bundle, first = p.bundle, p.first_seq_num
-                    jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
-        # One partition (the common case) is awaited as it is: no task. Several
-        # are issued now, in order, and append side by side (one sync for all).
-        waits: Sequence[Awaitable[None]] = jobs
-        if len(jobs) > 1 or issued is not None:
-            waits = [step_now(job) for job in jobs]
-        if issued is not None:
-            issued.set_result(None)
+            if issued is not None:
+                self._let_go(issued)
         outcomes: list[BaseException | None] = []
         for wait in waits:
             try:

@@ -70,7 +70,7 @@ import logging
 import re
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -89,6 +89,7 @@ from headrace.errors import (
 from headrace.protocols import tank as t
 from headrace.protocols.pravega import EVENT_HEADER
 from headrace.protocols.tank.codec import encode_varint
+from headrace.server._inline import step_now
 from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
 from headrace.types import TableKey, TableUpdate
 
@@ -336,6 +337,7 @@ class Partition:
         self.exclusive = 0  # callers holding or waiting for the lock: appends queue behind
         self.in_flight = 0  # appends issued, not yet durable (or failed)
         self._settled: asyncio.Future[None] | None = None
+        self._opened: asyncio.Future[None] | None = None
         self.first_seq = 0  # first available seq num; 0 when empty
         self.hwm = 0  # last assigned seq num; 0 when empty
         self.origin_seq = 1  # seq num a non-sparse, unanchored bundle at the start gets
@@ -361,6 +363,27 @@ class Partition:
             if not self._settled.done():
                 self._settled.set_result(None)
             self._settled = None
+
+    async def opened(self) -> None:
+        """Wait until no caller holds or waits for the lock (``exclusive``).
+
+        Appends queue here, not on the lock: they are all woken in one round,
+        in order, and each is issued at once; taking the lock one after the
+        other would cost a loop round each, slower than a pipelining producer
+        adds more behind them.
+        """
+        while self.exclusive:
+            if self._opened is None or self._opened.done():
+                self._opened = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._opened)
+
+    def unlocked(self) -> None:
+        """A caller that held or waited for the lock is done."""
+        self.exclusive -= 1
+        if not self.exclusive and self._opened is not None:
+            if not self._opened.done():
+                self._opened.set_result(None)
+            self._opened = None
 
     def note(self, offset: int, first: int) -> None:
         """Add an index entry for the bundle at ``offset`` unless one is near before it."""
@@ -425,6 +448,8 @@ class TankBroker:
         self.skipped: Callable[[], None] = lambda: None
         """Called for each event a walk skips because it is not a bundle (a metric)."""
         self._partitions: dict[str, Partition] = {}
+        self._by_topic: dict[tuple[str, int], Partition] = {}
+        """The same, by (topic, partition id): no segment name to build per append."""
         self._stored_anchors: dict[str, dict[int, int]] = {}
         self._own_frames: set[int] = set()
         """``id`` of the frames our own appends are storing (checked at produce already)."""
@@ -524,10 +549,14 @@ class TankBroker:
 
     def _partition(self, topic: str, partition_id: int) -> Partition:
         """The state of an existing partition, loaded or not."""
+        part = self._by_topic.get((topic, partition_id))
+        if part is not None:
+            return part
         name = segment_name(self.scope, stream_name(topic), segment_id(0, partition_id))
         part = self._partitions.get(name)
         if part is None:
             part = self._partitions[name] = Partition(name)
+        self._by_topic[(topic, partition_id)] = part
         return part
 
     @contextlib.asynccontextmanager
@@ -540,7 +569,7 @@ class TankBroker:
                 await part.settled()
                 yield
         finally:
-            part.exclusive -= 1
+            part.unlocked()
 
     @property
     def open_partitions(self) -> int:
@@ -739,7 +768,9 @@ class TankBroker:
         if header is None:
             raise InvalidBundle(f"a bundle of {len(bundle)} bytes")
         part = self._partition(topic, partition_id)
-        if part.loaded and not part.exclusive:
+        while part.exclusive:
+            await part.opened()
+        if part.loaded:
             first, last, anchored = _numbers(part, header, explicit_first)
             if not anchored:
                 try:
@@ -747,30 +778,37 @@ class TankBroker:
                     return
                 except BadOffset:  # refused as issued: nothing stored; reload below
                     log.info("tank: %s was appended to through another protocol", part.segment)
+        stored: Awaitable[None] | None = None
         async with self._exclusive(part):
             for again in (True, False):  # once more after someone else appended to the segment
                 if not part.loaded:
                     await self._load(part)
-                try:
-                    first, last, anchored = _numbers(part, header, explicit_first)
-                    await self._store(part, bundle, first, last, anchored=anchored)
+                first, last, anchored = _numbers(part, header, explicit_first)
+                if anchored:
+                    await self._put_anchor(part, part.tail_length, first)
+                # Issued under the lock, its sync awaited after it: the appends
+                # queued behind are issued meanwhile.
+                stored = step_now(self._store(part, bundle, first, last, anchored=anchored))
+                if isinstance(stored, asyncio.Future):
+                    break
+                try:  # finished, or refused, as issued
+                    await stored
+                    return
                 except BadOffset:
                     log.info("tank: %s was appended to through another protocol", part.segment)
                     if not again:
                         raise
-                else:
-                    return
+        assert stored is not None
+        await stored
 
     async def _store(
         self, part: Partition, bundle: bytes, first: int, last: int, *, anchored: bool
     ) -> None:
         """Append a valid, numbered bundle at the partition's tail (its anchor
-        first if ``anchored``, under the lock). A failed append leaves the
-        partition to be reloaded at its next use; ``BadOffset`` says the
-        segment had grown behind our back (another front door appended)."""
+        written first if ``anchored``). Issued in the first step. A failed append
+        leaves the partition to be reloaded at its next use; ``BadOffset`` says
+        the segment had grown behind our back (another front door appended)."""
         offset = part.tail_length
-        if anchored:
-            await self._put_anchor(part, offset, first)
         frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
         self._own_frames.add(id(frame))  # validated above: the store's check lets it by
         # The tail moves as the append is issued (the store fixes its offset in
@@ -796,7 +834,7 @@ class TankBroker:
         part.verified.add(offset, result.length)
         if anchored:
             part.anchors[offset] = first
-        if not part.first_seq:
+        if not part.first_seq or offset == part.start:  # the first bundle may resume last
             part.first_seq = first
         part.hwm = max(part.hwm, last)
         part.length = max(part.length, result.length)

@@ -533,6 +533,10 @@ class GroupCommit:
                 self._burst_from = now
                 asyncio.get_running_loop().call_soon(self._saw_turn)
             if self._wake.is_set() or now - self._burst_from >= YIELD_INTERVAL_S:
+                # Once per interval, not by every append after it: appends started
+                # together in one callback (a pipelined read) cannot let the loop
+                # turn before that callback ends, and each yield costs a task.
+                self._burst_from = now
                 await asyncio.sleep(0)
             return
         if seq <= self.synced_seq:
