@@ -128,9 +128,16 @@ class LumberjackTarget:
             )
             return self._ranges
 
-    def keyless_index(self, segment_count: int) -> int:
-        """The segment for a window's events that have no routing key (round-robin)."""
-        return next(self._keyless) % segment_count
+    def keyless_index(self, segment_count: int, turn: int | None = None) -> int:
+        """The segment for a window's events that have no routing key (round-robin;
+        ``turn``: the one ``next_turn`` gave, for a window written in parts)."""
+        if turn is None:
+            turn = next(self._keyless)
+        return turn % segment_count
+
+    def next_turn(self) -> int:
+        """A window's turn of the round-robin, for all its parts (``write``)."""
+        return next(self._keyless)
 
     # ------------------------------------------------------------------ routing
 
@@ -150,14 +157,19 @@ class LumberjackTarget:
     # ------------------------------------------------------------------ writing
 
     async def write(
-        self, payloads: list[bytes], keys: list[str | None], issued: asyncio.Future[None]
+        self,
+        payloads: list[bytes],
+        keys: list[str | None],
+        issued: asyncio.Future[None],
+        turn: int | None = None,
     ) -> None:
         """Store events ``payloads`` (routed by ``keys``): one append per target
         segment, in order, re-routed when a segment is sealed or deleted under them.
 
         ``issued`` is resolved once the first appends are issued, so that the
         next window's appends follow them (per segment, stored order is wire
-        order).
+        order). ``turn``: the window's ``next_turn`` when it is written in parts,
+        so that its events without a key all go to one segment.
 
         Raises:
             RuntimeError: the target segments kept being sealed or deleted.
@@ -169,7 +181,7 @@ class LumberjackTarget:
             ranges = self._ranges
             if ranges is None:
                 ranges = await self.refresh()
-            runs = self._runs(payloads, keys, pending, ranges)
+            runs = self._runs(payloads, keys, pending, ranges, turn)
             store = self._app.store
             appends = [asyncio.ensure_future(store.append(name, data)) for name, _, data in runs]
             if not issued.done():
@@ -202,6 +214,7 @@ class LumberjackTarget:
         keys: list[str | None],
         indices: list[int],
         ranges: KeyRanges[str],
+        turn: int | None = None,
     ) -> list[tuple[str, list[int], bytes]]:
         """Events ``indices`` grouped per target segment, framed.
 
@@ -210,7 +223,7 @@ class LumberjackTarget:
         round-robin per window.
         """
         segments = ranges.segments
-        keyless = segments[self.keyless_index(len(segments))]
+        keyless = segments[self.keyless_index(len(segments), turn)]
         per_segment: dict[str, list[int]] = {}
         segment_of: dict[str | None, str] = {None: keyless}  # shippers' host names repeat
         for i in indices:
