@@ -235,7 +235,9 @@ def _headrace_round(
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _broker_round(broker: str, sizes: argparse.Namespace, cli: str | None, scratch: Path) -> dict[str, float]:
+def _broker_round(
+    broker: str, sizes: argparse.Namespace, cli: str | None, scratch: Path
+) -> dict[str, float]:
     """TANK's broker on a fresh base directory (its topic made as a directory)."""
     base = scratch / "tank-broker"
     (base / TOPIC / "0").mkdir(parents=True)
@@ -260,7 +262,7 @@ def _broker_round(broker: str, sizes: argparse.Namespace, cli: str | None, scrat
             "tank_b8192": _tank_row(port, sizes.big_messages, BIG_BUNDLE, cli),
         }
     finally:
-        stop(proc)  # type: ignore[arg-type]
+        stop(proc)
         shutil.rmtree(base, ignore_errors=True)
 
 
