@@ -172,15 +172,15 @@ class TankHandler(ConnectionHandler):
         self._taken_bytes: deque[int] = deque([0, 0], maxlen=2)  # the writer's last two takes
         self._taken = asyncio.Event()
         self._out: list[OutputPiece] = []
+        """Consume responses sent as pieces, in order ahead of what the connection
+        has queued since."""
         self._turns = 0  # requests other than consumes, in wire order
         self._answered = 0  # those of them answered (or given up)
         self._held: dict[int, t.Response | None] = {}
         """Replies ready before the ones ahead of them (``_answer_in_order``)."""
         self._issuing: asyncio.Future[None] | None = None
-        """Resolved once the last produce that suspended before issuing its
+        """Resolved once the last produce that had to wait before issuing its
         appends (a topic to look up) has issued them (``produce``)."""
-        """Consume responses sent as pieces, in order ahead of what the connection
-        has queued since."""
 
     # ------------------------------------------------------------------ loop interface
 

@@ -70,6 +70,7 @@ import logging
 import re
 import struct
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
@@ -337,7 +338,9 @@ class Partition:
         self.exclusive = 0  # callers holding or waiting for the lock: appends queue behind
         self.in_flight = 0  # appends issued, not yet durable (or failed)
         self._settled: asyncio.Future[None] | None = None
-        self._opened: asyncio.Future[None] | None = None
+        self.backlog: deque[_Pending] = deque()
+        """Appends that arrived while the partition could not take them at once
+        (not loaded, or the lock held), in arrival order (``TankBroker._drain``)."""
         self.first_seq = 0  # first available seq num; 0 when empty
         self.hwm = 0  # last assigned seq num; 0 when empty
         self.origin_seq = 1  # seq num a non-sparse, unanchored bundle at the start gets
@@ -364,26 +367,9 @@ class Partition:
                 self._settled.set_result(None)
             self._settled = None
 
-    async def opened(self) -> None:
-        """Wait until no caller holds or waits for the lock (``exclusive``).
-
-        Appends queue here, not on the lock: they are all woken in one round,
-        in order, and each is issued at once; taking the lock one after the
-        other would cost a loop round each, slower than a pipelining producer
-        adds more behind them.
-        """
-        while self.exclusive:
-            if self._opened is None or self._opened.done():
-                self._opened = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._opened)
-
     def unlocked(self) -> None:
         """A caller that held or waited for the lock is done."""
         self.exclusive -= 1
-        if not self.exclusive and self._opened is not None:
-            if not self._opened.done():
-                self._opened.set_result(None)
-            self._opened = None
 
     def note(self, offset: int, first: int) -> None:
         """Add an index entry for the bundle at ``offset`` unless one is near before it."""
@@ -427,6 +413,29 @@ class OutOfRange:
     last: int  # high-water mark
 
 
+class _Pending:
+    """An append in a partition's backlog; ``stored`` gets what to await for its sync
+    once it is issued (or the error that refused it)."""
+
+    __slots__ = ("bundle", "explicit_first", "header", "retried", "stored")
+
+    def __init__(self, bundle: bytes, header: t.BundleHeader, explicit_first: int) -> None:
+        self.bundle = bundle
+        self.header = header
+        self.explicit_first = explicit_first
+        self.retried = False
+        self.stored: asyncio.Future[Awaitable[None]] = asyncio.get_running_loop().create_future()
+
+    def issued(self, stored: Awaitable[None]) -> None:
+        if self.stored.done():  # its caller was cancelled: the append goes on
+            return
+        self.stored.set_result(stored)
+
+    def fail(self, exc: Exception) -> None:
+        if not self.stored.done():
+            self.stored.set_exception(exc)
+
+
 class TankBroker:
     """The broker state every TANK connection of one server shares.
 
@@ -448,6 +457,8 @@ class TankBroker:
         self.skipped: Callable[[], None] = lambda: None
         """Called for each event a walk skips because it is not a bundle (a metric)."""
         self._partitions: dict[str, Partition] = {}
+        self._slow: set[asyncio.Task[None]] = set()
+        """Appends that took a partition's lock (``_drain``), kept until done."""
         self._by_topic: dict[tuple[str, int], Partition] = {}
         """The same, by (topic, partition id): no segment name to build per append."""
         self._stored_anchors: dict[str, dict[int, int]] = {}
@@ -570,6 +581,7 @@ class TankBroker:
                 yield
         finally:
             part.unlocked()
+            self._drain(part)
 
     @property
     def open_partitions(self) -> int:
@@ -755,8 +767,8 @@ class TankBroker:
         to write, no caller holds its lock) is numbered and issued to the store
         in this coroutine's first step and then waits for its sync without
         holding anything: appends behind it are issued meanwhile, so one sync
-        serves them all. Any other queues on the partition's lock, and appends
-        arriving after it queue behind it, in order.
+        serves them all. Any other joins the partition's backlog, issued in
+        arrival order (``_drain``) by whoever releases the lock.
 
         Raises:
             InvalidBundle, InvalidSeqNums: nothing was stored.
@@ -768,9 +780,7 @@ class TankBroker:
         if header is None:
             raise InvalidBundle(f"a bundle of {len(bundle)} bytes")
         part = self._partition(topic, partition_id)
-        while part.exclusive:
-            await part.opened()
-        if part.loaded:
+        if part.loaded and not part.exclusive and not part.backlog:
             first, last, anchored = _numbers(part, header, explicit_first)
             if not anchored:
                 try:
@@ -778,28 +788,70 @@ class TankBroker:
                     return
                 except BadOffset:  # refused as issued: nothing stored; reload below
                     log.info("tank: %s was appended to through another protocol", part.segment)
-        stored: Awaitable[None] | None = None
-        async with self._exclusive(part):
-            for again in (True, False):  # once more after someone else appended to the segment
-                if not part.loaded:
-                    await self._load(part)
-                first, last, anchored = _numbers(part, header, explicit_first)
-                if anchored:
-                    await self._put_anchor(part, part.tail_length, first)
-                # Issued under the lock, its sync awaited after it: the appends
-                # queued behind are issued meanwhile.
-                stored = step_now(self._store(part, bundle, first, last, anchored=anchored))
-                if isinstance(stored, asyncio.Future):
-                    break
-                try:  # finished, or refused, as issued
-                    await stored
-                    return
-                except BadOffset:
-                    log.info("tank: %s was appended to through another protocol", part.segment)
-                    if not again:
-                        raise
-        assert stored is not None
+        pending = _Pending(bundle, header, explicit_first)
+        part.backlog.append(pending)
+        self._drain(part)
+        stored = await pending.stored
         await stored
+
+    def _drain(self, part: Partition) -> None:
+        """Issue the partition's backlog in order, now, while nothing holds its
+        lock; hand the first append that must wait (a load, an anchor, a reload
+        after a foreign append) to a task that takes the lock, and stop there.
+        Each append gets what to await for its sync (``_Pending.stored``)."""
+        backlog = part.backlog
+        while backlog and not part.exclusive:
+            pending = backlog[0]
+            if part.loaded:
+                try:
+                    first, last, anchored = _numbers(part, pending.header, pending.explicit_first)
+                except InvalidSeqNums as exc:
+                    backlog.popleft()
+                    pending.fail(exc)
+                    continue
+                if not anchored:
+                    backlog.popleft()
+                    bundle = pending.bundle
+                    stored = step_now(self._store(part, bundle, first, last, anchored=False))
+                    if not part.loaded and not pending.retried:  # refused as issued
+                        log.info("tank: %s was appended to through another protocol", part.segment)
+                        pending.retried = True
+                        backlog.appendleft(pending)
+                        continue
+                    pending.issued(stored)
+                    continue
+            backlog.popleft()
+            part.exclusive += 1  # appends arriving meanwhile join the backlog
+            task = asyncio.create_task(self._append_locked(part, pending))
+            self._slow.add(task)
+            task.add_done_callback(self._slow.discard)
+            return
+
+    async def _append_locked(self, part: Partition, pending: _Pending) -> None:
+        """Store ``pending`` under the partition's lock (``exclusive`` already
+        counted): load the partition, write its anchor, issue it; then release
+        the lock and issue the backlog that queued meanwhile."""
+        try:
+            async with part.lock:
+                await part.settled()
+                for again in (True, False):  # once more after someone else appended
+                    if not part.loaded:
+                        await self._load(part)
+                    header, explicit_first = pending.header, pending.explicit_first
+                    first, last, anchored = _numbers(part, header, explicit_first)
+                    if anchored:
+                        await self._put_anchor(part, part.tail_length, first)
+                    storing = self._store(part, pending.bundle, first, last, anchored=anchored)
+                    stored = step_now(storing)
+                    if isinstance(stored, asyncio.Future) or part.loaded or not again:
+                        break
+                    log.info("tank: %s was appended to through another protocol", part.segment)
+            pending.issued(stored)
+        except Exception as exc:  # the append's caller gets it
+            pending.fail(exc)
+        finally:
+            part.unlocked()
+            self._drain(part)
 
     async def _store(
         self, part: Partition, bundle: bytes, first: int, last: int, *, anchored: bool
