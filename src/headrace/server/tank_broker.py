@@ -40,7 +40,8 @@ so a foreign append to the segment is detected instead of corrupting the
 numbering. They do not wait for each other's sync: a producer that pipelines
 gets one sync for every bundle issued meanwhile. Whatever must wait first
 (loading, an anchor, a reload after a foreign append) holds the partition's
-lock with no append in flight, and appends arriving meanwhile queue behind it.
+lock with no append in flight; appends arriving meanwhile join the
+partition's backlog and are issued in arrival order when it lets go.
 
 Consume (tank.md#consume): ``read`` plans what one partition of a consume
 gets. Chunks hold whole bundles, start at the bundle containing the wanted seq
@@ -335,7 +336,7 @@ class Partition:
         self.length = 0  # end of the last bundle known (durable)
         self.tail_length = 0  # end of the last bundle issued (durable or in flight)
         self.tail_hwm = 0  # last seq num issued
-        self.exclusive = 0  # callers holding or waiting for the lock: appends queue behind
+        self.exclusive = 0  # callers holding or waiting for the lock: appends join the backlog
         self.in_flight = 0  # appends issued, not yet durable (or failed)
         self._settled: asyncio.Future[None] | None = None
         self.backlog: deque[_Pending] = deque()
