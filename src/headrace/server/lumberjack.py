@@ -305,7 +305,8 @@ class LumberjackHandler(ConnectionHandler):
         window = event
         try:
             try:
-                await asyncio.wait_for(self._store(window), self._config.max_ack_wait_s)
+                async with asyncio.timeout(self._config.max_ack_wait_s):  # no task of its own
+                    await self._store(window)
             except TimeoutError:
                 raise TimeoutError(
                     f"window (ack {window.ack_seq}) not durable after "
