@@ -71,6 +71,7 @@ faults: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/small_requests.py $(filter --quick,$(BENCH_ARGS))
 
 clean:
 	rm -rf $(VENV) headrace-data test-artifacts .pytest_cache .mypy_cache .ruff_cache

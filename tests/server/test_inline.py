@@ -12,7 +12,7 @@ import contextvars
 
 import pytest
 
-from headrace.server._inline import start_inline
+from headrace.server._inline import start_inline, step_now
 
 WAIT_S = 10.0  # bound on every wait in these tests
 
@@ -157,3 +157,24 @@ async def test_the_first_step_runs_in_the_callers_task_and_context() -> None:
 
     assert start_inline(look()) is None
     assert seen == [asyncio.current_task(), "caller's"]
+
+
+async def test_step_now_issues_in_call_order_and_gives_each_outcome() -> None:
+    issued: list[int] = []
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def append(n: int, park: bool) -> int:
+        issued.append(n)  # the first step: what fixes the order
+        if park:
+            await gate
+        if n == 3:
+            raise ValueError("refused")
+        return n * 10
+
+    waits = [step_now(append(1, True)), step_now(append(2, False)), step_now(append(3, False))]
+    assert issued == [1, 2, 3]  # all issued before anything else ran
+    assert await waits[1] == 20  # finished in its first step: no task
+    with pytest.raises(ValueError, match="refused"):
+        await waits[2]
+    gate.set_result(None)
+    assert await asyncio.wait_for(waits[0], WAIT_S) == 10

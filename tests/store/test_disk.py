@@ -971,6 +971,39 @@ async def test_appends_that_arrive_apart_do_not_yield(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_appends_started_together_yield_once_per_interval(tmp_path: Path) -> None:
+    """Appends started one after the other in one callback (a pipelined read)
+    cannot let the loop turn before it ends: past YIELD_INTERVAL_S one of them
+    yields per interval, not every one after it (each yield costs a task)."""
+    from headrace.store.disk.commit import YIELD_INTERVAL_S
+
+    store = await DiskStore.open(tmp_path / "data", fsync=FsyncPolicy.NEVER)
+    try:
+        await store.create_segment("together")
+        await asyncio.sleep(0)  # the loop turned: a fresh burst
+        now = [0.0]
+
+        def clock() -> float:  # each append takes a tenth of an interval
+            now[0] += YIELD_INTERVAL_S / 10
+            return now[0]
+
+        for c in store._containers:
+            c.commit._clock = clock
+        suspended = []
+        for _ in range(100):
+            coro = store.append("together", b"z" * 100)
+            try:
+                coro.send(None)
+            except StopIteration:
+                continue
+            suspended.append(coro)
+        for coro in suspended:
+            await _finish_coroutine(coro)
+        assert 5 <= len(suspended) <= 15, len(suspended)  # about one per interval
+    finally:
+        await store.close()
+
+
 async def _finish_coroutine(coro: Coroutine[Any, Any, Any]) -> None:
     """Drive a coroutine that suspended in its first step to its end."""
 

@@ -10,9 +10,12 @@ the loop steps the coroutine by hand instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, Generic, TypeVar
 
-__all__ = ["start_inline"]
+__all__ = ["start_inline", "step_now"]
+
+T = TypeVar("T")
 
 
 def start_inline(coro: Coroutine[object, None, None]) -> asyncio.Task[None] | None:
@@ -38,6 +41,42 @@ def start_inline(coro: Coroutine[object, None, None]) -> asyncio.Task[None] | No
     return asyncio.create_task(_drive(coro, yielded))
 
 
+def step_now(coro: Coroutine[Any, None, T]) -> Awaitable[T]:
+    """Run ``coro``'s first step now; an awaitable of its outcome.
+
+    For a coroutine whose first step fixes an order (a store append issues
+    its record there): several of them started one after the other are
+    issued in that order, where ``asyncio.gather`` would start each a loop
+    round later, after whatever the caller does next. The same rules as
+    ``start_inline`` hold for what the first step may use.
+    """
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return _Done(stop.value, None)
+    except Exception as exc:
+        return _Done(None, exc)
+    _taken(yielded)
+    return asyncio.create_task(_drive(coro, yielded))
+
+
+class _Done(Generic[T]):
+    """The outcome of a coroutine that finished in its first step, to await."""
+
+    __slots__ = ("_error", "_value")
+
+    def __init__(self, value: Any, error: Exception | None) -> None:
+        self._value = value
+        self._error = error
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if self._error is not None:
+            raise self._error
+        value: T = self._value
+        return value
+        yield  # a generator, as ``__await__`` must return
+
+
 def _taken(yielded: object) -> None:
     """Mark a future a coroutine yielded as taken by its driver, as a Task does at once:
     a future still marked refuses the next coroutine that awaits it."""
@@ -45,7 +84,7 @@ def _taken(yielded: object) -> None:
         yielded._asyncio_future_blocking = False
 
 
-async def _drive(coro: Coroutine[object, None, None], yielded: object) -> None:
+async def _drive(coro: Coroutine[Any, None, T], yielded: object) -> T:
     """Drive ``coro`` on from what its last step yielded, as its Task would.
 
     A future it yielded is awaited here (its outcome stays in it: the
@@ -75,6 +114,7 @@ async def _drive(coro: Coroutine[object, None, None], yielded: object) -> None:
             thrown = RuntimeError(f"a coroutine run inline yielded {yielded!r}")
         try:
             yielded = coro.send(None) if thrown is None else coro.throw(thrown)
-        except StopIteration:
-            return
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
         _taken(yielded)

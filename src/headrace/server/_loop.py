@@ -19,7 +19,8 @@ to the part it concerns:
   a parked read never stalls appends. Tasks start in arrival order, and each
   handler's first step runs before the next one's, so store calls issued
   before the first ``await`` keep the wire order. Events a handler marks
-  ``sequential`` run one at a time. An ``inline`` event (a Pravega
+  ``sequential`` run one at a time, except ``pipelined`` ones (TANK
+  produces), issued one behind the other. An ``inline`` event (a Pravega
   append) runs its first step in the receive callback itself
   (``_inline.start_inline``): an append the store acknowledges at once is
   read, handled and answered in one callback. At most
@@ -277,6 +278,17 @@ class ConnectionHandler(abc.ABC):
 
     def sequential(self, event: object) -> bool:
         """Whether ``event`` must wait for the events before it to finish."""
+        return False
+
+    def pipelined(self, event: object) -> bool:
+        """Whether a ``sequential`` event may start behind an earlier pipelined one
+        before that one finished (asked only for sequential events).
+
+        For appends a client pipelines: each is issued while the ones before
+        it wait for their sync, so one sync serves them all. The handler must
+        keep their order itself: issue the store call in the first step, or
+        make the later ones wait for an earlier one that suspended before it.
+        """
         return False
 
     def inline(self, event: object) -> bool:

@@ -6,9 +6,13 @@ order and a handler's first step runs before any later task's, so a handler
 that issues its store call before its first ``await`` keeps the wire order
 (the store fixes an append's offset when it is issued). Events whose
 handler says they are ``sequential`` wait for the sequential event before
-them to finish. An ``inline`` event (a Pravega append) skips the task: its
-first step runs at once, in the receive callback (``start_inline``), and a
-task carries on only if it suspends.
+them to finish; unless both are ``pipelined`` (TANK produces): then the
+later one starts as soon as its turn comes, behind the earlier one's first
+step, and the handler keeps their order itself. So a connection's pipelined
+appends are all issued at once and one sync serves them all, where waiting
+for each to finish would cost one sync each. An ``inline`` event (a Pravega
+append, a TANK produce) skips the task: its first step runs at once, in the
+receive callback (``start_inline``), and a task carries on only if it suspends.
 
 At most ``max_pending`` events of a connection run at once. The events of a
 read that reached the limit wait in a backlog (the listener's receive buffer
@@ -65,6 +69,8 @@ class Pipeline:
         "_observer",
         "_pending",
         "_previous",
+        "_previous_after",
+        "_previous_pipelined",
         "_protocol_error",
         "_reader",
         "_tasks",
@@ -96,6 +102,8 @@ class Pipeline:
         self._pending = 0  # events being handled
         self._tasks: set[asyncio.Task[None]] = set()
         self._previous: asyncio.Task[None] | None = None  # the last sequential event's task
+        self._previous_pipelined = False  # it is ``pipelined``
+        self._previous_after: asyncio.Task[None] | None = None  # the task it waited for
         self._unstarted = False  # a task made for an event has not run its first step yet
         self._backlog: collections.deque[object] = collections.deque()
         self._backlog_error: RemoteProtocolError | None = None
@@ -174,8 +182,18 @@ class Pipeline:
         assert self._handler is not None
         self._pending += 1
         sequential = self._handler.sequential(event)
-        previous = self._previous
-        after = previous if sequential and not _finished(previous) else None
+        pipelined = False
+        after: asyncio.Task[None] | None = None
+        if sequential:
+            pipelined = self._handler.pipelined(event)
+            if pipelined and self._previous_pipelined:
+                # Started in order behind the one before, the handler keeps their
+                # order itself: wait only for what that one waits for.
+                after = self._previous_after
+            else:
+                after = self._previous
+            if _finished(after):
+                after = None
         task: asyncio.Task[None] | None
         if after is None and not self._unstarted and self._handler.inline(event):
             # Nothing it must follow is left undone: start it here, in order.
@@ -192,6 +210,8 @@ class Pipeline:
             task.add_done_callback(self._tasks.discard)
         if sequential:
             self._previous = task
+            self._previous_pipelined = pipelined
+            self._previous_after = after
 
     def _all_started(self) -> None:
         self._unstarted = False

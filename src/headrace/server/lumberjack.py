@@ -27,8 +27,11 @@ Theory of operation
   the stored order is the wire order. A window's ack (its last seq, in the
   connection's version, one 6-byte frame) is queued once it and every window
   before it are durable.
-* **v2 keepalives.** While anything awaits an ack on a v2 connection, an
-  ``Ack(0)`` goes out whenever nothing was written for ``keepalive_interval_s``.
+* **v2 keepalives and partial acks.** While anything awaits an ack on a v2
+  connection, an ``Ack(0)`` goes out whenever nothing was written for
+  ``keepalive_interval_s``. A window over ``PARTIAL_ACK_BYTES`` is stored in
+  parts, one after the other, and each part but the last is acked (the seq
+  of its last event) once it and everything before it is durable.
   A window that waits longer than ``max_ack_wait_s`` for the store closes the
   connection without its ack (the client resends elsewhere).
 * **Bad input** (``RemoteProtocolError`` from the codec, or a limit here)
@@ -83,6 +86,7 @@ from headrace.server.lumberjack_target import (
 
 __all__ = [
     "MAX_EVENT_BYTES",
+    "PARTIAL_ACK_BYTES",
     "LumberjackHandler",
     "start_lumberjack",
 ]
@@ -92,6 +96,14 @@ log = logging.getLogger(__name__)
 UNAVAILABLE: Final = "unavailable"
 """Access-line reason of a connection closed because a target segment's owner
 (another node) could not be reached: retriable, the client sends again."""
+
+PARTIAL_ACK_BYTES: Final = 1024 * 1024
+"""A v2 window holding more event bytes than this is stored in parts of about
+this size, each issued once the one before is durable and acknowledged then with
+a partial ack (the seq of its last event): a Beat waiting on a slow disk sees
+its window progress, and after a failure resends only what was not acked.
+Windows below it (libbeat's 2048 events of a few hundred bytes) are one part,
+and store as before."""
 
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 """Largest event payload stored: Pravega's own event size limit, so that every
@@ -119,6 +131,13 @@ class _Window:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     durable: bool = False
+    parts: list[tuple[int, int]] = field(default_factory=list)
+    """v2 windows over ``PARTIAL_ACK_BYTES``: (end index, seq of that event) of
+    each part but the last; empty: stored in one go."""
+    partial_seq: int = 0
+    """Seq of the last event of the parts durable so far (0: none)."""
+    partial_sent: int = 0
+    """The last partial ack sent for this window."""
 
 
 # --------------------------------------------------------------------------- handler
@@ -164,6 +183,8 @@ class LumberjackHandler(ConnectionHandler):
         self._open_bytes = 0
         self._tls = tls
         self._metadata: tuple[dict[str, object], bytes] | None = None
+        self._open_parts: list[tuple[int, int]] = []  # the open window's parts so far
+        self._part_bytes = 0  # event bytes of the open window since its last part
         self._pending_bytes = 0  # event bytes received and not yet acked
         self._windows: deque[_Window] = deque()  # closed, not yet acked, in order
         self._last_issued: asyncio.Future[None] | None = None
@@ -223,6 +244,11 @@ class LumberjackHandler(ConnectionHandler):
             self._refuse(batch.seqs, payloads)
         self._pending_bytes += size
         self._open_bytes += size
+        if self._conn.version is ProtocolVersion.V2:
+            if self._part_bytes + size >= PARTIAL_ACK_BYTES:
+                self._cut_parts(batch)
+            else:
+                self._part_bytes += size
         target = self._target
         self._open_keys += target.routing_keys(batch)
         if self._open_streams is not None:
@@ -246,10 +272,14 @@ class LumberjackHandler(ConnectionHandler):
             self._open_bytes,
             after=self._last_issued,
         )
+        if self._open_parts and self._open_parts[-1][0] >= len(window.payloads):
+            self._open_parts.pop()  # a part ending with the window is its last part
+        window.parts = self._open_parts
         self._last_issued = window.issued
         self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
         if self._open_streams is not None:
             self._open_streams = []
+        self._open_parts, self._part_bytes = [], 0
         self._windows.append(window)
         return window
 
@@ -259,6 +289,19 @@ class LumberjackHandler(ConnectionHandler):
             meta = connection_metadata(self.peer, self._tls, self.peer_cert)
             self._metadata = meta, json.dumps(meta, separators=(",", ":")).encode()
         return self._metadata
+
+    def _cut_parts(self, batch: Batch) -> None:
+        """Note where the open window's parts end, for ``batch``'s events (taken
+        next): a part ends at the event that brings it to ``PARTIAL_ACK_BYTES``."""
+        index = len(self._open_payloads)
+        part_bytes = self._part_bytes
+        for seq, payload in zip(batch.seqs, batch.payloads, strict=True):
+            index += 1
+            part_bytes += len(payload)
+            if part_bytes >= PARTIAL_ACK_BYTES:
+                self._open_parts.append((index, seq))
+                part_bytes = 0
+        self._part_bytes = part_bytes
 
     def _check_access(self) -> None:
         """Raise ``AccessDenied`` unless the client may write to the target
@@ -300,7 +343,8 @@ class LumberjackHandler(ConnectionHandler):
         window = event
         try:
             try:
-                await asyncio.wait_for(self._store(window), self._config.max_ack_wait_s)
+                async with asyncio.timeout(self._config.max_ack_wait_s):  # no task of its own
+                    await self._store(window)
             except TimeoutError:
                 raise TimeoutError(
                     f"window (ack {window.ack_seq}) not durable after "
@@ -328,7 +372,24 @@ class LumberjackHandler(ConnectionHandler):
     async def _store(self, window: _Window) -> None:
         if window.after is not None:
             await window.after
-        await self._target.write(window.payloads, window.keys, window.issued, window.streams)
+        if not window.parts:
+            await self._target.write(window.payloads, window.keys, window.issued, window.streams)
+            return
+        turn = self._target.next_turn()
+        streams = window.streams
+        start = 0
+        for end, seq in window.parts:  # each durable before the next is issued
+            issued = asyncio.get_running_loop().create_future()
+            payloads, keys = window.payloads[start:end], window.keys[start:end]
+            part = None if streams is None else streams[start:end]
+            await self._target.write(payloads, keys, issued, part, turn)
+            start = end
+            window.partial_seq = seq
+            self._ack_ready()
+            self.wake_writer()
+        payloads, keys = window.payloads[start:], window.keys[start:]
+        rest = None if streams is None else streams[start:]
+        await self._target.write(payloads, keys, window.issued, rest, turn)
 
     # ------------------------------------------------------------------ acking
 
@@ -347,6 +408,13 @@ class LumberjackHandler(ConnectionHandler):
                 self._late_acks += encode_frame(self._conn.version, Ack(window.ack_seq))
             else:
                 self._conn.send(Ack(window.ack_seq))
+            self._last_write_s = asyncio.get_running_loop().time()
+        if not self._windows or self._failed:
+            return
+        head = self._windows[0]  # the oldest window awaiting its ack
+        if head.partial_seq > head.partial_sent:
+            head.partial_sent = head.partial_seq
+            self._conn.send(Ack(head.partial_seq))  # every event up to it is durable
             self._last_write_s = asyncio.get_running_loop().time()
 
     def data_to_send(self) -> bytes:
@@ -408,6 +476,7 @@ class LumberjackHandler(ConnectionHandler):
         self._open_payloads, self._open_keys, self._open_bytes = [], [], 0
         if self._open_streams is not None:
             self._open_streams = []
+        self._open_parts, self._part_bytes = [], 0  # what lingers is stored in one go
         self._windows.append(part)
         task = asyncio.create_task(self._store_part(part), name=f"{self.name}-linger")
         self._parts.add(task)

@@ -133,9 +133,12 @@ class _Stream:
             )
             return self.ranges
 
-    def keyless_index(self, segment_count: int) -> int:
-        """The segment for a window's events that have no routing key (round-robin)."""
-        return next(self._keyless) % segment_count
+    def keyless_index(self, segment_count: int, turn: int | None = None) -> int:
+        """The segment for a window's events that have no routing key (round-robin;
+        ``turn``: the one ``next_turn`` gave, for a window written in parts)."""
+        if turn is None:
+            turn = next(self._keyless)
+        return turn % segment_count
 
 
 class LumberjackTarget:
@@ -160,6 +163,7 @@ class LumberjackTarget:
             self._default_name: _Stream(app, self.scope, self.stream)
         }
         self._fallbacks_logged: set[str] = set()
+        self._turns = itertools.count()
         self._paths = tuple(parse_field_path(spec) for spec in config.routing_key_fields)
         self._template_paths = () if self._template is None else self._template.fields
         self.metadata = config.metadata
@@ -188,6 +192,10 @@ class LumberjackTarget:
     async def refresh(self) -> KeyRanges[str]:
         """Create the default (or only) stream if needed and load its open segments."""
         return await self._streams[self._default_name].refresh()
+
+    def next_turn(self) -> int:
+        """A window's turn of the round-robin, for all its parts (``write``)."""
+        return next(self._turns)
 
     # ------------------------------------------------------------------ routing
 
@@ -257,6 +265,7 @@ class LumberjackTarget:
         keys: list[str | None],
         issued: asyncio.Future[None],
         streams: list[str] | None = None,
+        turn: int | None = None,
     ) -> None:
         """Store events ``payloads`` (routed by ``keys``, into ``streams``, or
         the one stream when None): one append per target segment, in order,
@@ -264,7 +273,8 @@ class LumberjackTarget:
 
         ``issued`` is resolved once the first appends are issued, so that the
         next window's appends follow them (per segment, stored order is wire
-        order).
+        order). ``turn``: the window's ``next_turn`` when it is written in parts,
+        so that its events without a key all go to one segment.
 
         Raises:
             RuntimeError: the target segments kept being sealed or deleted.
@@ -286,7 +296,7 @@ class LumberjackTarget:
                     ranges = await target.refresh()
                 runs += [
                     (target, name, members, data)
-                    for name, members, data in _runs(target, payloads, keys, indices, ranges)
+                    for name, members, data in _runs(target, payloads, keys, indices, ranges, turn)
                 ]
             appends = [asyncio.ensure_future(store.append(name, data)) for _, name, _, data in runs]
             if not issued.done():
@@ -319,15 +329,16 @@ def _runs(
     keys: list[str | None],
     indices: list[int],
     ranges: KeyRanges[str],
+    turn: int | None = None,
 ) -> list[tuple[str, list[int], bytes]]:
     """Events ``indices`` grouped per target segment of ``target``, framed.
 
     Each segment gets one run (more only past ``MAX_APPEND_BYTES``), its
     events in wire order. Events without a key share one segment, chosen
-    round-robin per window.
+    round-robin per window (``turn``: the window's, for one written in parts).
     """
     segments = ranges.segments
-    keyless = segments[target.keyless_index(len(segments))]
+    keyless = segments[target.keyless_index(len(segments), turn)]
     per_segment: dict[str, list[int]] = {}
     segment_of: dict[str | None, str] = {None: keyless}  # shippers' host names repeat
     for i in indices:

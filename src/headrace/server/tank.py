@@ -38,9 +38,9 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from headrace.controller.errors import ControllerError, StreamExists, TooMany
 from headrace.controller.naming import is_valid_name
@@ -54,6 +54,7 @@ from headrace.errors import (
 from headrace.protocols import tank as t
 from headrace.protocols.pravega.auth import Permission, scope_resource, stream_resource
 from headrace.server._context import Listener, ListenerContext
+from headrace.server._inline import step_now
 from headrace.server._listen import start_tcp_listener
 from headrace.server._loop import ConnectionHandler, OutputPiece
 from headrace.server.authz import ConnectionAccess, DoorAuth
@@ -174,6 +175,13 @@ class TankHandler(ConnectionHandler):
         self._out: list[OutputPiece] = []
         """Consume responses sent as pieces, in order ahead of what the connection
         has queued since."""
+        self._turns = 0  # requests other than consumes, in wire order
+        self._answered = 0  # those of them answered (or given up)
+        self._held: dict[int, t.Response | None] = {}
+        """Replies ready before the ones ahead of them (``_answer_in_order``)."""
+        self._issuing: asyncio.Future[None] | None = None
+        """Resolved once the last produce that had to wait before issuing its
+        appends (a topic to look up) has issued them (``produce``)."""
 
     # ------------------------------------------------------------------ loop interface
 
@@ -196,6 +204,12 @@ class TankHandler(ConnectionHandler):
         # they run beside everything else.
         return not isinstance(event, t.Consume)
 
+    def pipelined(self, event: object) -> bool:
+        # A produce issues its appends in its first step, or makes the produces
+        # behind it wait until it has (``_issuing``): they need not wait for
+        # its sync.
+        return type(event) in _INLINE_REQUESTS
+
     def inline(self, event: object) -> bool:
         # A produce issues its store append in its first step (the partition's
         # lock is free unless a produce to it is in flight) and, under fsync
@@ -212,6 +226,9 @@ class TankHandler(ConnectionHandler):
         if handler is None:  # Ping (ignored, tank.md#message-ids), ConnectionClosed
             return
         assert isinstance(event, t.Request)
+        if not isinstance(event, t.Consume):
+            await self._answer_in_order(handler, event)
+            return
         response = await handler(self, event)
         if self._conn.state is t.ConnectionState.ERROR:
             return
@@ -233,6 +250,39 @@ class TankHandler(ConnectionHandler):
         else:
             self._conn.send(response)
         self._queued_bytes += _chunk_bytes(response)
+
+    async def _answer_in_order(self, handler: Handler, request: t.Request) -> None:
+        """Answer a request that is not a consume after every such request before it.
+
+        Pipelined produces finish out of order (one that had to load its
+        partition first finishes after a later one to a loaded partition), and
+        a reply that is ready early is held until the ones before it went.
+        One that raised gives up its turn, so the ones after it still go.
+        """
+        turn = self._turns
+        self._turns += 1
+        response: t.Response | None = None
+        try:
+            response = await handler(self, request)
+        finally:
+            held = self._held
+            held[turn] = response
+            while self._answered in held:
+                ready = held.pop(self._answered)
+                self._answered += 1
+                if ready is not None and self._conn.state is not t.ConnectionState.ERROR:
+                    self._conn.send(ready)
+
+    def _hold_issuing(self) -> asyncio.Future[None]:
+        """Make the produces that arrive from now on wait until ``_let_go``."""
+        issued = self._issuing = asyncio.get_running_loop().create_future()
+        return issued
+
+    def _let_go(self, issued: asyncio.Future[None]) -> None:
+        if self._issuing is issued:
+            self._issuing = None
+        if not issued.done():
+            issued.set_result(None)
 
     def output(self) -> list[OutputPiece]:
         self._taken_bytes.append(self._queued_bytes)
@@ -375,41 +425,64 @@ class TankHandler(ConnectionHandler):
     # ------------------------------------------------------------------ produce
 
     async def produce(self, request: t.Request) -> t.Response:
+        """Issue the request's appends in order with the produces before it, then
+        answer once they are durable.
+
+        The common case issues them in this coroutine's first step (every topic
+        known, no produce before it still waiting to issue). A produce that must
+        wait first (a topic to look up, or a produce before it that waits) holds
+        the connection's ``_issuing`` future until it has issued: the produces
+        behind it wait for that (not for its sync), so none overtakes it.
+        """
         assert isinstance(request, t.Produce | t.ProduceWithSeqnum)
         broker = self._broker
-        topics: list[t.ProduceTopicResult] = []
-        counts: list[int] = []
-        jobs: list[Awaitable[None]] = []
-        for topic in request.topics:
-            if not self._allowed(topic.name, Permission.READ_UPDATE):
-                topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
-                counts.append(0)
-                continue
-            count = broker.partitions_count(topic.name)
-            if count is None:  # a miss only: the hot path makes no coroutine
-                count = await broker.known_partitions(topic.name)
-            if count is None or broker.is_read_only(topic.name):
-                error = t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
-                topics.append(t.ProduceTopicResult(topic.name, (), error))
-                counts.append(0)
-                continue
-            topics.append(t.ProduceTopicResult(topic.name, ()))
-            counts.append(count)
-            for p in topic.partitions:
-                if p.partition_id < count:
-                    bundle, first = p.bundle, p.first_seq_num
-                    jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
-        # One partition (the common case) is awaited as it is: no gather, no task.
-        # Several append side by side (one sync round for all under fsync always).
-        outcomes: list[BaseException | None]
-        if len(jobs) == 1:
+        issued: asyncio.Future[None] | None = None
+        try:
+            before = self._issuing
+            if before is not None:
+                issued = self._hold_issuing()
+                await asyncio.shield(before)
+            topics: list[t.ProduceTopicResult] = []
+            counts: list[int] = []
+            jobs: list[Coroutine[Any, None, None]] = []
+            for topic in request.topics:
+                if not self._allowed(topic.name, Permission.READ_UPDATE):
+                    topics.append(t.ProduceTopicResult(topic.name, (), t.ProduceError.READ_ONLY))
+                    counts.append(0)
+                    continue
+                count = broker.partitions_count(topic.name)
+                if count is None:  # a miss only: the hot path makes no coroutine
+                    if issued is None:
+                        issued = self._hold_issuing()
+                    count = await broker.known_partitions(topic.name)
+                if count is None or broker.is_read_only(topic.name):
+                    error = (
+                        t.ProduceError.UNKNOWN_TOPIC if count is None else t.ProduceError.READ_ONLY
+                    )
+                    topics.append(t.ProduceTopicResult(topic.name, (), error))
+                    counts.append(0)
+                    continue
+                topics.append(t.ProduceTopicResult(topic.name, ()))
+                counts.append(count)
+                for p in topic.partitions:
+                    if p.partition_id < count:
+                        bundle, first = p.bundle, p.first_seq_num
+                        jobs.append(broker.append(topic.name, p.partition_id, bundle, first))
+            # One partition (the common case) is awaited as it is: no task. Several
+            # are issued now, in order, and append side by side (one sync for all).
+            waits: Sequence[Awaitable[None]] = jobs
+            if len(jobs) > 1 or issued is not None:
+                waits = [step_now(job) for job in jobs]
+        finally:
+            if issued is not None:
+                self._let_go(issued)
+        outcomes: list[BaseException | None] = []
+        for wait in waits:
             try:
-                await jobs[0]
-                outcomes = [None]
+                await wait
+                outcomes.append(None)
             except _FAILURES as exc:
-                outcomes = [exc]
-        else:
-            outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+                outcomes.append(exc)
         failures = iter(outcomes)
         results = []
         for topic, result, count in zip(request.topics, topics, counts, strict=True):

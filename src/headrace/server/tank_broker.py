@@ -34,9 +34,14 @@ on first use, not at start-up.
 Acknowledgement (``docs/architecture.md#invariant-durable-acks``): ``append``
 returns once the store's append returned, i.e. once the bundle is durable;
 only then do the partition's high-water mark move and parked consumes wake.
-Appends to one partition are serialised (its lock) and use
-``expected_offset``, so a foreign append to the segment is detected instead of
-corrupting the numbering.
+Appends to one partition are numbered and issued in order, each at the tail
+of the one before (``tail_length``, ``tail_hwm``), and use ``expected_offset``,
+so a foreign append to the segment is detected instead of corrupting the
+numbering. They do not wait for each other's sync: a producer that pipelines
+gets one sync for every bundle issued meanwhile. Whatever must wait first
+(loading, an anchor, a reload after a foreign append) holds the partition's
+lock with no append in flight; appends arriving meanwhile join the
+partition's backlog and are issued in arrival order when it lets go.
 
 Consume (tank.md#consume): ``read`` plans what one partition of a consume
 gets. Chunks hold whole bundles, start at the bundle containing the wanted seq
@@ -81,7 +86,8 @@ import logging
 import re
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -100,6 +106,7 @@ from headrace.errors import (
 from headrace.protocols import tank as t
 from headrace.protocols.pravega import EVENT_HEADER
 from headrace.protocols.tank.codec import encode_varint
+from headrace.server._inline import step_now
 from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
 from headrace.types import TableKey, TableUpdate
 
@@ -368,9 +375,17 @@ class Partition:
         self.segment = segment
         self.foreign = foreign
         self.sealed = False  # as of the last load: a byte stream's last piece then shows
-        self.lock = asyncio.Lock()  # serialises loading and appends
+        self.lock = asyncio.Lock()  # serialises loading and the appends that wait first
         self.loaded = False
         self.length = 0  # end of the last bundle known (durable)
+        self.tail_length = 0  # end of the last bundle issued (durable or in flight)
+        self.tail_hwm = 0  # last seq num issued
+        self.exclusive = 0  # callers holding or waiting for the lock: appends join the backlog
+        self.in_flight = 0  # appends issued, not yet durable (or failed)
+        self._settled: asyncio.Future[None] | None = None
+        self.backlog: deque[_Pending] = deque()
+        """Appends that arrived while the partition could not take them at once
+        (not loaded, or the lock held), in arrival order (``TankBroker._drain``)."""
         self.first_seq = 0  # first available seq num; 0 when empty
         self.hwm = 0  # last assigned seq num; 0 when empty
         self.origin_seq = 1  # seq num a non-sparse, unanchored bundle at the start gets
@@ -381,6 +396,25 @@ class Partition:
         self.checkpoint_offset = -CHECKPOINT_INTERVAL_BYTES
         self.waiters: set[Waiter] = set()
         self.verified = _Verified()
+
+    async def settled(self) -> None:
+        """Wait until no append issued to the partition is in flight."""
+        while self.in_flight:
+            if self._settled is None or self._settled.done():
+                self._settled = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._settled)
+
+    def landed(self) -> None:
+        """An append issued is durable, or failed."""
+        self.in_flight -= 1
+        if not self.in_flight and self._settled is not None:
+            if not self._settled.done():
+                self._settled.set_result(None)
+            self._settled = None
+
+    def unlocked(self) -> None:
+        """A caller that held or waited for the lock is done."""
+        self.exclusive -= 1
 
     def note(self, offset: int, first: int) -> None:
         """Add an index entry for the bundle at ``offset`` unless one is near before it."""
@@ -424,6 +458,29 @@ class OutOfRange:
     last: int  # high-water mark
 
 
+class _Pending:
+    """An append in a partition's backlog; ``stored`` gets what to await for its sync
+    once it is issued (or the error that refused it)."""
+
+    __slots__ = ("bundle", "explicit_first", "header", "retried", "stored")
+
+    def __init__(self, bundle: bytes, header: t.BundleHeader, explicit_first: int) -> None:
+        self.bundle = bundle
+        self.header = header
+        self.explicit_first = explicit_first
+        self.retried = False
+        self.stored: asyncio.Future[Awaitable[None]] = asyncio.get_running_loop().create_future()
+
+    def issued(self, stored: Awaitable[None]) -> None:
+        if self.stored.done():  # its caller was cancelled: the append goes on
+            return
+        self.stored.set_result(stored)
+
+    def fail(self, exc: Exception) -> None:
+        if not self.stored.done():
+            self.stored.set_exception(exc)
+
+
 class TankBroker:
     """The broker state every TANK connection of one server shares.
 
@@ -445,6 +502,10 @@ class TankBroker:
         self.skipped: Callable[[], None] = lambda: None
         """Called for each event a walk skips because it is not a bundle (a metric)."""
         self._partitions: dict[str, Partition] = {}
+        self._slow: set[asyncio.Task[None]] = set()
+        """Appends that took a partition's lock (``_drain``), kept until done."""
+        self._by_topic: dict[tuple[str, int], Partition] = {}
+        """The same, by (topic, partition id): no segment name to build per append."""
         self._stored_anchors: dict[str, dict[int, int]] = {}
         self._own_frames: set[int] = set()
         """``id`` of the frames our own appends are storing (checked at produce already)."""
@@ -568,6 +629,18 @@ class TankBroker:
 
     async def partition(self, topic: str, partition_id: int) -> Partition:
         """The loaded state of an existing partition (check ``partitions_count`` first)."""
+        part = self._partition(topic, partition_id)
+        if not part.loaded:
+            async with self._exclusive(part):
+                if not part.loaded:
+                    await self._load(part)
+        return part
+
+    def _partition(self, topic: str, partition_id: int) -> Partition:
+        """The state of an existing partition, loaded or not."""
+        part = self._by_topic.get((topic, partition_id))
+        if part is not None:
+            return part
         foreign = False
         if "." in topic:  # SCOPE.STREAM: partition n is the stream's segment number n
             located = self.locate(topic)
@@ -583,11 +656,22 @@ class TankBroker:
         part = self._partitions.get(name)
         if part is None:
             part = self._partitions[name] = Partition(name, foreign)
-        if not part.loaded:
-            async with part.lock:
-                if not part.loaded:
-                    await self._load(part)
+        if not foreign:  # a foreign stream's partitions are looked up again (it may be recreated)
+            self._by_topic[(topic, partition_id)] = part
         return part
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, part: Partition) -> AsyncIterator[None]:
+        """Hold the partition's lock with no append in flight: appends that
+        arrive meanwhile queue on the lock instead of being issued (``append``)."""
+        part.exclusive += 1
+        try:
+            async with part.lock:
+                await part.settled()
+                yield
+        finally:
+            part.unlocked()
+            self._drain(part)
 
     @property
     def open_partitions(self) -> int:
@@ -615,7 +699,7 @@ class TankBroker:
                 log.warning("tank: removing stale anchors of %s failed: %s", part.segment, exc)
         part.anchors = {o: s for o, s in stored.items() if info.start_offset <= o < info.length}
         part.start = info.start_offset
-        part.length = info.length
+        part.length = part.tail_length = info.length
         part.sealed = info.sealed
         part.index_offsets, part.index_seqs = [], []
         part.first_seq = part.hwm = 0
@@ -651,6 +735,7 @@ class TankBroker:
                     await self._put_anchor(part, last.offset, last.first)
                 except StoreError as exc:  # only a restart's speed depends on it
                     log.warning("tank: anchoring the tail of %s failed: %s", part.segment, exc)
+        part.tail_hwm = part.hwm
         part.loaded = True
         self.open_time_us += int((time.perf_counter() - began) * 1e6)
 
@@ -801,6 +886,13 @@ class TankBroker:
     ) -> None:
         """Validate one produced bundle, store it durably and number its messages.
 
+        An append that needs nothing first (the partition is loaded, no anchor
+        to write, no caller holds its lock) is numbered and issued to the store
+        in this coroutine's first step and then waits for its sync without
+        holding anything: appends behind it are issued meanwhile, so one sync
+        serves them all. Any other joins the partition's backlog, issued in
+        arrival order (``_drain``) by whoever releases the lock.
+
         Raises:
             InvalidBundle, InvalidSeqNums: nothing was stored.
             StoreError: the segment could not be read (or is gone), or the
@@ -810,47 +902,101 @@ class TankBroker:
         header = _validate_bundle(bundle)
         if header is None:
             raise InvalidBundle(f"a bundle of {len(bundle)} bytes")
-        part = await self.partition(topic, partition_id)
-        async with part.lock:
-            for again in (True, False):  # once more after someone else appended to the segment
+        part = self._partition(topic, partition_id)
+        if part.foreign:  # rare: one at a time, under the partition's lock
+            async with self._exclusive(part):
                 if not part.loaded:
                     await self._load(part)
-                try:
-                    await self._append_locked(part, bundle, header, explicit_first)
-                except BadOffset:
-                    log.info("tank: %s was appended to through another protocol", part.segment)
-                    if not again:
-                        raise
-                else:
-                    return
-
-    async def _append_locked(
-        self, part: Partition, bundle: bytes, header: t.BundleHeader, explicit_first: int
-    ) -> None:
-        """Append a valid bundle under the partition lock. A failed append leaves
-        the partition to be reloaded at its next use; ``BadOffset`` says the
-        segment had grown behind our back (another front door appended)."""
-        if part.foreign:
-            await self._append_events(part, bundle, header, explicit_first)
+                await self._append_events(part, bundle, header, explicit_first)
             return
-        if header.sparse:
-            assert header.first_seq_num is not None and header.last_seq_num is not None
-            first, last = header.first_seq_num, header.last_seq_num
-        else:
-            first = explicit_first or part.hwm + 1
-            last = first + header.msg_count - 1
-        if (header.sparse or explicit_first) and first <= part.hwm:
-            # seq nums never go backwards (tank.md#produce-semantics)
-            raise InvalidSeqNums(f"{first} is not above the high-water mark {part.hwm}")
-        if last >= t.SEQ_NUM_TAIL:
-            raise InvalidSeqNums(f"last seq num {last} is the tail")
-        offset = part.length
-        walk_would_give = part.hwm + 1 if part.hwm else part.origin_seq
-        anchored = not header.sparse and first != walk_would_give
-        if anchored:
-            await self._put_anchor(part, offset, first)
+        if part.loaded and not part.exclusive and not part.backlog:
+            first, last, anchored = _numbers(part, header, explicit_first)
+            if not anchored:
+                try:
+                    await self._store(part, bundle, first, last, anchored=False)
+                    return
+                except BadOffset:  # refused as issued: nothing stored; reload below
+                    log.info("tank: %s was appended to through another protocol", part.segment)
+        pending = _Pending(bundle, header, explicit_first)
+        part.backlog.append(pending)
+        self._drain(part)
+        stored = await pending.stored
+        await stored
+
+    def _drain(self, part: Partition) -> None:
+        """Issue the partition's backlog in order, now, while nothing holds its
+        lock; hand the first append that must wait (a load, an anchor, a reload
+        after a foreign append) to a task that takes the lock, and stop there.
+        Each append gets what to await for its sync (``_Pending.stored``)."""
+        backlog = part.backlog
+        while backlog and not part.exclusive:
+            pending = backlog[0]
+            if part.loaded:
+                try:
+                    first, last, anchored = _numbers(part, pending.header, pending.explicit_first)
+                except InvalidSeqNums as exc:
+                    backlog.popleft()
+                    pending.fail(exc)
+                    continue
+                if not anchored:
+                    backlog.popleft()
+                    bundle = pending.bundle
+                    stored = step_now(self._store(part, bundle, first, last, anchored=False))
+                    if not part.loaded and not pending.retried:  # refused as issued
+                        log.info("tank: %s was appended to through another protocol", part.segment)
+                        pending.retried = True
+                        backlog.appendleft(pending)
+                        continue
+                    pending.issued(stored)
+                    continue
+            backlog.popleft()
+            part.exclusive += 1  # appends arriving meanwhile join the backlog
+            task = asyncio.create_task(self._append_locked(part, pending))
+            self._slow.add(task)
+            task.add_done_callback(self._slow.discard)
+            return
+
+    async def _append_locked(self, part: Partition, pending: _Pending) -> None:
+        """Store ``pending`` under the partition's lock (``exclusive`` already
+        counted): load the partition, write its anchor, issue it; then release
+        the lock and issue the backlog that queued meanwhile."""
+        try:
+            async with part.lock:
+                await part.settled()
+                for again in (True, False):  # once more after someone else appended
+                    if not part.loaded:
+                        await self._load(part)
+                    header, explicit_first = pending.header, pending.explicit_first
+                    first, last, anchored = _numbers(part, header, explicit_first)
+                    if anchored:
+                        await self._put_anchor(part, part.tail_length, first)
+                    storing = self._store(part, pending.bundle, first, last, anchored=anchored)
+                    stored = step_now(storing)
+                    if isinstance(stored, asyncio.Future) or part.loaded or not again:
+                        break
+                    log.info("tank: %s was appended to through another protocol", part.segment)
+            pending.issued(stored)
+        except Exception as exc:  # the append's caller gets it
+            pending.fail(exc)
+        finally:
+            part.unlocked()
+            self._drain(part)
+
+    async def _store(
+        self, part: Partition, bundle: bytes, first: int, last: int, *, anchored: bool
+    ) -> None:
+        """Append a valid, numbered bundle at the partition's tail (its anchor
+        written first if ``anchored``). Issued in the first step. A failed append
+        leaves the partition to be reloaded at its next use; ``BadOffset`` says
+        the segment had grown behind our back (another front door appended)."""
+        offset = part.tail_length
         frame = EVENT_HEADER.pack(EVENT_TYPE, len(bundle)) + bundle
         self._own_frames.add(id(frame))  # validated above: the store's check lets it by
+        # The tail moves as the append is issued (the store fixes its offset in
+        # the call's first step), so the next append is numbered after it.
+        part.tail_length = offset + len(frame)
+        part.tail_hwm = last
+        part.in_flight += 1
         try:
             result = await self.store.append(part.segment, frame, expected_offset=offset)
         except StoreError:
@@ -862,14 +1008,17 @@ class TankBroker:
             raise
         finally:
             self._own_frames.discard(id(frame))
-        # Durable: only now do the numbers move and parked consumes wake.
+            part.landed()
+        # Durable: only now do the numbers move and parked consumes wake. Appends
+        # of one partition become durable in the order issued; max() keeps the
+        # numbers monotonic whatever order their callers resume in.
         part.verified.add(offset, result.length)
         if anchored:
             part.anchors[offset] = first
-        if not part.first_seq:
+        if not part.first_seq or offset == part.start:  # the first bundle may resume last
             part.first_seq = first
-        part.hwm = last
-        part.length = result.length
+        part.hwm = max(part.hwm, last)
+        part.length = max(part.length, result.length)
         part.note(offset, first)
         entry_bytes = len(encode_varint(len(bundle))) + len(bundle)
         for waiter in list(part.waiters):
@@ -884,7 +1033,7 @@ class TankBroker:
     async def _append_events(
         self, part: Partition, bundle: bytes, header: t.BundleHeader, explicit_first: int
     ) -> None:
-        """``_append_locked`` for a stream that is not a TANK topic: each message of
+        """``append`` for a stream that is not a TANK topic: each message of
         the bundle becomes one ordinary event (its key and timestamp are not kept),
         numbered after the partition's last; one store append for them all."""
         if header.sparse or explicit_first:
@@ -904,8 +1053,8 @@ class TankBroker:
             raise
         if not part.first_seq:
             part.first_seq = first
-        part.hwm = first + len(messages) - 1
-        part.length = result.length
+        part.hwm = part.tail_hwm = first + len(messages) - 1
+        part.length = part.tail_length = result.length
         part.note(offset, first)
         entry_bytes = len(encode_varint(len(bundle))) + len(bundle)
         for waiter in list(part.waiters):
@@ -918,7 +1067,7 @@ class TankBroker:
         Under the partition's lock, so a TANK append in progress finishes first
         (its own growth is not foreign). Raises StoreError.
         """
-        async with part.lock:
+        async with self._exclusive(part):
             before = part.hwm
             if part.loaded:
                 info = await self.store.info(part.segment)
@@ -1171,6 +1320,28 @@ def _header(payload: memoryview) -> t.BundleHeader | None:
         return t.decode_bundle_header(payload[:BUNDLE_HEADER_MAX_BYTES])
     except RemoteProtocolError:
         return None
+
+
+def _numbers(part: Partition, header: t.BundleHeader, explicit_first: int) -> tuple[int, int, bool]:
+    """A bundle's first and last seq nums at the partition's tail, and whether
+    they need an anchor (a restart's walk would number them otherwise).
+
+    Raises:
+        InvalidSeqNums: they would not be above the last one issued.
+    """
+    if header.sparse:
+        assert header.first_seq_num is not None and header.last_seq_num is not None
+        first, last = header.first_seq_num, header.last_seq_num
+    else:
+        first = explicit_first or part.tail_hwm + 1
+        last = first + header.msg_count - 1
+    if (header.sparse or explicit_first) and first <= part.tail_hwm:
+        # seq nums never go backwards (tank.md#produce-semantics)
+        raise InvalidSeqNums(f"{first} is not above the high-water mark {part.tail_hwm}")
+    if last >= t.SEQ_NUM_TAIL:
+        raise InvalidSeqNums(f"last seq num {last} is the tail")
+    walk_would_give = part.tail_hwm + 1 if part.tail_hwm else part.origin_seq
+    return first, last, not header.sparse and first != walk_would_give
 
 
 def _validate_bundle(bundle: bytes | memoryview) -> t.BundleHeader | None:

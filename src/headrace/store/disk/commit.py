@@ -14,7 +14,12 @@ awaits ``durable(seq)``:
   thread runs its jobs in order, so the WAL's order is the order records were
   taken; the data-file fds it writes through are pinned until it is done, so
   the loop closing an fd (the LRU of open files, a delete) waits for it;
-  and after a failed write no later job may report success. Records queued during a sync are covered
+  and after a failed write no later job may report success. A round of a
+  few records (``INLINE_SYNC_MAX_RECORDS``, a lone writer's) is waited for on
+  the loop itself for up to ``INLINE_SYNC_WAIT_S``: while syncs are fast it
+  costs no thread-to-loop wake-up; a slower sync is handed over to the thread,
+  which wakes the loop when it returns, so one slow sync stalls the other
+  connections that long at most. Records queued during a sync are covered
   by the next round, so one sync serves every segment of the container
   (group commit). Every caller parked for a round awaits the same future,
   resolved once per round. Durable effects (a longer ``durable_length``, a
@@ -67,6 +72,8 @@ from headrace.store.disk.log import FileOps, WalWriter, fsync_dir
 from headrace.store.disk.segment import ContainerState, Write
 
 __all__ = [
+    "INLINE_SYNC_MAX_RECORDS",
+    "INLINE_SYNC_WAIT_S",
     "MAX_PENDING_WAL_BYTES",
     "YIELD_INTERVAL_S",
     "GroupCommit",
@@ -84,6 +91,18 @@ YIELD_INTERVAL_S = 0.001
 loop when they have kept it from turning this long (and whenever the committer has
 work), so a task appending in a loop cannot starve the committer without paying
 a loop round on every append."""
+
+INLINE_SYNC_WAIT_S = 0.001
+"""How long the event loop waits, blocked, for a small sync round it handed to the
+sync thread before it goes back to its work and lets the thread wake it (the
+usual hand-over). A healthy disk's ``fdatasync`` returns well within it, so a
+lone writer's round costs no thread-to-loop wake-up and no loop round; a slow
+sync (a disk in trouble) stalls the other connections this long at most."""
+
+INLINE_SYNC_MAX_RECORDS = 8
+"""Rounds of at most this many records get the brief wait (``INLINE_SYNC_WAIT_S``):
+a round that carries more comes from a busy loop, which has better things to do
+during the sync (reading the records of the next round)."""
 
 OnDurable = tuple[int, int, Callable[[], None]]
 """(seq, tie-breaker, callback): run by the committer once ``seq`` is durable."""
@@ -143,6 +162,7 @@ class SyncThread:
                 asyncio.Future[None],
                 asyncio.AbstractEventLoop,
                 Callable[[], None] | None,
+                _Brief | None,
             ]
             | None
         ] = queue.SimpleQueue()
@@ -159,7 +179,29 @@ class SyncThread:
         """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._jobs.put((job, future, loop, after))
+        self._jobs.put((job, future, loop, after, None))
+        return future
+
+    def run_briefly(
+        self, job: Callable[[], None], after: Callable[[], None] | None, wait_s: float
+    ) -> asyncio.Future[None] | None:
+        """``run``, waiting here (the loop blocked) up to ``wait_s`` for the job.
+
+        Returns None if it returned in time (``after`` has run; what it raised is
+        raised here), else the future to await, as ``run``: the thread hands the
+        outcome over to the loop then.
+        """
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        brief = _Brief()
+        self._jobs.put((job, future, loop, after, brief))
+        if brief.done.wait(wait_s) or not brief.hand_over():
+            future.cancel()
+            if after is not None:
+                after()
+            if brief.error is not None:
+                raise brief.error
+            return None
         return future
 
     def stop(self) -> None:
@@ -168,13 +210,47 @@ class SyncThread:
 
     def _serve(self) -> None:
         while (item := self._jobs.get()) is not None:
-            job, future, loop, after = item
+            job, future, loop, after, brief = item
+            error: BaseException | None = None
             try:
                 job()
             except BaseException as exc:  # handed to the awaiting committer
-                _resolve_soon(loop, future, exc, after)
-            else:
-                _resolve_soon(loop, future, None, after)
+                error = exc
+            if brief is None or brief.finish(error):
+                _resolve_soon(loop, future, error, after)
+
+
+class _Brief:
+    """A job the loop waits for briefly (``SyncThread.run_briefly``): whichever of
+    the thread finishing and the loop giving up comes first decides who resolves it."""
+
+    __slots__ = ("done", "error", "finished", "handed", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.finished = False
+        self.handed = False
+        self.error: BaseException | None = None
+
+    def finish(self, error: BaseException | None) -> bool:
+        """In the thread: the job returned; whether the loop gave up waiting (the
+        thread then resolves the future)."""
+        with self.lock:
+            self.finished = True
+            self.error = error
+            handed = self.handed
+        if not handed:
+            self.done.set()
+        return handed
+
+    def hand_over(self) -> bool:
+        """In the loop: stop waiting; False if the job finished meanwhile."""
+        with self.lock:
+            if self.finished:
+                return False
+            self.handed = True
+            return True
 
 
 def _resolve_soon(
@@ -249,6 +325,8 @@ class GroupCommit:
         self._data_syncer: concurrent.futures.ThreadPoolExecutor | None = None
         """The thread that syncs data files beside each WAL sync (``_sync_wal``)."""
         self._clock = time.monotonic
+        self.inline_sync_wait_s = INLINE_SYNC_WAIT_S
+        """``INLINE_SYNC_WAIT_S`` (0: every round waits for the thread's wake-up)."""
         self._burst_from = 0.0  # when the loop last turned under appends acked at once
         self._turned = True  # _saw_turn ran since the last such append
         self._write_error: BaseException | None = None
@@ -533,6 +611,10 @@ class GroupCommit:
                 self._burst_from = now
                 asyncio.get_running_loop().call_soon(self._saw_turn)
             if self._wake.is_set() or now - self._burst_from >= YIELD_INTERVAL_S:
+                # Once per interval, not by every append after it: appends started
+                # together in one callback (a pipelined read) cannot let the loop
+                # turn before that callback ends, and each yield costs a task.
+                self._burst_from = now
                 await asyncio.sleep(0)
             return
         if seq <= self.synced_seq:
@@ -656,12 +738,21 @@ class GroupCommit:
                 writes = self._take_pending(pin=True)
                 sync_wal = self._wal if self.synced_seq < target else None
                 if writes is not None or sync_wal is not None:
-                    await self._sync_thread.run(
-                        functools.partial(self._write_job, writes, sync_wal),
+                    job = functools.partial(self._write_job, writes, sync_wal)
+                    after = (
                         None
                         if writes is None
-                        else functools.partial(self.files.unpin, writes.pinned),
+                        else functools.partial(self.files.unpin, writes.pinned)
                     )
+                    records = 0 if writes is None else len(writes.buffers) // 2
+                    if records <= INLINE_SYNC_MAX_RECORDS:
+                        # A small round: wait for it here while the sync is fast,
+                        # hand it over to the thread when it is slow.
+                        waiting = self._sync_thread.run_briefly(job, after, self.inline_sync_wait_s)
+                        if waiting is not None:
+                            await waiting
+                    else:
+                        await self._sync_thread.run(job, after)
             self._mark_synced(target)
 
     async def _in_sync_thread(self, job: Callable[[], None]) -> None:
