@@ -21,6 +21,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -176,6 +177,8 @@ class _Reads:
         self.written = written
         self._got: dict[str, dict[str, list[Item]]] = {}
         self.cli_args = ["--controller", server.uri, "-f", "json"]
+        self.appended_ms = (0, 0)
+        """When the writes began and ended (epoch ms): every append time is within."""
 
     def of(self, reader: str) -> dict[str, list[Item]]:
         if reader not in self._got:
@@ -302,7 +305,10 @@ def reads(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[_Rea
     server = Server(tmp_path_factory.mktemp("interop") / "data")
     server.start()
     try:
-        yield _Reads(server, spark, _write_all(server, spark))
+        began_ms = int(time.time() * 1000)
+        reads = _Reads(server, spark, _write_all(server, spark))
+        reads.appended_ms = (began_ms, int(time.time() * 1000))
+        yield reads
     finally:
         server.stop()
 
@@ -317,7 +323,8 @@ def test_every_stream_through_every_door(reads: _Reads, writer: str, reader: str
     got = reads.of(reader)[w.stream]
     if w.raw is not None:  # a byte stream: its bytes as they are, in order
         assert b"".join(value for _, value, _ in got) == w.raw
-        assert all(key is None and stamp in (None, 0) for key, _, stamp in got)
+        assert all(key is None for key, _, _ in got)
+        assert all(stamp in (None, 0) or _appended(reads, stamp) for _, _, stamp in got)
         return
     if writer == "tank" and reader == "pravega":  # a Pravega event is a whole bundle
         got = [
@@ -333,10 +340,19 @@ def test_every_stream_through_every_door(reads: _Reads, writer: str, reader: str
         ]
     if w.keyed:  # keys and timestamps travel with TANK bundles to every door
         assert sorted(got, key=lambda i: i[1]) == sorted(w.items, key=lambda i: i[1])
-    elif reader == "tank":  # TANK has a key and a time for every message: none and 0
-        assert all(key is None and stamp == 0 for key, _, stamp in got)
-    else:
-        assert all(key is None and stamp is None for key, _, stamp in got)
+    else:  # no key is stored; each door with a time gives the time it was appended
+        assert all(key is None for key, _, _ in got)
+        stamps = [stamp for _, _, stamp in got]
+        if reader == "pravega":  # the real client's events carry no time
+            assert set(stamps) == {None}
+        else:
+            assert all(_appended(reads, stamp) for stamp in stamps), stamps[:5]
+
+
+def _appended(reads: _Reads, stamp: int | None) -> bool:
+    """Whether ``stamp`` is a time within the writes (an append time)."""
+    began, ended = reads.appended_ms
+    return stamp is not None and began - 1 <= stamp <= ended + 1
 
 
 def test_the_cli_reads_a_byte_stream_as_raw_chunks(reads: _Reads) -> None:

@@ -118,9 +118,13 @@ async def test_any_stream_is_a_topic_whose_partitions_follow_scaling(tmp_path: P
             await client.controller.create_scope("sc")
             await client.controller.create_stream("sc", "a.b", StreamConfig(ScalingPolicy.fixed(1)))
             async with await client.create_writer("sc", "a.b") as writer:
-                for n in range(3):
+                before_ms = int(time.time() * 1000)
+                for n in range(2):
                     await writer.write(b"k:%d" % n, routing_key="k")
+                own = b'{"@timestamp":"2026-01-02T03:04:05.678Z"}'  # an event's own time
+                await writer.write(own, routing_key="k")
                 await writer.flush()
+                after_ms = int(time.time() * 1000)
                 (old,) = await client.controller.get_current_segments("sc", "a.b")
                 await client.controller.scale_stream(
                     "sc", "a.b", [old.segment.segment_id], [(0.0, 0.5), (0.5, 1.0)]
@@ -130,13 +134,15 @@ async def test_any_stream_is_a_topic_whose_partitions_follow_scaling(tmp_path: P
                     parts = await tank.discover_partitions("sc.a.b")  # split at the first dot
                     assert parts is not None and len(parts) == 3
                     first = await tank.consume("sc.a.b", 0, 0)
-                    assert [
-                        (m.seq_num, m.content, m.key, m.timestamp_ms) for m in first.messages
-                    ] == [
-                        (1, b"k:0", b"", 0),
-                        (2, b"k:1", b"", 0),
-                        (3, b"k:2", b"", 0),
+                    assert [(m.seq_num, m.content, m.key) for m in first.messages] == [
+                        (1, b"k:0", b""),
+                        (2, b"k:1", b""),
+                        (3, own, b""),
                     ]
+                    # the time it was appended, or the event's own
+                    stamps = [m.timestamp_ms for m in first.messages]
+                    assert all(before_ms <= ms <= after_ms for ms in stamps[:2]), stamps
+                    assert stamps[2] == 1767323045678
                     parked = [
                         asyncio.ensure_future(
                             tank.start_consume("sc.a.b", pid, SEQ_NUM_TAIL, max_wait_ms=30_000)

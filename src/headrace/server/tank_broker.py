@@ -105,9 +105,10 @@ from headrace.errors import (
 )
 from headrace.protocols import tank as t
 from headrace.protocols.pravega import EVENT_HEADER
+from headrace.protocols.records import event_time_ms
 from headrace.protocols.tank.codec import encode_varint
 from headrace.server._inline import step_now
-from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore
+from headrace.store.api import MAX_APPEND_BYTES, MAX_READ_BYTES, SegmentStore, TimeIndexed
 from headrace.types import TableKey, TableUpdate
 
 __all__ = [
@@ -221,10 +222,22 @@ def stream_of(topic: str) -> tuple[str, str] | None:
     return scope, stream
 
 
-def _event_bundle(payload: memoryview) -> bytes:
+_AFTER_ANY_TIME: Final = 2**63
+"""Above any time: ``(offset, _AFTER_ANY_TIME)`` sorts after the index entry at ``offset``."""
+
+
+def _event_bundle(payload: memoryview, offset: int, times: list[tuple[int, int]]) -> bytes:
     """An event of a stream that is not a TANK topic, as the one-message bundle a
-    consumer gets (no key, timestamp 0)."""
-    return t.encode_bundle([t.BundleMessage(bytes(payload))], compress=False)
+    consumer gets: no key (the stored event has none), and as its timestamp the
+    event's own time (a JSON document's ``@timestamp``) or the time it was
+    appended (``times``: the segment's time-index entries from at or below
+    ``offset``); 0 for an event stored before its segment had an index."""
+    value = bytes(payload)
+    ms = event_time_ms(value)
+    if ms is None:
+        i = bisect.bisect_right(times, (offset, _AFTER_ANY_TIME)) - 1
+        ms = times[i][1] if i >= 0 else 0
+    return t.encode_bundle([t.BundleMessage(value, timestamp_ms=ms)], compress=False)
 
 
 def stream_name(topic: str) -> str:
@@ -1258,6 +1271,14 @@ class TankBroker:
             part.loaded = False  # truncated behind our back: the next use re-reads it
             raise
 
+    async def _append_times(self, segment: str, offset: int, end: int) -> list[tuple[int, int]]:
+        """The time-index entries giving the append times of ``[offset, end)``
+        (none from a store without a time index)."""
+        store = self.store
+        if not isinstance(store, TimeIndexed):
+            return []
+        return await store.append_times(segment, offset, end)
+
     async def _read_chunk(
         self,
         part: Partition,
@@ -1267,6 +1288,7 @@ class TankBroker:
         budget: int,
     ) -> Chunk | None:
         end, hwm = part.length, part.hwm
+        times: list[tuple[int, int]] | None = None  # a foreign chunk's append times
         out = bytearray()  # small entries, copied together
         size = 0
         chunk: Chunk | None = None
@@ -1288,7 +1310,11 @@ class TankBroker:
             if bundle.first > hwm:
                 break
             previous_last = bundle.last
-            payload = _event_bundle(bundle.payload) if part.foreign else bundle.payload
+            payload: bytes | memoryview = bundle.payload
+            if part.foreign:
+                if times is None:  # one look at the time index for the whole chunk
+                    times = await self._append_times(part.segment, bundle.offset, end)
+                payload = _event_bundle(bundle.payload, bundle.offset, times)
             entry = encode_varint(len(payload))
             if size and size + len(entry) + len(payload) > budget:
                 break
