@@ -6,15 +6,17 @@
    started first and running: parse, then per 1-minute window requests,
    bytes, status-class rates and top paths, with a checkpoint; results to
    stream ``logs/summary`` (exactly once) and to Parquet.
-3. Web-server access logs shipped into stream ``logs/access`` over the
-   Lumberjack v2 protocol (JSON documents ``{"message": line, "host": ...}``,
-   pipelined windows, each acknowledged once stored) while the query runs: a
+3. Once the query is started and warmed up (``_warm_up``), web-server
+   access logs shipped into stream ``logs/access`` over the Lumberjack v2
+   protocol by a shipper process (``headrace.cli._shipper``; JSON documents
+   ``{"message": line, "host": ...}``, pipelined windows, each acknowledged
+   once stored) while the query runs: a
    deterministic generator of realistic Combined Log Format lines by
    default, or the lines of ``--logs FILE...``.
 4. Once every event is summarised, a table of the results and the
    end-to-end events/s (first event shipped to last event summarised). The
-   server, Spark (its JVM and every process it started) and the temporary
-   directory are cleaned up on the way out; the exit status is 0 only if
+   server, the shipper, Spark (its JVM and every process it started) and the
+   temporary directory are cleaned up on the way out; the exit status is 0 only if
    every shipped event was counted exactly once.
 
 This module and ``headrace.spark`` are the only ones that import pyspark.
