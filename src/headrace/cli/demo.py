@@ -241,8 +241,9 @@ class _Shipper:
     """The log shipper, ``headrace.cli._shipper``, in a process of its own (as a
     Beat is), and the acknowledgements it reports.
 
-    The lines go to it in a file it reads before it is told the port, so that
-    shipping starts with the lines in memory on both sides. A thread reads
+    The lines go to it in a file, one a line (the generator's lines and a
+    file's hold no newline), which it reads before it is told the port, so
+    that shipping starts with the lines in memory on both sides. A thread reads
     what it reports; ``close`` ends it if it is still running.
     """
 
