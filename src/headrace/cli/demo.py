@@ -88,10 +88,9 @@ micro-batch over more events, smaller ones show progress more often."""
 GENERATE_CHUNK = 10_000
 """Lines whose random fields are drawn at once by the generator."""
 SHIPPER_START_TIMEOUT_S = 120.0
-"""Longest wait for the shipper process to read its lines (a million take a second or two)."""
+"""Longest wait for the shipper process to read its lines (it does while Spark starts)."""
 SHIPPER_EXIT_TIMEOUT_S = 10.0
 """How long the shipper process gets to exit once told there is nothing to ship."""
-"""Lines whose random fields are drawn at once by the generator."""
 
 PATHS = [
     ("/", 30),
