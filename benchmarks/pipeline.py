@@ -4,10 +4,11 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--events 100000 1000000]
 [--master local[2]] [--max-events-per-trigger N] [--event-log DIR]``.
 
 Each size runs in a fresh Python process, as ``headrace demo --events N``
-does (its generator, its embedded server, its Spark session, its query):
+does (its generator, its shipper process, its embedded server, its Spark session,
+its query):
 
 * ``spark_start_s``: the Spark session (the JVM) started;
-* ``query_start_s``: the streaming query started, waiting for data;
+* ``query_start_s``: the streaming query started and warmed up, waiting for data;
 * ``ship_s``: every event shipped over Lumberjack and acknowledged (the query
   processes them meanwhile);
 * ``end_to_end_s``: from the first event shipped to the last one summarised

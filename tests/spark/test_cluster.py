@@ -193,6 +193,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, dict[str, _Group], Path]]:
             group.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_pipeline_on_a_standalone_cluster_survives_a_worker_killed_mid_batch(
     server: Server, cluster: tuple[str, dict[str, _Group], Path], stream_name: str, tmp_path: Path

@@ -6,15 +6,17 @@
    started first and running: parse, then per 1-minute window requests,
    bytes, status-class rates and top paths, with a checkpoint; results to
    stream ``logs/summary`` (exactly once) and to Parquet.
-3. Web-server access logs shipped into stream ``logs/access`` over the
-   Lumberjack v2 protocol (JSON documents ``{"message": line, "host": ...}``,
-   pipelined windows, each acknowledged once stored) while the query runs: a
+3. Once the query is started and warmed up (``_warm_up``), web-server
+   access logs shipped into stream ``logs/access`` over the Lumberjack v2
+   protocol by a shipper process (``headrace.cli._shipper``; JSON documents
+   ``{"message": line, "host": ...}``, pipelined windows, each acknowledged
+   once stored) while the query runs: a
    deterministic generator of realistic Combined Log Format lines by
    default, or the lines of ``--logs FILE...``.
 4. Once every event is summarised, a table of the results and the
    end-to-end events/s (first event shipped to last event summarised). The
-   server, Spark (its JVM and every process it started) and the temporary
-   directory are cleaned up on the way out; the exit status is 0 only if
+   server, the shipper, Spark (its JVM and every process it started) and the
+   temporary directory are cleaned up on the way out; the exit status is 0 only if
    every shipped event was counted exactly once.
 
 This module and ``headrace.spark`` are the only ones that import pyspark.
@@ -23,11 +25,11 @@ This module and ``headrace.spark`` are the only ones that import pyspark.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import random
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,6 +60,10 @@ __all__ = ["DemoRun", "demo", "generate_access_logs", "run_demo", "ship_lumberja
 
 SOURCE_STREAM = "logs/access"
 SUMMARY_STREAM = "logs/summary"
+WARM_UP_STREAM = "logs/warm-up"
+"""Events read once before the query starts, to start Spark's Python workers."""
+WARM_UP_EVENTS = 16
+"""Events per core written to ``WARM_UP_STREAM`` (by routing key: most segments get some)."""
 WINDOW_EVENTS = 1000
 """Events per Lumberjack window (libbeat sends up to 2048)."""
 WINDOWS_IN_FLIGHT = 2
@@ -81,6 +87,10 @@ MAX_EVENTS_PER_TRIGGER = 250_000
 micro-batch over more events, smaller ones show progress more often."""
 GENERATE_CHUNK = 10_000
 """Lines whose random fields are drawn at once by the generator."""
+SHIPPER_START_TIMEOUT_S = 120.0
+"""Longest wait for the shipper process to read its lines (it does while Spark starts)."""
+SHIPPER_EXIT_TIMEOUT_S = 10.0
+"""How long the shipper process gets to exit once told there is nothing to ship."""
 
 PATHS = [
     ("/", 30),
@@ -226,6 +236,87 @@ class _EmbeddedServer:
             self.loop.close()
 
 
+class _Shipper:
+    """The log shipper, ``headrace.cli._shipper``, in a process of its own (as a
+    Beat is), and the acknowledgements it reports.
+
+    The lines go to it in a file, one a line (the generator's lines and a
+    file's hold no newline), which it reads before it is told the port, so
+    that shipping starts with the lines in memory on both sides. A thread reads
+    what it reports; ``close`` ends it if it is still running.
+    """
+
+    def __init__(self, work_dir: Path, lines: Sequence[str]) -> None:
+        log = work_dir / "access.log"
+        log.write_text("\n".join(lines), encoding="utf-8")
+        self.errors = work_dir / "shipper.err"
+        self.acked = 0
+        self.total: int | None = None
+        self.ready = threading.Event()
+        self.done = threading.Event()
+        self._started = False
+        with self.errors.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "headrace.cli._shipper", str(log)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        self._reader = threading.Thread(target=self._read, name="headrace-shipper", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            word = line.strip()
+            if word == "ready":
+                self.ready.set()
+            elif word.startswith("done "):
+                self.total = int(word.split()[1])
+            elif word.isdigit():
+                self.acked += int(word)
+        self.ready.set()
+        self.done.set()
+
+    def _failure(self) -> click.ClickException:
+        text = self.errors.read_text(errors="replace").strip().splitlines()
+        return click.ClickException(
+            f"the log shipper failed: {text[-1] if text else f'exit status {self.proc.poll()}'}"
+        )
+
+    def start(self, port: int) -> None:
+        """Wait for the shipper to hold its lines, then tell it the Lumberjack port."""
+        if not self.ready.wait(SHIPPER_START_TIMEOUT_S) or self.done.is_set():
+            raise self._failure()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{port}\n")
+        self.proc.stdin.flush()
+        self._started = True
+
+    def result(self) -> int:
+        """The events acknowledged, once ``done`` is set."""
+        if self.total is None:
+            raise self._failure()
+        return self.total
+
+    def close(self) -> None:
+        """End the process (told there is nothing to ship, then killed) and wait for it."""
+        if self._started and not self.done.is_set():
+            self.proc.kill()  # stopped halfway (the query failed): nothing to wait for
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(SHIPPER_EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(SHIPPER_EXIT_TIMEOUT_S)
+        self._reader.join(SHIPPER_EXIT_TIMEOUT_S)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
 def _read_lines(files: Sequence[Path]) -> list[str]:
     lines: list[str] = []
     for path in files:
@@ -238,6 +329,29 @@ def _spark_session(master: str) -> Any:
     from headrace.spark import local
 
     return local.session(master, "headrace-demo")
+
+
+def _warm_up(spark: Any, server: _EmbeddedServer, scratch: str) -> None:
+    """``pipeline.warm_up`` on a stream of its own: a few events in each of its
+    segments, as many as Spark's cores."""
+    from headrace.spark import _connect
+    from headrace.spark.pipeline import warm_up
+
+    cores = spark.sparkContext.defaultParallelism
+    _connect.ensure_stream(server.controller, WARM_UP_STREAM, cores)
+    scope, stream = WARM_UP_STREAM.split("/")
+
+    async def write(client: Any) -> None:
+        writer = await client.create_writer(scope, stream)
+        try:
+            for n in range(WARM_UP_EVENTS * cores):
+                await writer.write(b"warm-up", routing_key=str(n))
+            await writer.flush()
+        finally:
+            await writer.aclose()
+
+    _connect.run(server.controller, write)
+    warm_up(spark, server.controller, WARM_UP_STREAM, scratch)
 
 
 def _await(query: Any, timeout_s: float) -> bool:
@@ -372,15 +486,18 @@ def _run(
     from headrace.spark.pipeline import start_summary_query
 
     run = DemoRun()
-    # Spark first: its JVM is started by a fork of this process, and a fork while
-    # gRPC's threads run (the embedded server's controller, our clients) can kill
-    # the child before it execs (gRPC skips its fork handlers then, and the JVM
-    # never starts). Nothing forks this process after this.
-    spark_started = time.perf_counter()
-    spark = _spark_session(master)
-    run.spark_start_s = time.perf_counter() - spark_started
+    # The shipper and Spark first: each is a process started by a fork of this
+    # one, and a fork while gRPC's threads run (the embedded server's
+    # controller, our clients) can kill the child before it execs (gRPC skips
+    # its fork handlers then, and the JVM never starts). Nothing forks this
+    # process after this.
+    shipper = _Shipper(work_dir, lines)
+    spark: Any = None
     server: _EmbeddedServer | None = None
     try:
+        spark_started = time.perf_counter()
+        spark = _spark_session(master)
+        run.spark_start_s = time.perf_counter() - spark_started
         server = _EmbeddedServer(work_dir / "data")
         console.print(
             f"headrace server: controller {server.controller}, "
@@ -401,6 +518,9 @@ def _run(
         )
         watch = _QueryWatch(query)
         watch.wait_ready(time.monotonic() + QUERY_START_TIMEOUT_S)
+        # Last, so that the Python workers it starts are not idle long enough
+        # for Spark to end them before the first events arrive.
+        _warm_up(spark, server, str(work_dir / "warm-up.parquet"))
         run.query_start_s = time.perf_counter() - query_started
         columns = (
             TextColumn("{task.description:<28}"),
@@ -413,22 +533,16 @@ def _run(
                 shipping = progress.add_task("ship over Lumberjack", total=len(lines))
                 summarising = progress.add_task("Spark: parse and summarise", total=len(lines))
                 started = time.perf_counter()
-                sent = asyncio.run_coroutine_threadsafe(
-                    ship_lumberjack(
-                        "127.0.0.1",
-                        server.ports["lumberjack"],
-                        lines,
-                        lambda n: progress.advance(shipping, n),
-                    ),
-                    server.loop,
-                )
+                shipper.start(server.ports["lumberjack"])
                 deadline = time.monotonic() + QUERY_TIMEOUT_S
-                while not sent.done():
-                    with contextlib.suppress(concurrent.futures.TimeoutError):
-                        sent.result(QUERY_POLL_S)
+                while not shipper.done.wait(QUERY_POLL_S):
+                    if time.monotonic() > deadline:
+                        raise click.ClickException("shipping did not finish in time")
+                    progress.update(shipping, completed=shipper.acked)
                     progress.advance(summarising, watch.poll())
-                run.shipped = sent.result()
+                run.shipped = shipper.result()
                 run.ship_s = time.perf_counter() - started
+                progress.update(shipping, completed=shipper.acked)
                 end = _positions.latest(server.controller, [SOURCE_STREAM])[SOURCE_STREAM]
                 while not watch.reached(end):
                     if time.monotonic() > deadline:
@@ -468,7 +582,9 @@ def _run(
             )
         return run
     finally:
-        local.stop(spark)
+        shipper.close()
+        if spark is not None:
+            local.stop(spark)
         if server is not None:
             server.close()
 

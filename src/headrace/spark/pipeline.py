@@ -61,6 +61,7 @@ __all__ = [
     "Summaries",
     "parse_access_logs",
     "start_summary_query",
+    "warm_up",
 ]
 
 ACCESS_LOG_PATTERN = r'^(\S+) \S+ \S+ \[([^\]]+)\] "(\S+) (\S+)[^"]*" (\d{3}) (\d+|-)'
@@ -299,6 +300,24 @@ def _writer_id(checkpoint: str) -> str:
     return "summary-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
 
 
+def _write_parquet(spark: SparkSession, path: str, table: list[dict[str, Any]]) -> None:
+    """Replace the ``minute`` partitions of the summaries in ``table``, keep the others.
+
+    The rows go to Spark as an Arrow table: Spark reads it in the JVM, where
+    rows from Python would need a Python worker to unpickle them.
+    """
+    import pyarrow as pa
+
+    rows = [{**s, "minute": s["window_start"].strftime(MINUTE_FORMAT)} for s in table]
+    (
+        spark.createDataFrame(pa.Table.from_pylist(rows), PARQUET_SCHEMA)
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("minute")
+        .parquet(path)
+    )
+
+
 @dataclass
 class _Publisher:
     """The ``foreachBatch`` function: summaries of the touched windows to
@@ -319,7 +338,7 @@ class _Publisher:
             self.summaries.restore(spark, self.checkpoint, batch_id)
         touched = self.summaries.update(rows)
         table = [self.summaries.summary(w) for w in touched]
-        self._parquet(spark, table)
+        _write_parquet(spark, self.parquet, table)
         opts = write_options(
             {
                 "controller": self.controller,
@@ -331,27 +350,31 @@ class _Publisher:
         _txns.write_batch(opts, self._records(table))
         self.summaries.forget_final()
 
-    def _parquet(self, spark: SparkSession, table: list[dict[str, Any]]) -> None:
-        """Replace the ``minute`` partitions of the touched windows, keep the others.
-
-        The rows go to Spark as an Arrow table: Spark reads it in the JVM,
-        where rows from Python would need a Python worker to unpickle them.
-        """
-        import pyarrow as pa
-
-        rows = [{**s, "minute": s["window_start"].strftime(MINUTE_FORMAT)} for s in table]
-        (
-            spark.createDataFrame(pa.Table.from_pylist(rows), PARQUET_SCHEMA)
-            .write.mode("overwrite")
-            .option("partitionOverwriteMode", "dynamic")
-            .partitionBy("minute")
-            .parquet(self.parquet)
-        )
-
     def _records(self, table: list[dict[str, Any]]) -> Iterator[tuple[str, object, object]]:
         for s in table:
             key, value = _record(s)
             yield self.summary, key, value
+
+
+def warm_up(spark: SparkSession, controller: str, stream: str, scratch: str) -> None:
+    """Start, before any event arrives, what the first micro-batch with events
+    would otherwise start on its way: the Python workers of the data source's
+    reads (one per range of ``stream``, a few events in each segment; Spark
+    keeps them and gives them the query's read tasks) with its modules
+    imported, and the Parquet writer (a one-row summary written to ``scratch``)."""
+    cores = spark.sparkContext.defaultParallelism
+    (
+        spark.read.format("headrace")
+        .option("controller", controller)
+        .option("stream", stream)
+        .option("minPartitions", str(cores))
+        .load()
+        .select(F.length("value"))
+        .collect()
+    )
+    window = (0, 60_000_000)
+    summaries = Summaries(None, {window: {"/": (1, 0, 1, 0, 0, 0)}})
+    _write_parquet(spark, scratch, [summaries.summary(window)])
 
 
 def start_summary_query(
