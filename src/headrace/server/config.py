@@ -359,9 +359,15 @@ class ServerConfig:
             and enabled.keys() & {"lumberjack", "lumberjack_tls"}
             and self.tank_scope in self.lumberjack.scopes()
         ):
+            lumberjack = self.lumberjack
+            default_in_tank = lumberjack.scope_and_stream[0] == self.tank_scope
+            which = (
+                f"--lumberjack-default-stream {lumberjack.default_stream!r}"
+                if lumberjack.template is not None and default_in_tank
+                else f"--lumberjack-stream {lumberjack.stream!r}"
+            )
             raise ConfigError(
-                f"--lumberjack-stream {self.lumberjack.stream!r} (or its default stream) "
-                "is in the TANK scope "
+                f"{which} is in the TANK scope "
                 f"{self.tank_scope!r}, whose streams hold only TANK bundles"
             )
 
