@@ -65,19 +65,23 @@ from headrace.store.disk.container import Container
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
     AppendRecord,
+    AppendRefRecord,
     AttributeRecord,
     CreateRecord,
     DeleteRecord,
+    FrameProblem,
     Manifest,
     MergeCommitRecord,
     MergeDataRecord,
     SealRecord,
     TruncateRecord,
+    scan_frames,
 )
 from headrace.store.disk.layout import ContainerPaths, SegmentMapping, container_of, lock_path
 from headrace.store.disk.log import FILE_MODE, FileOps, WalWriter, make_dir
 from headrace.store.disk.moves import commit_install, new_staging_dir, write_empty_container
 from headrace.store.disk.recovery import recover_container, recover_store
+from headrace.store.disk.replicated import CommitGate
 from headrace.store.disk.segment import ContainerState, Segment
 from headrace.store.memory import check_name
 from headrace.types import (
@@ -217,6 +221,9 @@ class DiskStore(BaseStore):
         self._new_container: Callable[[ContainerPaths, ContainerState, WalWriter], Container]
         """Builds a Container as ``open`` did (its policy, syscalls, failure hook)."""
         self._max_attributes = MAX_SEGMENT_ATTRIBUTES
+        self._following: set[int] = set()
+        """Containers this node holds as a follower of another node's copy
+        (``follow``): written by replication only, served to nobody."""
 
     @classmethod
     async def open(
@@ -342,6 +349,8 @@ class DiskStore(BaseStore):
             c = self._containers[container_of(name, len(self._containers), self.mapping)]
             if c.container_id in self._detached:
                 raise OwnerUnavailable(name, f"container {c.container_id} is not on this node")
+            if c.container_id in self._following:
+                raise OwnerUnavailable(name, f"container {c.container_id} is led by another node")
             self._container_of[name] = c
         return c
 
@@ -821,6 +830,68 @@ class DiskStore(BaseStore):
             log.info(
                 "container %d attached%s", container_id, "" if install is None else " (installed)"
             )
+
+    # ------------------------------------------------------------------ replication
+
+    def replica_end(self, container_id: int) -> int:
+        """The number of the last record in the container's log (0: none)."""
+        return self._containers[container_id].state.last_seq
+
+    def lead(self, container_id: int, gate: CommitGate | None) -> None:
+        """Serve the container as the leader of its copies: with ``gate``, every
+        acknowledgement waits for commit (``replicated.py``); None: as today."""
+        self._check_open()
+        self._following.discard(container_id)
+        self._container_of.clear()
+        self._containers[container_id].set_gate(gate)
+
+    def follow(self, container_id: int) -> None:
+        """Hold the container as a follower: every call naming one of its segments
+        raises ``OwnerUnavailable``; only ``replicate`` writes to it."""
+        self._check_open()
+        c = self._containers[container_id]
+        if c.gate is not None:
+            c.gate.fail(OwnerUnavailable(f"container {container_id}", "no longer led here"))
+            c.set_gate(None)
+        self._following.add(container_id)
+        self._container_of.clear()
+        for name in list(c.state.by_name):
+            self._tables.pop(name, None)
+            self._notify(name)
+
+    def is_following(self, container_id: int) -> bool:
+        return container_id in self._following
+
+    def replicate(self, container_id: int, first_seq: int, frames: bytes | memoryview) -> int:
+        """Write records a leader shipped (WAL frames numbered from ``first_seq``) into a
+        followed container, in order; return the last one's number. Never awaits:
+        ``replica_durable`` waits for them.
+
+        Raises:
+            ValueError: a frame is damaged, or a number does not follow the log
+                (nothing after it is written).
+            StoreClosed, StorageFull: the store failed.
+        """
+        self._check_open()
+        if container_id not in self._following:
+            raise ValueError(f"container {container_id} is not followed here")
+        c = self._containers[container_id]
+        if first_seq != c.state.last_seq + 1:
+            raise ValueError(f"records from {first_seq} do not follow {c.state.last_seq}")
+        buf = bytes(frames)
+        for item in scan_frames(buf, 0, f"replicated records of container {container_id}"):
+            if isinstance(item, FrameProblem):
+                raise ValueError(f"replicated record at {item.position}: {item.reason}")
+            _, seq, record = item
+            if seq != c.state.last_seq + 1 or isinstance(record, AppendRefRecord):
+                raise ValueError(f"replicated record {seq} does not follow {c.state.last_seq}")
+            issued = c.write(record)
+            assert issued == seq
+        return c.state.last_seq
+
+    async def replica_durable(self, container_id: int, seq: int) -> None:
+        """Wait until a followed container's records up to ``seq`` are durable here."""
+        await self._containers[container_id].durable(seq)
 
     # ------------------------------------------------------------------ lifecycle
 
