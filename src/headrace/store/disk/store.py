@@ -837,13 +837,23 @@ class DiskStore(BaseStore):
         """The number of the last record in the container's log (0: none)."""
         return self._containers[container_id].state.last_seq
 
-    def lead(self, container_id: int, gate: CommitGate | None) -> None:
+    async def lead(self, container_id: int, gate: CommitGate | None) -> None:
         """Serve the container as the leader of its copies: with ``gate``, every
-        acknowledgement waits for commit (``replicated.py``); None: as today."""
+        acknowledgement waits for commit (``replicated.py``); None: as today.
+
+        A followed container is synced first and then shows every record it
+        holds (a follower's records have no caller to make them visible).
+        """
         self._check_open()
-        self._following.discard(container_id)
-        self._container_of.clear()
-        self._containers[container_id].set_gate(gate)
+        c = self._containers[container_id]
+        if container_id in self._following:
+            await c.commit.sync_now()
+            for seg in c.state.by_id.values():
+                seg.durable_length = seg.length
+                seg.sealed_durable = seg.sealed
+            self._following.discard(container_id)
+            self._container_of.clear()
+        c.set_gate(gate)
 
     def follow(self, container_id: int) -> None:
         """Hold the container as a follower: every call naming one of its segments
