@@ -164,7 +164,8 @@ async def test_nothing_above_the_commit_point_is_readable_and_tail_reads_wake_on
     assert (await pair.leader_store.read(name, 0, 100)).data == b"one"
     assert not waiting.done() and not appending.done()
 
-    following = pair.follow(follower)  # back, with its epoch history
+    # A follower restarted: it resumes from its copy and the epoch history saved with it.
+    following = pair.follow(pair.follower())
     await asyncio.wait_for(appending, DEADLINE_S)
     await asyncio.wait_for(waiting, DEADLINE_S)
     assert (await pair.leader_store.read(name, 0, 100)).data == b"onetwo"
@@ -261,3 +262,61 @@ async def test_a_subscription_without_a_node_token_is_refused(pair: Pair) -> Non
     with pytest.raises(ReplicationRefused) as refused:
         await asyncio.wait_for(pair.follow(pair.follower(key=os.urandom(32))), DEADLINE_S)
     assert refused.value.code is RefuseCode.NOT_AUTHORIZED
+
+
+async def test_failover_to_the_in_sync_follower_keeps_every_acknowledged_record(
+    pair: Pair,
+) -> None:
+    old = await pair.leader(epoch=1)
+    follower = pair.follower(epoch=1)
+    following = pair.follow(follower)
+    (name,) = names(1)
+    writer = WriterAppend(uuid4(), 1)
+    await pair.leader_store.create_segment(name)
+    await pair.leader_store.append(name, b"acked-1", writer=writer)
+    await pair.leader_store.append(name, b"acked-2", writer=WriterAppend(writer.writer_id, 2))
+
+    # The old leader's session ends with an append in flight that the follower
+    # never wrote; ZooKeeper makes the follower leader at epoch 2.
+    following.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await following
+    in_flight = asyncio.create_task(pair.leader_store.append(name, b"never-acked"))
+    await until(lambda: old.gate.local_seq >= 4, "the in-flight append durable on the old leader")
+    old.stop()
+    with pytest.raises(OwnerUnavailable):
+        await asyncio.wait_for(in_flight, DEADLINE_S)
+
+    new_door = ReplicationDoor(KEY)
+    await new_door.start("127.0.0.1")
+    try:
+        new = ContainerLeader(
+            pair.follower_store,
+            CONTAINER,
+            epoch=2,
+            node_id="b",
+            in_sync=frozenset({"b"}),
+            min_in_sync=1,
+        )
+        new_door.leaders[CONTAINER] = new
+        await new.start()
+        assert new.history[-1].epoch == 2
+        assert (await pair.follower_store.read(name, 0, 100)).data == b"acked-1acked-2"
+        # The writer resends after the failover: stored once.
+        again = await pair.follower_store.append(
+            name, b"acked-2", writer=WriterAppend(writer.writer_id, 2)
+        )
+        assert again.duplicate
+        await pair.follower_store.append(name, b"new-1", writer=WriterAppend(writer.writer_id, 3))
+
+        # The old leader comes back as a follower: its log holds a record of
+        # epoch 1 the new leader never had, so it cannot count as a copy.
+        rejoin = ContainerFollower(pair.leader_store, CONTAINER, node_id="a", epoch=2, node_key=KEY)
+        with pytest.raises(ReplicationRefused) as refused:
+            await asyncio.wait_for(rejoin.run("127.0.0.1", new_door.port), DEADLINE_S)
+        assert refused.value.code is RefuseCode.DIVERGED
+        assert new.positions.get("a") is None or new.positions["a"] <= 3
+    finally:
+        for leader in new_door.leaders.values():
+            leader.stop()
+        await new_door.aclose()

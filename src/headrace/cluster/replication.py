@@ -145,7 +145,6 @@ class ContainerLeader:
         node_id: this node.
         in_sync: the in-sync set of the container's record (this node included).
         min_in_sync: copies that must hold a record before it is acknowledged.
-        history: this node's epoch history of the container's log.
         write_in_sync: writes a new in-sync set to ZooKeeper (conditional on
             the record this leadership read); True if it was written. The
             leader acts on a new set only once it is written.
@@ -161,7 +160,6 @@ class ContainerLeader:
         node_id: str,
         in_sync: frozenset[str],
         min_in_sync: int,
-        history: EpochHistory = (),
         write_in_sync: Callable[[frozenset[str]], Awaitable[bool]] | None = None,
         lag_max_s: float = DEFAULT_REPLICA_LAG_MAX_S,
         clock: Callable[[], float] = time.monotonic,
@@ -177,7 +175,8 @@ class ContainerLeader:
         self._clock = clock
         self._began_at = clock()
         end = store.replica_end(container)
-        self.history = begin_epoch(history, epoch, end)
+        self.history: EpochHistory = ()
+        """This node's epoch history of the container, its own epoch last (``start``)."""
         self.epoch_start = end + 1
         self._backlog: collections.deque[tuple[int, list[bytes | memoryview], int]] = (
             collections.deque()
@@ -198,7 +197,14 @@ class ContainerLeader:
     # ------------------------------------------------------------------ life
 
     async def start(self) -> None:
-        """Set the gate: from now on the container acknowledges at commit."""
+        """Begin the epoch in the saved history, then set the gate: from now on the
+        container acknowledges at commit."""
+        saved = await self.store.replica_epochs(self.container)
+        history = tuple(EpochStart(e, s) for e, s in saved)
+        self.history = begin_epoch(history, self.epoch, self.epoch_start - 1)
+        await self.store.save_replica_epochs(
+            self.container, tuple((e.epoch, e.start_seq) for e in self.history)
+        )
         self._refuse_if_short()
         await self.store.lead(self.container, self.gate)
         self._task = asyncio.create_task(
@@ -495,7 +501,9 @@ class ContainerFollower:
     Args:
         epoch: the newest epoch of the container this node knows; raise it
             with ``fence`` when ZooKeeper shows a newer one.
-        history: this node's epoch history of its copy.
+    The follower's epoch history is the one saved with its copy
+    (``DiskStore.replica_epochs``), extended and saved again before the
+    first record of each new epoch is written.
     """
 
     def __init__(
@@ -506,13 +514,12 @@ class ContainerFollower:
         node_id: str,
         epoch: int,
         node_key: bytes | None,
-        history: EpochHistory = (),
     ) -> None:
         self.store = store
         self.container = container
         self.node_id = node_id
         self.epoch = epoch
-        self.history = history
+        self.history: EpochHistory = ()
         self._node_key = node_key
         self.commit = 0
         """The leader's commit point, as last heard."""
@@ -530,6 +537,8 @@ class ContainerFollower:
         if self._node_key is not None:
             issuer = TokenIssuer(self._node_key, NODE_TOKEN_TTL_S)
             token = issuer.issue(self.node_id, "prn::/*", Permission.READ_UPDATE, node=True)
+        saved = await self.store.replica_epochs(self.container)
+        self.history = tuple(EpochStart(e, s) for e, s in saved)
         async with asyncio.timeout(REPLICATION_IDLE_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(host, port)
         try:
@@ -583,12 +592,17 @@ class ContainerFollower:
                 if command.count == 0:
                     continue
                 try:
+                    history = extend_history(self.history, command.epoch, command.first)
+                    if history != self.history:  # saved before any record of the epoch
+                        await self.store.save_replica_epochs(
+                            self.container, tuple((e.epoch, e.start_seq) for e in history)
+                        )
+                        self.history = history
                     last = self.store.replicate(self.container, command.first, command.frames)
                 except (ValueError, StoreError) as exc:
                     refusal = Refuse(RefuseCode.BAD_REQUEST, str(exc))
                     _send(writer, refusal)
                     raise ReplicationRefused(refusal.code, refusal.reason) from None
-                self.history = extend_history(self.history, command.epoch, command.first)
                 self.replicated_bytes += len(command.frames)
                 written.put_nowait(last)
         finally:

@@ -109,6 +109,8 @@ def container_file_paths(paths: ContainerPaths) -> list[Path]:
     are not part of the container's state.
     """
     found = [paths.snapshot]
+    if paths.epochs.exists():  # a replicated container's epoch history travels with it
+        found.append(paths.epochs)
     found += [path for _, path in paths.wal_files()]
     for segment_id in sorted(files := paths.segment_files()):
         found += sorted(files[segment_id])

@@ -62,6 +62,7 @@ from headrace.store.api import (
 from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.checks import BlockChecks, check_blocks
 from headrace.store.disk.container import Container
+from headrace.store.disk.epochs import read_epochs, write_epochs
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
     AppendRecord,
@@ -898,6 +899,21 @@ class DiskStore(BaseStore):
             issued = c.write(record)
             assert issued == seq
         return c.state.last_seq
+
+    async def replica_epochs(self, container_id: int) -> tuple[tuple[int, int], ...]:
+        """The container's epoch history, as saved (``epochs.py``)."""
+        return await asyncio.to_thread(read_epochs, self._containers[container_id].paths)
+
+    async def save_replica_epochs(
+        self, container_id: int, entries: tuple[tuple[int, int], ...]
+    ) -> None:
+        """Replace the container's epoch history, durably, before records of a new epoch."""
+        self._check_open()
+        paths = self._containers[container_id].paths
+        try:
+            await asyncio.to_thread(write_epochs, paths, entries, self.file_ops)
+        except OSError as exc:
+            raise StoreError(f"cannot save container {container_id}'s epochs: {exc}") from exc
 
     async def replica_durable(self, container_id: int, seq: int) -> None:
         """Wait until a followed container's records up to ``seq`` are durable here."""
