@@ -23,6 +23,18 @@ again. The rules:
   nowhere else), whether that node owns it or was handed it, until the node
   comes back and claims it (``docs/cluster.md#killed-node``).
 
+With a replication factor above 1 (``docs/replication.md``):
+
+* **An assignment names the copies**: the target leads, and the other
+  eligible nodes holding the fewest copies follow (``Assign.replicas``, as
+  many as the factor, at most the eligible nodes); all start in sync.
+* **A container whose owner is dead fails over** (``FailOver``) to the first
+  live member of its in-sync set (``replication_rules.choose_leader``): the
+  record goes ``RELEASED`` to it, without the dead owner in the in-sync set,
+  and it claims the container from its own copy at the next epoch. With no
+  live member the container stays offline: never an unclean election.
+* **Replicated containers do not move** (no balancing, no drain) yet.
+
 Ties break by node id and container number, so the same input always gives
 the same plan.
 """
@@ -35,13 +47,24 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from headrace.cluster.layout import ContainerRecord, ContainerState
+from headrace.cluster.replication_rules import choose_leader
 
-__all__ = ["Action", "Assign", "CancelMove", "Move", "apply", "plan"]
+__all__ = ["Action", "Assign", "CancelMove", "FailOver", "Move", "apply", "plan"]
 
 
 @dataclass(frozen=True, slots=True)
 class Assign:
     """Give a never-owned container to ``target``, which then claims it."""
+
+    container: int
+    target: str
+    replicas: tuple[str, ...] = ()
+    """Every copy, the target first (replicated clusters only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailOver:
+    """The owner of ``container`` is dead: ``target``, in sync, leads next."""
 
     container: int
     target: str
@@ -63,13 +86,14 @@ class CancelMove:
     container: int
 
 
-Action = Assign | Move | CancelMove
+Action = Assign | FailOver | Move | CancelMove
 
 
 def plan(
     records: Mapping[int, ContainerRecord],
     live: Collection[str],
     draining: Collection[str],
+    replication_factor: int = 1,
 ) -> list[Action]:
     """The leader's next writes: every assignment and cancellation due, else at most one move.
 
@@ -77,6 +101,7 @@ def plan(
         records: every container's record, by container number.
         live: ids of the nodes registered now (``/nodes``).
         draining: ids of the nodes to empty (``/drain``); live or not.
+        replication_factor: copies of each new container (``/cluster``).
 
     Returns:
         Actions in container order; empty when the placement is done (or no
@@ -88,9 +113,15 @@ def plan(
     load = Counter(
         r.destination for r in records.values() if r.destination in eligible
     )  # containers each eligible node holds or is about to
+    copies = Counter(n for r in records.values() for n in r.replicas if n in eligible)
     actions: list[Action] = []
     for container in sorted(records):
         record = records[container]
+        if record.replicas and record.epoch > 0:
+            failover = _failover(container, record, set(live))
+            if failover is not None:
+                actions.append(failover)
+            continue
         if record.state is ContainerState.MOVING and record.target not in eligible:
             actions.append(CancelMove(container))
             if record.owner in eligible:
@@ -102,11 +133,30 @@ def plan(
         ):
             target = min(eligible, key=lambda n: (load[n], n))
             load[target] += 1
-            actions.append(Assign(container, target))
+            if replication_factor <= 1:
+                actions.append(Assign(container, target))
+                continue
+            others = sorted((n for n in eligible if n != target), key=lambda n: (copies[n], n))
+            replicas = (target, *others[: replication_factor - 1])
+            copies.update(replicas)
+            actions.append(Assign(container, target, replicas))
     if actions:
         return actions
     move = _next_move(records, set(live), set(draining), eligible)
     return [] if move is None else [move]
+
+
+def _failover(container: int, record: ContainerRecord, live: set[str]) -> FailOver | None:
+    """The failover a replicated container needs: its owner (or the node it was
+    failed over to, before it claimed) is dead and a member in sync is live."""
+    if record.state is ContainerState.OWNED and record.owner not in live:
+        gone = record.owner
+    elif record.state is ContainerState.RELEASED and record.epoch > 0 and record.target not in live:
+        gone = record.target
+    else:
+        return None
+    target = choose_leader((n for n in record.in_sync if n != gone), live)
+    return None if target is None else FailOver(container, target)
 
 
 def _next_move(
@@ -115,6 +165,7 @@ def _next_move(
     draining: set[str],
     eligible: list[str],
 ) -> Move | None:
+    records = {c: r for c, r in records.items() if not r.replicas}  # they do not move
     for record in records.values():
         if record.state is ContainerState.MOVING and record.owner in live:
             return None  # a move in course: its owner is releasing
@@ -139,8 +190,14 @@ def _next_move(
 def apply(record: ContainerRecord, action: Action) -> ContainerRecord:
     """The record the leader writes for ``action`` (on the version it planned from)."""
     match action:
-        case Assign(target=target):
-            return dataclasses.replace(record, target=target)
+        case Assign(target=target, replicas=replicas):
+            return dataclasses.replace(record, target=target, replicas=replicas, in_sync=replicas)
+        case FailOver(target=target):
+            gone = record.owner if record.state is ContainerState.OWNED else record.target
+            in_sync = tuple(n for n in record.in_sync if n != gone)
+            return dataclasses.replace(
+                record, state=ContainerState.RELEASED, target=target, in_sync=in_sync
+            )
         case Move(target=target):
             return dataclasses.replace(record, state=ContainerState.MOVING, target=target)
         case CancelMove():

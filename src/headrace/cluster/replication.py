@@ -33,7 +33,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -66,6 +66,7 @@ from headrace.store.disk import DiskStore
 from headrace.store.disk.replicated import CommitGate
 
 __all__ = [
+    "DEFAULT_MIN_IN_SYNC",
     "DEFAULT_REPLICA_LAG_MAX_S",
     "MAX_BACKLOG_BYTES",
     "MAX_REPLICATION_CONNECTIONS",
@@ -93,6 +94,10 @@ and follower (1024 containers at most, a handful of copies each)."""
 REPLICATION_IDLE_TIMEOUT_S: Final = 30.0
 """How long a subscription may take to arrive, and a connection may wait on a
 peer that reads nothing."""
+
+DEFAULT_MIN_IN_SYNC: Final = 2
+"""In-sync copies a container needs to acknowledge (``--min-insync``, capped
+by the factor): one more than the leader, so one disk lost loses nothing."""
 
 DEFAULT_REPLICA_LAG_MAX_S: Final = 10.0
 """How long an in-sync follower may stay behind the leader's end before it
@@ -149,6 +154,9 @@ class ContainerLeader:
             the record this leadership read); True if it was written. The
             leader acts on a new set only once it is written.
         lag_max_s: ``--replica-lag-max-s``.
+        live: the nodes with a ZooKeeper session now: a member whose session
+            ended leaves the in-sync set at the next look, without waiting
+            out the lag bound.
     """
 
     def __init__(
@@ -162,6 +170,7 @@ class ContainerLeader:
         min_in_sync: int,
         write_in_sync: Callable[[frozenset[str]], Awaitable[bool]] | None = None,
         lag_max_s: float = DEFAULT_REPLICA_LAG_MAX_S,
+        live: Callable[[], Collection[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -172,6 +181,7 @@ class ContainerLeader:
         self.min_in_sync = min_in_sync
         self.lag_max_s = lag_max_s
         self._write_in_sync = write_in_sync
+        self._live = live
         self._clock = clock
         self._began_at = clock()
         end = store.replica_end(container)
@@ -373,6 +383,11 @@ class ContainerLeader:
         for node in self.in_sync - progress.keys() - {self.node_id}:
             # not heard from in this epoch: as if caught up when the epoch began
             progress[node] = FollowerProgress(self.positions.get(node, 0), self._began_at)
+        if self._live is not None:
+            live = self._live()
+            for node in list(progress):
+                if node not in live:
+                    progress[node] = FollowerProgress(progress[node].position, -float("inf"))
         wanted = in_sync_after(
             now=now,
             leader=self.node_id,
