@@ -45,6 +45,7 @@ from headrace.cluster.replication_rules import (
     commit_point,
     extend_history,
     in_sync_after,
+    truncate_history,
     truncation_point,
 )
 from headrace.controller.auth import TokenIssuer
@@ -63,6 +64,7 @@ from headrace.protocols.replication import (
     encode,
 )
 from headrace.store.disk import DiskStore
+from headrace.store.disk.format import encode_record
 from headrace.store.disk.replicated import CommitGate
 
 __all__ = [
@@ -215,6 +217,12 @@ class ContainerLeader:
         await self.store.save_replica_epochs(
             self.container, tuple((e.epoch, e.start_seq) for e in self.history)
         )
+        end = self.epoch_start - 1
+        for seq, record in await self.store.read_log(self.container, 0, MAX_BACKLOG_BYTES // 2):
+            self._ship(seq, encode_record(seq, record))  # for followers a little behind
+        if self._backlog:
+            self._backlog_base = self._backlog[0][0] - 1
+        assert not self._backlog or self._backlog[-1][0] == end
         self._refuse_if_short()
         await self.store.lead(self.container, self.gate)
         self._task = asyncio.create_task(
@@ -568,12 +576,19 @@ class ContainerFollower:
                 raise ReplicationRefused(RefuseCode.BAD_REQUEST, f"expected START, got {start!r}")
             self._check_epoch(start.epoch, writer)
             if start.keep < end:
-                refusal = Refuse(
-                    RefuseCode.DIVERGED,
-                    f"holds records {start.keep + 1}..{end} the leader does not; needs a copy",
+                if not await self.store.rewind(self.container, start.keep):
+                    refusal = Refuse(
+                        RefuseCode.DIVERGED,
+                        f"holds records {start.keep + 1}..{end} the leader does not, "
+                        "checkpointed: the copy must be replaced whole",
+                    )
+                    _send(writer, refusal)
+                    raise ReplicationRefused(refusal.code, refusal.reason)
+                self.history = truncate_history(self.history, start.keep)
+                await self.store.save_replica_epochs(
+                    self.container, tuple((e.epoch, e.start_seq) for e in self.history)
                 )
-                _send(writer, refusal)
-                raise ReplicationRefused(refusal.code, refusal.reason)
+                self.durable = start.keep
             await self._copy(reader, writer)
         finally:
             writer.close()

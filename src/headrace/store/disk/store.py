@@ -74,6 +74,7 @@ from headrace.store.disk.format import (
     Manifest,
     MergeCommitRecord,
     MergeDataRecord,
+    Record,
     SealRecord,
     TruncateRecord,
     scan_frames,
@@ -84,6 +85,7 @@ from headrace.store.disk.moves import commit_install, new_staging_dir, write_emp
 from headrace.store.disk.recovery import recover_container, recover_store
 from headrace.store.disk.replicated import CommitGate
 from headrace.store.disk.segment import ContainerState, Segment
+from headrace.store.disk.wal_tail import cut_log, read_wal_records
 from headrace.store.memory import check_name
 from headrace.types import (
     NULL_ATTRIBUTE_VALUE,
@@ -914,6 +916,68 @@ class DiskStore(BaseStore):
             await asyncio.to_thread(write_epochs, paths, entries, self.file_ops)
         except OSError as exc:
             raise StoreError(f"cannot save container {container_id}'s epochs: {exc}") from exc
+
+    async def rewind(self, container_id: int, keep: int) -> bool:
+        """Cut a followed container's log after record ``keep``; False if it cannot.
+
+        The records past ``keep`` are a deposed leader's, never committed
+        (``docs/replication.md#truncation``). The container is closed without
+        a checkpoint, the WAL bytes of those records are copied aside and cut
+        off (``recovery.backup_and_cut``, as a torn tail), and it is opened
+        again with recovery. A checkpoint written after ``keep`` holds them in
+        its snapshot: then nothing is cut and the answer is False (the copy
+        must be replaced whole).
+        """
+        self._check_open()
+        if container_id not in self._following:
+            raise ValueError(f"container {container_id} is not followed here")
+        async with self._move_lock(container_id):
+            c = self._containers[container_id]
+            if c.state.last_seq <= keep:
+                return True
+            running = c.checkpoints.running
+            if running is not None:
+                await asyncio.shield(running)
+            await c.commit.stop()
+            c.commit.close()
+            c.files.close()
+            paths, ops = c.paths, self.file_ops
+
+            def cut_and_open() -> tuple[bool, ContainerState, WalWriter]:
+                cut = cut_log(paths, keep, ops)
+                state, wal = recover_container(paths, ops, max_attributes=self._max_attributes)
+                return cut, state, wal
+
+            try:
+                cut, state, wal = await asyncio.to_thread(cut_and_open)
+            except OSError as exc:
+                raise StoreError(f"cannot cut container {container_id}'s log: {exc}") from exc
+            fresh = self._new_container(paths, state, wal)
+            fresh.files.max_open = c.files.max_open
+            self._containers[container_id] = fresh
+            fresh.start()
+            self._container_of.clear()
+            if cut:
+                log.warning(
+                    "container %d: records after %d cut (never committed; copied aside)",
+                    container_id,
+                    keep,
+                )
+            return cut
+
+    async def read_log(
+        self, container_id: int, after: int, max_bytes: int
+    ) -> list[tuple[int, Record]]:
+        """The container's records after ``after`` still in its WAL files, each with
+        its data (an APPEND_REF read back from its data file), at most about
+        ``max_bytes`` of the newest: a new leader's catch-up for followers
+        slightly behind. The records form one run ending at the log's end
+        (empty if the WAL no longer holds the one after ``after``).
+        """
+        c = self._containers[container_id]
+        await c.commit.sync_now()
+        end = c.state.last_seq
+        return await asyncio.to_thread(read_wal_records, c.paths, after, end, max_bytes)
 
     async def replica_durable(self, container_id: int, seq: int) -> None:
         """Wait until a followed container's records up to ``seq`` are durable here."""
