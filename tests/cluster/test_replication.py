@@ -248,6 +248,13 @@ async def test_fewer_than_min_in_sync_copies_refuse_appends_and_reads_go_on(pair
     following.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await following
+    # A follower that holds everything stays in sync; one that misses a record
+    # for longer than the lag bound leaves.
+    await leader.check_in_sync()
+    assert leader.in_sync == {"a", "b"}
+    stuck = asyncio.create_task(pair.leader_store.append(name, b"stuck"))
+    await until(lambda: leader.gate.local_seq >= 3, "the append durable on the leader")
+    await leader.check_in_sync()
     pair.now[0] += 6.0
     await leader.check_in_sync()
     assert leader.in_sync == {"a"}
@@ -255,6 +262,10 @@ async def test_fewer_than_min_in_sync_copies_refuse_appends_and_reads_go_on(pair
         await pair.leader_store.append(name, b"refused")
     assert refused.value.retriable
     assert (await pair.leader_store.read(name, 0, 100)).data == b"kept"
+    assert not stuck.done()
+    leader.stop()
+    with pytest.raises(OwnerUnavailable):
+        await stuck
 
 
 async def test_a_subscription_without_a_node_token_is_refused(pair: Pair) -> None:

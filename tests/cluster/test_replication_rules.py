@@ -79,6 +79,8 @@ def test_histories_are_begun_extended_cut_and_checked() -> None:
     assert truncate_history(history, 4) == h((1, 1))
     assert extend_history(h((1, 1)), 1, 3) == h((1, 1))
     assert extend_history(h((1, 1)), 3, 5) == h((1, 1), (3, 5))
+    # an epoch that wrote nothing (a leader that appended nothing) is replaced
+    assert extend_history(h((1, 1)), 2, 1) == h((2, 1))
     with pytest.raises(ValueError):
         extend_history(h((3, 1)), 2, 5)
     with pytest.raises(ValueError):

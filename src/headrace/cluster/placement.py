@@ -33,7 +33,12 @@ With a replication factor above 1 (``docs/replication.md``):
   record goes ``RELEASED`` to it, without the dead owner in the in-sync set,
   and it claims the container from its own copy at the next epoch. With no
   live member the container stays offline: never an unclean election.
-* **Replicated containers do not move** (no balancing, no drain) yet.
+* **A replicated container short of copies gets one more** (``AddReplica``)
+  on the eligible node with the fewest, one per round: a node that joins
+  later gets copies too. It follows, catches up and joins the in-sync set.
+* **A replicated container moves only its leadership**, to an in-sync copy
+  (the same handshake; no data moves): balancing and draining pick, for each
+  container, the least loaded in-sync node.
 
 Ties break by node id and container number, so the same input always gives
 the same plan.
@@ -49,7 +54,7 @@ from dataclasses import dataclass
 from headrace.cluster.layout import ContainerRecord, ContainerState
 from headrace.cluster.replication_rules import choose_leader
 
-__all__ = ["Action", "Assign", "CancelMove", "FailOver", "Move", "apply", "plan"]
+__all__ = ["Action", "AddReplica", "Assign", "CancelMove", "FailOver", "Move", "apply", "plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,15 @@ class FailOver:
 
 
 @dataclass(frozen=True, slots=True)
+class AddReplica:
+    """Give ``container`` one more copy, on ``node``: it follows the leader,
+    catches up and joins the in-sync set when it holds every committed record."""
+
+    container: int
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class Move:
     """Ask ``source`` (the owner) to hand ``container`` to ``target``."""
 
@@ -86,7 +100,7 @@ class CancelMove:
     container: int
 
 
-Action = Assign | FailOver | Move | CancelMove
+Action = Assign | AddReplica | FailOver | Move | CancelMove
 
 
 def plan(
@@ -121,6 +135,16 @@ def plan(
             failover = _failover(container, record, set(live))
             if failover is not None:
                 actions.append(failover)
+            elif record.state is ContainerState.MOVING and record.target not in eligible:
+                actions.append(CancelMove(container))
+            elif (
+                record.state is ContainerState.OWNED
+                and len(record.replicas) < replication_factor
+                and (spare := [n for n in eligible if n not in record.replicas])
+            ):
+                node = min(spare, key=lambda n: (copies[n], n))
+                copies[node] += 1
+                actions.append(AddReplica(container, node))
             continue
         if record.state is ContainerState.MOVING and record.target not in eligible:
             actions.append(CancelMove(container))
@@ -149,7 +173,7 @@ def plan(
 def _failover(container: int, record: ContainerRecord, live: set[str]) -> FailOver | None:
     """The failover a replicated container needs: its owner (or the node it was
     failed over to, before it claimed) is dead and a member in sync is live."""
-    if record.state is ContainerState.OWNED and record.owner not in live:
+    if record.state is not ContainerState.RELEASED and record.owner not in live:
         gone = record.owner
     elif record.state is ContainerState.RELEASED and record.epoch > 0 and record.target not in live:
         gone = record.target
@@ -165,7 +189,6 @@ def _next_move(
     draining: set[str],
     eligible: list[str],
 ) -> Move | None:
-    records = {c: r for c, r in records.items() if not r.replicas}  # they do not move
     for record in records.values():
         if record.state is ContainerState.MOVING and record.owner in live:
             return None  # a move in course: its owner is releasing
@@ -176,15 +199,33 @@ def _next_move(
     )
     load = Counter({node: 0 for node in eligible})
     load.update(owner for _, owner in owned if owner in load)
-    emptiest = min(eligible, key=lambda n: (load[n], n))
+    by_load = sorted(eligible, key=lambda n: (load[n], n))
+    emptiest = by_load[0]
+
+    def target(container: int, source: str) -> str | None:
+        """The least loaded node that may take ``container``: any eligible one, or
+        for a replicated container an in-sync copy (leadership moves, data does not)."""
+        record = records[container]
+        for node in by_load:
+            if node != source and (not record.replicas or node in record.in_sync):
+                return node
+        return None
+
     for container, owner in owned:
         if owner in draining and owner in live:
-            return Move(container, owner, emptiest)
-    fullest = min(eligible, key=lambda n: (-load[n], n))
-    if load[fullest] - load[emptiest] < 2:
-        return None
-    container = next(c for c, owner in owned if owner == fullest)
-    return Move(container, fullest, emptiest)
+            to = target(container, owner)
+            if to is not None:
+                return Move(container, owner, to)
+    for fullest in sorted(eligible, key=lambda n: (-load[n], n)):
+        for container, owner in owned:
+            if owner != fullest:
+                continue
+            to = target(container, owner)
+            if to is not None and load[fullest] - load[to] >= 2:
+                return Move(container, fullest, to)
+        if load[fullest] - load[emptiest] < 2:
+            break
+    return None
 
 
 def apply(record: ContainerRecord, action: Action) -> ContainerRecord:
@@ -192,8 +233,10 @@ def apply(record: ContainerRecord, action: Action) -> ContainerRecord:
     match action:
         case Assign(target=target, replicas=replicas):
             return dataclasses.replace(record, target=target, replicas=replicas, in_sync=replicas)
+        case AddReplica(node=node):
+            return dataclasses.replace(record, replicas=(*record.replicas, node))
         case FailOver(target=target):
-            gone = record.owner if record.state is ContainerState.OWNED else record.target
+            gone = record.owner if record.state is not ContainerState.RELEASED else record.target
             in_sync = tuple(n for n in record.in_sync if n != gone)
             return dataclasses.replace(
                 record, state=ContainerState.RELEASED, target=target, in_sync=in_sync

@@ -385,6 +385,10 @@ class ContainerLeader:
     async def check_in_sync(self) -> None:
         """One look at the followers: write the in-sync set if it should change."""
         now = self._clock()
+        end = self.end
+        for follower in self.followers.values():
+            if follower.position >= end and not follower.sent:
+                follower.caught_up_at = now  # holds everything: caught up, traffic or not
         progress = {
             node: FollowerProgress(f.position, f.caught_up_at) for node, f in self.followers.items()
         }
@@ -605,6 +609,7 @@ class ContainerFollower:
     async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         written: asyncio.Queue[int] = asyncio.Queue()
         acks = asyncio.create_task(self._ack(written, writer))
+        read: asyncio.Future[Command] | None = None
         try:
             while True:
                 read = asyncio.ensure_future(_read(reader))
@@ -636,6 +641,10 @@ class ContainerFollower:
                 self.replicated_bytes += len(command.frames)
                 written.put_nowait(last)
         finally:
+            if read is not None and not read.done():
+                read.cancel()
+            elif read is not None and not read.cancelled():
+                read.exception()  # seen: the connection ends either way
             acks.cancel()
             with contextlib.suppress(BaseException):
                 await acks

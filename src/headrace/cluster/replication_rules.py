@@ -102,7 +102,8 @@ def begin_epoch(history: EpochHistory, epoch: int, end: int) -> EpochHistory:
 
 
 def extend_history(history: EpochHistory, epoch: int, first_seq: int) -> EpochHistory:
-    """``history`` after a follower wrote records of ``epoch`` from ``first_seq`` on.
+    """``history`` after a follower wrote records of ``epoch`` from ``first_seq`` on
+    (its log ended at ``first_seq`` - 1, so entries starting there held nothing).
 
     Raises:
         ValueError: ``epoch`` is older than the history's last (a deposed
@@ -110,9 +111,10 @@ def extend_history(history: EpochHistory, epoch: int, first_seq: int) -> EpochHi
     """
     if history and history[-1].epoch == epoch:
         return history
-    if history and (epoch < history[-1].epoch or first_seq <= history[-1].start_seq):
-        raise ValueError(f"records of epoch {epoch} at {first_seq} after {history[-1]}")
-    return (*history, EpochStart(epoch, first_seq))
+    kept = tuple(e for e in history if e.start_seq < first_seq)  # epochs that wrote nothing go
+    if kept and epoch < kept[-1].epoch:
+        raise ValueError(f"records of epoch {epoch} at {first_seq} after {kept[-1]}")
+    return (*kept, EpochStart(epoch, first_seq))
 
 
 def epoch_of(history: EpochHistory, seq: int) -> int | None:

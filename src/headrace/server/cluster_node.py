@@ -151,8 +151,13 @@ class Replicas:
             return
         if isinstance(event, OwnershipChanged):
             for container in list(self.door.leaders):
-                if container not in event.owned:
-                    self.stop_leading(container)
+                record = member.record(container)
+                mine = record.owner == self._node_id and record.state is ContainerState.OWNED
+                claiming = (
+                    record.state is ContainerState.RELEASED and record.target == self._node_id
+                )
+                if container not in event.owned and (event.fenced or not (mine or claiming)):
+                    self.stop_leading(container)  # not between its acquire and its claim
         if isinstance(event, ContainersChanged | NodesChanged | OwnershipChanged):
             self.sync_followers(member)
 
@@ -308,8 +313,8 @@ class StoreHooks:
     async def release(self, container: int, to: NodeInfo | None) -> None:
         store = self._store
         replicas = self._replicas
-        if replicas is not None and container in replicas.door.leaders:
-            replicas.stop_leading(container)  # a lost claim: the copy stays, and follows
+        if replicas is not None and replicas.replicated(container):
+            replicas.stop_leading(container)  # the copy stays here, and follows
             log.info("cluster: no longer leading container %d", container)
             return
         if isinstance(store, DiskStore):
