@@ -24,6 +24,7 @@ from headrace.store.disk.layout import container_of
 from tests._server import ServerProcess
 from tests._zookeeper import ZooKeeper
 from tests.cluster._nodes import CONTAINERS, node_process, owners, settled, views
+from tests.cluster.test_cli import status_json
 from tests.cluster.test_faults import (
     EVENTS_AFTER,
     EVENTS_BEFORE,
@@ -91,6 +92,13 @@ async def test_a_killed_leader_fails_over_to_an_in_sync_copy_and_loses_nothing(
         report = roles[leaders[0]]
         assert report is not None and report["epoch"] >= 2
         assert sorted(report["in_sync"]) == sorted(others), roles
+        # `headrace cluster status` shows the copies, the in-sync set and the counts
+        status = await asyncio.to_thread(status_json, nodes[others[0]])
+        assert status["replication_factor"] == 3 and status["min_in_sync"] == 2
+        entry = status["containers"][container]
+        assert entry["owner"] == leaders[0] and sorted(entry["copies"]) == sorted(NODES)
+        assert sorted(entry["in_sync"]) == sorted(others)
+        assert status["under_replicated"] >= 1 and status["offline"] == 0
     finally:
         for node in nodes.values():
             node.stop()
