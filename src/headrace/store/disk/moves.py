@@ -66,7 +66,9 @@ READ_CHUNK_BYTES: Final = 1024 * 1024
 """Bytes read or written at a time when checksumming or copying a file, so a
 copy of any size needs this much memory per file at once."""
 
-_RELATIVE_PATH = re.compile(r"^(snapshot|wal/\d{20}\.wal|segments/[0-9a-f]{16}\.(data|crc))$")
+_RELATIVE_PATH = re.compile(
+    r"^(snapshot|epochs|wal/\d{20}\.wal|segments/[0-9a-f]{16}\.(data|crc))$"
+)
 """The files of a container copy, relative to its directory (``layout.py``)."""
 
 
