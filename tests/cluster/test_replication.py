@@ -338,3 +338,40 @@ async def test_failover_to_the_in_sync_follower_keeps_every_acknowledged_record(
         for leader in new_door.leaders.values():
             leader.stop()
         await new_door.aclose()
+
+
+async def test_an_in_sync_member_back_without_every_committed_record_leaves_the_set(
+    pair: Pair, tmp_path: Path
+) -> None:
+    written: list[frozenset[str]] = []
+
+    async def write_in_sync(members: frozenset[str]) -> bool:
+        written.append(members)
+        return True
+
+    leader = await pair.leader(min_in_sync=1, write_in_sync=write_in_sync)
+    following = pair.follow(pair.follower())
+    (name,) = names(1)
+    await pair.leader_store.create_segment(name)
+    await pair.leader_store.append(name, b"committed")
+    following.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await following
+    assert leader.in_sync == {"a", "b"} and not written
+
+    # "b" comes back on a wiped data dir: it subscribes with an empty log.
+    wiped = await DiskStore.open(tmp_path / "wiped", container_count=COUNT)
+    try:
+        back = ContainerFollower(wiped, CONTAINER, node_id="b", epoch=1, node_key=KEY)
+        rejoining = asyncio.create_task(back.run("127.0.0.1", pair.door.port))
+        await until(lambda: written == [frozenset({"a"})], "it left the in-sync set")
+        assert leader.in_sync == {"a"}
+        # It catches up from the leader, then joins again.
+        await until(lambda: leader.positions.get("b") == leader.end, "it caught up")
+        await leader.check_in_sync()
+        assert written[-1] == frozenset({"a", "b"})
+        rejoining.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await rejoining
+    finally:
+        await wiped.close()

@@ -302,6 +302,10 @@ class ContainerLeader:
         """Serve one follower's subscription until it or this leadership ends."""
         history = tuple(EpochStart(e, s) for e, s in sub.history)
         keep = truncation_point(self.history, self.end, history, sub.end)
+        if sub.node in self.in_sync and keep < self.commit:
+            # A member back without every committed record (restarted on a
+            # wiped or older disk): it must not stay electable until it caught up.
+            await self._write_and_use(self.in_sync - {sub.node})
         _send(writer, Start(self.epoch, keep, self.commit))
         if keep < self._backlog_base:
             _send(
@@ -409,8 +413,11 @@ class ContainerLeader:
             epoch_start=self.epoch_start,
             lag_max_s=self.lag_max_s,
         )
-        if wanted == self.in_sync:
-            return
+        if wanted != self.in_sync:
+            await self._write_and_use(wanted)
+
+    async def _write_and_use(self, wanted: frozenset[str]) -> None:
+        """Write the in-sync set ``wanted`` to ZooKeeper, then act on it."""
         if self._write_in_sync is not None and not await self._write_in_sync(wanted):
             return  # the record changed: this leadership is over or about to be
         log.info(
