@@ -209,7 +209,9 @@ def test_replicated_containers_get_copies_fail_over_in_sync_and_move_leadership_
     assert actions == [Assign(0, "a", ("a", "b")), Assign(1, "b", ("b", "c"))]
     assert apply(released, actions[0]).in_sync == ("a", "b")
 
-    # Placed while one node was live: each joining node gets a copy.
+    # A new replicated container waits for as many eligible nodes as copies.
+    assert plan({0: released}, ["a"], [], replication_factor=2) == []
+    # A container short of copies gets one on a node that joins.
     alone = ContainerRecord("a", 1, ContainerState.OWNED, None, ("a",), ("a",))
     assert plan({0: alone}, ["a", "b"], [], replication_factor=3) == [AddReplica(0, "b")]
     assert apply(alone, AddReplica(0, "b")).replicas == ("a", "b")

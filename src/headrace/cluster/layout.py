@@ -223,8 +223,8 @@ class ClusterRecord:
 
     container_count: int
     replication_factor: int = 1
-    """Copies of each container (``docs/replication.md``); capped by the live
-    nodes when a container is first placed."""
+    """Copies of each container (``docs/replication.md``); a new container is
+    placed once that many nodes are eligible."""
     min_in_sync: int = 1
     """In-sync copies a container needs to acknowledge anything; with fewer,
     appends are refused (retriable) and reads go on."""

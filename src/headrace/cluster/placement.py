@@ -27,7 +27,9 @@ With a replication factor above 1 (``docs/replication.md``):
 
 * **An assignment names the copies**: the target leads, and the other
   eligible nodes holding the fewest copies follow (``Assign.replicas``, as
-  many as the factor, at most the eligible nodes); all start in sync.
+  many as the factor); all start in sync. A never-owned container waits
+  until as many nodes as the factor are eligible, so every copy is placed
+  from the start and the leaders spread over the nodes.
 * **A container whose owner is dead fails over** (``FailOver``) to the first
   live member of its in-sync set (``replication_rules.choose_leader``): the
   record goes ``RELEASED`` to it, without the dead owner in the in-sync set,
@@ -155,6 +157,8 @@ def plan(
             and record.epoch == 0
             and record.target not in eligible
         ):
+            if len(eligible) < replication_factor:
+                continue  # a new replicated container waits for as many nodes as copies
             target = min(eligible, key=lambda n: (load[n], n))
             load[target] += 1
             if replication_factor <= 1:

@@ -887,8 +887,8 @@ OPTIONS: tuple[Option, ...] = (
         int,
         1,
         "Copies of each container of a cluster this node creates (a cluster keeps the "
-        "factor it was created with); capped by the live nodes when a container is first "
-        "placed. Above 1, each container's leader copies every record to its followers "
+        "factor it was created with; it places its containers once that many nodes "
+        "joined). Above 1, each container's leader copies every record to its followers "
         "and acknowledges it only once every in-sync copy holds it (docs/replication.md).",
         "Cluster",
         1,
