@@ -41,6 +41,15 @@ then, in the same run:
   in alternation; the best of each, the ratio forwarded / direct, and the
   nodes' CPU per message.
 
+* **Replication** (``--replication``, instead of the two above): three nodes,
+  each run on a fresh chroot with ``--replication-factor R`` (R = 1, 2, 3;
+  ``--min-insync`` 2, at most R), settled with every container's copies in
+  sync. The same durable produce of 100 B and 10 KiB events (each append
+  acknowledged once every in-sync copy synced it, ``docs/replication.md``),
+  then the acknowledgement latency at a paced ``PACED_RATE`` events/s (one
+  writer, 100 B events): p50 and p99 from ``write`` to its acknowledgement.
+  Ratios R = 3 / R = 1 (throughput, and p99).
+
 The last line printed is one JSON object with every figure. Nothing here
 asserts speed.
 """
@@ -113,6 +122,44 @@ asyncio.run(main())
 """
 """One lane: a writer process (its calls hold its own GIL, not the parent's)."""
 
+PACED_RATE = 10_000
+"""Events per second of the paced latency run (``--replication``)."""
+
+PACED_CHILD = r"""
+import asyncio, json, sys, time
+from headrace.client import PravegaClient
+uri, scope, stream = sys.argv[1:4]
+count, size, rate = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+
+async def main():
+    event = b"x" * size
+    latencies = []
+    async with PravegaClient(uri) as client:
+        writer = await client.create_writer(scope, stream)
+        await writer.write_and_wait(event)
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        start = time.monotonic()
+        for i in range(count):
+            due = start + i / rate
+            ahead = due - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            sent = time.monotonic()
+            future = await writer.write_future(event)
+            future.add_done_callback(lambda _, s=sent: latencies.append(time.monotonic() - s))
+        await writer.flush()
+        end = time.monotonic()
+        await writer.aclose()
+    latencies.sort()
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+    print(json.dumps({"start": start, "end": end, "p50_ms": round(pick(0.5) * 1e3, 3),
+                      "p99_ms": round(pick(0.99) * 1e3, 3), "acked": len(latencies)}))
+
+asyncio.run(main())
+"""
+"""The paced latency writer: ``PACED_RATE`` events/s, each one's time to its ack."""
+
 
 class Node:
     """One ``headrace serve --cluster`` child: its process and ports."""
@@ -134,10 +181,10 @@ class Node:
         return report
 
 
-def start_node(data_dir: Path, url: str, name: str) -> Node:
+def start_node(data_dir: Path, url: str, name: str, extra: tuple[str, ...] = ()) -> Node:
     ports = {door: common.free_port() for door in ("controller", "segment-store", "tank", "http")}
     command = [sys.executable, "-m", "headrace", "serve", "--data-dir", str(data_dir)]
-    command += ["--fsync", "always", f"--cluster={url}", f"--node-id={name}"]
+    command += ["--fsync", "always", f"--cluster={url}", f"--node-id={name}", *extra]
     command += ["--advertise-host=127.0.0.1", f"--container-count={CONTAINERS}"]
     for listener in common.LISTENERS:
         command += [f"--{listener}-port", str(ports.get(listener, 0))]
@@ -148,7 +195,7 @@ def start_node(data_dir: Path, url: str, name: str) -> Node:
     return Node(proc, name, ports)
 
 
-def settle(nodes: list[Node]) -> tuple[dict[int, str], str]:
+def settle(nodes: list[Node], *, balanced: bool = True) -> tuple[dict[int, str], str]:
     """Wait until every node sees all of them and one leader, which serves the
     controller metadata (the others follow it), and every container is owned,
     evenly; container -> owner, and the leader."""
@@ -168,7 +215,7 @@ def settle(nodes: list[Node]) -> tuple[dict[int, str], str]:
                 and len({v["leader"] for v in views}) == 1
                 and metadata == ["following"] * (len(names) - 1) + ["leading"]
                 and sorted(owned) == list(range(CONTAINERS))
-                and max(counts) - min(counts) <= 1
+                and (max(counts) - min(counts) <= 1 or not balanced)
             ):
                 owners = {
                     c: node.name for node, v in zip(nodes, views, strict=True) for c in v["owned"]
@@ -177,6 +224,77 @@ def settle(nodes: list[Node]) -> tuple[dict[int, str], str]:
         if time.monotonic() > deadline:
             raise SystemExit(f"the cluster did not settle within {SETTLE_TIMEOUT_S:.0f} s")
         time.sleep(0.1)  # polling the nodes' views under a deadline
+
+
+def settle_copies(nodes: list[Node], factor: int) -> None:
+    """Wait until every container's leader has ``factor`` copies in sync."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        leaders = [
+            r
+            for node in nodes
+            for r in node.health().get("replicas", {}).values()
+            if r["role"] == "leader"
+        ]
+        if len(leaders) == CONTAINERS and all(len(r["in_sync"]) == factor for r in leaders):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the copies were not in sync within {SETTLE_TIMEOUT_S:.0f} s")
+        time.sleep(0.1)  # polling the nodes' views under a deadline
+
+
+def paced_latency(controller: Node, stream: str, count: int) -> dict[str, float]:
+    """One writer at ``PACED_RATE`` events/s of 100 B: p50/p99 from write to ack."""
+    command = [sys.executable, "-c", PACED_CHILD, controller.uri, "bench", stream]
+    command += [str(count), str(SMALL_BYTES), str(PACED_RATE)]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit(
+                f"the paced writer failed to set up (exit {proc.wait(LANE_TIMEOUT_S)})"
+            )
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=LANE_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise SystemExit(f"the paced writer failed with exit status {proc.returncode}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    result["events_per_s"] = round(count / (result.pop("end") - result.pop("start")))
+    return result
+
+
+def replication_phase(tmp: Path, zookeeper: ZooKeeper, args: argparse.Namespace) -> dict[str, Any]:
+    """Three nodes at R = 1, 2, 3: durable produce, then paced ack latency."""
+    figures: dict[str, Any] = {}
+    for factor in (1, 2, 3):
+        nodes, owners, _ = start_cluster(tmp, zookeeper, 3, factor)
+        try:
+            row = scale_phase(nodes, owners, args)
+            owner = sorted(set(owners.values()))[-1]
+            stream = asyncio.run(create_stream(nodes[0], owners, owner, f"paced-{factor}"))
+            row["paced"] = paced = paced_latency(nodes[0], stream, args.paced_events)
+            print(
+                f"R={factor}: ack at {paced['events_per_s']:,} events/s "
+                f"p50 {paced['p50_ms']} ms p99 {paced['p99_ms']} ms",
+                flush=True,
+            )
+            figures[f"r{factor}"] = row
+        finally:
+            for node in nodes:
+                common.stop(node.proc)
+    for label in ("small", "large"):
+        figures[f"ratio_r3_to_r1_{label}"] = round(
+            figures["r3"][label]["events_per_s"] / figures["r1"][label]["events_per_s"], 3
+        )
+    figures["ratio_r3_to_r1_p99"] = round(
+        figures["r3"]["paced"]["p99_ms"] / max(figures["r1"]["paced"]["p99_ms"], 1e-3), 3
+    )
+    return figures
 
 
 def owned_by(owners: dict[int, str], name: str, segment: Segment) -> bool:
@@ -244,16 +362,25 @@ def run_lanes(
 
 
 def start_cluster(
-    tmp: Path, zookeeper: ZooKeeper, size: int
+    tmp: Path, zookeeper: ZooKeeper, size: int, factor: int = 0
 ) -> tuple[list[Node], dict[int, str], str]:
-    """``size`` nodes on a fresh chroot, settled: the nodes, container -> owner, the leader."""
-    url = zookeeper.url(f"/scale-{size}")
+    """``size`` nodes on a fresh chroot, settled: the nodes, container -> owner, the leader.
+    ``factor``: ``--replication-factor`` (0: the default), and then every container's
+    copies in sync before it returns."""
+    url = zookeeper.url(f"/scale-{size}-r{factor}")
+    extra = (
+        () if not factor else (f"--replication-factor={factor}", f"--min-insync={min(2, factor)}")
+    )
     nodes: list[Node] = []
     try:
         for i in range(size):
             name = f"n{i + 1}"
-            nodes.append(start_node(tmp / f"c{size}-{name}", url, name))
-        owners, leader = settle(nodes)
+            nodes.append(start_node(tmp / f"c{size}-r{factor}-{name}", url, name, extra))
+        # a replicated cluster whose factor is below its size places every copy
+        # on the first nodes to join: the others lead nothing (no copy moves yet)
+        owners, leader = settle(nodes, balanced=factor in (0, 1, size))
+        if factor > 1:
+            settle_copies(nodes, factor)
     except BaseException:
         for node in nodes:
             common.stop(node.proc)
@@ -270,9 +397,10 @@ def scale_phase(
         ("small", SMALL_BYTES, args.events),
         ("large", LARGE_BYTES, args.large_events),
     ):
+        leading = sorted(set(owners.values()))  # the nodes that lead containers
         streams = [
             asyncio.run(
-                create_stream(nodes[0], owners, nodes[lane % len(nodes)].name, f"{label}-{lane}")
+                create_stream(nodes[0], owners, leading[lane % len(leading)], f"{label}-{lane}")
             )
             for lane in range(args.lanes)
         ]
@@ -447,7 +575,16 @@ def main() -> None:
         help="TANK single-message produces per forwarding run (default 2,000).",
     )
     parser.add_argument("--rounds", type=int, help="Forwarding rounds (default 3).")
+    parser.add_argument(
+        "--replication",
+        action="store_true",
+        help="Instead: produce and paced ack latency on 3 nodes at R = 1, 2, 3.",
+    )
+    parser.add_argument(
+        "--paced-events", type=int, help="Events of each paced latency run (default 50,000)."
+    )
     args = parser.parse_args()
+    args.paced_events = args.paced_events or (10_000 if args.quick else 50_000)
     args.events = args.events or (50_000 if args.quick else 400_000)
     args.large_events = args.large_events or (2_000 if args.quick else 10_000)
     args.messages = args.messages or (20_000 if args.quick else 100_000)
@@ -470,6 +607,18 @@ def main() -> None:
         zookeeper = ZooKeeper(tmp / "zookeeper")
         zookeeper.start()
         nodes: list[Node] = []
+        if args.replication:
+            try:
+                result["replication"] = figures = replication_phase(tmp, zookeeper, args)
+            finally:
+                zookeeper.stop()
+            print(
+                f"R=3 / R=1: 100 B {figures['ratio_r3_to_r1_small']}x, 10 KiB "
+                f"{figures['ratio_r3_to_r1_large']}x, paced p99 {figures['ratio_r3_to_r1_p99']}x"
+            )
+            result["seconds"] = round(time.monotonic() - began, 1)
+            print(json.dumps(result))
+            return
         try:
             nodes, owners, _ = start_cluster(tmp, zookeeper, 1)
             one = scale_phase(nodes, owners, args)

@@ -68,7 +68,17 @@ def test_status_from_every_node_agrees_with_health(
     leader = next(v["leader"] for v in seen.values())
     for asked in nodes.values():
         report = status_json(asked)
-        assert sorted(report) == ["containers", "leader", "nodes"]
+        assert sorted(report) == [
+            "containers",
+            "leader",
+            "min_in_sync",
+            "nodes",
+            "offline",
+            "replication_factor",
+            "under_replicated",
+        ]
+        assert report["replication_factor"] == 1 and report["offline"] == 0
+        assert report["under_replicated"] == 0
         assert report["leader"] == leader
         assert [n["id"] for n in report["nodes"]] == sorted(NODES)
         for entry in report["nodes"]:
@@ -78,6 +88,7 @@ def test_status_from_every_node_agrees_with_health(
             assert entry["host"] == "127.0.0.1"
             ports = dict(entry["ports"])
             assert ports.pop("transfer") > 0  # the internal door of moves, on a free port
+            assert ports.pop("replication") > 0  # the internal door of replication
             assert ports == {
                 door: node.port_of(door) for door in ("controller", "segment_store", "http")
             }

@@ -173,3 +173,22 @@ def test_the_cluster_record_says_its_segment_mapping() -> None:
     for bad in ("crc32", 1, None):
         with pytest.raises(BadRecord, match="mapping"):
             decode_cluster(json.dumps({**old, "mapping": bad}).encode())
+
+
+def test_a_replicated_container_record_round_trips_and_its_rules_hold() -> None:
+    record = ContainerRecord("a", 2, ContainerState.OWNED, None, ("a", "b", "c"), ("a", "c"))
+    assert decode_container(encode(record), "/containers/0") == record
+    plain = ContainerRecord("a", 2, ContainerState.OWNED)
+    assert b"replicas" not in encode(plain)  # one copy: the record as before
+    for bad in (
+        b'{"v":1,"owner":"a","epoch":2,"state":"OWNED","target":null,'
+        b'"replicas":["a","b"],"in_sync":["b"]}',  # the owner must be in sync
+        b'{"v":1,"owner":"a","epoch":2,"state":"OWNED","target":null,'
+        b'"replicas":["a"],"in_sync":["a","z"]}',  # in sync but not a replica
+        b'{"v":1,"owner":"a","epoch":2,"state":"OWNED","target":null,'
+        b'"replicas":["a","a"],"in_sync":["a"]}',  # twice
+        b'{"v":1,"owner":"a","epoch":2,"state":"OWNED","target":null,'
+        b'"replicas":"a","in_sync":[]}',  # not a list
+    ):
+        with pytest.raises(BadRecord):
+            decode_container(bad, "/containers/0")

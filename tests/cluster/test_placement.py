@@ -15,7 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.cluster.layout import UNOWNED, ContainerRecord, ContainerState
-from headrace.cluster.placement import Action, Assign, CancelMove, Move, apply, plan
+from headrace.cluster.placement import (
+    Action,
+    AddReplica,
+    Assign,
+    CancelMove,
+    FailOver,
+    Move,
+    apply,
+    plan,
+)
 from tests._hypothesis import examples
 
 OWNED, MOVING, RELEASED = ContainerState.OWNED, ContainerState.MOVING, ContainerState.RELEASED
@@ -192,3 +201,36 @@ def test_placement_converges_to_a_balance_one_move_at_a_time(
         if record.state is OWNED and record.owner in eligible:
             counts[record.owner] += 1
     assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_replicated_containers_get_copies_fail_over_in_sync_and_move_leadership_only() -> None:
+    released = ContainerRecord(None, 0, ContainerState.RELEASED)
+    actions = plan({0: released, 1: released}, ["a", "b", "c"], [], replication_factor=2)
+    assert actions == [Assign(0, "a", ("a", "b")), Assign(1, "b", ("b", "c"))]
+    assert apply(released, actions[0]).in_sync == ("a", "b")
+
+    # A new replicated container waits for as many eligible nodes as copies.
+    assert plan({0: released}, ["a"], [], replication_factor=2) == []
+    # A container short of copies gets one on a node that joins.
+    alone = ContainerRecord("a", 1, ContainerState.OWNED, None, ("a",), ("a",))
+    assert plan({0: alone}, ["a", "b"], [], replication_factor=3) == [AddReplica(0, "b")]
+    assert apply(alone, AddReplica(0, "b")).replicas == ("a", "b")
+
+    # A dead owner's container goes to a live in-sync copy, not to any live node.
+    owned = ContainerRecord("a", 3, ContainerState.OWNED, None, ("a", "b", "c"), ("a", "c"))
+    assert plan({0: owned}, ["b", "c"], [], replication_factor=3) == [FailOver(0, "c")]
+    failed = apply(owned, FailOver(0, "c"))
+    assert failed.state is ContainerState.RELEASED and failed.target == "c"
+    assert failed.in_sync == ("c",) and failed.epoch == 3
+    # No live in-sync copy: it stays offline.
+    lone = ContainerRecord("a", 3, ContainerState.OWNED, None, ("a", "b"), ("a",))
+    assert plan({0: lone}, ["b"], [], replication_factor=2) == []
+
+    # Balancing moves leadership only to an in-sync copy.
+    records = {
+        0: ContainerRecord("a", 1, ContainerState.OWNED, None, ("a", "b"), ("a",)),
+        1: ContainerRecord("a", 1, ContainerState.OWNED, None, ("a", "b"), ("a",)),
+    }
+    assert plan(records, ["a", "b"], [], replication_factor=2) == []  # b is in sync with neither
+    records[2] = ContainerRecord("a", 1, ContainerState.OWNED, None, ("a", "b"), ("a", "b"))
+    assert plan(records, ["a", "b"], [], replication_factor=2) == [Move(2, "a", "b")]

@@ -112,6 +112,12 @@ def _print_status(controller: str, report: dict[str, Any]) -> None:
         f"cluster of {len(containers)} containers, leader {report['leader'] or '(none)'} "
         f"(as {controller} sees it)"
     )
+    if report.get("replication_factor", 1) > 1:
+        console.print(
+            f"replication factor {report['replication_factor']}, min in-sync "
+            f"{report['min_in_sync']}: {report['under_replicated']} under-replicated, "
+            f"{report['offline']} offline"
+        )
     table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
     for name in ("node", "alive", "draining", "containers", "host", "ports"):
         table.add_column(name, justify="right" if name == "containers" else "left")
@@ -127,7 +133,7 @@ def _print_status(controller: str, report: dict[str, Any]) -> None:
         )
     console.print(table)
     table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
-    for name in ("container", "owner", "state", "epoch", "target", "copies"):
+    for name in ("container", "owner", "state", "epoch", "target", "copies", "in sync"):
         table.add_column(name, justify="right" if name in ("container", "epoch") else "left")
     for c in containers:
         table.add_row(
@@ -137,6 +143,7 @@ def _print_status(controller: str, report: dict[str, Any]) -> None:
             str(c["epoch"]),
             c["target"] or "",
             ",".join(c["copies"]) or "-",
+            ",".join(c.get("in_sync", ())),
         )
     console.print(table)
 

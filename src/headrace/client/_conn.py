@@ -198,6 +198,10 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 """About 20 attempts over roughly 20 s: covers a server restart."""
 
+ONE_ATTEMPT = RetryPolicy(max_attempts=1)
+"""A single connection attempt, for callers that retry themselves and ask the
+controller where the segment is before each attempt (it may have moved)."""
+
 RETRY_NOTICE_DELAY_S = 0.5
 """A retry that waits this long or longer is logged (``headrace.client.retry``,
 a warning): short blips stay quiet, a server away for longer is reported
@@ -682,8 +686,13 @@ class ConnectionPool:
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._closed = False
 
-    async def get(self, endpoint: tuple[str, int]) -> SegmentStoreConnection:
+    async def get(
+        self, endpoint: tuple[str, int], retry: RetryPolicy | None = None
+    ) -> SegmentStoreConnection:
         """An open connection to ``endpoint``, connecting (with retries) if needed.
+
+        ``retry``: instead of the pool's policy (a caller that asks the
+        controller again between attempts tries once).
 
         Raises:
             ConnectionLost | RequestTimeout: every attempt failed.
@@ -698,7 +707,9 @@ class ConnectionPool:
             conn = self._conns.get(endpoint)
             if conn is not None and not conn.is_closed:
                 return conn
-            conn = await connect_with_retry(endpoint, self.retry, ssl_context=self.ssl_context)
+            conn = await connect_with_retry(
+                endpoint, self.retry if retry is None else retry, ssl_context=self.ssl_context
+            )
             self._conns[endpoint] = conn
             return conn
 

@@ -74,6 +74,7 @@ from headrace.protocols.pravega.routing import KeyRanges, routing_key_position
 
 from ._conn import (
     DEFAULT_RETRY,
+    ONE_ATTEMPT,
     ConnectionPool,
     RetryPolicy,
     SegmentStoreConnection,
@@ -468,7 +469,9 @@ class _SegmentWriter:
 
     async def _connect(self) -> None:
         endpoint = await self.owner._controller.get_uri(self.segment)
-        conn = await self.owner._pool.get(endpoint)
+        # one attempt: the writer's own retry asks the controller again first, so
+        # a segment whose container failed over to another node is found there
+        conn = await self.owner._pool.get(endpoint, ONE_ATTEMPT)
         rid = next_request_id()
         self._setup = asyncio.get_running_loop().create_future()
         conn.attach_writer(self.writer_id, self)

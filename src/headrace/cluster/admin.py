@@ -101,20 +101,34 @@ def status(member: ClusterMember) -> dict[str, object]:
             }
         )
     containers = []
+    live = member.nodes()
+    under = offline = 0
     for number in range(member.container_count):
         record = member.record(number)
         held = record.owner is not None and record.state is not ContainerState.RELEASED
-        containers.append(
-            {
-                "container": number,
-                "owner": record.owner,
-                "state": record.state.value,
-                "epoch": record.epoch,
-                "target": record.target,
-                "copies": [record.owner] if held else [],
-            }
-        )
-    return {"nodes": nodes, "containers": containers, "leader": leader}
+        entry: dict[str, object] = {
+            "container": number,
+            "owner": record.owner,
+            "state": record.state.value,
+            "epoch": record.epoch,
+            "target": record.target,
+            "copies": list(record.replicas) if record.replicas else [record.owner] if held else [],
+        }
+        if record.replicas:  # a replicated container (docs/replication.md)
+            entry["in_sync"] = list(record.in_sync)
+            under += len(record.in_sync) < member.cluster.replication_factor
+        if record.state is not ContainerState.OWNED or record.owner not in live:
+            offline += 1
+        containers.append(entry)
+    return {
+        "nodes": nodes,
+        "containers": containers,
+        "leader": leader,
+        "replication_factor": member.cluster.replication_factor,
+        "min_in_sync": member.cluster.min_in_sync,
+        "under_replicated": under,
+        "offline": offline,
+    }
 
 
 def _checked(member: ClusterMember, node_id: str) -> str:

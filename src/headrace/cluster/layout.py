@@ -51,6 +51,7 @@ __all__ = [
     "LEADER_PATH",
     "MAPPING_NAMES",
     "MAX_CLUSTER_CONTAINERS",
+    "MAX_REPLICATION_FACTOR",
     "NODES_PATH",
     "RECORD_VERSION",
     "UNOWNED",
@@ -102,6 +103,10 @@ DEFAULT_ZOOKEEPER_PORT: Final = 2181
 
 MAX_ZOOKEEPER_HOSTS: Final = 16
 """Hosts one URL may name: ensembles have 3, 5 or 7 servers."""
+
+MAX_REPLICATION_FACTOR: Final = 7
+"""Copies a container may have: ZooKeeper-coordinated logs keep 3 or 5; each
+copy is a follower connection and a full copy of the container's data."""
 
 MAX_DOORS: Final = 32
 """Doors one node record may list (a node has seven listeners)."""
@@ -218,9 +223,11 @@ class ClusterRecord:
 
     container_count: int
     replication_factor: int = 1
-    """Copies of each container; 1 until replication exists (reserved)."""
+    """Copies of each container (``docs/replication.md``); a new container is
+    placed once that many nodes are eligible."""
     min_in_sync: int = 1
-    """Copies that must hold a record before it is acknowledged (reserved)."""
+    """In-sync copies a container needs to acknowledge anything; with fewer,
+    appends are refused (retriable) and reads go on."""
     mapping: SegmentMapping = SegmentMapping.GROUPED
     """How segment names give containers; every node's data dir must use the
     same. A record without ``"mapping"`` (written before it existed) is ``HASH``."""
@@ -250,6 +257,11 @@ class ContainerRecord:
     epoch: int
     state: ContainerState
     target: str | None = None
+    replicas: tuple[str, ...] = ()
+    """The nodes holding a copy (replicated clusters; empty: the owner's copy only)."""
+    in_sync: tuple[str, ...] = ()
+    """The replicas holding every committed record; the next leader is one of
+    them. Changed only by the leader (and by a failover), conditionally."""
 
     @property
     def destination(self) -> str | None:
@@ -288,6 +300,9 @@ def encode(record: ClusterRecord | NodeInfo | ContainerRecord | LeaderRecord | N
                 "state": record.state.value,
                 "target": record.target,
             }
+            if record.replicas:
+                body["replicas"] = list(record.replicas)
+                body["in_sync"] = list(record.in_sync)
         case LeaderRecord():
             body = {"node": record.node_id}
         case None:
@@ -331,7 +346,7 @@ def _node_id(path: str, body: Mapping[str, object], key: str, *, optional: bool)
 def decode_cluster(data: bytes, path: str = CLUSTER_PATH) -> ClusterRecord:
     body = _load(path, data, {"containers", "replication_factor", "min_in_sync"})
     count = _int(path, body, "containers", 1, MAX_CLUSTER_CONTAINERS)
-    factor = _int(path, body, "replication_factor", 1, 1)
+    factor = _int(path, body, "replication_factor", 1, MAX_REPLICATION_FACTOR)
     name = body.get("mapping", MAPPING_NAMES[SegmentMapping.HASH])
     mapping = next((m for m, n in MAPPING_NAMES.items() if n == name), None)
     if mapping is None:
@@ -366,15 +381,35 @@ def decode_container(data: bytes, path: str) -> ContainerRecord:
         ) from None
     owner = _node_id(path, body, "owner", optional=True)
     target = _node_id(path, body, "target", optional=True)
-    record = ContainerRecord(owner, epoch, state, target)
+    replicas = _node_ids(path, body, "replicas")
+    in_sync = _node_ids(path, body, "in_sync")
+    record = ContainerRecord(owner, epoch, state, target, replicas, in_sync)
     rule = _broken_rule(record)
     if rule:
         raise BadRecord(path, rule)
     return record
 
 
+def _node_ids(path: str, body: Mapping[str, object], key: str) -> tuple[str, ...]:
+    value = body.get(key, [])
+    if not isinstance(value, list) or len(value) > MAX_REPLICATION_FACTOR:
+        raise BadRecord(path, f"{key} is not a list of at most {MAX_REPLICATION_FACTOR} node ids")
+    ids = tuple(_node_id(path, {key: item}, key, optional=False) or "" for item in value)
+    if len(set(ids)) != len(ids):
+        raise BadRecord(path, f"{key} names a node twice")
+    return ids
+
+
 def _broken_rule(record: ContainerRecord) -> str | None:
     """Why ``record`` cannot exist, or None: each state names exactly the nodes it needs."""
+    if not set(record.in_sync) <= set(record.replicas):
+        return "in_sync names a node that is not a replica"
+    if (
+        record.replicas
+        and record.state is ContainerState.OWNED
+        and record.owner not in record.in_sync
+    ):
+        return "a replicated container's owner must be in sync"
     if (record.owner is None) != (record.epoch == 0):
         return "owner and epoch disagree: epoch 0 exactly when there never was an owner"
     if record.state is ContainerState.OWNED and record.target is not None:

@@ -200,6 +200,8 @@ class ClusterMember:
         container_count: int | None = None,
         hooks: ContainerHooks | None = None,
         segment_mapping: SegmentMapping | None = None,
+        replication_factor: int = 1,
+        min_in_sync: int = 1,
         session_timeout_s: float = SESSION_TIMEOUT_S,
         start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
@@ -211,6 +213,7 @@ class ClusterMember:
         self._wanted_count = container_count
         self._hooks: ContainerHooks = hooks if hooks is not None else _NoHooks()
         self._mapping = segment_mapping
+        self._replication = (replication_factor, min(min_in_sync, replication_factor))
         self._session_timeout_s = session_timeout_s
         self._start_timeout_s = start_timeout_s
         self._zk: ZkSession | None = None
@@ -337,6 +340,33 @@ class ClusterMember:
     async def undrain(self, node_id: str) -> None:
         await self._session().delete(drain_path(node_id))
 
+    async def write_in_sync(self, container: int, epoch: int, members: frozenset[str]) -> bool:
+        """Write ``container``'s in-sync set while this node owns it at ``epoch``
+        (conditional on the version read); True once written.
+
+        The leader of a replicated container calls it before it acts on a new
+        set (``replication.ContainerLeader``); a record that changed since
+        (a failover, a new epoch) makes it False.
+        """
+        found = self._records.get(container)
+        if found is None or not self.owns(container):
+            return False
+        record, version = found
+        if record.owner != self.node_id or record.epoch != epoch:
+            return False
+        in_sync = tuple(n for n in record.replicas if n in members)
+        written = dataclasses.replace(record, in_sync=in_sync)
+        zk = self._session()
+        stat = await zk.set_if(container_path(container), encode(written), version)
+        if stat is None:
+            self._dirty.add(container_path(container))
+            self._wake.set()
+            return False
+        self._set_record(container, written, stat)
+        self._changed.add(container)
+        self._flush_changes()
+        return True
+
     # ------------------------------------------------------------------ life cycle
 
     async def start(self) -> None:
@@ -402,7 +432,8 @@ class ClusterMember:
         if found is None:
             count = self._wanted_count or DEFAULT_CLUSTER_CONTAINERS
             mapping = SegmentMapping.GROUPED if self._mapping is None else self._mapping
-            record = ClusterRecord(count, mapping=mapping)
+            factor, min_in_sync = self._replication
+            record = ClusterRecord(count, factor, min_in_sync, mapping)
             nodes = [
                 (CLUSTER_PATH, encode(record)),
                 (NODES_PATH, b""),
@@ -715,7 +746,9 @@ class ClusterMember:
             log.exception("node %s: container %d: acquire failed", self.node_id, container)
             self._retry_later(container)
             return
-        claimed = ContainerRecord(self.node_id, epoch, ContainerState.OWNED)
+        claimed = ContainerRecord(
+            self.node_id, epoch, ContainerState.OWNED, None, record.replicas, record.in_sync
+        )
         stat = None
         try:
             stat = await zk.set_if(container_path(container), encode(claimed), version)
@@ -768,7 +801,8 @@ class ClusterMember:
     async def _place(self, zk: ZkSession, generation: int) -> None:
         """Write the next steps of the placement plan, each conditional on the version read."""
         records = {c: record for c, (record, _) in self._records.items()}
-        for action in plan(records, self._nodes.keys(), self._draining):
+        factor = self.cluster.replication_factor
+        for action in plan(records, self._nodes.keys(), self._draining, factor):
             record, version = self._records[action.container]
             written = apply(record, action)
             path = container_path(action.container)

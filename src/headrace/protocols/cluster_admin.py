@@ -20,7 +20,8 @@ A node in ``nodes``: ``{"id", "host", "ports": {door: port}, "alive",
 "draining", "leader"}``; ``host`` and ``ports`` are null and ``{}`` for a node
 that is not alive. A container: ``{"container", "owner", "state", "epoch",
 "target", "copies"}``; ``copies`` lists the nodes holding its data (the
-owner alone until replication exists). ``containers`` in a drain reply are
+owner alone with one copy, every replica of a replicated container,
+which also has ``in_sync``). ``containers`` in a drain reply are
 the ones the node held when it was asked.
 
 Errors are gRPC statuses with a one-line detail: ``FAILED_PRECONDITION``

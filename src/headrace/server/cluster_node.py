@@ -29,15 +29,29 @@ from dataclasses import dataclass
 from typing import Final
 
 from headrace.cluster.errors import ClusterError
-from headrace.cluster.layout import NodeInfo
-from headrace.cluster.member import ClusterEvent, ClusterMember, ContainersChanged
+from headrace.cluster.layout import ContainerState, NodeInfo
+from headrace.cluster.member import (
+    ClusterEvent,
+    ClusterMember,
+    ContainersChanged,
+    NodesChanged,
+    OwnershipChanged,
+)
 from headrace.cluster.remote import Endpoint
+from headrace.cluster.replication import (
+    REPLICATION_DOOR,
+    ContainerFollower,
+    ContainerLeader,
+    ReplicationDoor,
+    ReplicationRefused,
+)
+from headrace.errors import ProtocolError, StoreError
 from headrace.server.config import ClusterConfig
 from headrace.server.container_transfer import TRANSFER_DOOR, TransferServer, fetch_container
 from headrace.store.api import SegmentStore
 from headrace.store.disk import DiskStore
 
-__all__ = ["HERE", "ClusterNode", "Owner", "StoreHooks"]
+__all__ = ["FOLLOW_RETRY_S", "HERE", "ClusterNode", "Owner", "Replicas", "StoreHooks"]
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +73,192 @@ class Owner:
         return None if self.node is None else self.node.address(door)
 
 
+FOLLOW_RETRY_S: Final = 0.5
+"""Pause before a follower subscribes again after its connection to the
+leader ended (the leader restarting, a new leader not serving yet)."""
+
 HERE: Final[Endpoint] = ("", 0)
 """The endpoint ``route`` names for this node itself (``RoutedStore``'s ``here``):
 no address, so it never equals another node's."""
 
 _LOCAL = Owner(local=True)
 _NOBODY = Owner(local=False)
+
+
+class Replicas:
+    """This node's leaders and followers of replicated containers (``docs/replication.md``).
+
+    A container whose record names replicas is led by its owner, which copies
+    its records to the other replicas (``ContainerLeader``, served on this
+    node's replication door); every other replica follows it
+    (``ContainerFollower``), re-subscribing whenever the record names a new
+    owner or the connection ends, and refusing any epoch older than the record's.
+    """
+
+    def __init__(
+        self,
+        store: DiskStore,
+        node_id: str,
+        member: Callable[[], ClusterMember | None],
+        node_key: bytes | None,
+        lag_max_s: float,
+    ) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._member = member
+        self._node_key = node_key
+        self._lag_max_s = lag_max_s
+        self.door = ReplicationDoor(node_key)
+        self._followers: dict[int, tuple[str, ContainerFollower, asyncio.Task[None]]] = {}
+
+    def replicated(self, container: int) -> bool:
+        """Whether ``container``'s record names copies this node holds."""
+        member = self._member()
+        return member is not None and self._node_id in member.record(container).replicas
+
+    async def lead(self, container: int, epoch: int) -> None:
+        """Lead ``container`` at ``epoch`` from this node's own copy (the acquire hook)."""
+        member = self._member()
+        assert member is not None
+        await self._stop_following(container)
+        self.stop_leading(container)
+        if not self._store.is_attached(container):
+            await self._store.attach(container)
+        record = member.record(container)
+        leader = ContainerLeader(
+            self._store,
+            container,
+            epoch=epoch,
+            node_id=self._node_id,
+            in_sync=frozenset(record.in_sync),
+            min_in_sync=member.cluster.min_in_sync,
+            write_in_sync=functools.partial(member.write_in_sync, container, epoch),
+            lag_max_s=self._lag_max_s,
+            live=lambda: member.nodes().keys(),
+        )
+        await leader.start()
+        self.door.leaders[container] = leader
+
+    def stop_leading(self, container: int) -> None:
+        leader = self.door.leaders.pop(container, None)
+        if leader is not None:
+            leader.stop()
+
+    def on_event(self, event: ClusterEvent) -> None:
+        """Stop leading what this node no longer owns; follow what it should."""
+        member = self._member()
+        if member is None:
+            return
+        if isinstance(event, OwnershipChanged):
+            for container in list(self.door.leaders):
+                record = member.record(container)
+                mine = record.owner == self._node_id and record.state is ContainerState.OWNED
+                claiming = (
+                    record.state is ContainerState.RELEASED and record.target == self._node_id
+                )
+                if container not in event.owned and (event.fenced or not (mine or claiming)):
+                    self.stop_leading(container)  # not between its acquire and its claim
+        if isinstance(event, ContainersChanged | NodesChanged | OwnershipChanged):
+            self.sync_followers(member)
+
+    def sync_followers(self, member: ClusterMember) -> None:
+        nodes = member.nodes()
+        for container, record in member.records().items():
+            follows = (
+                self._node_id in record.replicas
+                and record.owner != self._node_id
+                and record.state is ContainerState.OWNED
+                and record.owner in nodes
+                and member.live
+            )
+            current = self._followers.get(container)
+            if follows and current is not None and current[0] == record.owner:
+                current[1].fence(record.epoch)
+                continue
+            if current is not None:
+                current[2].cancel()
+                del self._followers[container]
+            if follows and record.owner is not None:
+                follower = ContainerFollower(
+                    self._store,
+                    container,
+                    node_id=self._node_id,
+                    epoch=record.epoch,
+                    node_key=self._node_key,
+                )
+                task = asyncio.create_task(
+                    self._follow(member, container, record.owner, follower),
+                    name=f"follow container {container}",
+                )
+                self._followers[container] = (record.owner, follower, task)
+
+    async def _follow(
+        self, member: ClusterMember, container: int, leader: str, follower: ContainerFollower
+    ) -> None:
+        said: str | None = None
+        while True:
+            node = member.nodes().get(leader)
+            address = None if node is None else node.address(REPLICATION_DOOR)
+            try:
+                if address is None:
+                    raise ClusterError(f"{leader} announces no {REPLICATION_DOOR} door")
+                await follower.run(*address)
+            except (
+                ReplicationRefused,
+                ClusterError,
+                ProtocolError,
+                StoreError,
+                OSError,
+                TimeoutError,
+                asyncio.IncompleteReadError,
+            ) as exc:
+                text = str(exc) or type(exc).__name__
+                if text != said:  # once per reason, not once per retry
+                    log.warning(
+                        "cluster: following container %d at %s: %s", container, leader, text
+                    )
+                    said = text
+            await asyncio.sleep(FOLLOW_RETRY_S)
+
+    async def _stop_following(self, container: int) -> None:
+        current = self._followers.pop(container, None)
+        if current is not None:
+            current[2].cancel()
+            await asyncio.gather(current[2], return_exceptions=True)
+
+    def report(self) -> dict[str, object]:
+        """Per container: this node's role, epoch, in-sync copies and lag (``/health``)."""
+        containers: dict[str, object] = {}
+        for container, leader in sorted(self.door.leaders.items()):
+            end = leader.end
+            containers[str(container)] = {
+                "role": "leader",
+                "epoch": leader.epoch,
+                "in_sync": sorted(leader.in_sync),
+                "commit": leader.commit,
+                "end": end,
+                "follower_lag_records": {
+                    node: end - f.position for node, f in sorted(leader.followers.items())
+                },
+                "replicated_bytes": leader.replicated_bytes,
+            }
+        for container, (leader_id, follower, _) in sorted(self._followers.items()):
+            containers[str(container)] = {
+                "role": "follower",
+                "leader": leader_id,
+                "epoch": follower.epoch,
+                "durable": follower.durable,
+                "commit": follower.commit,
+                "replicated_bytes": follower.replicated_bytes,
+            }
+        return containers
+
+    async def aclose(self) -> None:
+        for container in list(self._followers):
+            await self._stop_following(container)
+        for container in list(self.door.leaders):
+            self.stop_leading(container)
+        await self.door.aclose()
 
 
 class StoreHooks:
@@ -83,17 +277,24 @@ class StoreHooks:
         node_id: str,
         member: Callable[[], ClusterMember | None],
         node_key: bytes | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         self._store = store
         self._node_id = node_id
         self._member = member
         self._node_key = node_key
+        self._replicas = replicas
         self.released: set[int] = set()
         """Containers this node released to another node, their copy still here."""
 
     async def acquire(self, container: int, epoch: int) -> None:
         store, member = self._store, self._member()
         self.released.discard(container)
+        replicas = self._replicas
+        if replicas is not None and replicas.replicated(container):
+            await replicas.lead(container, epoch)  # its own copy: no data moves
+            log.info("cluster: leading container %d at epoch %d", container, epoch)
+            return
         if isinstance(store, DiskStore) and member is not None:
             _check_counts(store, member)
             previous = member.record(container).owner
@@ -111,6 +312,11 @@ class StoreHooks:
 
     async def release(self, container: int, to: NodeInfo | None) -> None:
         store = self._store
+        replicas = self._replicas
+        if replicas is not None and replicas.replicated(container):
+            replicas.stop_leading(container)  # the copy stays here, and follows
+            log.info("cluster: no longer leading container %d", container)
+            return
         if isinstance(store, DiskStore):
             await store.detach(container)
             if to is not None:
@@ -173,6 +379,7 @@ class ClusterNode:
         self._member: ClusterMember | None = None
         self._joining: ClusterMember | None = None
         self._transfer: TransferServer | None = None
+        self.replicas: Replicas | None = None
         self._discarding: dict[int, asyncio.Task[bool]] = {}
 
     @property
@@ -196,16 +403,29 @@ class ClusterNode:
             self._transfer = TransferServer(store, self._current_member, self._node_key)
             await self._transfer.start(self._listen_host)
             ports[TRANSFER_DOOR] = self._transfer.port
-        hooks = StoreHooks(store, self.node_id, self._current_member, self._node_key)
+            self.replicas = Replicas(
+                store,
+                self.node_id,
+                self._current_member,
+                self._node_key,
+                self.config.replica_lag_max_s,
+            )
+            await self.replicas.door.start(self._listen_host)
+            ports[REPLICATION_DOOR] = self.replicas.door.port
+        hooks = StoreHooks(store, self.node_id, self._current_member, self._node_key, self.replicas)
         member = ClusterMember(
             self.config.url,
             NodeInfo(self.node_id, self._advertise_host, ports),
             container_count=self.config.container_count,
             hooks=hooks,
             segment_mapping=store.mapping if isinstance(store, DiskStore) else None,
+            replication_factor=self.config.replication_factor,
+            min_in_sync=self.config.min_in_sync,
         )
         if isinstance(store, DiskStore):
             member.add_listener(lambda event: self._discard_moved(store, member, hooks, event))
+        if self.replicas is not None:
+            member.add_listener(self.replicas.on_event)
         self._joining = member
         try:
             await member.start()
@@ -217,6 +437,8 @@ class ClusterNode:
             await self._close_transfer()
             raise
         self._member = member
+        if self.replicas is not None:
+            self.replicas.sync_followers(member)
         log.info(
             "cluster: joined %s as %s (%d containers, leader %s)",
             self.config.url,
@@ -268,6 +490,9 @@ class ClusterNode:
         await self._close_transfer()
 
     async def _close_transfer(self) -> None:
+        replicas, self.replicas = self.replicas, None
+        if replicas is not None:
+            await replicas.aclose()
         transfer, self._transfer = self._transfer, None
         if transfer is not None:
             await transfer.aclose()
@@ -334,4 +559,7 @@ class ClusterNode:
             "containers": member.container_count,
             "owned": sorted(member.owned()),
             "nodes": sorted(member.nodes()),
+            "replication_factor": member.cluster.replication_factor,
+            "min_in_sync": member.cluster.min_in_sync,
+            "replicas": {} if self.replicas is None else self.replicas.report(),
         }

@@ -15,6 +15,7 @@ the TOML file, the environment, flags.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 from collections.abc import Mapping, Sequence
@@ -25,10 +26,12 @@ from urllib.parse import urlsplit
 from headrace.cluster.layout import (
     DEFAULT_CLUSTER_CONTAINERS,
     MAX_CLUSTER_CONTAINERS,
+    MAX_REPLICATION_FACTOR,
     ClusterUrl,
     check_node_id,
     parse_cluster_url,
 )
+from headrace.cluster.replication import DEFAULT_MIN_IN_SYNC, DEFAULT_REPLICA_LAG_MAX_S
 from headrace.controller.auth import (
     DEFAULT_TOKEN_TTL_S,
     LOGIN_FAILURE_BURST,
@@ -255,6 +258,13 @@ class ClusterConfig:
     container_count: int | None = None
     """``--container-count`` if given: the count of a cluster this node creates
     (None: ``DEFAULT_CLUSTER_CONTAINERS``); a cluster that exists keeps its own."""
+    replication_factor: int = 1
+    """``--replication-factor``: copies of each container of a cluster this node
+    creates (``docs/replication.md``); a cluster that exists keeps its own."""
+    min_in_sync: int = DEFAULT_MIN_IN_SYNC
+    """``--min-insync``: in-sync copies needed to acknowledge (at most the factor)."""
+    replica_lag_max_s: float = DEFAULT_REPLICA_LAG_MAX_S
+    """``--replica-lag-max-s``: how long a follower may lag before it leaves the in-sync set."""
 
 
 @dataclass(slots=True)
@@ -920,6 +930,38 @@ OPTIONS: tuple[Option, ...] = (
         "Cluster",
     ),
     Option(
+        "replication_factor",
+        int,
+        1,
+        "Copies of each container of a cluster this node creates (a cluster keeps the "
+        "factor it was created with; it places its containers once that many nodes "
+        "joined). Above 1, each container's leader copies every record to its followers "
+        "and acknowledges it only once every in-sync copy holds it (docs/replication.md).",
+        "Cluster",
+        1,
+        MAX_REPLICATION_FACTOR,
+    ),
+    Option(
+        "min_insync",
+        int,
+        DEFAULT_MIN_IN_SYNC,
+        "In-sync copies a container of a new cluster needs to acknowledge anything (at "
+        "most --replication-factor): with fewer, appends are refused with a retriable "
+        "error and reads go on.",
+        "Cluster",
+        1,
+        MAX_REPLICATION_FACTOR,
+    ),
+    Option(
+        "replica_lag_max",
+        float,
+        DEFAULT_REPLICA_LAG_MAX_S,
+        "Seconds a follower may stay behind its leader before it leaves the in-sync set "
+        "(appends then no longer wait for it); it rejoins once caught up.",
+        "Cluster",
+        0.1,
+    ),
+    Option(
         "cluster_secret_file",
         Path,
         None,
@@ -1048,6 +1090,14 @@ def build_config(values: Mapping[str, OptionValue]) -> ServerConfig:
             raise ConfigError(f"--http-allowed-origins: {exc}") from None
     count = None if v["container_count"] is None else int(get("container_count", int))
     cluster = _cluster_config(v["cluster"], v["node_id"], count)
+    if cluster is not None:
+        factor = int(get("replication_factor", int))
+        cluster = dataclasses.replace(
+            cluster,
+            replication_factor=factor,
+            min_in_sync=min(int(get("min_insync", int)), factor),
+            replica_lag_max_s=float(get("replica_lag_max", float)),
+        )
     listeners = tuple(parse_listener(text) for text in _many(v["listener"]))
     config = ServerConfig(
         data_dir=Path(str(v["data_dir"])),

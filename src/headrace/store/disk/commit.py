@@ -356,6 +356,8 @@ class GroupCommit:
         self._dir_unsynced = False
         """A segment was created since ``segments/`` was last synced by a data
         sync: a durable APPEND_REF needs its data file's directory entry too."""
+        self.on_synced: Callable[[int], None] | None = None
+        """Told ``synced_seq`` after each sync (a replicated container's own position)."""
 
     @property
     def wal(self) -> WalWriter:
@@ -768,6 +770,8 @@ class GroupCommit:
 
     def _mark_synced(self, target: int) -> None:
         self.synced_seq = max(self.synced_seq, target)
+        if self.on_synced is not None:
+            self.on_synced(self.synced_seq)
         callbacks = self._on_durable
         while callbacks and callbacks[0][0] <= target:
             heapq.heappop(callbacks)[2]()

@@ -42,6 +42,7 @@ from headrace.store.disk.datafiles import DataFiles
 from headrace.store.disk.format import AppendRecord, CreateRecord, Record, encode_record
 from headrace.store.disk.layout import ContainerPaths
 from headrace.store.disk.log import FileOps, WalWriter
+from headrace.store.disk.replicated import CommitGate
 from headrace.store.disk.segment import ContainerState
 
 __all__ = [
@@ -117,6 +118,18 @@ class Container:
             start_checkpoint=self._start_checkpoint,
         )
         self.checkpoints = Checkpointer(paths, state, self.commit, ops)
+        self.gate: CommitGate | None = None
+        """Set while this node leads the container in a replicated cluster
+        (``replicated.py``): acknowledgements then wait for commit."""
+
+    def set_gate(self, gate: CommitGate | None) -> None:
+        """Acknowledge only at ``gate``'s commit from now on (None: at local durability)."""
+        self.gate = gate
+        if gate is None:
+            self.commit.on_synced = None
+            return
+        self.commit.on_synced = gate.local_durable
+        gate.local_durable(self.commit.synced_seq)
 
     @property
     def container_id(self) -> int:
@@ -137,6 +150,8 @@ class Container:
 
     def check_writable(self) -> None:
         self.commit.check_writable()
+        if self.gate is not None:
+            self.gate.check_writable()
 
     def write(self, record: Record) -> int:
         """Issue one record: apply it, queue it and its data; return its seq. Never awaits.
@@ -148,6 +163,9 @@ class Container:
         """
         commit = self.commit
         commit.check_writable()
+        gate = self.gate
+        if gate is not None:
+            gate.check_writable()
         seq = self.state.last_seq + 1
         try:
             if isinstance(record, CreateRecord):
@@ -160,6 +178,10 @@ class Container:
         else:
             buffers = encode_record(seq, record)
             commit.queue(buffers, self.state.apply(seq, record), isinstance(record, CreateRecord))
+        if gate is not None:
+            gate.issued(seq, record)
+            if commit.policy is not FsyncPolicy.ALWAYS:
+                gate.local_durable(seq)  # written already: durable as the policy has it
         return seq
 
     # ------------------------------------------------------------------ waiting
@@ -168,12 +190,34 @@ class Container:
         self, seq: int, on_durable: Callable[[], None] | None = None
     ) -> Coroutine[Any, Any, None]:
         """Wait until record ``seq`` is durable under the policy, after ``on_durable``
-        ran (``GroupCommit.durable``: its coroutine itself, no frame around it)."""
-        return self.commit.durable(seq, on_durable)
+        ran (``GroupCommit.durable``: its coroutine itself, no frame around it).
+
+        With a commit gate, also until the record is committed; ``on_durable``
+        then runs at commit (``replicated.py``)."""
+        gate = self.gate
+        if gate is None:
+            return self.commit.durable(seq, on_durable)
+        return self._committed(gate, seq, on_durable)
+
+    async def _committed(
+        self, gate: CommitGate, seq: int, on_durable: Callable[[], None] | None
+    ) -> None:
+        if on_durable is not None:
+            gate.on_commit(seq, on_durable)
+        await self.commit.durable(seq)
+        await gate.wait(seq)
 
     def barrier(self) -> Coroutine[Any, Any, None]:
-        """Wait until everything written so far is durable (``GroupCommit.barrier``)."""
-        return self.commit.barrier()
+        """Wait until everything written so far is durable (``GroupCommit.barrier``),
+        and committed under a commit gate."""
+        gate = self.gate
+        if gate is None:
+            return self.commit.barrier()
+        return self._committed_barrier(gate, self.state.last_seq)
+
+    async def _committed_barrier(self, gate: CommitGate, seq: int) -> None:
+        await self.commit.barrier()
+        await gate.wait(seq)
 
     def all_synced(self) -> bool:
         return self.commit.all_synced()

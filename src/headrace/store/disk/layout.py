@@ -9,6 +9,7 @@ All path decisions are made here and nowhere else::
         0000/                           one directory per segment container
           snapshot                      latest checkpoint of the container's metadata
           snapshot.tmp                  a checkpoint being written (renamed over snapshot)
+          epochs                        a replicated container's epoch history (epochs.py)
           wal/
             00000000000000000001.wal    WAL files, named by their first record's seq
             00000000000000000001.wal.broken-<utc>   a torn tail, copied aside on recovery
@@ -174,6 +175,8 @@ class ContainerPaths:
         self.segments_dir = self.dir / "segments"
         self.snapshot = self.dir / "snapshot"
         self.snapshot_tmp = self.dir / "snapshot.tmp"
+        self.epochs = self.dir / "epochs"
+        self.epochs_tmp = self.dir / "epochs.tmp"
 
     def wal(self, first_seq: int) -> Path:
         return self.wal_dir / f"{first_seq:0{SEQ_DIGITS}d}{WAL_SUFFIX}"

@@ -66,7 +66,9 @@ READ_CHUNK_BYTES: Final = 1024 * 1024
 """Bytes read or written at a time when checksumming or copying a file, so a
 copy of any size needs this much memory per file at once."""
 
-_RELATIVE_PATH = re.compile(r"^(snapshot|wal/\d{20}\.wal|segments/[0-9a-f]{16}\.(data|crc))$")
+_RELATIVE_PATH = re.compile(
+    r"^(snapshot|epochs|wal/\d{20}\.wal|segments/[0-9a-f]{16}\.(data|crc))$"
+)
 """The files of a container copy, relative to its directory (``layout.py``)."""
 
 
@@ -109,6 +111,8 @@ def container_file_paths(paths: ContainerPaths) -> list[Path]:
     are not part of the container's state.
     """
     found = [paths.snapshot]
+    if paths.epochs.exists():  # a replicated container's epoch history travels with it
+        found.append(paths.epochs)
     found += [path for _, path in paths.wal_files()]
     for segment_id in sorted(files := paths.segment_files()):
         found += sorted(files[segment_id])

@@ -63,23 +63,30 @@ from headrace.store.api import (
 from headrace.store.disk.checkpoint import CHECKPOINT_WAL_BYTES
 from headrace.store.disk.checks import BlockChecks, check_blocks
 from headrace.store.disk.container import Container
+from headrace.store.disk.epochs import read_epochs, write_epochs
 from headrace.store.disk.format import (
     MERGE_CHUNK_BYTES,
     AppendRecord,
+    AppendRefRecord,
     AttributeRecord,
     CreateRecord,
     DeleteRecord,
+    FrameProblem,
     Manifest,
     MergeCommitRecord,
     MergeDataRecord,
+    Record,
     SealRecord,
     TruncateRecord,
+    scan_frames,
 )
 from headrace.store.disk.layout import ContainerPaths, SegmentMapping, container_of, lock_path
 from headrace.store.disk.log import FILE_MODE, FileOps, WalWriter, make_dir
 from headrace.store.disk.moves import commit_install, new_staging_dir, write_empty_container
 from headrace.store.disk.recovery import recover_container, recover_store
+from headrace.store.disk.replicated import CommitGate
 from headrace.store.disk.segment import ContainerState, Segment
+from headrace.store.disk.wal_tail import cut_log, read_wal_records
 from headrace.store.memory import check_name
 from headrace.types import (
     NULL_ATTRIBUTE_VALUE,
@@ -218,6 +225,9 @@ class DiskStore(BaseStore):
         self._new_container: Callable[[ContainerPaths, ContainerState, WalWriter], Container]
         """Builds a Container as ``open`` did (its policy, syscalls, failure hook)."""
         self._max_attributes = MAX_SEGMENT_ATTRIBUTES
+        self._following: set[int] = set()
+        """Containers this node holds as a follower of another node's copy
+        (``follow``): written by replication only, served to nobody."""
 
     @classmethod
     async def open(
@@ -343,6 +353,8 @@ class DiskStore(BaseStore):
             c = self._containers[container_of(name, len(self._containers), self.mapping)]
             if c.container_id in self._detached:
                 raise OwnerUnavailable(name, f"container {c.container_id} is not on this node")
+            if c.container_id in self._following:
+                raise OwnerUnavailable(name, f"container {c.container_id} is led by another node")
             self._container_of[name] = c
         return c
 
@@ -825,6 +837,155 @@ class DiskStore(BaseStore):
             log.info(
                 "container %d attached%s", container_id, "" if install is None else " (installed)"
             )
+
+    # ------------------------------------------------------------------ replication
+
+    def replica_end(self, container_id: int) -> int:
+        """The number of the last record in the container's log (0: none)."""
+        return self._containers[container_id].state.last_seq
+
+    async def lead(self, container_id: int, gate: CommitGate | None) -> None:
+        """Serve the container as the leader of its copies: with ``gate``, every
+        acknowledgement waits for commit (``replicated.py``); None: as today.
+
+        A followed container is synced first and then shows every record it
+        holds (a follower's records have no caller to make them visible).
+        """
+        self._check_open()
+        c = self._containers[container_id]
+        if container_id in self._following:
+            await c.commit.sync_now()
+            for seg in c.state.by_id.values():
+                seg.durable_length = seg.length
+                seg.sealed_durable = seg.sealed
+            self._following.discard(container_id)
+            self._container_of.clear()
+        c.set_gate(gate)
+
+    def follow(self, container_id: int) -> None:
+        """Hold the container as a follower: every call naming one of its segments
+        raises ``OwnerUnavailable``; only ``replicate`` writes to it."""
+        self._check_open()
+        c = self._containers[container_id]
+        if c.gate is not None:
+            c.gate.fail(OwnerUnavailable(f"container {container_id}", "no longer led here"))
+            c.set_gate(None)
+        self._following.add(container_id)
+        self._container_of.clear()
+        for name in list(c.state.by_name):
+            self._tables.pop(name, None)
+            self._notify(name)
+
+    def is_following(self, container_id: int) -> bool:
+        return container_id in self._following
+
+    def replicate(self, container_id: int, first_seq: int, frames: bytes | memoryview) -> int:
+        """Write records a leader shipped (WAL frames numbered from ``first_seq``) into a
+        followed container, in order; return the last one's number. Never awaits:
+        ``replica_durable`` waits for them.
+
+        Raises:
+            ValueError: a frame is damaged, or a number does not follow the log
+                (nothing after it is written).
+            StoreClosed, StorageFull: the store failed.
+        """
+        self._check_open()
+        if container_id not in self._following:
+            raise ValueError(f"container {container_id} is not followed here")
+        c = self._containers[container_id]
+        if first_seq != c.state.last_seq + 1:
+            raise ValueError(f"records from {first_seq} do not follow {c.state.last_seq}")
+        buf = bytes(frames)
+        for item in scan_frames(buf, 0, f"replicated records of container {container_id}"):
+            if isinstance(item, FrameProblem):
+                raise ValueError(f"replicated record at {item.position}: {item.reason}")
+            _, seq, record = item
+            if seq != c.state.last_seq + 1 or isinstance(record, AppendRefRecord):
+                raise ValueError(f"replicated record {seq} does not follow {c.state.last_seq}")
+            issued = c.write(record)
+            assert issued == seq
+        return c.state.last_seq
+
+    async def replica_epochs(self, container_id: int) -> tuple[tuple[int, int], ...]:
+        """The container's epoch history, as saved (``epochs.py``)."""
+        return await asyncio.to_thread(read_epochs, self._containers[container_id].paths)
+
+    async def save_replica_epochs(
+        self, container_id: int, entries: tuple[tuple[int, int], ...]
+    ) -> None:
+        """Replace the container's epoch history, durably, before records of a new epoch."""
+        self._check_open()
+        paths = self._containers[container_id].paths
+        try:
+            await asyncio.to_thread(write_epochs, paths, entries, self.file_ops)
+        except OSError as exc:
+            raise StoreError(f"cannot save container {container_id}'s epochs: {exc}") from exc
+
+    async def rewind(self, container_id: int, keep: int) -> bool:
+        """Cut a followed container's log after record ``keep``; False if it cannot.
+
+        The records past ``keep`` are a deposed leader's, never committed
+        (``docs/replication.md#truncation``). The container is closed without
+        a checkpoint, the WAL bytes of those records are copied aside and cut
+        off (``recovery.backup_and_cut``, as a torn tail), and it is opened
+        again with recovery. A checkpoint written after ``keep`` holds them in
+        its snapshot: then nothing is cut and the answer is False (the copy
+        must be replaced whole).
+        """
+        self._check_open()
+        if container_id not in self._following:
+            raise ValueError(f"container {container_id} is not followed here")
+        async with self._move_lock(container_id):
+            c = self._containers[container_id]
+            if c.state.last_seq <= keep:
+                return True
+            running = c.checkpoints.running
+            if running is not None:
+                await asyncio.shield(running)
+            await c.commit.stop()
+            c.commit.close()
+            c.files.close()
+            paths, ops = c.paths, self.file_ops
+
+            def cut_and_open() -> tuple[bool, ContainerState, WalWriter]:
+                cut = cut_log(paths, keep, ops)
+                state, wal = recover_container(paths, ops, max_attributes=self._max_attributes)
+                return cut, state, wal
+
+            try:
+                cut, state, wal = await asyncio.to_thread(cut_and_open)
+            except OSError as exc:
+                raise StoreError(f"cannot cut container {container_id}'s log: {exc}") from exc
+            fresh = self._new_container(paths, state, wal)
+            fresh.files.max_open = c.files.max_open
+            self._containers[container_id] = fresh
+            fresh.start()
+            self._container_of.clear()
+            if cut:
+                log.warning(
+                    "container %d: records after %d cut (never committed; copied aside)",
+                    container_id,
+                    keep,
+                )
+            return cut
+
+    async def read_log(
+        self, container_id: int, after: int, max_bytes: int
+    ) -> list[tuple[int, Record]]:
+        """The container's records after ``after`` still in its WAL files, each with
+        its data (an APPEND_REF read back from its data file), at most about
+        ``max_bytes`` of the newest: a new leader's catch-up for followers
+        slightly behind. The records form one run ending at the log's end
+        (empty if the WAL no longer holds the one after ``after``).
+        """
+        c = self._containers[container_id]
+        await c.commit.sync_now()
+        end = c.state.last_seq
+        return await asyncio.to_thread(read_wal_records, c.paths, after, end, max_bytes)
+
+    async def replica_durable(self, container_id: int, seq: int) -> None:
+        """Wait until a followed container's records up to ``seq`` are durable here."""
+        await self._containers[container_id].durable(seq)
 
     # ------------------------------------------------------------------ lifecycle
 
