@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
@@ -194,8 +195,16 @@ def test_console_over_tls_with_auth_logs_an_admin_in(
         screenshot(driver, test, "tail")
 
         # An admin seals a stream from the console.
-        row = driver.find_element(By.CSS_SELECTOR, '#streams tr[data-stream="tank/beta"]')
-        row.find_element(By.TAG_NAME, "button").click()
+        def seal_beta(d: WebDriver) -> bool:
+            """Click tank/beta's Seal; the table may be redrawn under the click (again)."""
+            seal = '#streams tr[data-stream="tank/beta"] button'
+            try:
+                d.find_element(By.CSS_SELECTOR, seal).click()
+            except StaleElementReferenceException:
+                return False
+            return True
+
+        wait_until(driver, seal_beta, "tank/beta's Seal button")
         driver.switch_to.alert.accept()
         wait_until(
             driver,

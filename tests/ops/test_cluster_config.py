@@ -27,7 +27,10 @@ def test_without_cluster_a_single_node_keeps_its_container_count() -> None:
 def test_cluster_options_build_a_cluster_config() -> None:
     config = build_config({"cluster": "zk://zk1:2181,zk2/hr", "node_id": "n1"})
     assert config.cluster == ClusterConfig(
-        ClusterUrl((("zk1", 2181), ("zk2", 2181)), "/hr"), "n1", None
+        ClusterUrl((("zk1", 2181), ("zk2", 2181)), "/hr"),
+        "n1",
+        None,
+        min_in_sync=1,  # --min-insync is capped at the replication factor (1)
     )
     assert config.container_count == 16  # a cluster's default
     config = build_config({"cluster": "zk://zk1/hr", "node_id": "n1", "container_count": 32})
