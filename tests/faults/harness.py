@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,11 @@ class Progress:
     def wait_for(self, target: int, timeout_s: float) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: self.acks >= target, timeout_s)
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``condition`` (read at each acknowledgement) holds."""
+        with self._cond:
+            return self._cond.wait_for(condition, timeout_s)
 
 
 @dataclass

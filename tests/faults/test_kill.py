@@ -112,6 +112,11 @@ def _run(tmp_path: Path, signum: int, cycles: int, row: Row) -> None:
         assert progress.wait_for(target, PROGRESS_TIMEOUT_S), (
             f"writing did not resume after the last restart ({where})"
         )
+        # every kind of writer gets through (a slow client's reconnect may come last)
+        assert progress.wait_until(lambda: all(w.log.acked for w in writers), PROGRESS_TIMEOUT_S), (
+            f"a writer got no acknowledgement ({where}): "
+            f"{[w.log.failures[-3:] for w in writers if not w.log.acked]}"
+        )
     finally:
         for writer in writers:
             writer.stop()
