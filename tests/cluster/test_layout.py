@@ -179,7 +179,7 @@ def test_a_replicated_container_record_round_trips_and_its_rules_hold() -> None:
     record = ContainerRecord("a", 2, ContainerState.OWNED, None, ("a", "b", "c"), ("a", "c"))
     assert decode_container(encode(record), "/containers/0") == record
     plain = ContainerRecord("a", 2, ContainerState.OWNED)
-    assert b"replicas" not in encode(plain)  # one copy: the record as before
+    assert b"replicas" not in encode(plain)  # one copy: no replica fields
     for bad in (
         b'{"v":1,"owner":"a","epoch":2,"state":"OWNED","target":null,'
         b'"replicas":["a","b"],"in_sync":["b"]}',  # the owner must be in sync

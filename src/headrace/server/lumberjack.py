@@ -103,7 +103,7 @@ this size, each issued once the one before is durable and acknowledged then with
 a partial ack (the seq of its last event): a Beat waiting on a slow disk sees
 its window progress, and after a failure resends only what was not acked.
 Windows below it (libbeat's 2048 events of a few hundred bytes) are one part,
-and store as before."""
+stored with one append per target segment."""
 
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 """Largest event payload stored: Pravega's own event size limit, so that every
